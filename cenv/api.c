@@ -1,0 +1,459 @@
+/* The vectorized layer: turns the registry's env specs into the exported cenv_ API (see api.h).
+ * Envs are split into at most CENV_MAX_CHUNKS chunks of consecutive envs; episode statistics are
+ * summed per chunk and merged in chunk order, and threads take whole chunks, so results are the same
+ * for every thread count. */
+#define _POSIX_C_SOURCE 200809L
+#include "api.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "registry.h"
+
+#define CENV_MAX_CHUNKS 64
+#define CENV_MAX_LOG 32
+#define CENV_ERROR_LEN 512
+
+static const cenv_spec *const cenv_registry[] = CENV_REGISTRY;
+
+enum { JOB_STEP = 0, JOB_RESET = 1, JOB_QUIT = 2 };
+
+typedef struct {
+    double sums[CENV_MAX_LOG];
+    int64_t count;
+} cenv_chunk_log;
+
+typedef struct {
+    cenv_vec *vec;
+    int index;
+    pthread_t thread;
+} cenv_worker;
+
+struct cenv_vec {
+    const cenv_spec *spec;
+    cenv_spaces spaces;
+    int64_t num_envs;
+    int64_t num_agents;
+    int64_t obs_bytes;   /* per agent */
+    int64_t mask_width;  /* per agent, sum(nvec) when masked */
+    unsigned char *envs; /* num_envs * spec->env_size bytes */
+    unsigned char *observations; /* bound buffers */
+    unsigned char *actions;
+    unsigned char *final_obs;    /* NULL: not requested */
+    int bound;
+    /* chunks */
+    int num_chunks;
+    int64_t chunk_begin[CENV_MAX_CHUNKS + 1];
+    cenv_chunk_log chunk_log[CENV_MAX_CHUNKS];
+    int64_t chunk_episodes[CENV_MAX_CHUNKS];
+    /* threads: thread t runs chunks [thread_chunk[t], thread_chunk[t + 1]) */
+    int num_threads;
+    int thread_chunk[CENV_MAX_CHUNKS + 1];
+    cenv_worker *workers;
+    pthread_mutex_t mutex;
+    pthread_cond_t work_ready;
+    pthread_cond_t work_done;
+    uint64_t generation;
+    int pending;
+    int job;
+    uint64_t reset_seed;
+    int reset_reseed;
+    /* errors */
+    int64_t bad_agent;
+    int bad_component;
+    double bad_value;
+    char error[CENV_ERROR_LEN];
+};
+
+static void set_error(char *buf, int64_t len, const char *fmt, ...) {
+    if (buf == NULL || len <= 0) return;
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(buf, (size_t)len, fmt, args);
+    va_end(args);
+}
+
+static const cenv_spec *spec_at(int type) {
+    if (type < 0 || type >= CENV_COUNT(cenv_registry)) return NULL;
+    return cenv_registry[type];
+}
+
+static void *env_at(const cenv_vec *vec, int64_t i) { return vec->envs + (size_t)i * vec->spec->env_size; }
+
+int cenv_abi_version(void) { return CENV_ABI_VERSION; }
+int cenv_num_env_types(void) { return CENV_COUNT(cenv_registry); }
+const char *cenv_env_name(int type) { return spec_at(type) ? spec_at(type)->name : NULL; }
+const char *cenv_env_description(int type) { return spec_at(type) ? spec_at(type)->description : NULL; }
+int cenv_num_params(int type) { return spec_at(type) ? spec_at(type)->num_params : CENV_ERR_ARGUMENT; }
+
+int cenv_param_info(int type, int index, const char **name, const char **help, double *default_value,
+                    double *min_value, double *max_value, int *is_int) {
+    const cenv_spec *spec = spec_at(type);
+    if (spec == NULL || index < 0 || index >= spec->num_params) return CENV_ERR_ARGUMENT;
+    const cenv_param *p = &spec->params[index];
+    *name = p->name;
+    *help = p->help;
+    *default_value = p->default_value;
+    *min_value = p->min_value;
+    *max_value = p->max_value;
+    *is_int = p->is_int;
+    return 0;
+}
+
+int cenv_num_log_fields(int type) { return spec_at(type) ? spec_at(type)->num_log : CENV_ERR_ARGUMENT; }
+const char *cenv_log_field_name(int type, int index) {
+    const cenv_spec *spec = spec_at(type);
+    if (spec == NULL || index < 0 || index >= spec->num_log) return NULL;
+    return spec->log_names[index];
+}
+
+/* ---- work on a range of chunks (runs on any thread) ---- */
+
+typedef struct {
+    cenv_vec *vec;
+    cenv_chunk_log *log;
+} cenv_end_ctx;
+
+/* Records an ended episode of env `index`: its last observation (if asked) and its statistics. */
+static void record_episode_end(void *ctx, int64_t index, int ended) {
+    cenv_end_ctx *end = (cenv_end_ctx *)ctx;
+    cenv_vec *vec = end->vec;
+    if (vec->final_obs != NULL) {
+        size_t env_obs_bytes = (size_t)(vec->obs_bytes * vec->spaces.agents_per_env);
+        memcpy(vec->final_obs + (size_t)index * env_obs_bytes,
+               vec->observations + (size_t)index * env_obs_bytes, env_obs_bytes);
+    }
+    const float *stats = vec->spec->log(env_at(vec, index));
+    for (int f = 0; f < vec->spec->num_log; f++) end->log->sums[f] += (double)stats[f];
+    end->log->count += ended;
+}
+
+static void step_chunk(cenv_vec *vec, int c) {
+    cenv_end_ctx ctx = {vec, &vec->chunk_log[c]};
+    vec->chunk_episodes[c] = vec->spec->step_range(vec->envs, vec->chunk_begin[c], vec->chunk_begin[c + 1],
+                                                   record_episode_end, &ctx);
+}
+
+static void reset_chunk(cenv_vec *vec, int c) {
+    for (int64_t i = vec->chunk_begin[c]; i < vec->chunk_begin[c + 1]; i++) {
+        void *env = env_at(vec, i);
+        if (vec->reset_reseed) cenv_rng_seed(vec->spec->rng(env), vec->reset_seed, (uint64_t)i);
+        vec->spec->reset(env);
+    }
+}
+
+static void run_chunks(cenv_vec *vec, int job, int thread) {
+    for (int c = vec->thread_chunk[thread]; c < vec->thread_chunk[thread + 1]; c++) {
+        if (job == JOB_STEP) {
+            step_chunk(vec, c);
+        } else {
+            reset_chunk(vec, c);
+        }
+    }
+}
+
+/* ---- the thread pool: workers 1..num_threads-1 wait for a job; the caller is worker 0 ---- */
+
+static void *worker_main(void *arg) {
+    cenv_worker *worker = (cenv_worker *)arg;
+    cenv_vec *vec = worker->vec;
+    uint64_t seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&vec->mutex);
+        while (vec->generation == seen) pthread_cond_wait(&vec->work_ready, &vec->mutex);
+        seen = vec->generation;
+        int job = vec->job;
+        pthread_mutex_unlock(&vec->mutex);
+        if (job == JOB_QUIT) return NULL;
+        run_chunks(vec, job, worker->index);
+        pthread_mutex_lock(&vec->mutex);
+        if (--vec->pending == 0) pthread_cond_signal(&vec->work_done);
+        pthread_mutex_unlock(&vec->mutex);
+    }
+}
+
+static void run_job(cenv_vec *vec, int job) {
+    if (vec->num_threads > 1) {
+        pthread_mutex_lock(&vec->mutex);
+        vec->job = job;
+        vec->pending = vec->num_threads - 1;
+        vec->generation += 1;
+        pthread_cond_broadcast(&vec->work_ready);
+        pthread_mutex_unlock(&vec->mutex);
+    }
+    run_chunks(vec, job, 0);
+    if (vec->num_threads > 1) {
+        pthread_mutex_lock(&vec->mutex);
+        while (vec->pending > 0) pthread_cond_wait(&vec->work_done, &vec->mutex);
+        pthread_mutex_unlock(&vec->mutex);
+    }
+}
+
+static void stop_workers(cenv_vec *vec, int started) {
+    if (started > 0) {
+        pthread_mutex_lock(&vec->mutex);
+        vec->job = JOB_QUIT;
+        vec->generation += 1;
+        pthread_cond_broadcast(&vec->work_ready);
+        pthread_mutex_unlock(&vec->mutex);
+        for (int t = 1; t <= started; t++) pthread_join(vec->workers[t].thread, NULL);
+    }
+}
+
+/* ---- lifecycle ---- */
+
+static int check_params(const cenv_spec *spec, const double *params, int num_params, char *err,
+                        int64_t err_len) {
+    if (num_params != spec->num_params) {
+        set_error(err, err_len, "env '%s' takes %d parameters, got %d", spec->name, spec->num_params,
+                  num_params);
+        return CENV_ERR_ARGUMENT;
+    }
+    for (int i = 0; i < num_params; i++) {
+        const cenv_param *p = &spec->params[i];
+        double v = params[i];
+        if (!(v >= p->min_value && v <= p->max_value) || (p->is_int && v != floor(v))) {
+            set_error(err, err_len, "env '%s' parameter %s=%g must be %s in [%g, %g]", spec->name,
+                      p->name, v, p->is_int ? "an integer" : "a number", p->min_value, p->max_value);
+            return CENV_ERR_ARGUMENT;
+        }
+    }
+    return 0;
+}
+
+cenv_vec *cenv_create(int type, int64_t num_envs, uint64_t seed, const double *params, int num_params,
+                      int num_threads, char *err, int64_t err_len) {
+    const cenv_spec *spec = spec_at(type);
+    if (spec == NULL) {
+        set_error(err, err_len, "no env type %d (there are %d)", type, CENV_COUNT(cenv_registry));
+        return NULL;
+    }
+    if (num_envs < 1) {
+        set_error(err, err_len, "num_envs=%lld must be at least 1", (long long)num_envs);
+        return NULL;
+    }
+    if (check_params(spec, params, num_params, err, err_len) != 0) return NULL;
+    if (spec->num_log > CENV_MAX_LOG) {
+        set_error(err, err_len, "env '%s' has more than %d log fields", spec->name, CENV_MAX_LOG);
+        return NULL;
+    }
+    int num_chunks = num_envs < CENV_MAX_CHUNKS ? (int)num_envs : CENV_MAX_CHUNKS;
+    if (num_threads < 1 || num_threads > num_chunks) {
+        set_error(err, err_len,
+                  "num_threads=%d must be between 1 and %d (min(num_envs, %d) for num_envs=%lld)",
+                  num_threads, num_chunks, CENV_MAX_CHUNKS, (long long)num_envs);
+        return NULL;
+    }
+    cenv_vec *vec = (cenv_vec *)calloc(1, sizeof(cenv_vec));
+    if (vec == NULL) {
+        set_error(err, err_len, "out of memory");
+        return NULL;
+    }
+    vec->spec = spec;
+    spec->spaces(params, &vec->spaces);
+    vec->num_envs = num_envs;
+    vec->num_agents = num_envs * vec->spaces.agents_per_env;
+    int64_t obs_items = 1;
+    for (int d = 0; d < vec->spaces.obs_ndim; d++) obs_items *= vec->spaces.obs_shape[d];
+    vec->obs_bytes = obs_items * (vec->spaces.obs_dtype == CENV_DTYPE_UINT8 ? 1 : 4);
+    if (vec->spaces.has_mask) {
+        for (int d = 0; d < vec->spaces.action_ndim; d++) vec->mask_width += vec->spaces.action_nvec[d];
+    }
+    vec->envs = (unsigned char *)calloc((size_t)num_envs, spec->env_size);
+    if (vec->envs == NULL) {
+        set_error(err, err_len, "out of memory for %lld envs of %zu bytes", (long long)num_envs,
+                  spec->env_size);
+        free(vec);
+        return NULL;
+    }
+    for (int64_t i = 0; i < num_envs; i++) {
+        void *env = env_at(vec, i);
+        spec->init(env, params);
+        cenv_rng_seed(spec->rng(env), seed, (uint64_t)i);
+    }
+    vec->num_chunks = num_chunks;
+    for (int c = 0; c <= num_chunks; c++) vec->chunk_begin[c] = num_envs * c / num_chunks;
+    vec->num_threads = num_threads;
+    for (int t = 0; t <= num_threads; t++) vec->thread_chunk[t] = num_chunks * t / num_threads;
+    vec->workers = (cenv_worker *)calloc((size_t)num_threads, sizeof(cenv_worker));
+    if (vec->workers == NULL) {
+        set_error(err, err_len, "out of memory");
+        free(vec->envs);
+        free(vec);
+        return NULL;
+    }
+    pthread_mutex_init(&vec->mutex, NULL);
+    pthread_cond_init(&vec->work_ready, NULL);
+    pthread_cond_init(&vec->work_done, NULL);
+    for (int t = 1; t < num_threads; t++) {
+        vec->workers[t].vec = vec;
+        vec->workers[t].index = t;
+        if (pthread_create(&vec->workers[t].thread, NULL, worker_main, &vec->workers[t]) != 0) {
+            set_error(err, err_len, "could not start thread %d of %d", t, num_threads);
+            stop_workers(vec, t - 1);
+            vec->num_threads = 1;
+            cenv_close(vec);
+            return NULL;
+        }
+    }
+    return vec;
+}
+
+int cenv_agents_per_env(const cenv_vec *vec) { return vec->spaces.agents_per_env; }
+int cenv_obs_ndim(const cenv_vec *vec) { return vec->spaces.obs_ndim; }
+void cenv_obs_shape(const cenv_vec *vec, int64_t *out) {
+    for (int d = 0; d < vec->spaces.obs_ndim; d++) out[d] = vec->spaces.obs_shape[d];
+}
+int cenv_obs_dtype(const cenv_vec *vec) { return vec->spaces.obs_dtype; }
+int cenv_action_kind(const cenv_vec *vec) { return vec->spaces.action_kind; }
+int cenv_action_ndim(const cenv_vec *vec) { return vec->spaces.action_ndim; }
+void cenv_action_nvec(const cenv_vec *vec, int64_t *out) {
+    for (int d = 0; d < vec->spaces.action_ndim; d++) out[d] = vec->spaces.action_nvec[d];
+}
+void cenv_action_bounds(const cenv_vec *vec, float *low, float *high) {
+    for (int d = 0; d < vec->spaces.action_ndim; d++) {
+        low[d] = vec->spaces.action_low[d];
+        high[d] = vec->spaces.action_high[d];
+    }
+}
+int cenv_has_mask(const cenv_vec *vec) { return vec->spaces.has_mask; }
+
+int cenv_bind(cenv_vec *vec, void *observations, void *actions, float *rewards, uint8_t *terminals,
+              uint8_t *truncations, uint8_t *action_mask, void *final_observations) {
+    if (vec == NULL) return CENV_ERR_NULL;
+    if (observations == NULL || actions == NULL || rewards == NULL || terminals == NULL ||
+        truncations == NULL || (vec->spaces.has_mask && action_mask == NULL)) {
+        set_error(vec->error, CENV_ERROR_LEN, "cenv_bind: a required buffer is NULL");
+        return CENV_ERR_ARGUMENT;
+    }
+    int apa = vec->spaces.agents_per_env;
+    size_t action_bytes = (size_t)vec->spaces.action_ndim * 4;
+    vec->observations = (unsigned char *)observations;
+    vec->actions = (unsigned char *)actions;
+    vec->final_obs = (unsigned char *)final_observations;
+    for (int64_t i = 0; i < vec->num_envs; i++) {
+        int64_t a = i * apa;
+        cenv_io io = {(unsigned char *)observations + (size_t)(a * vec->obs_bytes),
+                      (unsigned char *)actions + (size_t)a * action_bytes,
+                      rewards + a,
+                      terminals + a,
+                      truncations + a,
+                      action_mask == NULL ? NULL : action_mask + (size_t)(a * vec->mask_width)};
+        vec->spec->bind(env_at(vec, i), &io);
+    }
+    vec->bound = 1;
+    return 0;
+}
+
+int cenv_reset(cenv_vec *vec, uint64_t seed, int reseed) {
+    if (vec == NULL) return CENV_ERR_NULL;
+    if (!vec->bound) return CENV_ERR_UNBOUND;
+    vec->reset_seed = seed;
+    vec->reset_reseed = reseed;
+    run_job(vec, JOB_RESET);
+    return 0;
+}
+
+/* Finds the first bad action; returns 0 if all are valid. */
+static int validate_actions(cenv_vec *vec) {
+    const cenv_spaces *sp = &vec->spaces;
+    int ndim = sp->action_ndim;
+    int64_t n = vec->num_agents * ndim;
+    if (sp->action_kind == CENV_ACTION_CONTINUOUS) {
+        const float *a = (const float *)vec->actions;
+        int bad = 0;
+        for (int64_t i = 0; i < n; i++) bad |= isnan(a[i]) != 0;
+        if (!bad) return 0;
+        for (int64_t i = 0; i < n; i++) {
+            if (isnan(a[i])) {
+                vec->bad_agent = i / ndim;
+                vec->bad_component = (int)(i % ndim);
+                vec->bad_value = (double)a[i];
+                return 1;
+            }
+        }
+        return 0;
+    }
+    const int32_t *a = (const int32_t *)vec->actions;
+    if (ndim == 1) {
+        uint32_t limit = (uint32_t)sp->action_nvec[0];
+        int bad = 0;
+        for (int64_t i = 0; i < n; i++) bad |= (uint32_t)a[i] >= limit;
+        if (!bad) return 0;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int d = (int)(i % ndim);
+        if (a[i] < 0 || a[i] >= sp->action_nvec[d]) {
+            vec->bad_agent = i / ndim;
+            vec->bad_component = d;
+            vec->bad_value = (double)a[i];
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int64_t cenv_step(cenv_vec *vec) {
+    if (vec == NULL) return CENV_ERR_NULL;
+    if (!vec->bound) return CENV_ERR_UNBOUND;
+    if (validate_actions(vec)) return CENV_ERR_ACTION;
+    run_job(vec, JOB_STEP);
+    int64_t episodes = 0;
+    for (int c = 0; c < vec->num_chunks; c++) episodes += vec->chunk_episodes[c];
+    return episodes;
+}
+
+void cenv_bad_action(const cenv_vec *vec, int64_t *agent, int *component, double *value) {
+    *agent = vec->bad_agent;
+    *component = vec->bad_component;
+    *value = vec->bad_value;
+}
+
+const char *cenv_error(const cenv_vec *vec) { return vec == NULL ? "NULL handle" : vec->error; }
+
+int64_t cenv_log(cenv_vec *vec, float *out) {
+    if (vec == NULL) return CENV_ERR_NULL;
+    double sums[CENV_MAX_LOG] = {0};
+    int64_t count = 0;
+    int num_log = vec->spec->num_log;
+    for (int c = 0; c < vec->num_chunks; c++) {
+        cenv_chunk_log *log = &vec->chunk_log[c];
+        for (int f = 0; f < num_log; f++) sums[f] += log->sums[f];
+        count += log->count;
+        memset(log, 0, sizeof(*log));
+    }
+    for (int f = 0; f < num_log; f++) out[f] = count > 0 ? (float)(sums[f] / (double)count) : 0.0f;
+    return count;
+}
+
+int cenv_set_state(cenv_vec *vec, int64_t index, const double *state, int n) {
+    if (vec == NULL) return CENV_ERR_NULL;
+    if (vec->spec->set_state == NULL) {
+        set_error(vec->error, CENV_ERROR_LEN, "env '%s' has no set_state hook", vec->spec->name);
+        return CENV_ERR_ARGUMENT;
+    }
+    if (!vec->bound || index < 0 || index >= vec->num_envs) {
+        set_error(vec->error, CENV_ERROR_LEN, "set_state: env index %lld out of range or unbound",
+                  (long long)index);
+        return CENV_ERR_ARGUMENT;
+    }
+    if (vec->spec->set_state(env_at(vec, index), state, n) != 0) {
+        set_error(vec->error, CENV_ERROR_LEN, "set_state: env '%s' rejects %d values", vec->spec->name, n);
+        return CENV_ERR_ARGUMENT;
+    }
+    return 0;
+}
+
+void cenv_close(cenv_vec *vec) {
+    if (vec == NULL) return;
+    stop_workers(vec, vec->num_threads - 1);
+    pthread_mutex_destroy(&vec->mutex);
+    pthread_cond_destroy(&vec->work_ready);
+    pthread_cond_destroy(&vec->work_done);
+    free(vec->workers);
+    free(vec->envs);
+    free(vec);
+}

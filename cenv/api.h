@@ -1,0 +1,85 @@
+/* The public C API of libcenv: the only exported symbols, all prefixed cenv_.
+ *
+ * Life of a vectorized env: cenv_create -> (ask for spaces) -> cenv_bind (caller-owned buffers)
+ * -> cenv_reset -> cenv_step ... -> cenv_log ... -> cenv_close.
+ * Buffers are laid out agent-major: agent a of env e is row e * agents_per_env + a.
+ * Errors: functions returning int return 0 (or a count) on success and a negative CENV_ERR_* code on
+ * failure; cenv_error(handle) then holds a message. No global state: everything lives in the handle. */
+#ifndef CENV_API_H
+#define CENV_API_H
+
+#include <stdint.h>
+
+#define CENV_ABI_VERSION 1
+
+#define CENV_ERR_NULL -1       /* NULL handle: closed or never created */
+#define CENV_ERR_UNBOUND -2    /* step/reset before cenv_bind */
+#define CENV_ERR_ACTION -3     /* an action out of range or NaN; see cenv_bad_action */
+#define CENV_ERR_ARGUMENT -4   /* a bad argument; see cenv_error */
+
+#define CENV_EXPORT __attribute__((visibility("default")))
+
+typedef struct cenv_vec cenv_vec;
+
+CENV_EXPORT int cenv_abi_version(void);
+
+/* The registry: env types by index. */
+CENV_EXPORT int cenv_num_env_types(void);
+CENV_EXPORT const char *cenv_env_name(int type);
+CENV_EXPORT const char *cenv_env_description(int type);
+CENV_EXPORT int cenv_num_params(int type);
+/* Fills the parameter's name, help, default, range and is_int. Returns 0, or -4 for a bad index. */
+CENV_EXPORT int cenv_param_info(int type, int index, const char **name, const char **help,
+                                double *default_value, double *min_value, double *max_value,
+                                int *is_int);
+CENV_EXPORT int cenv_num_log_fields(int type);
+CENV_EXPORT const char *cenv_log_field_name(int type, int index);
+
+/* Creates num_envs envs of registry type `type` with params (num_params doubles in declared order),
+ * split across num_threads threads. Returns NULL on failure with a message written into err. */
+CENV_EXPORT cenv_vec *cenv_create(int type, int64_t num_envs, uint64_t seed, const double *params,
+                                  int num_params, int num_threads, char *err, int64_t err_len);
+
+/* Spaces of a created vector (they depend on the params). Shapes are per agent. */
+CENV_EXPORT int cenv_agents_per_env(const cenv_vec *vec);
+CENV_EXPORT int cenv_obs_ndim(const cenv_vec *vec);
+CENV_EXPORT void cenv_obs_shape(const cenv_vec *vec, int64_t *out);
+CENV_EXPORT int cenv_obs_dtype(const cenv_vec *vec);
+CENV_EXPORT int cenv_action_kind(const cenv_vec *vec);
+CENV_EXPORT int cenv_action_ndim(const cenv_vec *vec);
+CENV_EXPORT void cenv_action_nvec(const cenv_vec *vec, int64_t *out);
+CENV_EXPORT void cenv_action_bounds(const cenv_vec *vec, float *low, float *high);
+CENV_EXPORT int cenv_has_mask(const cenv_vec *vec);
+
+/* Hands the vector its buffers (owned by the caller, alive until close): observations[A, obs...],
+ * actions[A, ndim] (int32 or float32), rewards[A] float32, terminals[A] and truncations[A] uint8,
+ * action_mask[A, sum(nvec)] uint8 or NULL when the env has none, final_observations[A, obs...] or
+ * NULL: when given, an agent whose episode ended in a step gets its last observation (the one before
+ * the automatic reset) written there. */
+CENV_EXPORT int cenv_bind(cenv_vec *vec, void *observations, void *actions, float *rewards,
+                          uint8_t *terminals, uint8_t *truncations, uint8_t *action_mask,
+                          void *final_observations);
+
+/* Starts new episodes in every env. reseed != 0: first seed env i's RNG from (seed, i). */
+CENV_EXPORT int cenv_reset(cenv_vec *vec, uint64_t seed, int reseed);
+
+/* Steps every agent of every env with the actions in the actions buffer, resetting any env whose
+ * episode ended in the same call. Validates every action first and steps nothing if one is bad.
+ * Returns the number of agent-episodes that ended, or a negative CENV_ERR_*. */
+CENV_EXPORT int64_t cenv_step(cenv_vec *vec);
+
+/* After CENV_ERR_ACTION: the offending agent, action component and value. */
+CENV_EXPORT void cenv_bad_action(const cenv_vec *vec, int64_t *agent, int *component, double *value);
+CENV_EXPORT const char *cenv_error(const cenv_vec *vec);
+
+/* Writes the mean of each statistic (num_log_fields floats) over the agent-episodes ended since the
+ * last call, and returns their count (0: out is left zero). Clears the accumulators. */
+CENV_EXPORT int64_t cenv_log(cenv_vec *vec, float *out);
+
+/* Test hook: overwrite env `index`'s physical state (env-specific, see its header). */
+CENV_EXPORT int cenv_set_state(cenv_vec *vec, int64_t index, const double *state, int n);
+
+/* Stops and joins the threads and frees everything. NULL is allowed. */
+CENV_EXPORT void cenv_close(cenv_vec *vec);
+
+#endif

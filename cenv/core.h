@@ -1,0 +1,139 @@
+/* What every environment header includes: the spec types that describe an environment to the
+ * vectorized layer (api.c), and CENV_DEFINE, which turns an env's functions into its spec.
+ *
+ * Conventions an environment struct must follow (see BUILD.md, "Adding an environment"):
+ *   borrowed buffer pointers first, named observations, actions, rewards, terminals, truncations
+ *   (and action_mask when the env has one); then `log` (a floats-only struct holding the sums of the
+ *   statistics of the episodes that ended in the current step); then config; then state, which
+ *   includes `cenv_rng rng`. No pointers other than the borrowed buffers.
+ */
+#ifndef CENV_CORE_H
+#define CENV_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "rng.h"
+
+#define CENV_MAX_OBS_DIMS 4
+#define CENV_MAX_ACTION_DIMS 16
+
+enum { CENV_DTYPE_FLOAT32 = 0, CENV_DTYPE_UINT8 = 1 };
+enum { CENV_ACTION_DISCRETE = 0, CENV_ACTION_MULTI_DISCRETE = 1, CENV_ACTION_CONTINUOUS = 2 };
+
+/* One env parameter: a number with a default and an inclusive range; is_int forbids fractions. */
+typedef struct {
+    const char *name;
+    double default_value;
+    double min_value;
+    double max_value;
+    int is_int;
+    const char *help;
+} cenv_param;
+
+/* The spaces of one env for given parameters. Filled by the env's `spaces` function. */
+typedef struct {
+    int agents_per_env;
+    int obs_ndim;
+    int64_t obs_shape[CENV_MAX_OBS_DIMS]; /* per agent */
+    int obs_dtype;                        /* CENV_DTYPE_* */
+    int action_kind;                      /* CENV_ACTION_* */
+    int action_ndim;                      /* components per agent: 1 for discrete */
+    int64_t action_nvec[CENV_MAX_ACTION_DIMS]; /* discrete sizes per component */
+    float action_low[CENV_MAX_ACTION_DIMS];    /* continuous bounds per component */
+    float action_high[CENV_MAX_ACTION_DIMS];
+    int has_mask;                         /* 1: writes action_mask[agent, sum(nvec)] */
+} cenv_spaces;
+
+/* The buffers of one env (its slice of the vectorized buffers). */
+typedef struct {
+    void *observations;
+    void *actions;
+    float *rewards;
+    uint8_t *terminals;
+    uint8_t *truncations;
+    uint8_t *action_mask;
+} cenv_io;
+
+/* Called by an env's step loop for env `index` whose episode ended in this step (`ended` agent-episodes,
+ * statistics in its log), before it is reset. */
+typedef void (*cenv_on_episode_end)(void *ctx, int64_t index, int ended);
+
+/* Everything the vectorized layer needs to know about one env type. */
+typedef struct {
+    const char *name;
+    const char *description;
+    size_t env_size;
+    const cenv_param *params;
+    int num_params;
+    const char *const *log_names;
+    int num_log;
+    /* Fills the spaces for these parameters (in declared order). */
+    void (*spaces)(const double *params, cenv_spaces *out);
+    /* Zeroes nothing itself: env memory arrives zeroed; stores config from params. */
+    void (*init)(void *env, const double *params);
+    void (*bind)(void *env, const cenv_io *io);
+    cenv_rng *(*rng)(void *env);
+    float *(*log)(void *env);
+    /* Starts an episode: writes the initial observation (and mask). */
+    void (*reset)(void *env);
+    /* Steps envs [begin, end) of the array `envs` (the env's own step, inlined): for each, applies the
+     * actions and writes observation, rewards, terminals, truncations; an env whose step returns > 0
+     * (agent-episodes ended, statistics summed into its `log`) is reported to on_end and then reset, in
+     * the same call. Returns the number of agent-episodes that ended. */
+    int64_t (*step_range)(void *envs, int64_t begin, int64_t end, cenv_on_episode_end on_end,
+                          void *ctx);
+    /* Optional, for tests: overwrite the physical state with n doubles. Returns 0 on success. */
+    int (*set_state)(void *env, const double *state, int n);
+} cenv_spec;
+
+#define CENV_COUNT(array) ((int)(sizeof(array) / sizeof((array)[0])))
+
+/* Binds the standard buffer fields. Envs with an action mask use CENV_BIND_MASK instead. */
+#define CENV_BIND_FIELDS(env, io)                                                      \
+    do {                                                                               \
+        (env)->observations = (io)->observations;                                      \
+        (env)->actions = (io)->actions;                                                \
+        (env)->rewards = (io)->rewards;                                                \
+        (env)->terminals = (io)->terminals;                                            \
+        (env)->truncations = (io)->truncations;                                        \
+    } while (0)
+
+/* Defines `<name>_spec` from the functions <name>_spaces, <name>_init, <name>_reset, <name>_step,
+ * the arrays <name>_params and <name>_log_names, and the types TYPE (env) and LOGTYPE (its Log).
+ * SET_STATE is a function or NULL; BIND_EXTRA binds further buffers (e.g. the action mask). */
+#define CENV_DEFINE_FULL(NAME, TYPE, LOGTYPE, DESCRIPTION, SET_STATE, BIND_EXTRA)            \
+    _Static_assert(sizeof(LOGTYPE) == sizeof(float) * CENV_COUNT(NAME##_log_names),          \
+                   #LOGTYPE " must hold exactly one float per name in " #NAME "_log_names"); \
+    static void NAME##_init_v(void *e, const double *p) { NAME##_init((TYPE *)e, p); }       \
+    static void NAME##_bind_v(void *e, const cenv_io *io) {                                  \
+        TYPE *env = (TYPE *)e;                                                               \
+        CENV_BIND_FIELDS(env, io);                                                           \
+        BIND_EXTRA                                                                           \
+    }                                                                                        \
+    static cenv_rng *NAME##_rng_v(void *e) { return &((TYPE *)e)->rng; }                     \
+    static float *NAME##_log_v(void *e) { return (float *)&((TYPE *)e)->log; }               \
+    static void NAME##_reset_v(void *e) { NAME##_reset((TYPE *)e); }                         \
+    static int64_t NAME##_step_range_v(void *envs, int64_t begin, int64_t end,               \
+                                       cenv_on_episode_end on_end, void *ctx) {              \
+        TYPE *env = (TYPE *)envs;                                                            \
+        int64_t episodes = 0;                                                                \
+        for (int64_t i = begin; i < end; i++) {                                              \
+            int ended = NAME##_step(&env[i]);                                                \
+            if (ended == 0) continue;                                                        \
+            on_end(ctx, i, ended);                                                           \
+            NAME##_reset(&env[i]);                                                           \
+            episodes += ended;                                                               \
+        }                                                                                    \
+        return episodes;                                                                     \
+    }                                                                                        \
+    static const cenv_spec NAME##_spec = {                                                   \
+        #NAME, DESCRIPTION, sizeof(TYPE), NAME##_params, CENV_COUNT(NAME##_params),          \
+        NAME##_log_names, CENV_COUNT(NAME##_log_names), NAME##_spaces, NAME##_init_v,        \
+        NAME##_bind_v, NAME##_rng_v, NAME##_log_v, NAME##_reset_v, NAME##_step_range_v, SET_STATE};
+
+#define CENV_DEFINE(NAME, TYPE, LOGTYPE, DESCRIPTION, SET_STATE) \
+    CENV_DEFINE_FULL(NAME, TYPE, LOGTYPE, DESCRIPTION, SET_STATE, )
+
+#endif

@@ -1,0 +1,121 @@
+/* CartPole: Gymnasium's CartPole-v1 exactly (constants, Euler integration, thresholds, reward 1 per
+ * step including the last, initial state uniform in +-0.05), truncated at `max_steps` (500).
+ * Observation float32[4] = (x, x_dot, theta, theta_dot); action Discrete(2): 0 pushes left. */
+#ifndef CENV_CARTPOLE_H
+#define CENV_CARTPOLE_H
+
+#include <math.h>
+
+#include "../core.h"
+
+#define CARTPOLE_GRAVITY 9.8
+#define CARTPOLE_MASSCART 1.0
+#define CARTPOLE_MASSPOLE 0.1
+#define CARTPOLE_TOTAL_MASS (CARTPOLE_MASSPOLE + CARTPOLE_MASSCART)
+#define CARTPOLE_LENGTH 0.5 /* half the pole's length */
+#define CARTPOLE_POLEMASS_LENGTH (CARTPOLE_MASSPOLE * CARTPOLE_LENGTH)
+#define CARTPOLE_FORCE_MAG 10.0
+#define CARTPOLE_TAU 0.02
+#define CARTPOLE_THETA_LIMIT (12.0 * 2.0 * 3.14159265358979323846 / 360.0)
+#define CARTPOLE_X_LIMIT 2.4
+
+typedef struct {
+    float episode_return;
+    float episode_length;
+} CartpoleLog;
+
+typedef struct {
+    float *observations;
+    int32_t *actions;
+    float *rewards;
+    uint8_t *terminals;
+    uint8_t *truncations;
+    CartpoleLog log;
+    int max_steps;
+    double x, x_dot, theta, theta_dot;
+    int tick;
+    cenv_rng rng;
+} Cartpole;
+
+static const cenv_param cartpole_params[] = {
+    {"max_steps", 500, 1, 1e9, 1, "steps after which an episode is truncated"},
+};
+static const char *const cartpole_log_names[] = {"episode_return", "episode_length"};
+
+static void cartpole_spaces(const double *params, cenv_spaces *out) {
+    (void)params;
+    out->agents_per_env = 1;
+    out->obs_ndim = 1;
+    out->obs_shape[0] = 4;
+    out->obs_dtype = CENV_DTYPE_FLOAT32;
+    out->action_kind = CENV_ACTION_DISCRETE;
+    out->action_ndim = 1;
+    out->action_nvec[0] = 2;
+}
+
+static void cartpole_init(Cartpole *env, const double *params) { env->max_steps = (int)params[0]; }
+
+static void cartpole_observe(Cartpole *env) {
+    env->observations[0] = (float)env->x;
+    env->observations[1] = (float)env->x_dot;
+    env->observations[2] = (float)env->theta;
+    env->observations[3] = (float)env->theta_dot;
+}
+
+static void cartpole_reset(Cartpole *env) {
+    env->x = cenv_rng_uniform(&env->rng, -0.05, 0.05);
+    env->x_dot = cenv_rng_uniform(&env->rng, -0.05, 0.05);
+    env->theta = cenv_rng_uniform(&env->rng, -0.05, 0.05);
+    env->theta_dot = cenv_rng_uniform(&env->rng, -0.05, 0.05);
+    env->tick = 0;
+    cartpole_observe(env);
+}
+
+static int cartpole_step(Cartpole *env) {
+    double force = env->actions[0] == 1 ? CARTPOLE_FORCE_MAG : -CARTPOLE_FORCE_MAG;
+    /* Single-precision trig (glibc sinf/cosf, < 1 float ulp) doubles the speed; the state and the rest
+     * of the arithmetic stay in double as in Gymnasium, and results agree to float32 tolerance. */
+    double costheta = (double)cosf((float)env->theta);
+    double sintheta = (double)sinf((float)env->theta);
+    double temp = (force + CARTPOLE_POLEMASS_LENGTH * env->theta_dot * env->theta_dot * sintheta) /
+                  CARTPOLE_TOTAL_MASS;
+    double thetaacc = (CARTPOLE_GRAVITY * sintheta - costheta * temp) /
+                      (CARTPOLE_LENGTH * (4.0 / 3.0 - CARTPOLE_MASSPOLE * costheta * costheta /
+                                                          CARTPOLE_TOTAL_MASS));
+    double xacc = temp - CARTPOLE_POLEMASS_LENGTH * thetaacc * costheta / CARTPOLE_TOTAL_MASS;
+    env->x = env->x + CARTPOLE_TAU * env->x_dot;
+    env->x_dot = env->x_dot + CARTPOLE_TAU * xacc;
+    env->theta = env->theta + CARTPOLE_TAU * env->theta_dot;
+    env->theta_dot = env->theta_dot + CARTPOLE_TAU * thetaacc;
+    env->tick += 1;
+    cartpole_observe(env);
+
+    int terminal = env->x < -CARTPOLE_X_LIMIT || env->x > CARTPOLE_X_LIMIT ||
+                   env->theta < -CARTPOLE_THETA_LIMIT || env->theta > CARTPOLE_THETA_LIMIT;
+    int truncated = !terminal && env->tick >= env->max_steps;
+    env->rewards[0] = 1.0f;
+    env->terminals[0] = (uint8_t)terminal;
+    env->truncations[0] = (uint8_t)truncated;
+    if (!terminal && !truncated) return 0;
+    env->log.episode_return = (float)env->tick;
+    env->log.episode_length = (float)env->tick;
+    return 1;
+}
+
+/* Test hook: state = (x, x_dot, theta, theta_dot[, tick]). */
+static int cartpole_set_state(void *e, const double *state, int n) {
+    Cartpole *env = (Cartpole *)e;
+    if (n != 4 && n != 5) return -1;
+    env->x = state[0];
+    env->x_dot = state[1];
+    env->theta = state[2];
+    env->theta_dot = state[3];
+    if (n == 5) env->tick = (int)state[4];
+    cartpole_observe(env);
+    return 0;
+}
+
+CENV_DEFINE(cartpole, Cartpole, CartpoleLog, "Gymnasium CartPole-v1: balance a pole on a cart",
+            cartpole_set_state)
+
+#endif

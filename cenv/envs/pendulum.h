@@ -1,0 +1,116 @@
+/* Pendulum: Gymnasium's Pendulum-v1 exactly (g=10, m=1, l=1, dt=0.05, max speed 8, max torque 2,
+ * reward -(angle_normalize(th)^2 + 0.1 thdot^2 + 0.001 u^2)), truncated at `max_steps` (200).
+ * Observation float32[3] = (cos th, sin th, thdot); action Box(-2, 2, (1,)), clipped here. */
+#ifndef CENV_PENDULUM_H
+#define CENV_PENDULUM_H
+
+#include <math.h>
+
+#include "../core.h"
+
+#define PENDULUM_G 10.0
+#define PENDULUM_M 1.0
+#define PENDULUM_L 1.0
+#define PENDULUM_DT 0.05
+#define PENDULUM_MAX_SPEED 8.0
+#define PENDULUM_MAX_TORQUE 2.0
+#define PENDULUM_PI 3.14159265358979323846
+
+typedef struct {
+    float episode_return;
+    float episode_length;
+} PendulumLog;
+
+typedef struct {
+    float *observations;
+    float *actions;
+    float *rewards;
+    uint8_t *terminals;
+    uint8_t *truncations;
+    PendulumLog log;
+    int max_steps;
+    double th, thdot;
+    double episode_return;
+    int tick;
+    cenv_rng rng;
+} Pendulum;
+
+static const cenv_param pendulum_params[] = {
+    {"max_steps", 200, 1, 1e9, 1, "steps after which an episode is truncated"},
+};
+static const char *const pendulum_log_names[] = {"episode_return", "episode_length"};
+
+static void pendulum_spaces(const double *params, cenv_spaces *out) {
+    (void)params;
+    out->agents_per_env = 1;
+    out->obs_ndim = 1;
+    out->obs_shape[0] = 3;
+    out->obs_dtype = CENV_DTYPE_FLOAT32;
+    out->action_kind = CENV_ACTION_CONTINUOUS;
+    out->action_ndim = 1;
+    out->action_low[0] = (float)-PENDULUM_MAX_TORQUE;
+    out->action_high[0] = (float)PENDULUM_MAX_TORQUE;
+}
+
+static void pendulum_init(Pendulum *env, const double *params) { env->max_steps = (int)params[0]; }
+
+static void pendulum_observe(Pendulum *env) {
+    env->observations[0] = (float)cos(env->th);
+    env->observations[1] = (float)sin(env->th);
+    env->observations[2] = (float)env->thdot;
+}
+
+static void pendulum_reset(Pendulum *env) {
+    env->th = cenv_rng_uniform(&env->rng, -PENDULUM_PI, PENDULUM_PI);
+    env->thdot = cenv_rng_uniform(&env->rng, -1.0, 1.0);
+    env->tick = 0;
+    env->episode_return = 0.0;
+    pendulum_observe(env);
+}
+
+static double pendulum_clip(double v, double lo, double hi) { return v < lo ? lo : (v > hi ? hi : v); }
+
+static double pendulum_angle_normalize(double x) {
+    double y = fmod(x + PENDULUM_PI, 2.0 * PENDULUM_PI);
+    if (y < 0) y += 2.0 * PENDULUM_PI; /* Python's % takes the sign of the divisor */
+    return y - PENDULUM_PI;
+}
+
+static int pendulum_step(Pendulum *env) {
+    float u32 = env->actions[0];
+    double u = pendulum_clip((double)u32, -PENDULUM_MAX_TORQUE, PENDULUM_MAX_TORQUE);
+    double an = pendulum_angle_normalize(env->th);
+    double cost = an * an + 0.1 * env->thdot * env->thdot + 0.001 * u * u;
+    double newthdot = env->thdot + (3.0 * PENDULUM_G / (2.0 * PENDULUM_L) * sin(env->th) +
+                                    3.0 / (PENDULUM_M * PENDULUM_L * PENDULUM_L) * u) *
+                                       PENDULUM_DT;
+    newthdot = pendulum_clip(newthdot, -PENDULUM_MAX_SPEED, PENDULUM_MAX_SPEED);
+    env->th = env->th + newthdot * PENDULUM_DT;
+    env->thdot = newthdot;
+    env->tick += 1;
+    env->episode_return -= cost;
+    pendulum_observe(env);
+    env->rewards[0] = (float)-cost;
+    env->terminals[0] = 0;
+    env->truncations[0] = (uint8_t)(env->tick >= env->max_steps);
+    if (env->tick < env->max_steps) return 0;
+    env->log.episode_return = (float)env->episode_return;
+    env->log.episode_length = (float)env->tick;
+    return 1;
+}
+
+/* Test hook: state = (th, thdot[, tick]). */
+static int pendulum_set_state(void *e, const double *state, int n) {
+    Pendulum *env = (Pendulum *)e;
+    if (n != 2 && n != 3) return -1;
+    env->th = state[0];
+    env->thdot = state[1];
+    if (n == 3) env->tick = (int)state[2];
+    pendulum_observe(env);
+    return 0;
+}
+
+CENV_DEFINE(pendulum, Pendulum, PendulumLog, "Gymnasium Pendulum-v1: swing a pendulum up (continuous)",
+            pendulum_set_state)
+
+#endif

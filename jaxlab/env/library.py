@@ -1,0 +1,90 @@
+"""Loads libcenv with ctypes and declares every exported function's signature. The only module that
+touches ctypes' loader; everything else goes through ``load()``.
+
+The library is found at $JAXLAB_CENV_LIB if set (the tests point it at a sanitizer build), else
+next to the package as ``jaxlab/_cenv*.so`` (built by ``pip install``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib.machinery
+import os
+from pathlib import Path
+
+ABI_VERSION = 1
+
+c_int, c_int64, c_uint64, c_double = ctypes.c_int, ctypes.c_int64, ctypes.c_uint64, ctypes.c_double
+c_char_p, c_void_p = ctypes.c_char_p, ctypes.c_void_p
+P = ctypes.POINTER
+
+# name: (restype, argtypes)
+SIGNATURES = {
+    "cenv_abi_version": (c_int, []),
+    "cenv_num_env_types": (c_int, []),
+    "cenv_env_name": (c_char_p, [c_int]),
+    "cenv_env_description": (c_char_p, [c_int]),
+    "cenv_num_params": (c_int, [c_int]),
+    "cenv_param_info": (c_int, [c_int, c_int, P(c_char_p), P(c_char_p), P(c_double), P(c_double),
+                                P(c_double), P(c_int)]),
+    "cenv_num_log_fields": (c_int, [c_int]),
+    "cenv_log_field_name": (c_char_p, [c_int, c_int]),
+    "cenv_create": (c_void_p, [c_int, c_int64, c_uint64, P(c_double), c_int, c_int, c_char_p, c_int64]),
+    "cenv_agents_per_env": (c_int, [c_void_p]),
+    "cenv_obs_ndim": (c_int, [c_void_p]),
+    "cenv_obs_shape": (None, [c_void_p, P(c_int64)]),
+    "cenv_obs_dtype": (c_int, [c_void_p]),
+    "cenv_action_kind": (c_int, [c_void_p]),
+    "cenv_action_ndim": (c_int, [c_void_p]),
+    "cenv_action_nvec": (None, [c_void_p, P(c_int64)]),
+    "cenv_action_bounds": (None, [c_void_p, P(ctypes.c_float), P(ctypes.c_float)]),
+    "cenv_has_mask": (c_int, [c_void_p]),
+    "cenv_bind": (c_int, [c_void_p] + [c_void_p] * 7),
+    "cenv_reset": (c_int, [c_void_p, c_uint64, c_int]),
+    "cenv_step": (c_int64, [c_void_p]),
+    "cenv_bad_action": (None, [c_void_p, P(c_int64), P(c_int), P(c_double)]),
+    "cenv_error": (c_char_p, [c_void_p]),
+    "cenv_log": (c_int64, [c_void_p, c_void_p]),
+    "cenv_set_state": (c_int, [c_void_p, c_int64, P(c_double), c_int]),
+    "cenv_close": (None, [c_void_p]),
+}
+
+ERR_NULL, ERR_UNBOUND, ERR_ACTION, ERR_ARGUMENT = -1, -2, -3, -4
+DTYPES = {0: "float32", 1: "uint8"}
+ACTION_DISCRETE, ACTION_MULTI_DISCRETE, ACTION_CONTINUOUS = 0, 1, 2
+
+
+def library_path() -> Path:
+    """Where libcenv is: $JAXLAB_CENV_LIB, or jaxlab/_cenv<suffix> beside this package."""
+    override = os.environ.get("JAXLAB_CENV_LIB")
+    if override:
+        return Path(override)
+    package_dir = Path(__file__).resolve().parent.parent
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        candidate = package_dir / f"_cenv{suffix}"
+        if candidate.exists():
+            return candidate
+    raise ImportError(
+        f"jaxlab's C environment library (_cenv*.so) is not in {package_dir}: the package was not "
+        "built. Install it with `pip install -e .` from the repository root (needs a C compiler), "
+        "or set JAXLAB_CENV_LIB to a library built with `python cenv/build.py OUT.so`."
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def load() -> ctypes.CDLL:
+    """The loaded library with every signature declared; checks the ABI version once."""
+    path = library_path()
+    lib = ctypes.CDLL(str(path))
+    for name, (restype, argtypes) in SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+    found = lib.cenv_abi_version()
+    if found != ABI_VERSION:
+        raise ImportError(
+            f"{path} has C ABI version {found} but this jaxlab expects {ABI_VERSION}: the library is "
+            "stale. Rebuild it with `pip install -e .`."
+        )
+    return lib

@@ -1,0 +1,253 @@
+"""VecEnv: thousands of agents of one C env type stepped per ctypes call into preallocated buffers.
+
+Shapes (A = num_agents = num_envs * agents_per_env):
+    observations       [A, *obs_shape]  obs dtype (float32 or uint8)
+    actions            [A] int32 (discrete), [A, k] int32 (multi-discrete), [A, k] float32 (continuous)
+    rewards            [A] float32
+    terminals          [A] bool   the episode ended for good in this step (no bootstrap)
+    truncations        [A] bool   the episode was cut by a time limit in this step (bootstrap)
+    final_observations [A, *obs_shape]  for agents whose episode ended this step: the observation
+                       before the automatic reset (observations already holds the next episode's first)
+    action_mask        [A, sum(nvec)] bool, or None when the env has no mask
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+
+import numpy as np
+
+from jaxlab.env import library
+from jaxlab.env.registry import env_type, resolve_params
+from jaxlab.env.spaces import Box, Discrete, MultiDiscrete
+
+PAGE = mmap.PAGESIZE
+
+
+def aligned_empty(shape: tuple[int, ...], dtype, alignment: int = PAGE) -> np.ndarray:
+    """An uninitialised C-contiguous array whose data starts on an ``alignment`` boundary (page-aligned
+    by default, so that it can be registered as pinned host memory)."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + alignment, dtype=np.uint8)
+    offset = (-raw.ctypes.data) % alignment
+    return raw[offset:offset + nbytes].view(dtype).reshape(shape)
+
+
+class VecEnv:
+    """``num_envs`` copies of the C env ``name``, each seeded from (seed, env index).
+
+    The arrays returned by ``reset`` and ``step`` are views of buffers that the next call overwrites:
+    copy them if you keep them. Use it as a context manager, or call ``close()``.
+    """
+
+    def __init__(self, name: str, num_envs: int = 1, seed: int = 0, num_threads: int = 1, **params):
+        self._handle = None
+        kind = env_type(name)
+        values = resolve_params(kind, params)
+        for label, value, low in (("num_envs", num_envs, 1), ("num_threads", num_threads, 1)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"{label}={value!r} must be an integer >= {low}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
+            raise ValueError(f"seed={seed!r} must be an integer in [0, 2**64)")
+        self._lib = lib = library.load()
+        self.name = name
+        self.kind = kind
+        self.params = {p.name: (int(v) if p.is_int else v) for p, v in zip(kind.params, values)}
+        self.num_envs = int(num_envs)
+        self.num_threads = int(num_threads)
+        self.seed = int(seed)
+        c_params = (ctypes.c_double * len(values))(*values)
+        err = ctypes.create_string_buffer(512)
+        handle = lib.cenv_create(kind.index, self.num_envs, self.seed, c_params, len(values),
+                                 self.num_threads, err, len(err))
+        if not handle:
+            raise ValueError(f"cannot create env '{name}': {err.value.decode()}")
+        self._handle = handle
+        self._describe()
+        self._allocate()
+        self._log_buffer = np.zeros(max(1, len(kind.log_names)), dtype=np.float32)
+        self._log_ptr = self._log_buffer.ctypes.data
+        self._step_fn = lib.cenv_step
+
+    # ---- set-up ----
+
+    def _describe(self) -> None:
+        lib, h = self._lib, self._handle
+        self.agents_per_env = lib.cenv_agents_per_env(h)
+        self.num_agents = self.num_envs * self.agents_per_env
+        ndim = lib.cenv_obs_ndim(h)
+        shape = (ctypes.c_int64 * max(ndim, 1))()
+        lib.cenv_obs_shape(h, shape)
+        obs_dtype = np.dtype(library.DTYPES[lib.cenv_obs_dtype(h)])
+        obs_shape = tuple(shape[:ndim])
+        bound = 255.0 if obs_dtype == np.uint8 else np.inf
+        low = 0.0 if obs_dtype == np.uint8 else -np.inf
+        size = int(np.prod(obs_shape))
+        self.observation_space = Box((low,) * size, (bound,) * size, obs_shape, obs_dtype)
+        kind = lib.cenv_action_kind(h)
+        k = lib.cenv_action_ndim(h)
+        if kind == library.ACTION_CONTINUOUS:
+            low_c, high_c = (ctypes.c_float * k)(), (ctypes.c_float * k)()
+            lib.cenv_action_bounds(h, low_c, high_c)
+            self.action_space = Box(tuple(low_c), tuple(high_c), (k,), np.dtype(np.float32))
+        else:
+            nvec = (ctypes.c_int64 * k)()
+            lib.cenv_action_nvec(h, nvec)
+            if kind == library.ACTION_DISCRETE:
+                self.action_space = Discrete(int(nvec[0]))
+            else:
+                self.action_space = MultiDiscrete(tuple(int(n) for n in nvec))
+        self.has_mask = bool(lib.cenv_has_mask(h))
+
+    def _allocate(self) -> None:
+        A = self.num_agents
+        obs = self.observation_space
+        act = self.action_space
+        self.observations = aligned_empty((A, *obs.shape), obs.dtype)
+        self.final_observations = aligned_empty((A, *obs.shape), obs.dtype)
+        self.actions = aligned_empty((A, *act.shape), act.dtype)
+        self.rewards = aligned_empty((A,), np.float32)
+        self.terminals = aligned_empty((A,), np.bool_)
+        self.truncations = aligned_empty((A,), np.bool_)
+        for buf in (self.observations, self.final_observations, self.actions, self.rewards,
+                    self.terminals, self.truncations):
+            buf.fill(0)
+        self.action_mask = None
+        if self.has_mask:
+            width = int(sum(act.nvec)) if isinstance(act, MultiDiscrete) else int(act.n)
+            self.action_mask = aligned_empty((A, width), np.bool_)
+            self.action_mask.fill(1)
+        ptr = lambda a: None if a is None else a.ctypes.data  # noqa: E731
+        rc = self._lib.cenv_bind(self._handle, ptr(self.observations), ptr(self.actions),
+                                 ptr(self.rewards), ptr(self.terminals), ptr(self.truncations),
+                                 ptr(self.action_mask), ptr(self.final_observations))
+        self._check(rc, "bind")
+        self._action_shape = self.actions.shape
+        self._action_dtype = self.actions.dtype
+
+    # ---- stepping ----
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        """Starts a new episode in every env and returns observations [A, *obs_shape] (a view).
+
+        ``seed``: reseed env i from (seed, i) first; None continues each env's random stream."""
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
+                                 or not 0 <= seed < 2**64):
+            raise ValueError(f"seed={seed!r} must be None or an integer in [0, 2**64)")
+        self._check(self._lib.cenv_reset(self._handle, 0 if seed is None else int(seed),
+                                          0 if seed is None else 1), "reset")
+        self.terminals.fill(0)
+        self.truncations.fill(0)
+        self.rewards.fill(0)
+        return self.observations
+
+    def step(self, actions=None):
+        """Steps every agent once; envs whose episode ended are reset within the same call.
+
+        ``actions``: [A] int32 / [A, k] int32 / [A, k] float32, C-contiguous (see the module docstring);
+        None means the ``actions`` buffer as already written. Returns (observations, rewards, terminals,
+        truncations, info), the arrays being views overwritten by the next step. ``info`` is empty
+        unless episodes ended: then it holds ``episodes`` (how many agent-episodes ended) and the mean
+        of each of the env's statistics over them.
+        """
+        if actions is not None and actions is not self.actions:
+            if (type(actions) is not np.ndarray or actions.dtype != self._action_dtype
+                    or actions.shape != self._action_shape or not actions.flags.c_contiguous):
+                actions = self._check_actions(actions)
+            np.copyto(self.actions, actions)
+        n = self._step_fn(self._handle)
+        if n == 0:
+            return self.observations, self.rewards, self.terminals, self.truncations, {}
+        if n < 0:
+            self._check(n, "step")
+        return self.observations, self.rewards, self.terminals, self.truncations, self._drain_log()
+
+    def _drain_log(self) -> dict:
+        count = self._lib.cenv_log(self._handle, self._log_ptr)
+        info = {"episodes": int(count)}
+        for name, value in zip(self.kind.log_names, self._log_buffer):
+            info[name] = float(value)
+        return info
+
+    def _check_actions(self, actions) -> np.ndarray:
+        """Raises a clear error for actions of the wrong type, dtype, shape or layout."""
+        if not isinstance(actions, np.ndarray):
+            try:
+                actions = np.asarray(actions)
+            except Exception as err:  # noqa: BLE001
+                raise TypeError(f"actions must be a numpy array, got {type(actions).__name__}") from err
+        want = f"{self._action_dtype.name}{list(self._action_shape)}"
+        if actions.dtype != self._action_dtype:
+            raise TypeError(f"actions for '{self.name}' ({self.action_space}) must have dtype "
+                            f"{self._action_dtype.name}, got {actions.dtype.name}; convert with "
+                            f"actions.astype(np.{self._action_dtype.name})")
+        if actions.shape != self._action_shape:
+            raise ValueError(f"actions for '{self.name}' must have shape {self._action_shape} "
+                             f"({self.num_agents} agents), got {actions.shape}; expected {want}")
+        if not actions.flags.c_contiguous:
+            raise ValueError(f"actions for '{self.name}' must be C-contiguous, got a strided view; "
+                             "pass np.ascontiguousarray(actions)")
+        return actions
+
+    def _check(self, rc: int, what: str) -> None:
+        if rc >= 0:
+            return
+        if rc == library.ERR_NULL:
+            raise RuntimeError(f"VecEnv '{self.name}' is closed; create a new one with "
+                               f"jaxlab.make('{self.name}', ...)")
+        if rc == library.ERR_ACTION:
+            agent, comp, value = ctypes.c_int64(), ctypes.c_int(), ctypes.c_double()
+            self._lib.cenv_bad_action(self._handle, ctypes.byref(agent), ctypes.byref(comp),
+                                      ctypes.byref(value))
+            where = f"agent {agent.value}" + (f" component {comp.value}" if self.actions.ndim > 1 else "")
+            if isinstance(self.action_space, Box):
+                raise ValueError(f"{where} has a NaN action; actions for '{self.name}' must be finite "
+                                 f"numbers (they are clipped to {self.action_space})")
+            n = (self.action_space.n if isinstance(self.action_space, Discrete)
+                 else self.action_space.nvec[comp.value])
+            raise ValueError(f"{where} has action {int(value.value)}, out of range for "
+                             f"{self.action_space}: it must be in [0, {n - 1}]")
+        raise RuntimeError(f"cenv {what} failed ({rc}): {self._lib.cenv_error(self._handle).decode()}")
+
+    # ---- test hook and lifecycle ----
+
+    def set_state(self, index: int, state) -> None:
+        """Test hook: overwrite env ``index``'s physical state (see the env's C header for the layout)
+        and rewrite its observation."""
+        values = np.ascontiguousarray(state, dtype=np.float64)
+        c_values = values.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
+        self._check(self._lib.cenv_set_state(self._handle, index, c_values, values.size), "set_state")
+
+    @property
+    def closed(self) -> bool:
+        return self._handle is None
+
+    def close(self) -> None:
+        """Stops the env's C threads and frees its C memory. Safe to call twice."""
+        handle, self._handle = self._handle, None
+        if handle:
+            self._lib.cenv_close(handle)
+
+    def __enter__(self) -> "VecEnv":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 (interpreter shutdown)
+            pass
+
+    def __repr__(self) -> str:
+        return (f"VecEnv('{self.name}', num_envs={self.num_envs}, agents={self.num_agents}, "
+                f"obs={self.observation_space}, action={self.action_space})")
+
+
+def make(name: str, num_envs: int = 1, seed: int = 0, num_threads: int = 1, **params) -> VecEnv:
+    """Creates a VecEnv of ``num_envs`` copies of the C env ``name`` with env parameters ``params``
+    (see ``jaxlab envs``), split over ``num_threads`` C threads."""
+    return VecEnv(name, num_envs=num_envs, seed=seed, num_threads=num_threads, **params)
