@@ -77,13 +77,16 @@ static double pendulum_angle_normalize(double x) {
 }
 
 static int pendulum_step(Pendulum *env) {
-    float u32 = env->actions[0];
-    double u = pendulum_clip((double)u32, -PENDULUM_MAX_TORQUE, PENDULUM_MAX_TORQUE);
+    /* As in Gymnasium (NumPy 2 promotion rules), the terms in the float32 torque u are float32. */
+    float u = env->actions[0];
+    u = u < -(float)PENDULUM_MAX_TORQUE ? -(float)PENDULUM_MAX_TORQUE
+                                        : (u > (float)PENDULUM_MAX_TORQUE ? (float)PENDULUM_MAX_TORQUE : u);
+    float torque_cost = 0.001f * (u * u);
+    float torque_accel = (float)(3.0 / (PENDULUM_M * PENDULUM_L * PENDULUM_L)) * u;
     double an = pendulum_angle_normalize(env->th);
-    double cost = an * an + 0.1 * env->thdot * env->thdot + 0.001 * u * u;
-    double newthdot = env->thdot + (3.0 * PENDULUM_G / (2.0 * PENDULUM_L) * sin(env->th) +
-                                    3.0 / (PENDULUM_M * PENDULUM_L * PENDULUM_L) * u) *
-                                       PENDULUM_DT;
+    double cost = an * an + 0.1 * env->thdot * env->thdot + (double)torque_cost;
+    double newthdot =
+        env->thdot + (3.0 * PENDULUM_G / (2.0 * PENDULUM_L) * sin(env->th) + (double)torque_accel) * PENDULUM_DT;
     newthdot = pendulum_clip(newthdot, -PENDULUM_MAX_SPEED, PENDULUM_MAX_SPEED);
     env->th = env->th + newthdot * PENDULUM_DT;
     env->thdot = newthdot;

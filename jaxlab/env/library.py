@@ -77,14 +77,16 @@ def load() -> ctypes.CDLL:
     """The loaded library with every signature declared; checks the ABI version once."""
     path = library_path()
     lib = ctypes.CDLL(str(path))
-    for name, (restype, argtypes) in SIGNATURES.items():
-        fn = getattr(lib, name)
-        fn.restype = restype
-        fn.argtypes = argtypes
+    lib.cenv_abi_version.restype = c_int
+    lib.cenv_abi_version.argtypes = []
     found = lib.cenv_abi_version()
     if found != ABI_VERSION:
         raise ImportError(
             f"{path} has C ABI version {found} but this jaxlab expects {ABI_VERSION}: the library is "
             "stale. Rebuild it with `pip install -e .`."
         )
+    for name, (restype, argtypes) in SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
     return lib

@@ -1,0 +1,118 @@
+"""Bad input stops at the Python boundary with a clear exception, never a crash."""
+
+import numpy as np
+import pytest
+
+import jaxlab
+
+
+def test_unknown_env_lists_the_known_ones():
+    with pytest.raises(ValueError, match=r"unknown env 'cartpol'.*cartpole, pendulum, memory, target.*Did you mean 'cartpole'"):
+        jaxlab.make("cartpol")
+
+
+def test_unknown_parameter_lists_the_valid_ones():
+    with pytest.raises(TypeError, match=r"no parameter 'cues'.*num_cues \(default 4\), delay \(default 8\)"):
+        jaxlab.make("memory", cues=3)
+
+
+@pytest.mark.parametrize("value", ["4", 4.5, 4.0, True, None])
+def test_ill_typed_parameter(value):
+    with pytest.raises(TypeError, match=r"parameter num_cues=.* must be an integer, e.g. num_cues=4"):
+        jaxlab.make("memory", num_cues=value)
+
+
+def test_out_of_range_parameter_names_the_range():
+    with pytest.raises(ValueError, match=r"agents_per_env=65 is out of range: it must be in \[1, 64\]"):
+        jaxlab.make("target", agents_per_env=65)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"num_envs": 0}, r"num_envs=0 must be an integer >= 1"),
+    ({"num_envs": 2.0}, r"num_envs=2.0 must be an integer"),
+    ({"num_threads": 0}, r"num_threads=0 must be an integer >= 1"),
+    ({"num_envs": 3, "num_threads": 4}, r"num_threads=4 must be between 1 and 3"),
+    ({"seed": -1}, r"seed=-1 must be an integer in \[0, 2\*\*64\)"),
+])
+def test_bad_vector_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        jaxlab.make("cartpole", **kwargs)
+
+
+def test_wrong_action_dtype_says_how_to_convert():
+    with jaxlab.make("cartpole", num_envs=4) as env:
+        env.reset()
+        with pytest.raises(TypeError, match=r"must have dtype int32, got int64; convert with actions.astype\(np.int32\)"):
+            env.step(np.zeros(4, dtype=np.int64))
+
+
+def test_wrong_action_shape():
+    with jaxlab.make("cartpole", num_envs=4) as env:
+        env.reset()
+        with pytest.raises(ValueError, match=r"must have shape \(4,\) \(4 agents\), got \(3,\)"):
+            env.step(np.zeros(3, dtype=np.int32))
+
+
+def test_non_contiguous_actions():
+    with jaxlab.make("pendulum", num_envs=4) as env:
+        env.reset()
+        strided = np.zeros((4, 2), dtype=np.float32)[:, :1]
+        with pytest.raises(ValueError, match=r"must be C-contiguous.*np.ascontiguousarray"):
+            env.step(strided)
+
+
+@pytest.mark.parametrize("bad", [2, -1, 2**31 - 1])
+def test_out_of_range_discrete_action_names_agent_and_value(bad):
+    with jaxlab.make("cartpole", num_envs=8) as env:
+        env.reset()
+        before = env.observations.copy()
+        actions = np.zeros(8, dtype=np.int32)
+        actions[6] = bad
+        with pytest.raises(ValueError, match=rf"agent 6 has action {bad}, out of range for Discrete\(2\): it must be in \[0, 1\]"):
+            env.step(actions)
+        np.testing.assert_array_equal(env.observations, before)  # nothing was stepped
+
+
+def test_target_action_error_names_the_flat_agent_index():
+    with jaxlab.make("target", num_envs=2, agents_per_env=3) as env:
+        env.reset()
+        actions = np.zeros(6, dtype=np.int32)
+        actions[4] = 5
+        with pytest.raises(ValueError, match=r"agent 4 has action 5, out of range for Discrete\(5\)"):
+            env.step(actions)
+
+
+def test_nan_continuous_action():
+    with jaxlab.make("pendulum", num_envs=3) as env:
+        env.reset()
+        actions = np.zeros((3, 1), dtype=np.float32)
+        actions[2, 0] = np.nan
+        with pytest.raises(ValueError, match=r"agent 2 component 0 has a NaN action; actions for .pendulum. must be finite"):
+            env.step(actions)
+
+
+def test_use_after_close():
+    env = jaxlab.make("cartpole", num_envs=2)
+    env.reset()
+    env.close()
+    env.close()  # twice is fine
+    assert env.closed
+    for call in (lambda: env.step(np.zeros(2, dtype=np.int32)), env.reset):
+        with pytest.raises(RuntimeError, match=r"VecEnv 'cartpole' is closed; create a new one"):
+            call()
+
+
+def test_context_manager_closes():
+    with jaxlab.make("memory") as env:
+        env.reset()
+    assert env.closed
+
+
+def test_lists_and_jax_arrays_are_accepted_when_well_typed():
+    import jax.numpy as jnp
+
+    with jaxlab.make("cartpole", num_envs=2) as env:
+        env.reset()
+        env.step(jnp.zeros(2, dtype=jnp.int32))
+        with pytest.raises(TypeError, match="must have dtype int32, got int64"):
+            env.step([0, 1])
