@@ -1,0 +1,112 @@
+"""The jitted PPO update: GAE, then update_epochs x minibatches as nested lax.scans, minibatches cut
+along the agent axis so every sequence keeps its time order and its start carry.
+
+Segment shapes (T = horizon, A = agents, H = hidden):
+    obs [T, A, ...], resets [T, A] bool (obs[t] starts an episode), actions [T, A, ...],
+    logp, values, rewards, bootstrap_values [T, A] float32, terminals, truncations [T, A] bool,
+    next_values [A], start_carry (c [A, H], h [A, H]): the carry the rollout had before step 0,
+    masks [T, A, n] bool or None.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxlab import distributions, ppo
+
+
+class Segment(NamedTuple):
+    obs: jax.Array
+    resets: jax.Array
+    actions: jax.Array
+    logp: jax.Array
+    values: jax.Array
+    rewards: jax.Array
+    terminals: jax.Array
+    truncations: jax.Array
+    bootstrap_values: jax.Array
+    next_values: jax.Array
+    start_carry: Any
+    masks: Any = None
+
+
+class TrainState(NamedTuple):
+    params: Any
+    opt_state: Any
+    step: jax.Array  # optimizer steps taken (drives the learning-rate schedule)
+
+
+def lr_schedule(learning_rate: float, kind: str, total_steps: int, min_lr_ratio: float) -> Callable:
+    """optax schedule of the learning rate over ``total_steps`` optimizer steps, floored at
+    learning_rate * min_lr_ratio."""
+    floor = learning_rate * min_lr_ratio
+    if kind == "linear":
+        return optax.linear_schedule(learning_rate, floor, max(total_steps, 1))
+    if kind == "cosine":
+        return optax.cosine_decay_schedule(learning_rate, max(total_steps, 1), alpha=min_lr_ratio)
+    return optax.constant_schedule(learning_rate)
+
+
+def make_optimizer(schedule: Callable, max_grad_norm: float) -> optax.GradientTransformation:
+    return optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adam(schedule, eps=1e-5))
+
+
+def _take_agents(tree, index):
+    """Selects agents ``index`` from a segment: axis 1 of [T, A, ...] arrays, axis 0 of the carry."""
+    seg = tree._replace(start_carry=jax.tree.map(lambda x: x[index], tree.start_carry),
+                        next_values=tree.next_values[index])
+    time_major = {k: jax.tree.map(lambda x: x[:, index], getattr(seg, k))
+                  for k in ("obs", "resets", "actions", "logp", "values", "rewards", "terminals",
+                            "truncations", "bootstrap_values", "masks") if getattr(seg, k) is not None}
+    return seg._replace(**time_major)
+
+
+def make_update(policy, spec: distributions.ActionSpec, optimizer: optax.GradientTransformation,
+                schedule: Callable, *, num_minibatches: int, update_epochs: int, gamma: float, lam: float,
+                reward_scale: float,
+                clip_coef: float, vf_coef: float, vf_clip_coef: float, ent_coef: float, norm_adv: bool,
+                on_trace: Callable[[], None] = lambda: None) -> Callable:
+    """Returns update(state, segment, key) -> (state, metrics), not yet jitted. ``on_trace`` is called
+    each time JAX traces it (so each compile can be counted)."""
+
+    def loss_fn(params, mb: Segment, advantages, returns):
+        _, head, values, log_std = policy.apply(params, mb.start_carry, mb.obs, mb.resets, method="unroll")
+        logp, entropy = distributions.log_prob_entropy(spec, head, log_std, mb.actions, mb.masks)
+        terms = ppo.ppo_loss(logp, entropy, values, mb.logp, mb.values, advantages, returns,
+                             clip_coef=clip_coef, vf_coef=vf_coef, vf_clip_coef=vf_clip_coef,
+                             ent_coef=ent_coef, norm_adv=norm_adv)
+        return terms.total, terms
+
+    grad_fn = jax.grad(loss_fn, has_aux=True)
+
+    def update(state: TrainState, segment: Segment, key: jax.Array):
+        on_trace()
+        advantages, returns = ppo.gae(segment.rewards * reward_scale, segment.values, segment.terminals, segment.truncations,
+                                      segment.bootstrap_values, segment.next_values, gamma, lam)
+        num_agents = segment.rewards.shape[1]
+        per_minibatch = num_agents // num_minibatches
+
+        def minibatch(state: TrainState, index):
+            mb = _take_agents(segment, index)
+            grads, terms = grad_fn(state.params, mb, advantages[:, index], returns[:, index])
+            updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+            params = optax.apply_updates(state.params, updates)
+            metrics = {"policy_loss": terms.policy, "value_loss": terms.value, "entropy": terms.entropy,
+                       "approx_kl": terms.approx_kl, "clip_fraction": terms.clip_fraction,
+                       "grad_norm": optax.global_norm(grads), "learning_rate": schedule(state.step)}
+            return TrainState(params, opt_state, state.step + 1), metrics
+
+        def epoch(state: TrainState, epoch_key):
+            order = jax.random.permutation(epoch_key, num_agents).reshape(num_minibatches, per_minibatch)
+            return jax.lax.scan(minibatch, state, order)
+
+        state, metrics = jax.lax.scan(epoch, state, jax.random.split(key, update_epochs))
+        metrics = jax.tree.map(jnp.mean, metrics)
+        metrics["explained_variance"] = ppo.explained_variance(segment.values, returns)
+        return state, metrics
+
+    return update

@@ -1,0 +1,92 @@
+"""The actor-critic: encoder MLP -> LSTM (or nothing, when feed-forward) -> actor and critic heads.
+
+Shapes (A = agents, T = time, H = hidden_size, O = flattened observation size):
+    carry   (c [A, H], h [A, H])    the LSTM state; zeros at the start of every episode
+    reset   [A] bool                the previous step ended this agent's episode: zero its carry first
+    step:   obs [A, ...]            -> carry, head [A, head_size], value [A]
+    unroll: obs [T, A, ...], reset [T, A] from a start carry -> carry, head [T, A, head_size], value [T, A]
+The input projection of the LSTM is applied to all T steps at once; only the recurrent matmul is
+inside the lax.scan.
+"""
+
+from __future__ import annotations
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from jaxlab.distributions import ActionSpec
+
+Carry = tuple[jax.Array, jax.Array]
+
+
+def zero_carry(num_agents: int, hidden_size: int) -> Carry:
+    return (jnp.zeros((num_agents, hidden_size), jnp.float32), jnp.zeros((num_agents, hidden_size), jnp.float32))
+
+
+def lstm_cell(recurrent_kernel: jax.Array, carry: Carry, input_gates: jax.Array, reset: jax.Array) -> Carry:
+    """One LSTM step. input_gates [A, 4H] = W_x x + b (precomputed); reset [A] zeroes the carry first."""
+    c, h = carry
+    keep = (~reset)[:, None].astype(c.dtype)
+    c, h = c * keep, h * keep
+    gates = input_gates + h @ recurrent_kernel
+    i, f, g, o = jnp.split(gates, 4, axis=-1)
+    c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+    h = jax.nn.sigmoid(o) * jnp.tanh(c)
+    return c, h
+
+
+class ActorCritic(nn.Module):
+    action: ActionSpec
+    hidden_size: int = 128
+    lstm: bool = True
+    actor_init_scale: float = 0.01
+
+    def setup(self):
+        H = self.hidden_size
+        self.encoder = nn.Dense(H, kernel_init=nn.initializers.orthogonal(math.sqrt(2)))
+        if self.lstm:
+            self.input_gates = nn.Dense(4 * H, kernel_init=nn.initializers.orthogonal(1.0),
+                                        bias_init=self._forget_bias_init)
+            self.recurrent_kernel = self.param("recurrent_kernel", nn.initializers.orthogonal(1.0), (H, 4 * H))
+        self.actor = nn.Dense(self.action.head_size, kernel_init=nn.initializers.orthogonal(self.actor_init_scale))
+        self.critic = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0))
+        if self.action.kind == "continuous":
+            self.log_std = self.param("log_std", nn.initializers.zeros, (self.action.dim,))
+
+    def _forget_bias_init(self, key, shape, dtype=jnp.float32):
+        """Forget-gate bias 1 so that memory persists from the start."""
+        H = self.hidden_size
+        return jnp.zeros(shape, dtype).at[H:2 * H].set(1.0)
+
+    def _encode(self, obs: jax.Array, batch_dims: int) -> jax.Array:
+        x = obs.reshape(obs.shape[:batch_dims] + (-1,)).astype(jnp.float32)
+        return nn.gelu(self.encoder(x))
+
+    def _heads(self, x: jax.Array):
+        log_std = self.log_std if self.action.kind == "continuous" else None
+        return self.actor(x), self.critic(x)[..., 0], log_std
+
+    def __call__(self, carry: Carry, obs: jax.Array, reset: jax.Array):
+        """One step for all agents: (carry, head [A, k], value [A], log_std or None)."""
+        x = self._encode(obs, 1)
+        if self.lstm:
+            carry = lstm_cell(self.recurrent_kernel, carry, self.input_gates(x), reset)
+            x = carry[1]
+        return (carry, *self._heads(x))
+
+    def unroll(self, carry: Carry, obs: jax.Array, reset: jax.Array):
+        """T steps from ``carry``: (carry, head [T, A, k], value [T, A], log_std or None)."""
+        x = self._encode(obs, 2)
+        if self.lstm:
+            kernel = self.recurrent_kernel
+
+            def step(c, inputs):
+                gates, r = inputs
+                c = lstm_cell(kernel, c, gates, r)
+                return c, c[1]
+
+            carry, x = jax.lax.scan(step, carry, (self.input_gates(x), reset))
+        return (carry, *self._heads(x))

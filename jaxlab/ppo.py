@@ -1,0 +1,79 @@
+"""PPO as pure functions of arrays and plain numbers (no config objects).
+
+Shapes: T = horizon, A = agents (or the agents of one minibatch).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+
+def gae(rewards, values, terminals, truncations, bootstrap_values, next_values, gamma: float, lam: float):
+    """Generalised advantage estimates by a reverse lax.scan.
+
+    rewards, values, bootstrap_values [T, A] float32; terminals, truncations [T, A] bool;
+    next_values [A]: the value of the observation after the last step.
+    Step t ended the episode if terminals[t] or truncations[t]; then the next observation belongs to a
+    new episode and is not bootstrapped from. A termination adds nothing; a truncation (time limit)
+    bootstraps from bootstrap_values[t], the value of the observation the episode was cut at:
+        delta_t = r_t + gamma * (not ended_t) * V_{t+1} + gamma * truncated_t * Vboot_t - V_t
+        A_t     = delta_t + gamma * lam * (not ended_t) * A_{t+1}
+    Returns (advantages [T, A], returns = advantages + values [T, A]).
+    """
+    ended = jnp.logical_or(terminals, truncations)
+    continuing = 1.0 - ended.astype(jnp.float32)
+    truncated = truncations.astype(jnp.float32) * (1.0 - terminals.astype(jnp.float32))
+    following = jnp.concatenate([values[1:], next_values[None]], axis=0)
+    deltas = rewards + gamma * (continuing * following + truncated * bootstrap_values) - values
+
+    def backward(advantage, inputs):
+        delta, cont = inputs
+        advantage = delta + gamma * lam * cont * advantage
+        return advantage, advantage
+
+    _, advantages = jax.lax.scan(backward, jnp.zeros_like(next_values), (deltas, continuing), reverse=True)
+    return advantages, advantages + values
+
+
+class LossTerms(NamedTuple):
+    total: jax.Array
+    policy: jax.Array
+    value: jax.Array
+    entropy: jax.Array
+    approx_kl: jax.Array
+    clip_fraction: jax.Array
+
+
+def ppo_loss(new_logp, entropy, new_values, old_logp, old_values, advantages, returns, *, clip_coef: float,
+             vf_coef: float, vf_clip_coef: float, ent_coef: float, norm_adv: bool) -> LossTerms:
+    """The clipped PPO objective on one minibatch; every input has the same shape (e.g. [T, B]).
+
+    policy = mean(max(-adv * ratio, -adv * clip(ratio, 1 - c, 1 + c)))
+    value  = 0.5 * mean(max((V - R)^2, (V_old + clip(V - V_old, -vc, vc) - R)^2))  (unclipped if vc = 0)
+    total  = policy + vf_coef * value - ent_coef * mean(entropy)
+    With norm_adv the advantages are normalised over this minibatch first.
+    """
+    if norm_adv:
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    log_ratio = new_logp - old_logp
+    ratio = jnp.exp(log_ratio)
+    policy = jnp.maximum(-advantages * ratio, -advantages * jnp.clip(ratio, 1 - clip_coef, 1 + clip_coef)).mean()
+    value_error = (new_values - returns) ** 2
+    if vf_clip_coef > 0:
+        clipped = old_values + jnp.clip(new_values - old_values, -vf_clip_coef, vf_clip_coef)
+        value_error = jnp.maximum(value_error, (clipped - returns) ** 2)
+    value = 0.5 * value_error.mean()
+    mean_entropy = entropy.mean()
+    total = policy + vf_coef * value - ent_coef * mean_entropy
+    approx_kl = ((ratio - 1) - log_ratio).mean()
+    clip_fraction = (jnp.abs(ratio - 1) > clip_coef).astype(jnp.float32).mean()
+    return LossTerms(total, policy, value, mean_entropy, approx_kl, clip_fraction)
+
+
+def explained_variance(values, returns):
+    """1 - Var(returns - values) / Var(returns); 0 when returns are constant."""
+    var = returns.var()
+    return jnp.where(var > 0, 1.0 - (returns - values).var() / jnp.maximum(var, 1e-12), 0.0)

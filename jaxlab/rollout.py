@@ -1,0 +1,125 @@
+"""Collects one segment: T steps of all A agents, one jitted policy call and one C call per step.
+
+Per step t (see learner.Segment for shapes):
+    act(params, carry, obs_t, reset_t, final_obs_{t-1}, truncated_{t-1}, key, t)
+        -> carry, action_t, logp_t, value_t, bootstrap_{t-1}
+where reset_t = the env step before ended the episode (the carry is zeroed first) and bootstrap_{t-1}
+is the value of the observation an episode was truncated at in step t-1, computed with the carry the
+agent had then (only when some agent was truncated; zeros otherwise). After the T steps one more act
+call gives next_values and the last step's bootstrap; its action is discarded, so the next segment
+starts with the new parameters.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxlab import distributions
+from jaxlab.learner import Segment
+
+
+def make_act(policy, spec: distributions.ActionSpec, deterministic: bool = False,
+             on_trace: Callable[[], None] = lambda: None) -> Callable:
+    """The per-step policy function (not yet jitted)."""
+
+    def act(params, carry, obs, reset, final_obs, truncated, key, t, mask=None):
+        on_trace()
+
+        def bootstrap():
+            _, _, value, _ = policy.apply(params, carry, final_obs, jnp.zeros_like(reset))
+            return jnp.where(truncated, value, 0.0)
+
+        boot = jax.lax.cond(jnp.any(truncated), bootstrap, lambda: jnp.zeros(reset.shape, jnp.float32))
+        carry, head, value, log_std = policy.apply(params, carry, obs, reset)
+        if deterministic:
+            action = distributions.deterministic(spec, head, mask)
+        else:
+            action = distributions.sample(spec, head, log_std, jax.random.fold_in(key, t), mask)
+        logp, _ = distributions.log_prob_entropy(spec, head, log_std, action, mask)
+        return carry, action, logp, value, boot
+
+    return act
+
+
+def to_device(array: np.ndarray) -> jax.Array:
+    """A device copy. jax.device_put may alias a numpy buffer on the CPU, and the env overwrites its
+    buffers every step, so the copy is explicit."""
+    return jnp.array(array, copy=True)
+
+
+class Rollout:
+    """Holds the env, the recurrent state between segments, and the host buffers of env outputs."""
+
+    def __init__(self, env, act: Callable, horizon: int, carry, key: jax.Array):
+        self.env = env
+        self.act = act
+        self.horizon = horizon
+        self.carry = carry
+        self.key = key
+        self.step_count = 0
+        A = env.num_agents
+        self.rewards = np.zeros((horizon, A), np.float32)
+        self.terminals = np.zeros((horizon, A), bool)
+        self.truncations = np.zeros((horizon, A), bool)
+        self.obs = to_device(env.reset())
+        self.reset_flags = np.ones(A, bool)           # every agent starts an episode
+        self.final_obs = to_device(env.final_observations)
+        self.truncated = np.zeros(A, bool)
+        self.timing = {"env": 0.0, "policy": 0.0}
+
+    def _mask(self):
+        return None if self.env.action_mask is None else to_device(self.env.action_mask)
+
+    def collect(self, params) -> tuple[Segment, list[dict]]:
+        """Runs T steps with ``params``; returns the segment (device arrays) and the env infos."""
+        env, T = self.env, self.horizon
+        start_carry = self.carry
+        obs, resets, actions, logps, values, boots, masks = [], [], [], [], [], [], []
+        infos = []
+        for t in range(T + 1):
+            tic = time.perf_counter()
+            mask = self._mask()
+            carry, action, logp, value, boot = self.act(params, self.carry, self.obs, self.reset_flags,
+                                                        self.final_obs, self.truncated, self.key,
+                                                        self.step_count, mask)
+            if t > 0:
+                boots.append(boot)
+            if t == T:  # bootstrap-only call: next values, and the last step's truncations
+                next_values = value
+                self.timing["policy"] += time.perf_counter() - tic
+                break
+            self.carry = carry
+            obs.append(self.obs)
+            resets.append(self.reset_flags)
+            actions.append(action)
+            logps.append(logp)
+            values.append(value)
+            masks.append(mask)
+            host_action = np.asarray(action)
+            toc = time.perf_counter()
+            self.timing["policy"] += toc - tic
+            _, rewards, terminals, truncations, info = env.step(host_action)
+            self.step_count += 1
+            self.rewards[t] = rewards
+            self.terminals[t] = terminals
+            self.truncations[t] = truncations
+            self.reset_flags = terminals | truncations
+            self.truncated = truncations.copy()
+            if info:
+                infos.append(info)
+            self.obs = to_device(env.observations)
+            if self.truncated.any():
+                self.final_obs = to_device(env.final_observations)
+            self.timing["env"] += time.perf_counter() - toc
+        segment = Segment(
+            obs=jnp.stack(obs), resets=jnp.asarray(np.stack(resets)), actions=jnp.stack(actions),
+            logp=jnp.stack(logps), values=jnp.stack(values), rewards=to_device(self.rewards),
+            terminals=to_device(self.terminals), truncations=to_device(self.truncations),
+            bootstrap_values=jnp.stack(boots), next_values=next_values, start_carry=start_carry,
+            masks=None if masks[0] is None else jnp.stack(masks))
+        return segment, infos

@@ -1,0 +1,168 @@
+"""Trainer: wires config -> env -> policy -> rollout -> learner, and keeps the metrics. Wiring only."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jaxlab
+from jaxlab import config as config_lib
+from jaxlab.distributions import ActionSpec
+from jaxlab.learner import TrainState, lr_schedule, make_optimizer, make_update
+from jaxlab.policy import ActorCritic, zero_carry
+from jaxlab.rollout import Rollout, make_act
+
+METRIC_KEYS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance",
+               "grad_norm", "learning_rate")
+
+
+class Trainer:
+    """PPO on one VecEnv. evaluate() collects a segment, train() updates on it, mean_and_log() returns
+    (and, with a run_dir, appends to metrics.jsonl) the metrics of the update.
+
+    ``max_traces``: when set, each jitted function fails (chex.assert_max_traces) if traced more often.
+    """
+
+    def __init__(self, config: config_lib.Config, run_dir: str | Path | None = None,
+                 max_traces: int | None = None):
+        self.config = config
+        c, t = config, config.train
+        self.env = jaxlab.make(c.env_name, num_envs=c.vec.num_envs, seed=t.seed,
+                               num_threads=c.vec.num_threads, **c.env)
+        try:
+            self.sizes = config_lib.derive_sizes(c, self.env.agents_per_env)
+        except config_lib.ConfigError:
+            self.env.close()
+            raise
+        self.spec = ActionSpec.from_space(self.env.action_space)
+        self.policy = ActorCritic(self.spec, c.policy.hidden_size, c.policy.lstm, c.policy.actor_init_scale)
+        A, H = self.sizes.num_agents, c.policy.hidden_size
+        key = jax.random.PRNGKey(t.seed)
+        init_key, rollout_key, self.update_key = jax.random.split(key, 3)
+        carry = zero_carry(A, H)
+        obs = jnp.zeros((A, *self.env.observation_space.shape), jnp.float32)
+        params = self.policy.init(init_key, carry, obs, jnp.ones(A, bool))
+        total_opt_steps = self.sizes.num_updates * t.update_epochs * self.sizes.num_minibatches
+        self.schedule = lr_schedule(t.learning_rate, t.anneal_lr, total_opt_steps, t.min_lr_ratio)
+        optimizer = make_optimizer(self.schedule, t.max_grad_norm)
+        self.state = TrainState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
+        self.num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
+
+        self.traces = defaultdict(int)
+        act = make_act(self.policy, self.spec, on_trace=lambda: self._traced("act"))
+        update = make_update(self.policy, self.spec, optimizer, self.schedule,
+                             num_minibatches=self.sizes.num_minibatches, update_epochs=t.update_epochs,
+                             gamma=t.gamma, lam=t.gae_lambda, reward_scale=t.reward_scale, clip_coef=t.clip_coef, vf_coef=t.vf_coef,
+                             vf_clip_coef=t.vf_clip_coef, ent_coef=t.ent_coef, norm_adv=t.norm_adv,
+                             on_trace=lambda: self._traced("update"))
+        if max_traces is not None:
+            act = chex.assert_max_traces(act, n=max_traces)
+            update = chex.assert_max_traces(update, n=max_traces)
+        self._act = jax.jit(act)
+        self._update = jax.jit(update, donate_argnums=(0,))
+        self.rollout = Rollout(self.env, self._act, self.sizes.horizon, carry, rollout_key)
+
+        self.global_step = 0
+        self.update_index = 0
+        self.segment = None
+        self.start_time = time.perf_counter()
+        self.timing = {"env": 0.0, "policy": 0.0, "learn": 0.0}
+        self._episode_sums: dict[str, float] = defaultdict(float)
+        self._episodes = 0
+        self._last_metrics: dict = {}
+        self._last_log_time = self.start_time
+        self._last_log_step = 0
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self._metrics_file = None
+        if self.run_dir is not None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "config.toml").write_text(config_lib.to_toml(config))
+            self._metrics_file = open(self.run_dir / "metrics.jsonl", "a")
+
+    def _traced(self, name: str) -> None:
+        self.traces[name] += 1
+
+    @property
+    def compiles(self) -> int:
+        """How many times a jitted function was traced (and so compiled) in this run."""
+        return sum(self.traces.values())
+
+    def evaluate(self) -> None:
+        """Collects one segment of T steps of every agent with the current parameters."""
+        before = dict(self.rollout.timing)
+        self.segment, infos = self.rollout.collect(self.state.params)
+        for k in ("env", "policy"):
+            self.timing[k] += self.rollout.timing[k] - before[k]
+        for info in infos:
+            n = info["episodes"]
+            self._episodes += n
+            for name, value in info.items():
+                if name != "episodes":
+                    self._episode_sums[name] += value * n
+        self.global_step += self.sizes.batch_size
+
+    def train(self) -> dict:
+        """One PPO update on the collected segment; returns its losses and diagnostics."""
+        if self.segment is None:
+            raise RuntimeError("Trainer.train() needs a segment: call evaluate() first")
+        tic = time.perf_counter()
+        self.update_key, key = jax.random.split(self.update_key)
+        self.state, metrics = self._update(self.state, self.segment, key)
+        self.segment = None
+        self._last_metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+        self.timing["learn"] += time.perf_counter() - tic
+        self.update_index += 1
+        return self._last_metrics
+
+    def mean_and_log(self) -> dict:
+        """The update's metrics, SPS and the mean episode statistics since the last call; appended to
+        metrics.jsonl when the trainer has a run dir. Episode keys are absent when no episode ended."""
+        now = time.perf_counter()
+        sps = (self.global_step - self._last_log_step) / max(now - self._last_log_time, 1e-9)
+        record = {"global_step": self.global_step, "update": self.update_index,
+                  "wall_time": now - self.start_time, "sps": sps, "compiles": self.compiles,
+                  "episodes": self._episodes, **self._last_metrics}
+        if self._episodes:
+            for name, total in self._episode_sums.items():
+                record[name] = total / self._episodes
+        record.update({f"time_{k}": v for k, v in self.timing.items()})
+        self._episode_sums.clear()
+        self._episodes = 0
+        self._last_log_time, self._last_log_step = now, self.global_step
+        if self._metrics_file is not None:
+            self._metrics_file.write(json.dumps(record) + "\n")
+            self._metrics_file.flush()
+        return record
+
+    def close(self) -> None:
+        self.env.close()
+        if self._metrics_file is not None:
+            self._metrics_file.close()
+            self._metrics_file = None
+
+    def __enter__(self) -> "Trainer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def train(config: config_lib.Config, run_dir: str | Path | None = None, on_log=None) -> list[dict]:
+    """Runs every update of ``config``; returns the logged records. ``on_log(record)`` per update."""
+    records = []
+    with Trainer(config, run_dir=run_dir) as trainer:
+        for _ in range(trainer.sizes.num_updates):
+            trainer.evaluate()
+            trainer.train()
+            record = trainer.mean_and_log()
+            records.append(record)
+            if on_log is not None:
+                on_log(record)
+    return records

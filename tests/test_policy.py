@@ -1,0 +1,103 @@
+"""The actor-critic and the action distributions."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxlab import distributions
+from jaxlab.distributions import ActionSpec
+from jaxlab.policy import ActorCritic, lstm_cell, zero_carry
+
+KEY = jax.random.PRNGKey(0)
+
+
+def make(spec=ActionSpec("discrete", (3,)), lstm=True, obs_dim=5, hidden=8, agents=4):
+    policy = ActorCritic(spec, hidden_size=hidden, lstm=lstm)
+    params = policy.init(KEY, zero_carry(agents, hidden), jnp.zeros((agents, obs_dim)), jnp.ones(agents, bool))
+    return policy, params
+
+
+def test_reset_zeroes_the_carry_only_for_flagged_agents():
+    kernel = jax.random.normal(KEY, (4, 16))
+    carry = (jnp.ones((2, 4)), jnp.ones((2, 4)))
+    gates = jax.random.normal(jax.random.PRNGKey(1), (2, 16))
+    reset = jnp.array([True, False])
+    c, h = lstm_cell(kernel, carry, gates, reset)
+    c0, h0 = lstm_cell(kernel, zero_carry(2, 4), gates, jnp.zeros(2, bool))
+    c1, h1 = lstm_cell(kernel, carry, gates, jnp.zeros(2, bool))
+    np.testing.assert_allclose(c[0], c0[0], rtol=1e-6)
+    np.testing.assert_allclose(h[1], h1[1], rtol=1e-6)
+    assert not np.allclose(h[0], h1[0])
+
+
+def test_unroll_equals_stepping_with_resets():
+    policy, params = make()
+    T, A = 6, 4
+    obs = jax.random.normal(jax.random.PRNGKey(2), (T, A, 5))
+    resets = jnp.zeros((T, A), bool).at[3, 1].set(True).at[0].set(True)
+    start = (jax.random.normal(KEY, (A, 8)), jax.random.normal(jax.random.PRNGKey(3), (A, 8)))
+    carry_u, head_u, value_u, _ = policy.apply(params, start, obs, resets, method="unroll")
+    carry = start
+    for t in range(T):
+        carry, head, value, _ = policy.apply(params, carry, obs[t], resets[t])
+        np.testing.assert_allclose(head_u[t], head, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(value_u[t], value, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(carry_u[1], carry[1], rtol=1e-5, atol=1e-6)
+
+
+def test_the_lstm_remembers_and_the_feed_forward_policy_does_not():
+    T, A = 4, 2
+    obs = jnp.zeros((T, A, 5)).at[0, 0, 0].set(1.0)  # agents differ only at t=0
+    for lstm, differs in ((True, True), (False, False)):
+        policy, params = make(lstm=lstm, agents=A)
+        _, head, _, _ = policy.apply(params, zero_carry(A, 8), obs, jnp.zeros((T, A), bool), method="unroll")
+        assert (not np.allclose(head[-1, 0], head[-1, 1])) == differs
+
+
+def test_initial_policy_is_near_uniform():
+    policy, params = make(spec=ActionSpec("discrete", (5,)))
+    _, head, _, _ = policy.apply(params, zero_carry(4, 8), jax.random.normal(KEY, (4, 5)), jnp.ones(4, bool))
+    _, entropy = distributions.log_prob_entropy(ActionSpec("discrete", (5,)), head, None, jnp.zeros(4, jnp.int32))
+    np.testing.assert_allclose(entropy, math.log(5), rtol=1e-3)
+
+
+def test_discrete_log_prob_and_masking():
+    spec = ActionSpec("discrete", (3,))
+    logits = jnp.array([[1.0, 2.0, 3.0]])
+    logp, entropy = distributions.log_prob_entropy(spec, logits, None, jnp.array([2]))
+    p = np.exp([1.0, 2.0, 3.0]) / np.exp([1.0, 2.0, 3.0]).sum()
+    assert float(logp[0]) == pytest.approx(math.log(p[2]), rel=1e-6)
+    assert float(entropy[0]) == pytest.approx(-(p * np.log(p)).sum(), rel=1e-5)
+    mask = jnp.array([[True, True, False]])
+    samples = jax.vmap(lambda k: distributions.sample(spec, logits, None, k, mask))(jax.random.split(KEY, 500))
+    assert set(np.unique(samples).tolist()) == {0, 1}
+    logp_masked, _ = distributions.log_prob_entropy(spec, logits, None, jnp.array([1]), mask)
+    assert float(logp_masked[0]) == pytest.approx(math.log(math.e**2 / (math.e + math.e**2)), rel=1e-5)
+    assert np.isfinite(distributions.log_prob_entropy(spec, logits, None, jnp.array([2]), mask)[0]).all()
+    assert int(distributions.deterministic(spec, logits, mask)[0]) == 1
+
+
+def test_multi_discrete_factorises():
+    spec = ActionSpec("multi_discrete", (2, 3))
+    logits = jnp.array([[0.0, 1.0, 0.0, 0.0, 2.0]])
+    logp, entropy = distributions.log_prob_entropy(spec, logits, None, jnp.array([[1, 2]]))
+    a = distributions.log_prob_entropy(ActionSpec("discrete", (2,)), logits[:, :2], None, jnp.array([1]))
+    b = distributions.log_prob_entropy(ActionSpec("discrete", (3,)), logits[:, 2:], None, jnp.array([2]))
+    assert float(logp[0]) == pytest.approx(float(a[0][0] + b[0][0]), rel=1e-6)
+    assert float(entropy[0]) == pytest.approx(float(a[1][0] + b[1][0]), rel=1e-6)
+    sample = distributions.sample(spec, logits, None, KEY)
+    assert sample.shape == (1, 2) and sample.dtype == jnp.int32
+
+
+def test_gaussian_log_prob_and_entropy():
+    spec = ActionSpec("continuous", dim=2)
+    mean, log_std = jnp.array([[0.5, -1.0]]), jnp.array([0.0, math.log(2.0)])
+    logp, entropy = distributions.log_prob_entropy(spec, mean, log_std, jnp.array([[1.5, 1.0]]))
+    expected = (-0.5 * 1.0 - 0.5 * math.log(2 * math.pi)) + (-0.5 * 1.0 - math.log(2.0) - 0.5 * math.log(2 * math.pi))
+    assert float(logp[0]) == pytest.approx(expected, rel=1e-6)
+    assert float(entropy[0]) == pytest.approx(math.log(2.0) + 2 * 0.5 * (1 + math.log(2 * math.pi)), rel=1e-6)
+    draws = jax.vmap(lambda k: distributions.sample(spec, mean, log_std, k))(jax.random.split(KEY, 4000))
+    np.testing.assert_allclose(draws.std(axis=0)[0], [1.0, 2.0], rtol=0.05)

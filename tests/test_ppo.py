@@ -1,0 +1,106 @@
+"""GAE and the PPO loss against hand-worked values and a plain Python loop."""
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxlab import ppo
+
+GAMMA, LAM = 0.9, 0.8
+
+
+def hand_case(truncate: bool):
+    """2 agents x 3 steps. Agent 0 terminates at t=1; agent 1 is cut at t=1 (truncated, or terminated
+    when ``truncate`` is False), where the cut observation is worth 4.0."""
+    rewards = jnp.array([[1.0, 0.0], [2.0, 1.0], [3.0, 0.0]])
+    values = jnp.array([[0.5, 1.0], [1.0, 2.0], [1.5, 0.5]])
+    terminals = jnp.array([[False, False], [True, not truncate], [False, False]])
+    truncations = jnp.array([[False, False], [False, truncate], [False, False]])
+    bootstrap = jnp.array([[0.0, 0.0], [0.0, 4.0], [0.0, 0.0]])
+    next_values = jnp.array([2.0, 1.0])
+    return ppo.gae(rewards, values, terminals, truncations, bootstrap, next_values, GAMMA, LAM)
+
+
+def test_gae_hand_worked_2_agents_3_steps():
+    advantages, returns = hand_case(truncate=True)
+    # agent 0: A2 = 3 + .9*2 - 1.5 = 3.3; A1 = 2 - 1 = 1 (terminal); A0 = (1 + .9*1 - .5) + .72*1 = 2.12
+    # agent 1: A2 = 0 + .9*1 - .5 = 0.4; A1 = 1 + .9*4 - 2 = 2.6 (truncated: bootstrap from the cut obs)
+    #          A0 = (0 + .9*2 - 1) + .72*2.6 = 2.672
+    expected = np.array([[2.12, 2.672], [1.0, 2.6], [3.3, 0.4]])
+    np.testing.assert_allclose(advantages, expected, rtol=1e-6)
+    np.testing.assert_allclose(returns, expected + np.array([[0.5, 1.0], [1.0, 2.0], [1.5, 0.5]]), rtol=1e-6)
+
+
+def test_truncation_changes_the_advantage_exactly_where_it_should():
+    truncated, _ = hand_case(truncate=True)
+    terminated, _ = hand_case(truncate=False)
+    difference = np.asarray(truncated - terminated)
+    # Only agent 1 at and before the cut: gamma * V(cut) = 3.6 at t=1, (gamma*lam) * 3.6 at t=0.
+    np.testing.assert_allclose(difference, [[0.0, 0.72 * 3.6], [0.0, 3.6], [0.0, 0.0]], atol=1e-6)
+
+
+def python_gae(rewards, values, terminals, truncations, bootstrap, next_values, gamma, lam):
+    T, A = rewards.shape
+    advantages = np.zeros((T, A))
+    for a in range(A):
+        running = 0.0
+        for t in reversed(range(T)):
+            ended = terminals[t, a] or truncations[t, a]
+            following = next_values[a] if t == T - 1 else values[t + 1, a]
+            target = rewards[t, a]
+            if not ended:
+                target += gamma * following
+            elif truncations[t, a] and not terminals[t, a]:
+                target += gamma * bootstrap[t, a]
+            delta = target - values[t, a]
+            running = delta + (0.0 if ended else gamma * lam * running)
+            advantages[t, a] = running
+    return advantages
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_gae_scan_equals_python_loop_on_random_data(seed):
+    rng = np.random.default_rng(seed)
+    T, A = 17, 5
+    rewards, values, bootstrap = (rng.normal(size=(T, A)).astype(np.float32) for _ in range(3))
+    terminals = rng.random((T, A)) < 0.1
+    truncations = rng.random((T, A)) < 0.1  # some steps are both: termination wins
+    next_values = rng.normal(size=A).astype(np.float32)
+    advantages, returns = ppo.gae(jnp.array(rewards), jnp.array(values), jnp.array(terminals),
+                                  jnp.array(truncations), jnp.array(bootstrap), jnp.array(next_values), 0.97, 0.9)
+    expected = python_gae(rewards, values, terminals, truncations, bootstrap, next_values, 0.97, 0.9)
+    np.testing.assert_allclose(advantages, expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(returns, expected + values, rtol=1e-4, atol=1e-5)
+
+
+def test_ppo_loss_on_a_hand_checked_batch():
+    # ratios 1.5 and 0.5 against advantages +1 and -1, clip 0.2
+    terms = ppo.ppo_loss(new_logp=jnp.log(jnp.array([1.5, 0.5])), entropy=jnp.array([0.6, 0.4]),
+                         new_values=jnp.array([1.0, 3.0]), old_logp=jnp.zeros(2), old_values=jnp.array([0.5, 2.0]),
+                         advantages=jnp.array([1.0, -1.0]), returns=jnp.array([2.0, 2.0]), clip_coef=0.2,
+                         vf_coef=0.5, vf_clip_coef=0.2, ent_coef=0.01, norm_adv=False)
+    assert float(terms.policy) == pytest.approx((-1.2 + 0.8) / 2)           # max(-A r, -A clip(r))
+    assert float(terms.value) == pytest.approx(0.5 * (1.69 + 1.0) / 2)      # clipped 0.7 -> 1.69; 1 vs 0.04
+    assert float(terms.entropy) == pytest.approx(0.5)
+    assert float(terms.total) == pytest.approx(-0.2 + 0.5 * 0.6725 - 0.01 * 0.5)
+    kl = ((0.5 - math.log(1.5)) + (-0.5 - math.log(0.5))) / 2
+    assert float(terms.approx_kl) == pytest.approx(kl, rel=1e-5)
+    assert float(terms.clip_fraction) == 1.0
+
+
+def test_ppo_loss_unclipped_value_and_normalised_advantages():
+    terms = ppo.ppo_loss(new_logp=jnp.zeros(4), entropy=jnp.zeros(4), new_values=jnp.array([1.0, 3.0, 0.0, 0.0]),
+                         old_logp=jnp.zeros(4), old_values=jnp.array([0.5, 2.0, 0.0, 0.0]),
+                         advantages=jnp.array([1.0, 2.0, 3.0, 4.0]), returns=jnp.array([2.0, 2.0, 0.0, 0.0]),
+                         clip_coef=0.2, vf_coef=0.5, vf_clip_coef=0.0, ent_coef=0.0, norm_adv=True)
+    assert float(terms.value) == pytest.approx(0.5 * (1 + 1) / 4)
+    assert float(terms.policy) == pytest.approx(0.0, abs=1e-6)  # ratio 1: minus the mean normalised advantage
+
+
+def test_explained_variance():
+    returns = jnp.array([1.0, 2.0, 3.0, 4.0])
+    assert float(ppo.explained_variance(returns, returns)) == 1.0
+    assert float(ppo.explained_variance(jnp.full(4, 2.5), returns)) == pytest.approx(0.0)
+    assert float(ppo.explained_variance(returns, jnp.ones(4))) == 0.0
