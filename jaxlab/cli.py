@@ -26,7 +26,7 @@ def envs_command(args: argparse.Namespace) -> int:
 
 def config_help() -> str:
     """Every config key with its default (from configs/default.toml) and description, for --help."""
-    from jaxlab.config import SECTIONS, configs_dir, field_help, read_toml
+    from jaxlab.config import SECTIONS, configs_dir, field_help, read_toml, toml_value
 
     defaults = read_toml(configs_dir() / "default.toml")
     lines = ["config flags (--section.key value; dashes or underscores; env defaults in configs/envs/):",
@@ -35,7 +35,7 @@ def config_help() -> str:
         for name, text in field_help(cls).items():
             default = defaults.get(section, {}).get(name, getattr(cls(), name))
             flag = f"--{section}.{name.replace('_', '-')}"
-            lines.append(f"  {flag:<27} {text} (default {default})")
+            lines.append(f"  {flag:<27} {text} (default {toml_value(default)})")
     return "\n".join(lines)
 
 

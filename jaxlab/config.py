@@ -278,15 +278,15 @@ def _type(annotation) -> type:
 def to_toml(config: Config) -> str:
     """The resolved config as TOML that --config reads back to the same Config."""
     lines = [f'env_name = "{config.env_name}"', "", "[env]"]
-    lines += [f"{k} = {_toml_value(v)}" for k, v in config.env.items()]
+    lines += [f"{k} = {toml_value(v)}" for k, v in config.env.items()]
     for section in SECTIONS:
         lines += ["", f"[{section}]"]
         for key, value in dataclasses.asdict(getattr(config, section)).items():
-            lines.append(f"{key} = {_toml_value(value)}")
+            lines.append(f"{key} = {toml_value(value)}")
     return "\n".join(lines) + "\n"
 
 
-def _toml_value(value) -> str:
+def toml_value(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):

@@ -55,6 +55,11 @@ def make_optimizer(schedule: Callable, max_grad_norm: float) -> optax.GradientTr
     return optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adam(schedule, eps=1e-5))
 
 
+def global_norm(tree) -> jax.Array:
+    """The L2 norm of all leaves together (what clip_by_global_norm compares with its bound)."""
+    return jnp.sqrt(sum(jnp.sum(jnp.square(x)) for x in jax.tree.leaves(tree)))
+
+
 def _take_agents(tree, index):
     """Selects agents ``index`` from a segment: axis 1 of [T, A, ...] arrays, axis 0 of the carry."""
     seg = tree._replace(start_carry=jax.tree.map(lambda x: x[index], tree.start_carry),
@@ -97,7 +102,7 @@ def make_update(policy, spec: distributions.ActionSpec, optimizer: optax.Gradien
             params = optax.apply_updates(state.params, updates)
             metrics = {"policy_loss": terms.policy, "value_loss": terms.value, "entropy": terms.entropy,
                        "approx_kl": terms.approx_kl, "clip_fraction": terms.clip_fraction,
-                       "grad_norm": optax.global_norm(grads), "learning_rate": schedule(state.step)}
+                       "grad_norm": global_norm(grads), "learning_rate": schedule(state.step)}
             return TrainState(params, opt_state, state.step + 1), metrics
 
         def epoch(state: TrainState, epoch_key):

@@ -1,0 +1,99 @@
+"""Training benchmark: compile time, steady SPS and time to a return threshold.
+
+    python scripts/bench_train.py                      # cartpole defaults + SPS at 4,096 agents
+    python scripts/bench_train.py --env pendulum --threshold -250
+    python scripts/bench_train.py --sps-only --agents 4096 --flags --train.update-epochs 1
+
+Time to threshold is wall time from the Trainer's start (compile included, JAX import excluded) until
+the episode-weighted mean return over the last --window updates reaches --threshold.
+Steady SPS excludes the first update (which compiles).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from jaxlab.config import load_config
+from jaxlab.trainer import Trainer
+
+
+def run_to_threshold(env: str, threshold: float, window: int, flags: list[str]) -> None:
+    config, _ = load_config(env, flags=flags)
+    with Trainer(config) as trainer:
+        start = trainer.start_time
+        recent: list[tuple[float, int]] = []
+        reached = None
+        first_update = None
+        for update in range(trainer.sizes.num_updates):
+            trainer.evaluate()
+            trainer.train()
+            record = trainer.mean_and_log()
+            if update == 0:
+                first_update = time.perf_counter() - start
+            if record["episodes"]:
+                recent.append((record["episode_return"], record["episodes"]))
+            recent = recent[-window:]
+            episodes = sum(n for _, n in recent)
+            mean = sum(r * n for r, n in recent) / max(episodes, 1)
+            if reached is None and len(recent) == window and mean >= threshold:
+                reached = (time.perf_counter() - start, record["global_step"], mean)
+                break
+        elapsed = time.perf_counter() - start
+        steady_steps = trainer.global_step - trainer.sizes.batch_size
+        print(f"{env}: {trainer.sizes.describe(config, trainer.env.agents_per_env)}; "
+              f"{trainer.num_params:,} parameters, lstm={config.policy.lstm}")
+        print(f"  first update (both compiles + one update): {first_update:.2f} s")
+        print(f"  steady SPS: {steady_steps / max(elapsed - first_update, 1e-9):,.0f}")
+        if reached:
+            print(f"  mean return {reached[2]:.1f} >= {threshold} over the last {window} updates after "
+                  f"{reached[0]:.1f} s and {reached[1]:,} steps")
+        else:
+            print(f"  threshold {threshold} not reached in {trainer.global_step:,} steps ({elapsed:.1f} s); "
+                  f"last mean {mean:.1f}")
+
+
+def steady_sps(env: str, agents: int, updates: int, flags: list[str]) -> None:
+    probe_config, _ = load_config(env, flags=flags)
+    horizon = probe_config.train.bptt_horizon
+    base = ["--vec.num-envs", str(agents), "--train.total-timesteps", str(agents * horizon * (updates + 1)),
+            "--train.minibatch-size", str(agents * horizon // 4)]
+    config, _ = load_config(env, flags=base + flags)
+    with Trainer(config) as trainer:
+        tic = time.perf_counter()
+        trainer.evaluate()
+        trainer.train()
+        compile_and_first = time.perf_counter() - tic
+        trainer.mean_and_log()
+        timing_before = dict(trainer.timing)
+        tic = time.perf_counter()
+        for _ in range(updates):
+            trainer.evaluate()
+            trainer.train()
+            trainer.mean_and_log()
+        elapsed = time.perf_counter() - tic
+        split = {k: trainer.timing[k] - timing_before[k] for k in trainer.timing}
+    print(f"{env} at {trainer.sizes.num_agents:,} agents: {trainer.sizes.describe(config, 1)}; "
+          f"epochs {config.train.update_epochs}, hidden {config.policy.hidden_size}, lstm={config.policy.lstm}")
+    print(f"  first update {compile_and_first:.2f} s; steady {updates * trainer.sizes.batch_size / elapsed:,.0f} SPS "
+          f"(env {split['env']:.2f} s, policy {split['policy']:.2f} s, learn {split['learn']:.2f} s "
+          f"of {elapsed:.2f} s)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env", default="cartpole")
+    parser.add_argument("--threshold", type=float, default=475.0)
+    parser.add_argument("--window", type=int, default=5, help="updates averaged for the threshold")
+    parser.add_argument("--agents", type=int, default=4096, help="agents for the steady-SPS run")
+    parser.add_argument("--updates", type=int, default=3, help="timed updates in the steady-SPS run")
+    parser.add_argument("--sps-only", action="store_true")
+    parser.add_argument("--flags", nargs=argparse.REMAINDER, default=[], help="config flags, last")
+    args = parser.parse_args()
+    if not args.sps_only:
+        run_to_threshold(args.env, args.threshold, args.window, args.flags)
+    steady_sps(args.env, args.agents, args.updates, args.flags)
+
+
+if __name__ == "__main__":
+    main()

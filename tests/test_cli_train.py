@@ -1,0 +1,40 @@
+"""`jaxlab train` end to end in a subprocess: a short run, its run dir, and config errors (exit 2)."""
+
+import json
+import subprocess
+import sys
+
+
+def jaxlab(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "jaxlab.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+def test_short_training_run_writes_its_run_dir(tmp_path):
+    run_dir = tmp_path / "run"
+    result = jaxlab("train", "cartpole", "--train.total-timesteps", "2048", "--vec.num-envs=8", "--train.minibatch-size", "64",
+                    "--policy.hidden_size", "16", "--run-dir", str(run_dir))
+    assert result.returncode == 0, result.stderr
+    assert "8 envs x 1 agents x horizon 16 = batch 128" in result.stdout
+    assert "update    16/16" in result.stdout
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(records) == 16 and records[-1]["global_step"] == 2048
+    assert "hidden_size = 16" in (run_dir / "config.toml").read_text()
+
+
+def test_config_errors_exit_2_with_the_rule_and_no_traceback():
+    result = jaxlab("train", "cartpole", "--train.total-timesteps", "100")
+    assert result.returncode == 2
+    assert "train.total_timesteps=100 is less than one batch of 1,024" in result.stderr
+    assert "Traceback" not in result.stderr
+    result = jaxlab("train", "cartpole", "--policy.lstm", "maybe")
+    assert result.returncode == 2 and "policy.lstm='maybe' is not a boolean" in result.stderr
+    result = jaxlab("train", "cartpol")
+    assert result.returncode == 2 and "Did you mean 'cartpole'" in result.stderr
+
+
+def test_help_describes_every_key():
+    result = jaxlab("train", "--help")
+    assert result.returncode == 0
+    assert "--train.bptt-horizon" in result.stdout and "(default 16)" in result.stdout
+    assert "--policy.lstm" in result.stdout and "(default true)" in result.stdout

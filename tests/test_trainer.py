@@ -1,0 +1,129 @@
+"""Trainer wiring: static shapes (one compile per jitted function), rollout bookkeeping (resets, start
+carries, truncation bootstrap), the LR schedule in the metrics, metrics.jsonl."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxlab.config import ConfigError, load_config
+from jaxlab.trainer import Trainer
+
+
+def small_config(env="cartpole", *flags):
+    config, _ = load_config(env, flags=["--vec.num-envs", "8", "--train.bptt-horizon", "8",
+                                        "--train.minibatch-size", "16", "--policy.hidden-size", "16",
+                                        "--train.total-timesteps", "640", *flags])
+    return config
+
+
+def test_each_jitted_function_compiles_once():
+    with Trainer(small_config(), max_traces=1) as trainer:  # chex.assert_max_traces raises on a retrace
+        records = []
+        for _ in range(trainer.sizes.num_updates):
+            trainer.evaluate()
+            trainer.train()
+            records.append(trainer.mean_and_log())
+    assert len(records) == 10
+    assert {r["compiles"] for r in records} == {2}  # act + update, traced in the first update only
+    for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance",
+                "grad_norm", "learning_rate", "sps", "global_step", "wall_time"):
+        assert all(np.isfinite(r[key]) for r in records), key
+
+
+def test_logged_learning_rate_comes_from_the_linear_schedule():
+    config = small_config("cartpole", "--train.learning-rate", "0.01", "--train.update-epochs", "2")
+    with Trainer(config) as trainer:
+        steps_per_update = 2 * trainer.sizes.num_minibatches  # 2 epochs x 4 minibatches
+        total = steps_per_update * trainer.sizes.num_updates
+        lrs = []
+        for _ in range(3):
+            trainer.evaluate()
+            lrs.append(trainer.train()["learning_rate"])
+    for u, lr in enumerate(lrs):
+        steps = np.arange(u * steps_per_update, (u + 1) * steps_per_update)
+        assert lr == pytest.approx(float(np.mean(0.01 * (1 - steps / total))), rel=1e-5)
+
+
+def test_segment_resets_and_start_carries():
+    config = small_config("memory", "--env.delay", "2")  # episodes of 4 steps
+    with Trainer(config) as trainer:
+        first, _ = trainer.rollout.collect(trainer.state.params)
+        carry_after_first = trainer.rollout.carry
+        second, _ = trainer.rollout.collect(trainer.state.params)
+    assert bool(first.resets[0].all())  # every agent starts an episode
+    ended = np.asarray(first.terminals | first.truncations)
+    np.testing.assert_array_equal(np.asarray(first.resets[1:]), ended[:-1])
+    np.testing.assert_array_equal(np.asarray(second.resets[0]), ended[-1])
+    np.testing.assert_array_equal(np.asarray(first.start_carry[1]), 0.0)
+    np.testing.assert_array_equal(np.asarray(second.start_carry[1]), np.asarray(carry_after_first[1]))
+    assert np.abs(np.asarray(second.start_carry[1])).sum() > 0  # a real carry, not zeros
+
+
+@pytest.mark.parametrize("lstm", ["true", "false"])
+def test_truncation_bootstrap_is_the_value_of_the_cut_observation(lstm):
+    # Cartpole cut at 8 steps with horizon 8: every agent that survives is truncated at the last step.
+    config = small_config("cartpole", "--env.max_steps", "8", "--policy.lstm", lstm)
+    with Trainer(config) as trainer:
+        segment, _ = trainer.rollout.collect(trainer.state.params)
+        env = trainer.env
+        truncated = np.asarray(segment.truncations)
+        assert truncated[-1].sum() >= 6 and not truncated[:-1].any()
+        boot = np.asarray(segment.bootstrap_values)
+        assert (boot[:-1] == 0).all() and (boot[-1][~truncated[-1]] == 0).all()
+        _, _, value, _ = trainer.policy.apply(trainer.state.params, trainer.rollout.carry,
+                                              jnp.asarray(env.final_observations), jnp.zeros(8, bool))
+        np.testing.assert_allclose(boot[-1][truncated[-1]], np.asarray(value)[truncated[-1]], rtol=1e-5)
+        assert (np.abs(boot[-1][truncated[-1]]) > 0).all()
+
+
+def test_values_and_log_probs_in_the_segment_match_the_policy():
+    config = small_config("target", "--env.agents_per_env", "2", "--vec.num-envs", "4")
+    with Trainer(config) as trainer:
+        segment, _ = trainer.rollout.collect(trainer.state.params)
+        _, head, values, _ = trainer.policy.apply(trainer.state.params, segment.start_carry, segment.obs,
+                                                  segment.resets, method="unroll")
+        from jaxlab.distributions import log_prob_entropy
+
+        logp, _ = log_prob_entropy(trainer.spec, head, None, segment.actions)
+    np.testing.assert_allclose(values, segment.values, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(logp, segment.logp, rtol=1e-4, atol=1e-5)
+
+
+def test_run_dir_holds_config_and_metrics(tmp_path):
+    config = small_config()
+    with Trainer(config, run_dir=tmp_path) as trainer:
+        for _ in range(3):
+            trainer.evaluate()
+            trainer.train()
+            trainer.mean_and_log()
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["global_step"] for r in lines] == [64, 128, 192]
+    for key in ("global_step", "wall_time", "sps", "episode_return", "episode_length", "compiles"):
+        assert key in lines[-1]
+    reloaded, _ = load_config("cartpole", config_file=tmp_path / "config.toml")
+    assert reloaded == config
+
+
+def test_train_before_evaluate_is_an_error():
+    with Trainer(small_config()) as trainer:
+        with pytest.raises(RuntimeError, match="call evaluate\\(\\) first"):
+            trainer.train()
+
+
+def test_bad_sizes_are_refused_before_anything_compiles():
+    with pytest.raises(ConfigError, match=r"train.minibatch_size=12 must be a multiple of train.bptt_horizon=8"):
+        Trainer(small_config("cartpole", "--train.minibatch-size", "12"))
+    with pytest.raises(ConfigError, match=r"total_timesteps=10 is less than one batch of 64"):
+        Trainer(small_config("cartpole", "--train.total-timesteps", "10"))
+
+
+def test_continuous_actions_flow_through_the_rollout():
+    with Trainer(small_config("pendulum")) as trainer:
+        trainer.evaluate()
+        metrics = trainer.train()
+        assert trainer.segment is None and np.isfinite(metrics["policy_loss"])
+        log_std = trainer.state.params["params"]["log_std"]
+        assert log_std.shape == (1,) and jax.numpy.all(jnp.isfinite(log_std))
