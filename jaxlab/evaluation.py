@@ -8,7 +8,7 @@ import numpy as np
 
 import jaxlab
 from jaxlab.policy import zero_carry
-from jaxlab.rollout import make_act, to_device
+from jaxlab.rollout import EpisodeStats, make_act, to_device
 
 
 def play(trainer, steps: int, num_envs: int | None = None, seed: int = 12345,
@@ -18,7 +18,7 @@ def play(trainer, steps: int, num_envs: int | None = None, seed: int = 12345,
     episodes that ended. ``deterministic`` takes the mode of each action distribution."""
     config = trainer.config
     act = jax.jit(make_act(trainer.policy, trainer.spec, deterministic=deterministic))
-    sums, episodes = {}, 0
+    stats = EpisodeStats()
     with jaxlab.make(config.env_name, num_envs=num_envs or config.vec.num_envs, seed=seed, **config.env) as env:
         carry = zero_carry(env.num_agents, config.policy.hidden_size)
         obs = env.reset()
@@ -32,9 +32,5 @@ def play(trainer, steps: int, num_envs: int | None = None, seed: int = 12345,
             obs, _, terminals, truncations, info = env.step(np.asarray(action))
             reset = terminals | truncations
             if info:
-                n = info["episodes"]
-                episodes += n
-                for name, value in info.items():
-                    if name != "episodes":
-                        sums[name] = sums.get(name, 0.0) + value * n
-    return {"episodes": episodes, **{k: v / max(episodes, 1) for k, v in sums.items()}}
+                stats.add(info)
+    return stats.take()

@@ -46,6 +46,28 @@ def make_act(policy, spec: distributions.ActionSpec, deterministic: bool = False
     return act
 
 
+class EpisodeStats:
+    """Episode-weighted means of the env's statistics over the step infos added since the last take()."""
+
+    def __init__(self):
+        self.sums: dict[str, float] = {}
+        self.episodes = 0
+
+    def add(self, info: dict) -> None:
+        n = info.get("episodes", 0)
+        self.episodes += n
+        for name, value in info.items():
+            if name != "episodes":
+                self.sums[name] = self.sums.get(name, 0.0) + value * n
+
+    def take(self) -> dict:
+        """{"episodes": n, statistic: mean, ...} (no statistics when n is 0), and starts over."""
+        result = {"episodes": self.episodes, **{k: v / self.episodes for k, v in self.sums.items()
+                                                if self.episodes}}
+        self.sums, self.episodes = {}, 0
+        return result
+
+
 def to_device(array: np.ndarray) -> jax.Array:
     """A device copy. jax.device_put may alias a numpy buffer on the CPU, and the env overwrites its
     buffers every step, so the copy is explicit."""

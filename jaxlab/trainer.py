@@ -17,7 +17,7 @@ from jaxlab import config as config_lib
 from jaxlab.distributions import ActionSpec
 from jaxlab.learner import TrainState, lr_schedule, make_optimizer, make_update
 from jaxlab.policy import ActorCritic, zero_carry
-from jaxlab.rollout import Rollout, make_act
+from jaxlab.rollout import EpisodeStats, Rollout, make_act
 
 METRIC_KEYS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance",
                "grad_norm", "learning_rate")
@@ -74,8 +74,7 @@ class Trainer:
         self.segment = None
         self.start_time = time.perf_counter()
         self.timing = {"env": 0.0, "policy": 0.0, "learn": 0.0}
-        self._episode_sums: dict[str, float] = defaultdict(float)
-        self._episodes = 0
+        self.episode_stats = EpisodeStats()
         self._last_metrics: dict = {}
         self._last_log_time = self.start_time
         self._last_log_step = 0
@@ -101,11 +100,7 @@ class Trainer:
         for k in ("env", "policy"):
             self.timing[k] += self.rollout.timing[k] - before[k]
         for info in infos:
-            n = info["episodes"]
-            self._episodes += n
-            for name, value in info.items():
-                if name != "episodes":
-                    self._episode_sums[name] += value * n
+            self.episode_stats.add(info)
         self.global_step += self.sizes.batch_size
 
     def train(self) -> dict:
@@ -128,13 +123,8 @@ class Trainer:
         sps = (self.global_step - self._last_log_step) / max(now - self._last_log_time, 1e-9)
         record = {"global_step": self.global_step, "update": self.update_index,
                   "wall_time": now - self.start_time, "sps": sps, "compiles": self.compiles,
-                  "episodes": self._episodes, **self._last_metrics}
-        if self._episodes:
-            for name, total in self._episode_sums.items():
-                record[name] = total / self._episodes
+                  **self._last_metrics, **self.episode_stats.take()}
         record.update({f"time_{k}": v for k, v in self.timing.items()})
-        self._episode_sums.clear()
-        self._episodes = 0
         self._last_log_time, self._last_log_step = now, self.global_step
         if self._metrics_file is not None:
             self._metrics_file.write(json.dumps(record) + "\n")
