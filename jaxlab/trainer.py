@@ -19,9 +19,6 @@ from jaxlab.learner import TrainState, lr_schedule, make_optimizer, make_update
 from jaxlab.policy import ActorCritic, zero_carry
 from jaxlab.rollout import EpisodeStats, Rollout, make_act
 
-METRIC_KEYS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance",
-               "grad_norm", "learning_rate")
-
 
 class Trainer:
     """PPO on one VecEnv. evaluate() collects a segment, train() updates on it, mean_and_log() returns
@@ -73,7 +70,7 @@ class Trainer:
         self.update_index = 0
         self.segment = None
         self.start_time = time.perf_counter()
-        self.timing = {"env": 0.0, "policy": 0.0, "learn": 0.0}
+        self.learn_time = 0.0
         self.episode_stats = EpisodeStats()
         self._last_metrics: dict = {}
         self._last_log_time = self.start_time
@@ -93,12 +90,14 @@ class Trainer:
         """How many times a jitted function was traced (and so compiled) in this run."""
         return sum(self.traces.values())
 
+    @property
+    def timing(self) -> dict[str, float]:
+        """Seconds spent so far stepping envs, in policy calls during rollouts, and in updates."""
+        return {**self.rollout.timing, "learn": self.learn_time}
+
     def evaluate(self) -> None:
         """Collects one segment of T steps of every agent with the current parameters."""
-        before = dict(self.rollout.timing)
         self.segment, infos = self.rollout.collect(self.state.params)
-        for k in ("env", "policy"):
-            self.timing[k] += self.rollout.timing[k] - before[k]
         for info in infos:
             self.episode_stats.add(info)
         self.global_step += self.sizes.batch_size
@@ -112,7 +111,7 @@ class Trainer:
         self.state, metrics = self._update(self.state, self.segment, key)
         self.segment = None
         self._last_metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-        self.timing["learn"] += time.perf_counter() - tic
+        self.learn_time += time.perf_counter() - tic
         self.update_index += 1
         return self._last_metrics
 
