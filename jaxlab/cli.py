@@ -58,6 +58,16 @@ def train_command(args: argparse.Namespace) -> int:
     from jaxlab.trainer import train
 
     run_dir = args.run_dir or f"runs/{config.env_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    from pathlib import Path
+
+    try:
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        (Path(run_dir) / ".write-test").touch()
+        (Path(run_dir) / ".write-test").unlink()
+    except OSError as err:
+        print(f"jaxlab train: error: cannot write the run dir {run_dir!r} ({err.strerror}); "
+              "pass a writable --run-dir DIR", file=sys.stderr)
+        return 2
     print(f"jaxlab train {config.env_name}: {sizes.describe(config, agents_per_env)}; run dir {run_dir}")
     last_print = [0.0]
 
@@ -72,7 +82,11 @@ def train_command(args: argparse.Namespace) -> int:
               f"{record['wall_time']:6.1f}s  {record['sps']:>9,.0f} SPS  {episode}  "
               f"entropy {record['entropy']:.3f}  kl {record['approx_kl']:.4f}", flush=True)
 
-    records = train(config, run_dir=run_dir, on_log=show)
+    try:
+        records = train(config, run_dir=run_dir, on_log=show)
+    except KeyboardInterrupt:
+        print(f"interrupted; the metrics so far are in {run_dir}/metrics.jsonl", file=sys.stderr)
+        return 130
     ended = [r for r in records if "episode_return" in r]
     if ended:
         print(f"done: {records[-1]['global_step']:,} steps in {records[-1]['wall_time']:.1f}s; "

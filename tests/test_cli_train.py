@@ -33,6 +33,14 @@ def test_config_errors_exit_2_with_the_rule_and_no_traceback():
     assert result.returncode == 2 and "Did you mean 'cartpole'" in result.stderr
 
 
+def test_unwritable_run_dir_is_refused_before_training(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    result = jaxlab("train", "cartpole", "--run-dir", str(blocker / "run"))
+    assert result.returncode == 2
+    assert f"cannot write the run dir '{blocker / 'run'}'" in result.stderr and "--run-dir" in result.stderr
+
+
 def test_help_describes_every_key():
     result = jaxlab("train", "--help")
     assert result.returncode == 0

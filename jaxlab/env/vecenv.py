@@ -65,8 +65,12 @@ class VecEnv:
         if not handle:
             raise ValueError(f"cannot create env '{name}': {err.value.decode()}")
         self._handle = handle
-        self._describe()
-        self._allocate()
+        try:
+            self._describe()
+            self._allocate()
+        except BaseException:
+            self.close()
+            raise
         self._log_buffer = np.zeros(max(1, len(kind.log_names)), dtype=np.float32)
         self._log_ptr = self._log_buffer.ctypes.data
         self._step_fn = lib.cenv_step
