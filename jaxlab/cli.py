@@ -77,7 +77,7 @@ def train_command(args: argparse.Namespace) -> int:
             return
         last_print[0] = record["wall_time"]
         episode = (f"return {record['episode_return']:8.2f}  length {record['episode_length']:7.1f}"
-                   if "episode_return" in record else "no episode ended")
+                   if record["episodes"] else "no episode ended")
         print(f"update {record['update']:>5}/{sizes.num_updates}  step {record['global_step']:>10,}  "
               f"{record['wall_time']:6.1f}s  {record['sps']:>9,.0f} SPS  {episode}  "
               f"entropy {record['entropy']:.3f}  kl {record['approx_kl']:.4f}", flush=True)
@@ -87,7 +87,7 @@ def train_command(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"interrupted; the metrics so far are in {run_dir}/metrics.jsonl", file=sys.stderr)
         return 130
-    ended = [r for r in records if "episode_return" in r]
+    ended = [r for r in records if r["episodes"]]
     if ended:
         print(f"done: {records[-1]['global_step']:,} steps in {records[-1]['wall_time']:.1f}s; "
               f"final mean return {ended[-1]['episode_return']:.2f}; metrics in {run_dir}/metrics.jsonl")

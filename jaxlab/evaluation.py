@@ -18,7 +18,7 @@ def play(trainer, steps: int, num_envs: int | None = None, seed: int = 12345,
     episodes that ended. ``deterministic`` takes the mode of each action distribution."""
     config = trainer.config
     act = jax.jit(make_act(trainer.policy, trainer.spec, deterministic=deterministic))
-    stats = EpisodeStats()
+    stats = EpisodeStats(trainer.env.kind.log_names)
     with jaxlab.make(config.env_name, num_envs=num_envs or config.vec.num_envs, seed=seed, **config.env) as env:
         carry = zero_carry(env.num_agents, config.policy.hidden_size)
         obs = env.reset()

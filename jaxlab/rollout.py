@@ -47,9 +47,11 @@ def make_act(policy, spec: distributions.ActionSpec, deterministic: bool = False
 
 
 class EpisodeStats:
-    """Episode-weighted means of the env's statistics over the step infos added since the last take()."""
+    """Episode-weighted means of the env's statistics ``names`` over the step infos added since the last
+    take()."""
 
-    def __init__(self):
+    def __init__(self, names: tuple[str, ...]):
+        self.names = names
         self.sums: dict[str, float] = {}
         self.episodes = 0
 
@@ -61,9 +63,9 @@ class EpisodeStats:
                 self.sums[name] = self.sums.get(name, 0.0) + value * n
 
     def take(self) -> dict:
-        """{"episodes": n, statistic: mean, ...} (no statistics when n is 0), and starts over."""
-        result = {"episodes": self.episodes, **{k: v / self.episodes for k, v in self.sums.items()
-                                                if self.episodes}}
+        """{"episodes": n, statistic: mean or None when n is 0, ...}, and starts over."""
+        result = {"episodes": self.episodes,
+                  **{k: self.sums[k] / self.episodes if self.episodes else None for k in self.names}}
         self.sums, self.episodes = {}, 0
         return result
 

@@ -71,7 +71,7 @@ class Trainer:
         self.segment = None
         self.start_time = time.perf_counter()
         self.learn_time = 0.0
-        self.episode_stats = EpisodeStats()
+        self.episode_stats = EpisodeStats(self.env.kind.log_names)
         self._last_metrics: dict = {}
         self._last_log_time = self.start_time
         self._last_log_step = 0
@@ -117,7 +117,7 @@ class Trainer:
 
     def mean_and_log(self) -> dict:
         """The update's metrics, SPS and the mean episode statistics since the last call; appended to
-        metrics.jsonl when the trainer has a run dir. Episode keys are absent when no episode ended."""
+        metrics.jsonl when the trainer has a run dir. The env's statistics are None when no episode ended."""
         now = time.perf_counter()
         sps = (self.global_step - self._last_log_step) / max(now - self._last_log_time, 1e-9)
         record = {"global_step": self.global_step, "update": self.update_index,
