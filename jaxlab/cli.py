@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
+from pathlib import Path
 
 
 def envs_command(args: argparse.Namespace) -> int:
@@ -41,8 +43,6 @@ def config_help() -> str:
 
 def train_command(args: argparse.Namespace) -> int:
     """Trains ARGS.env with the layered config; prints one line per second and a summary."""
-    import time
-
     from jaxlab.config import ConfigError, derive_sizes, load_config
 
     try:
@@ -58,8 +58,6 @@ def train_command(args: argparse.Namespace) -> int:
     from jaxlab.trainer import train
 
     run_dir = args.run_dir or f"runs/{config.env_name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    from pathlib import Path
-
     try:
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         (Path(run_dir) / ".write-test").touch()

@@ -8,7 +8,7 @@ import numpy as np
 
 import jaxlab
 from jaxlab.policy import zero_carry
-from jaxlab.rollout import EpisodeStats, make_act, to_device
+from jaxlab.rollout import EpisodeStats, device_mask, make_act, to_device
 
 
 def play(trainer, steps: int, num_envs: int | None = None, seed: int = 12345,
@@ -26,9 +26,9 @@ def play(trainer, steps: int, num_envs: int | None = None, seed: int = 12345,
         no_truncation = jnp.zeros(env.num_agents, bool)
         key = jax.random.PRNGKey(seed)
         for t in range(steps):
-            mask = None if env.action_mask is None else to_device(env.action_mask)
-            carry, action, _, _, _ = act(trainer.state.params, carry, to_device(obs), reset, to_device(obs),
-                                         no_truncation, key, t, mask)
+            device_obs = to_device(obs)  # also the (unused) final observation: nothing is truncated here
+            carry, action, _, _, _ = act(trainer.state.params, carry, device_obs, reset, device_obs,
+                                         no_truncation, key, t, device_mask(env))
             obs, _, terminals, truncations, info = env.step(np.asarray(action))
             reset = terminals | truncations
             if info:

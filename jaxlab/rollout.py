@@ -76,6 +76,11 @@ def to_device(array: np.ndarray) -> jax.Array:
     return jnp.array(array, copy=True)
 
 
+def device_mask(env) -> jax.Array | None:
+    """The env's action mask as a device copy, or None when the env has no mask."""
+    return None if env.action_mask is None else to_device(env.action_mask)
+
+
 class Rollout:
     """Holds the env, the recurrent state between segments, and the host buffers of env outputs."""
 
@@ -96,9 +101,6 @@ class Rollout:
         self.truncated = np.zeros(A, bool)
         self.timing = {"env": 0.0, "policy": 0.0}
 
-    def _mask(self):
-        return None if self.env.action_mask is None else to_device(self.env.action_mask)
-
     def collect(self, params) -> tuple[Segment, list[dict]]:
         """Runs T steps with ``params``; returns the segment (device arrays) and the env infos."""
         env, T = self.env, self.horizon
@@ -107,7 +109,7 @@ class Rollout:
         infos = []
         for t in range(T + 1):
             tic = time.perf_counter()
-            mask = self._mask()
+            mask = device_mask(env)
             carry, action, logp, value, boot = self.act(params, self.carry, self.obs, self.reset_flags,
                                                         self.final_obs, self.truncated, self.key,
                                                         self.step_count, mask)

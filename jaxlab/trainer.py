@@ -56,8 +56,8 @@ class Trainer:
         act = make_act(self.policy, self.spec, on_trace=lambda: self._traced("act"))
         update = make_update(self.policy, self.spec, optimizer, self.schedule,
                              num_minibatches=self.sizes.num_minibatches, update_epochs=t.update_epochs,
-                             gamma=t.gamma, lam=t.gae_lambda, reward_scale=t.reward_scale, clip_coef=t.clip_coef, vf_coef=t.vf_coef,
-                             vf_clip_coef=t.vf_clip_coef, ent_coef=t.ent_coef, norm_adv=t.norm_adv,
+                             gamma=t.gamma, lam=t.gae_lambda, reward_scale=t.reward_scale,
+                             clip_coef=t.clip_coef, vf_coef=t.vf_coef, vf_clip_coef=t.vf_clip_coef, ent_coef=t.ent_coef, norm_adv=t.norm_adv,
                              on_trace=lambda: self._traced("update"))
         if max_traces is not None:
             act = chex.assert_max_traces(act, n=max_traces)
