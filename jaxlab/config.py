@@ -1,14 +1,16 @@
 """Typed run configuration: frozen dataclasses, loaded in layers and checked before anything runs.
 
-Layers, later ones winning: configs/default.toml -> configs/envs/<env>.toml -> --config FILE ->
-command-line flags ``--section.key value``. Sections: [env] (the C env's own parameters), [vec],
-[policy], [train]. Each field's comment below is its --help text.
+Layers, later ones winning: configs/default.toml -> configs/envs/<env>.toml ->
+configs/presets/<preset>.toml -> --config FILE -> command-line flags ``--section.key value``. Sections:
+[env] (the C env's own parameters), [vec], [policy], [train], [device], [checkpoint], [log]. Each field's
+docstring below is its --help text.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import math
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -42,6 +44,8 @@ class PolicyConfig:
 class TrainConfig:
     total_timesteps: int = 1_000_000
     """agent-steps to train for (rounded down to whole updates)"""
+    batch_size: int | str = "auto"
+    """agent-steps per update: auto = agents x bptt_horizon, or a multiple of it (several segments)"""
     seed: int = 0
     """seed of the envs and of the JAX random keys"""
     bptt_horizon: int = 16
@@ -77,16 +81,66 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
+class DeviceConfig:
+    precision: str = "float32"
+    """matmul input dtype of the network: float32 or bfloat16 (params and the LSTM state stay float32)"""
+    matmul_precision: str = "default"
+    """XLA matmul precision for float32 inputs: default (TF32 on recent GPUs), high or highest"""
+    memory_fraction: float = 0.0
+    """share of GPU memory XLA may take, so runs can share a GPU (0: XLA's own default, 0.75)"""
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    interval: int = 0
+    """save every this many updates (0: only on time, at the end and on a stop signal)"""
+    minutes: float = 10.0
+    """also save when this many minutes of wall time passed since the last save (0: never on time)"""
+    keep: int = 3
+    """how many of the newest checkpoints to keep (the best one is kept besides)"""
+    best_metric: str = "episode_return"
+    """metric (higher is better) that picks the best checkpoint to keep; empty: none"""
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    dashboard: str = "auto"
+    """terminal output: auto (rich dashboard on a terminal, plain lines otherwise), rich, plain, none"""
+    interval: float = 1.0
+    """seconds between plain progress lines"""
+    wandb: bool = False
+    """log to Weights & Biases (offline when no API key or network)"""
+    wandb_project: str = "jaxlab"
+    """wandb project"""
+    wandb_entity: str = ""
+    """wandb entity (empty: your default)"""
+    wandb_group: str = ""
+    """wandb group (empty: none)"""
+    wandb_tags: str = ""
+    """wandb tags, comma-separated"""
+    run_name: str = ""
+    """name of the run in wandb and `jaxlab runs` (empty: the run dir's name)"""
+
+
+@dataclass(frozen=True)
 class Config:
     env_name: str
     env: dict = field(default_factory=dict)
     vec: VecConfig = VecConfig()
     policy: PolicyConfig = PolicyConfig()
     train: TrainConfig = TrainConfig()
+    device: DeviceConfig = DeviceConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    log: LogConfig = LogConfig()
+    preset: str = "none"
 
 
-SECTIONS = {"vec": VecConfig, "policy": PolicyConfig, "train": TrainConfig}
+SECTIONS = {"vec": VecConfig, "policy": PolicyConfig, "train": TrainConfig, "device": DeviceConfig,
+            "checkpoint": CheckpointConfig, "log": LogConfig}
 SCHEDULES = ("linear", "cosine", "none")
+PRECISIONS = ("float32", "bfloat16")
+MATMUL_PRECISIONS = ("default", "high", "highest")
+DASHBOARDS = ("auto", "rich", "plain", "none")
 
 
 def field_help(cls) -> dict[str, str]:
@@ -124,8 +178,16 @@ def parse_bool(text: str, where: str) -> bool:
     raise ConfigError(f"{where}={text!r} is not a boolean; use true or false (also 1/0, yes/no)")
 
 
-def coerce(value: Any, kind: type, where: str) -> Any:
-    """``value`` (a TOML value or a command-line string) as ``kind``; ConfigError otherwise."""
+def coerce(value: Any, kind: type | str, where: str) -> Any:
+    """``value`` (a TOML value or a command-line string) as ``kind``; ConfigError otherwise.
+    ``kind`` "int | str" is an integer or the word auto."""
+    if kind == "int | str":
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
+        try:
+            return coerce(value, int, where)
+        except ConfigError:
+            raise ConfigError(f"{where}={value!r} is neither auto nor an integer; write auto or e.g. 65536") from None
     if kind is bool:
         if isinstance(value, bool):
             return value
@@ -217,9 +279,27 @@ def parse_flags(flags: list[str]) -> dict:
     return layer
 
 
+def read_preset(name: str) -> tuple[dict, dict]:
+    """(the [preset] table: description, platform, ...; the config layer) of configs/presets/NAME.toml."""
+    path = configs_dir() / "presets" / f"{name}.toml"
+    if not path.is_file():
+        known = preset_names()
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise ConfigError(f"unknown preset {name!r}; {hint}presets: auto, {', '.join(known)} (see `jaxlab presets`)")
+    layer = read_toml(path)
+    return layer.pop("preset", {}), layer
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in (configs_dir() / "presets").glob("*.toml"))
+
+
 def load_config(env_name: str, config_file: str | Path | None = None, flags: list[str] | None = None,
-                extra_layers: list[tuple[str, dict]] | None = None) -> tuple[Config, dict]:
-    """Resolves the layers for ``env_name``; returns (config, {"section.key": layer that set it})."""
+                extra_layers: list[tuple[str, dict]] | None = None,
+                preset: str | None = None) -> tuple[Config, dict]:
+    """Resolves the layers for ``env_name``; returns (config, {"section.key": layer that set it}).
+    ``preset`` is a preset's name (``auto`` is resolved by jaxlab.presets before this) or None for none."""
     from jaxlab.env import env_type
 
     try:
@@ -235,6 +315,8 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
     for label, path in layers:
         if path.is_file():
             apply_layer(values, read_toml(path), label, sources, env_params)
+    if preset is not None:
+        apply_layer(values, read_preset(preset)[1], f"configs/presets/{preset}.toml", sources, env_params)
     for label, layer in extra_layers or []:
         apply_layer(values, layer, label, sources, env_params)
     if config_file is not None:
@@ -242,10 +324,15 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
         if not path.is_file():
             raise ConfigError(f"--config {path}: no such file")
         layer = read_toml(path)
-        layer.pop("env_name", None)
+        file_env = layer.pop("env_name", env_name)
+        file_preset = layer.pop("preset", "none")
+        preset = preset if preset is not None else file_preset
+        if file_env != env_name:
+            raise ConfigError(f"--config {path} is a config for env {file_env!r}, not {env_name!r}; "
+                              f"run `jaxlab train {file_env} --config {path}` or remove its env_name line")
         apply_layer(values, layer, str(path), sources, env_params)
     apply_layer(values, parse_flags(flags or []), "command line", sources, env_params)
-    config = build_config(env_name, values, env_params)
+    config = build_config(env_name, values, env_params, preset or "none")
     return config, sources
 
 
@@ -256,7 +343,7 @@ def read_toml(path: Path) -> dict:
         raise ConfigError(f"{path} is not valid TOML: {err}") from None
 
 
-def build_config(env_name: str, values: dict, env_params: dict) -> Config:
+def build_config(env_name: str, values: dict, env_params: dict, preset: str = "none") -> Config:
     """Typed Config from merged raw values (strings from flags are parsed here)."""
     sections = {}
     for section, cls in SECTIONS.items():
@@ -267,17 +354,17 @@ def build_config(env_name: str, values: dict, env_params: dict) -> Config:
     for key, value in values["env"].items():
         param = env_params[key]
         env[key] = coerce(value, int if param.is_int else float, f"env.{key}")
-    config = Config(env_name=env_name, env=env, **sections)
-    return config
+    return Config(env_name=env_name, env=env, preset=preset, **sections)
 
 
-def _type(annotation) -> type:
+def _type(annotation) -> type | str:
     return {"int": int, "float": float, "bool": bool, "str": str}.get(annotation, annotation)
 
 
 def to_toml(config: Config) -> str:
-    """The resolved config as TOML that --config reads back to the same Config."""
-    lines = [f'env_name = "{config.env_name}"', "", "[env]"]
+    """The resolved config as TOML that --config reads back to the same Config (preset is a record of
+    the preset that was applied; --config does not re-apply it)."""
+    lines = [f'env_name = "{config.env_name}"', f'preset = "{config.preset}"', "", "[env]"]
     lines += [f"{k} = {toml_value(v)}" for k, v in config.env.items()]
     for section in SECTIONS:
         lines += ["", f"[{section}]"]
@@ -290,7 +377,7 @@ def toml_value(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return f'"{value}"'
+        return json.dumps(value)
     if isinstance(value, float):
         return repr(value)
     return str(value)
@@ -300,18 +387,40 @@ def toml_value(value) -> str:
 class Sizes:
     """Sizes derived from a config and the env's agents_per_env; never typed twice."""
 
-    num_agents: int       # A = num_envs * agents_per_env
-    horizon: int          # T
-    batch_size: int       # A * T samples per update
-    minibatch_size: int   # samples per gradient step
-    num_minibatches: int  # batch_size / minibatch_size
+    num_envs: int          # C env instances
+    agents_per_env: int
+    num_agents: int        # A = num_envs * agents_per_env
+    horizon: int           # T
+    segments: int          # S: segments of T steps of every agent collected per update
+    batch_size: int        # S * A * T samples per update
+    minibatch_size: int    # samples per gradient step
+    num_minibatches: int   # batch_size / minibatch_size
     minibatch_agents: int  # sequences per minibatch = minibatch_size / T
-    num_updates: int      # total_timesteps // batch_size
+    num_updates: int       # total_timesteps // batch_size
+    total_timesteps: int
 
-    def describe(self, config: Config, agents_per_env: int) -> str:
-        return (f"{config.vec.num_envs:,} envs x {agents_per_env:,} agents x horizon {self.horizon} = "
-                f"batch {self.batch_size:,}; {self.num_minibatches} minibatches of {self.minibatch_size:,}; "
-                f"{self.num_updates:,} updates for {config.train.total_timesteps:,} steps")
+    def describe(self) -> str:
+        segments = f" x {self.segments} segments" if self.segments > 1 else ""
+        return (f"{self.num_envs:,} envs x {self.agents_per_env:,} agents x horizon {self.horizon}{segments} = "
+                f"batch {self.batch_size:,}; {self.num_minibatches} minibatch{'es' * (self.num_minibatches > 1)} "
+                f"of {self.minibatch_size:,}; "
+                f"{self.num_updates:,} updates for {_steps(self.total_timesteps)} steps")
+
+
+def _steps(n: int) -> str:
+    """1,000,000 -> 1M, 250,000 -> 250K, 2,048 -> 2,048."""
+    for unit, size in (("B", 10**9), ("M", 10**6), ("K", 10**3)):
+        if n >= size and n % (size // 10 if size > 1000 else size) == 0:
+            value = n / size
+            return f"{value:g}{unit}"
+    return f"{n:,}"
+
+
+def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        close = difflib.get_close_matches(value, choices, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ConfigError(f"{name}={value!r} is not known; {hint}use one of {', '.join(choices)}")
 
 
 def derive_sizes(config: Config, agents_per_env: int) -> Sizes:
@@ -320,7 +429,7 @@ def derive_sizes(config: Config, agents_per_env: int) -> Sizes:
     positive = [("vec.num_envs", v.num_envs), ("vec.num_threads", v.num_threads),
                 ("policy.hidden_size", config.policy.hidden_size), ("train.bptt_horizon", t.bptt_horizon),
                 ("train.minibatch_size", t.minibatch_size), ("train.update_epochs", t.update_epochs),
-                ("train.total_timesteps", t.total_timesteps)]
+                ("train.total_timesteps", t.total_timesteps), ("checkpoint.keep", config.checkpoint.keep)]
     for name, value in positive:
         if value < 1:
             raise ConfigError(f"{name}={value} must be at least 1")
@@ -339,23 +448,46 @@ def derive_sizes(config: Config, agents_per_env: int) -> Sizes:
         raise ConfigError(f"train.min_lr_ratio={t.min_lr_ratio} must be in [0, 1]")
     if t.anneal_lr not in SCHEDULES:
         raise ConfigError(f"train.anneal_lr={t.anneal_lr!r} is not a schedule; use one of {', '.join(SCHEDULES)}")
+    check_choice("device.precision", config.device.precision, PRECISIONS)
+    check_choice("device.matmul_precision", config.device.matmul_precision, MATMUL_PRECISIONS)
+    check_choice("log.dashboard", config.log.dashboard, DASHBOARDS)
+    if not 0 <= config.device.memory_fraction <= 1:
+        raise ConfigError(f"device.memory_fraction={config.device.memory_fraction} must be in [0, 1] "
+                          "(0 leaves XLA's default), e.g. 0.3 to fit three runs on one GPU")
+    for name in ("interval",):
+        if getattr(config.checkpoint, name) < 0:
+            raise ConfigError(f"checkpoint.{name}={getattr(config.checkpoint, name)} must be >= 0 (0: off)")
+    if config.checkpoint.minutes < 0:
+        raise ConfigError(f"checkpoint.minutes={config.checkpoint.minutes} must be >= 0 (0: off)")
+    if not config.log.interval > 0:
+        raise ConfigError(f"log.interval={config.log.interval} must be positive (seconds), e.g. 1")
     num_chunks = min(v.num_envs, 64)
     if v.num_threads > num_chunks:
         raise ConfigError(f"vec.num_threads={v.num_threads} exceeds min(vec.num_envs, 64)={num_chunks}; "
                           f"use at most {num_chunks} threads")
     agents = v.num_envs * agents_per_env
-    batch = agents * t.bptt_horizon
+    segment = agents * t.bptt_horizon
+    shape = f"{v.num_envs:,} envs x {agents_per_env} agents x horizon {t.bptt_horizon}"
+    if t.batch_size == "auto":
+        batch = segment
+    else:
+        batch = t.batch_size
+        if batch < 1 or batch % segment != 0:
+            fix = max(1, round(batch / segment)) * segment if batch >= 1 else segment
+            raise ConfigError(f"train.batch_size={batch:,} must be a positive multiple of {segment:,} "
+                              f"({shape}); use auto or e.g. --train.batch-size {fix}")
     if t.minibatch_size % t.bptt_horizon != 0:
         raise ConfigError(f"train.minibatch_size={t.minibatch_size} must be a multiple of train.bptt_horizon="
                           f"{t.bptt_horizon} (minibatches are whole sequences); e.g. "
                           f"--train.minibatch-size {max(1, t.minibatch_size // t.bptt_horizon) * t.bptt_horizon}")
     if batch % t.minibatch_size != 0:
         raise ConfigError(f"train.minibatch_size={t.minibatch_size} must divide the batch of {batch:,} "
-                          f"({agents:,} agents x horizon {t.bptt_horizon}); e.g. --train.minibatch-size {batch}")
+                          f"({shape}); e.g. --train.minibatch-size {batch}")
     if t.total_timesteps < batch:
         raise ConfigError(f"train.total_timesteps={t.total_timesteps:,} is less than one batch of {batch:,} "
-                          f"({v.num_envs:,} envs x {agents_per_env} agents x horizon {t.bptt_horizon}); "
-                          f"raise it to at least {batch} or use fewer envs")
-    return Sizes(num_agents=agents, horizon=t.bptt_horizon, batch_size=batch, minibatch_size=t.minibatch_size,
-                 num_minibatches=batch // t.minibatch_size, minibatch_agents=t.minibatch_size // t.bptt_horizon,
-                 num_updates=t.total_timesteps // batch)
+                          f"({shape}); raise it to at least {batch} or use fewer envs")
+    return Sizes(num_envs=v.num_envs, agents_per_env=agents_per_env, num_agents=agents,
+                 horizon=t.bptt_horizon, segments=batch // segment, batch_size=batch,
+                 minibatch_size=t.minibatch_size, num_minibatches=batch // t.minibatch_size,
+                 minibatch_agents=t.minibatch_size // t.bptt_horizon, num_updates=t.total_timesteps // batch,
+                 total_timesteps=t.total_timesteps)

@@ -34,6 +34,22 @@ class Segment(NamedTuple):
     masks: Any = None
 
 
+def concat_segments(segments: list[Segment]) -> Segment:
+    """S segments of A agents as one of S * A sequences (the agent axis: axis 1 of [T, A, ...] arrays,
+    axis 0 of next_values and the carry), each keeping its own start carry and bootstrap values."""
+    if len(segments) == 1:
+        return segments[0]
+
+    def cat(axis):
+        return lambda *xs: None if xs[0] is None else jnp.concatenate(xs, axis=axis)
+
+    first = segments[0]
+    fields = {k: cat(1)(*[getattr(s, k) for s in segments]) for k in first._fields
+              if k not in ("next_values", "start_carry")}
+    return Segment(**fields, next_values=jnp.concatenate([s.next_values for s in segments]),
+                   start_carry=jax.tree.map(cat(0), *[s.start_carry for s in segments]))
+
+
 class TrainState(NamedTuple):
     params: Any
     opt_state: Any

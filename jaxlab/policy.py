@@ -6,7 +6,8 @@ Shapes (A = agents, T = time, H = hidden_size, O = flattened observation size):
     step:   obs [A, ...]            -> carry, head [A, head_size], value [A]
     unroll: obs [T, A, ...], reset [T, A] from a start carry -> carry, head [T, A, head_size], value [T, A]
 The input projection of the LSTM is applied to all T steps at once; only the recurrent matmul is
-inside the lax.scan.
+inside the lax.scan. ``dtype`` (float32 or bfloat16) is the input dtype of the encoder and LSTM
+matmuls; they accumulate in float32, and params, the carry, the heads and all outputs stay float32.
 """
 
 from __future__ import annotations
@@ -26,12 +27,15 @@ def zero_carry(num_agents: int, hidden_size: int) -> Carry:
     return (jnp.zeros((num_agents, hidden_size), jnp.float32), jnp.zeros((num_agents, hidden_size), jnp.float32))
 
 
-def lstm_cell(recurrent_kernel: jax.Array, carry: Carry, input_gates: jax.Array, reset: jax.Array) -> Carry:
-    """One LSTM step. input_gates [A, 4H] = W_x x + b (precomputed); reset [A] zeroes the carry first."""
+def lstm_cell(recurrent_kernel: jax.Array, carry: Carry, input_gates: jax.Array, reset: jax.Array,
+              dtype=jnp.float32) -> Carry:
+    """One LSTM step. input_gates [A, 4H] = W_x x + b (precomputed, float32); reset [A] zeroes the carry
+    first; the recurrent matmul takes ``dtype`` inputs and accumulates in float32."""
     c, h = carry
     keep = (~reset)[:, None].astype(c.dtype)
     c, h = c * keep, h * keep
-    gates = input_gates + h @ recurrent_kernel
+    gates = input_gates + jnp.dot(h.astype(dtype), recurrent_kernel.astype(dtype),
+                                  preferred_element_type=jnp.float32)
     i, f, g, o = jnp.split(gates, 4, axis=-1)
     c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
     h = jax.nn.sigmoid(o) * jnp.tanh(c)
@@ -43,13 +47,14 @@ class ActorCritic(nn.Module):
     hidden_size: int = 128
     lstm: bool = True
     actor_init_scale: float = 0.01
+    dtype: str = "float32"
 
     def setup(self):
         H = self.hidden_size
-        self.encoder = nn.Dense(H, kernel_init=nn.initializers.orthogonal(math.sqrt(2)))
+        self.encoder = nn.Dense(H, kernel_init=nn.initializers.orthogonal(math.sqrt(2)), dtype=self.dtype)
         if self.lstm:
             self.input_gates = nn.Dense(4 * H, kernel_init=nn.initializers.orthogonal(1.0),
-                                        bias_init=self._forget_bias_init)
+                                        bias_init=self._forget_bias_init, dtype=self.dtype)
             self.recurrent_kernel = self.param("recurrent_kernel", nn.initializers.orthogonal(1.0), (H, 4 * H))
         self.actor = nn.Dense(self.action.head_size, kernel_init=nn.initializers.orthogonal(self.actor_init_scale))
         self.critic = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0))
@@ -66,6 +71,7 @@ class ActorCritic(nn.Module):
         return nn.gelu(self.encoder(x))
 
     def _heads(self, x: jax.Array):
+        x = x.astype(jnp.float32)
         log_std = self.log_std if self.action.kind == "continuous" else None
         return self.actor(x), self.critic(x)[..., 0], log_std
 
@@ -73,7 +79,8 @@ class ActorCritic(nn.Module):
         """One step for all agents: (carry, head [A, k], value [A], log_std or None)."""
         x = self._encode(obs, 1)
         if self.lstm:
-            carry = lstm_cell(self.recurrent_kernel, carry, self.input_gates(x), reset)
+            gates = self.input_gates(x).astype(jnp.float32)
+            carry = lstm_cell(self.recurrent_kernel, carry, gates, reset, self.dtype)
             x = carry[1]
         return (carry, *self._heads(x))
 
@@ -85,8 +92,9 @@ class ActorCritic(nn.Module):
 
             def step(c, inputs):
                 gates, r = inputs
-                c = lstm_cell(kernel, c, gates, r)
+                c = lstm_cell(kernel, c, gates, r, self.dtype)
                 return c, c[1]
 
-            carry, x = jax.lax.scan(step, carry, (self.input_gates(x), reset))
+            gates = self.input_gates(x).astype(jnp.float32)
+            carry, x = jax.lax.scan(step, carry, (gates, reset))
         return (carry, *self._heads(x))

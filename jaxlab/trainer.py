@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections import defaultdict
@@ -15,9 +16,22 @@ import numpy as np
 import jaxlab
 from jaxlab import config as config_lib
 from jaxlab.distributions import ActionSpec
-from jaxlab.learner import TrainState, lr_schedule, make_optimizer, make_update
+from jaxlab.learner import TrainState, concat_segments, lr_schedule, make_optimizer, make_update
 from jaxlab.policy import ActorCritic, zero_carry
 from jaxlab.rollout import EpisodeStats, Rollout, make_act
+
+
+def with_matmul_precision(fn, precision: str):
+    """``fn`` traced under jax.default_matmul_precision(precision) (no change for "default")."""
+    if precision == "default":
+        return fn
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        with jax.default_matmul_precision(precision):
+            return fn(*args, **kwargs)
+
+    return wrapped
 
 
 class Trainer:
@@ -39,7 +53,8 @@ class Trainer:
             self.env.close()
             raise
         self.spec = ActionSpec.from_space(self.env.action_space)
-        self.policy = ActorCritic(self.spec, c.policy.hidden_size, c.policy.lstm, c.policy.actor_init_scale)
+        self.policy = ActorCritic(self.spec, c.policy.hidden_size, c.policy.lstm, c.policy.actor_init_scale,
+                                  dtype=c.device.precision)
         A, H = self.sizes.num_agents, c.policy.hidden_size
         key = jax.random.PRNGKey(t.seed)
         init_key, rollout_key, self.update_key = jax.random.split(key, 3)
@@ -59,6 +74,8 @@ class Trainer:
                              gamma=t.gamma, lam=t.gae_lambda, reward_scale=t.reward_scale,
                              clip_coef=t.clip_coef, vf_coef=t.vf_coef, vf_clip_coef=t.vf_clip_coef, ent_coef=t.ent_coef, norm_adv=t.norm_adv,
                              on_trace=lambda: self._traced("update"))
+        act = with_matmul_precision(act, c.device.matmul_precision)
+        update = with_matmul_precision(update, c.device.matmul_precision)
         if max_traces is not None:
             act = chex.assert_max_traces(act, n=max_traces)
             update = chex.assert_max_traces(update, n=max_traces)
@@ -96,10 +113,15 @@ class Trainer:
         return {**self.rollout.timing, "learn": self.learn_time}
 
     def evaluate(self) -> None:
-        """Collects one segment of T steps of every agent with the current parameters."""
-        self.segment, infos = self.rollout.collect(self.state.params)
-        for info in infos:
-            self.episode_stats.add(info)
+        """Collects the update's batch with the current parameters: ``sizes.segments`` segments of T
+        steps of every agent, one after the other, trained on as segments x agents sequences."""
+        segments = []
+        for _ in range(self.sizes.segments):
+            segment, infos = self.rollout.collect(self.state.params)
+            segments.append(segment)
+            for info in infos:
+                self.episode_stats.add(info)
+        self.segment = concat_segments(segments)
         self.global_step += self.sizes.batch_size
 
     def train(self) -> dict:

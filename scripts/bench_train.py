@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from jaxlab.bench import report_training
 from jaxlab.config import load_config
 from jaxlab.trainer import Trainer
 
@@ -41,7 +42,7 @@ def run_to_threshold(env: str, threshold: float, window: int, flags: list[str]) 
                 break
         elapsed = time.perf_counter() - start
         steady_steps = trainer.global_step - trainer.sizes.batch_size
-        print(f"{env}: {trainer.sizes.describe(config, trainer.env.agents_per_env)}; "
+        print(f"{env}: {trainer.sizes.describe()}; "
               f"{trainer.num_params:,} parameters, lstm={config.policy.lstm}")
         print(f"  first update (both compiles + one update): {first_update:.2f} s")
         print(f"  steady SPS: {steady_steps / max(elapsed - first_update, 1e-9):,.0f}")
@@ -54,30 +55,13 @@ def run_to_threshold(env: str, threshold: float, window: int, flags: list[str]) 
 
 
 def steady_sps(env: str, agents: int, updates: int, flags: list[str]) -> None:
+    """Steady SPS at ``agents`` agents (4 minibatches), the first update excluded."""
     probe_config, _ = load_config(env, flags=flags)
     horizon = probe_config.train.bptt_horizon
     base = ["--vec.num-envs", str(agents), "--train.total-timesteps", str(agents * horizon * (updates + 1)),
             "--train.minibatch-size", str(agents * horizon // 4)]
     config, _ = load_config(env, flags=base + flags)
-    with Trainer(config) as trainer:
-        tic = time.perf_counter()
-        trainer.evaluate()
-        trainer.train()
-        compile_and_first = time.perf_counter() - tic
-        trainer.mean_and_log()
-        timing_before = dict(trainer.timing)
-        tic = time.perf_counter()
-        for _ in range(updates):
-            trainer.evaluate()
-            trainer.train()
-            trainer.mean_and_log()
-        elapsed = time.perf_counter() - tic
-        split = {k: trainer.timing[k] - timing_before[k] for k in trainer.timing}
-    print(f"{env} at {trainer.sizes.num_agents:,} agents: {trainer.sizes.describe(config, 1)}; "
-          f"epochs {config.train.update_epochs}, hidden {config.policy.hidden_size}, lstm={config.policy.lstm}")
-    print(f"  first update {compile_and_first:.2f} s; steady {updates * trainer.sizes.batch_size / elapsed:,.0f} SPS "
-          f"(env {split['env']:.2f} s, policy {split['policy']:.2f} s, learn {split['learn']:.2f} s "
-          f"of {elapsed:.2f} s)")
+    print(report_training(config, updates))
 
 
 def main() -> None:

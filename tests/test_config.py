@@ -65,8 +65,8 @@ def test_derived_sizes_with_several_agents_per_env():
     sizes = derive_sizes(config, agents_per_env=8)
     assert (sizes.num_agents, sizes.batch_size, sizes.num_minibatches, sizes.minibatch_agents, sizes.num_updates) \
         == (32, 512, 2, 16, 19)
-    assert sizes.describe(config, 8) == ("4 envs x 8 agents x horizon 16 = batch 512; 2 minibatches of 256; "
-                                         "19 updates for 10,000 steps")
+    assert sizes.describe() == ("4 envs x 8 agents x horizon 16 = batch 512; 2 minibatches of 256; "
+                                "19 updates for 10K steps")
 
 
 def test_resolved_config_round_trips(tmp_path):
@@ -74,3 +74,124 @@ def test_resolved_config_round_trips(tmp_path):
     path = tmp_path / "config.toml"
     path.write_text(to_toml(config))
     assert load_config("memory", config_file=path)[0] == config
+
+
+def write_layers(root, env_name="cartpole"):
+    """A configs/ tree where each layer sets train.seed to its own number and one key of its own."""
+    (root / "envs").mkdir(parents=True)
+    (root / "presets").mkdir()
+    (root / "default.toml").write_text("[train]\nseed = 1\ngamma = 0.91\n")
+    (root / "envs" / f"{env_name}.toml").write_text("[train]\nseed = 2\ngae_lambda = 0.92\n")
+    (root / "presets" / "mine.toml").write_text(
+        '[preset]\ndescription = "test"\n\n[train]\nseed = 3\nclip_coef = 0.3\n')
+
+
+def test_precedence_of_every_layer(tmp_path, monkeypatch):
+    import jaxlab.config as config_module
+
+    write_layers(tmp_path / "configs")
+    monkeypatch.setattr(config_module, "configs_dir", lambda: tmp_path / "configs")
+    file = tmp_path / "run.toml"
+    file.write_text("[train]\nseed = 4\nent_coef = 0.04\n")
+    expected = [  # (layers used, the seed that wins, its source)
+        (dict(), 2, "configs/envs/cartpole.toml"),
+        (dict(preset="mine"), 3, "configs/presets/mine.toml"),
+        (dict(preset="mine", config_file=file), 4, str(file)),
+        (dict(preset="mine", config_file=file, flags=["--train.seed", "5"]), 5, "command line"),
+    ]
+    for kwargs, seed, source in expected:
+        config, sources = load_config("cartpole", **kwargs)
+        assert config.train.seed == seed and sources["train.seed"] == source, kwargs
+    config, sources = load_config("cartpole", preset="mine", config_file=file, flags=["--train.seed", "5"])
+    # every layer's own key survives the layers above it
+    assert (config.train.gamma, config.train.gae_lambda, config.train.clip_coef, config.train.ent_coef) \
+        == (0.91, 0.92, 0.3, 0.04)
+    assert [sources[f"train.{k}"] for k in ("gamma", "gae_lambda", "clip_coef", "ent_coef")] == [
+        "configs/default.toml", "configs/envs/cartpole.toml", "configs/presets/mine.toml", str(file)]
+    assert config.preset == "mine"
+
+
+@pytest.mark.parametrize("text, value", [("auto", "auto"), ("AUTO", "auto"), ("2048", 2048), ("2_048", 2048),
+                                         ("4e3", 4000)])
+def test_batch_size_is_auto_or_an_integer(text, value):
+    config, _ = load_config("cartpole", flags=["--train.batch-size", text])
+    assert config.train.batch_size == value
+
+
+def test_auto_batch_is_agents_times_horizon_and_a_multiple_collects_several_segments():
+    flags = ["--vec.num-envs", "8", "--train.bptt-horizon", "32", "--train.minibatch-size", "128",
+             "--train.total-timesteps", "10_000"]
+    config, _ = load_config("target", flags=flags)
+    sizes = derive_sizes(config, agents_per_env=4)
+    assert (sizes.num_agents, sizes.segments, sizes.batch_size, sizes.num_minibatches, sizes.num_updates) \
+        == (32, 1, 1024, 8, 9)
+    config, _ = load_config("target", flags=[*flags, "--train.batch-size", "3072"])
+    sizes = derive_sizes(config, agents_per_env=4)
+    assert (sizes.segments, sizes.batch_size, sizes.num_minibatches, sizes.num_updates) == (3, 3072, 24, 3)
+    assert sizes.describe() == ("8 envs x 4 agents x horizon 32 x 3 segments = batch 3,072; "
+                                "24 minibatches of 128; 3 updates for 10K steps")
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--train.batch-size", "1500"], r"train.batch_size=1,500 must be a positive multiple of 1,024 \(64 envs x "
+     r"1 agents x horizon 16\); use auto or e.g. --train.batch-size 1024"),
+    (["--train.batch-size", "-1"], r"train.batch_size=-1 must be a positive multiple of 1,024"),
+    (["--device.precision", "fp8"], r"device.precision='fp8' is not known; use one of float32, bfloat16"),
+    (["--device.precision", "bfloat"], r"did you mean 'bfloat16'\?"),
+    (["--device.matmul-precision", "low"], r"device.matmul_precision='low' is not known; use one of default, high"),
+    (["--device.memory-fraction", "1.5"], r"device.memory_fraction=1.5 must be in \[0, 1\]"),
+    (["--log.dashboard", "fancy"], r"log.dashboard='fancy' is not known"),
+    (["--checkpoint.keep", "0"], r"checkpoint.keep=0 must be at least 1"),
+    (["--checkpoint.minutes", "-1"], r"checkpoint.minutes=-1.0 must be >= 0"),
+    (["--vec.num-envs", "0"], r"vec.num_envs=0 must be at least 1"),
+    (["--train.ent-coef", "-0.01"], r"train.ent_coef=-0.01 must be >= 0"),
+])
+def test_more_invariants(flags, message):
+    config, _ = load_config("cartpole", flags=flags)
+    with pytest.raises(ConfigError, match=message):
+        derive_sizes(config, agents_per_env=1)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--train.batch-size", "big"], r"train.batch_size='big' is neither auto nor an integer"),
+    (["--log.wandb", "on"], r"log.wandb='on' is not a boolean"),
+    (["--device.precison", "float32"], r"did you mean 'device.precision'"),
+])
+def test_more_bad_flags(flags, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config("cartpole", flags=flags)
+
+
+def test_unknown_preset_and_a_config_file_for_another_env(tmp_path):
+    with pytest.raises(ConfigError, match=r"unknown preset 'h10'; did you mean 'h100'\?"):
+        load_config("cartpole", preset="h10")
+    config, _ = load_config("memory")
+    path = tmp_path / "memory.toml"
+    path.write_text(to_toml(config))
+    with pytest.raises(ConfigError, match=r"is a config for env 'memory', not 'cartpole'; run `jaxlab train memory"):
+        load_config("cartpole", config_file=path)
+
+
+def test_every_preset_validates_for_every_env():
+    from jaxlab.config import preset_names
+    from jaxlab.env import env_types
+
+    import jaxlab
+
+    assert preset_names() == ["a100", "cpu", "gpu", "h100"]
+    for env_name in env_types():
+        with jaxlab.make(env_name) as probe:
+            agents_per_env = probe.agents_per_env
+        for preset in preset_names():
+            config, sources = load_config(env_name, preset=preset)
+            derive_sizes(config, agents_per_env)
+            assert sources["device.precision"] == f"configs/presets/{preset}.toml"
+
+
+def test_round_trip_keeps_preset_and_explicit_batch(tmp_path):
+    config, _ = load_config("target", preset="gpu", flags=["--train.batch-size", "262144",
+                                                            "--log.wandb-tags", 'a,"b"', "--log.run-name", "x y"])
+    path = tmp_path / "config.toml"
+    path.write_text(to_toml(config))
+    again, _ = load_config("target", config_file=path)
+    assert again == config and again.preset == "gpu" and again.log.wandb_tags == 'a,"b"'

@@ -101,3 +101,21 @@ def test_gaussian_log_prob_and_entropy():
     assert float(entropy[0]) == pytest.approx(math.log(2.0) + 2 * 0.5 * (1 + math.log(2 * math.pi)), rel=1e-6)
     draws = jax.vmap(lambda k: distributions.sample(spec, mean, log_std, k))(jax.random.split(KEY, 4000))
     np.testing.assert_allclose(draws.std(axis=0)[0], [1.0, 2.0], rtol=0.05)
+
+
+def test_bfloat16_matmuls_keep_float32_params_and_outputs_close_to_float32():
+    spec, hidden, A, T = ActionSpec("discrete", (3,)), 32, 16, 6
+    full = ActorCritic(spec, hidden_size=hidden)
+    half = ActorCritic(spec, hidden_size=hidden, dtype="bfloat16")
+    params = full.init(KEY, zero_carry(A, hidden), jnp.zeros((A, 5)), jnp.ones(A, bool))
+    assert {x.dtype for x in jax.tree.leaves(half.init(KEY, zero_carry(A, hidden), jnp.zeros((A, 5)),
+                                                          jnp.ones(A, bool)))} == {jnp.dtype("float32")}
+    obs = jax.random.normal(jax.random.PRNGKey(3), (T, A, 5))
+    resets = jnp.zeros((T, A), bool).at[0].set(True)
+    carry_f, head_f, value_f, _ = full.apply(params, zero_carry(A, hidden), obs, resets, method="unroll")
+    carry_h, head_h, value_h, _ = half.apply(params, zero_carry(A, hidden), obs, resets, method="unroll")
+    assert head_h.dtype == value_h.dtype == carry_h[0].dtype == jnp.float32
+    # bfloat16 keeps 8 bits of mantissa: errors near 1e-2 of the activations, not 1e-6 and not 1
+    err = float(jnp.max(jnp.abs(carry_h[1] - carry_f[1])))
+    assert 1e-5 < err < 5e-2
+    np.testing.assert_allclose(value_h, value_f, atol=5e-2)

@@ -127,3 +127,26 @@ def test_continuous_actions_flow_through_the_rollout():
         assert trainer.segment is None and np.isfinite(metrics["policy_loss"])
         log_std = trainer.state.params["params"]["log_std"]
         assert log_std.shape == (1,) and jax.numpy.all(jnp.isfinite(log_std))
+
+
+def test_a_batch_of_several_segments_is_consecutive_segments_side_by_side():
+    one = small_config("cartpole", "--train.minibatch-size", "64")
+    two = small_config("cartpole", "--train.minibatch-size", "64", "--train.batch-size", "128")
+    with Trainer(one) as single, Trainer(two, max_traces=1) as double:
+        assert (double.sizes.segments, double.sizes.num_updates, double.sizes.num_minibatches) == (2, 5, 2)
+        single.evaluate()
+        first = single.segment
+        single.evaluate()
+        second = single.segment
+        double.evaluate()
+        both = double.segment
+        assert both.obs.shape[:2] == (8, 16) and double.global_step == 128
+        for name in ("obs", "actions", "rewards", "resets", "bootstrap_values"):
+            np.testing.assert_array_equal(getattr(both, name), np.concatenate(
+                [getattr(first, name), getattr(second, name)], axis=1), err_msg=name)
+        np.testing.assert_array_equal(both.next_values, np.concatenate([first.next_values, second.next_values]))
+        np.testing.assert_array_equal(both.start_carry[1][8:], second.start_carry[1])
+        assert np.abs(second.start_carry[1]).sum() > 0  # the second segment continues the first's memory
+        double.train()
+        double.evaluate()
+        double.train()

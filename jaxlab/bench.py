@@ -1,0 +1,71 @@
+"""Benchmarks that print figures (never asserted): C env stepping and steady training SPS.
+
+`jaxlab bench ENV` runs both for one env with the resolved config; scripts/bench_env.py sweeps every
+env and agent count, scripts/bench_train.py adds time-to-threshold.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+import jaxlab
+
+
+def env_steps_per_second(name: str, agents: int, seconds: float, threads: int = 1,
+                         params: dict | None = None) -> tuple[float, float]:
+    """(agent-steps/s, seconds per step call) of ``name`` with about ``agents`` agents and random
+    actions through the Python API. Actions come from a pool of 64 batches drawn before timing, so the
+    figure is the bridge and the env, not numpy's RNG."""
+    params = params or {}
+    with jaxlab.make(name, num_envs=1, **params) as probe:
+        num_envs = max(1, agents // probe.agents_per_env)
+    with jaxlab.make(name, num_envs=num_envs, seed=0, num_threads=min(threads, num_envs, 64), **params) as env:
+        rng = np.random.default_rng(0)
+        pool = [env.action_space.sample(rng, env.num_agents) for _ in range(64)]
+        env.reset()
+        for actions in pool:
+            env.step(actions)
+        calls = 0
+        start = time.perf_counter()
+        while True:
+            for actions in pool:
+                env.step(actions)
+            calls += len(pool)
+            elapsed = time.perf_counter() - start
+            if elapsed >= seconds:
+                return calls * env.num_agents / elapsed, elapsed / calls
+
+
+def steady_training(config, updates: int) -> dict:
+    """Trains ``config`` for 1 + ``updates`` updates; returns the first update's seconds (compiles
+    included), the steady SPS of the rest and their time split {env, policy, learn, other} in seconds."""
+    from jaxlab.trainer import Trainer
+
+    with Trainer(config) as trainer:
+        tic = time.perf_counter()
+        trainer.evaluate()
+        trainer.train()
+        first = time.perf_counter() - tic
+        trainer.mean_and_log()
+        before = dict(trainer.timing)
+        tic = time.perf_counter()
+        for _ in range(updates):
+            trainer.evaluate()
+            trainer.train()
+            trainer.mean_and_log()
+        elapsed = time.perf_counter() - tic
+        split = {k: trainer.timing[k] - before[k] for k in trainer.timing}
+        split["other"] = elapsed - sum(split.values())
+        return {"first_update_s": first, "sps": updates * trainer.sizes.batch_size / elapsed,
+                "elapsed_s": elapsed, "split": split, "sizes": trainer.sizes, "num_params": trainer.num_params}
+
+
+def report_training(config, updates: int) -> str:
+    result = steady_training(config, updates)
+    split = ", ".join(f"{k} {v:.2f} s" for k, v in result["split"].items())
+    return (f"train {config.env_name}: {result['sizes'].describe()}; {result['num_params']:,} params, "
+            f"lstm={config.policy.lstm}, precision {config.device.precision}\n"
+            f"  first update (compiles included) {result['first_update_s']:.2f} s; steady "
+            f"{result['sps']:,.0f} SPS over {updates} updates ({split} of {result['elapsed_s']:.2f} s)")

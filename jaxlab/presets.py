@@ -1,0 +1,98 @@
+"""Presets per accelerator (configs/presets/*.toml) and the choice `auto` makes from the devices.
+
+A device is described by ``DeviceInfo(platform, kind, memory_bytes)``; ``select_preset`` is a pure
+function of a list of them, so it is tested with simulated device lists. Only ``current_devices`` and
+``prepare_backend`` touch JAX, and JAX is imported there and nowhere else in this module.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from jaxlab.config import ConfigError, preset_names, read_preset
+
+#: Device kinds (substrings of jax's device_kind, upper case) for the big-GPU presets, checked in order.
+KIND_PRESETS = (("H100", "h100"), ("H200", "h100"), ("H800", "h100"), ("A100", "a100"), ("A800", "a100"))
+GPU_PLATFORMS = ("gpu", "cuda", "rocm")
+MEMORY_ENV_VARS = ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE",
+                   "XLA_PYTHON_CLIENT_ALLOCATOR")
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    platform: str            # jax's device.platform: cpu, gpu/cuda, rocm, tpu
+    kind: str                # jax's device.device_kind, e.g. "NVIDIA H100 80GB HBM3"
+    memory_bytes: int | None  # the device's memory limit when JAX reports one
+
+
+def select_preset(devices: list[DeviceInfo]) -> tuple[str, str]:
+    """(preset name, the reason) that `auto` picks for these devices."""
+    if not devices or devices[0].platform == "cpu":
+        return "cpu", "JAX sees only CPU devices"
+    device = devices[0]
+    memory = f", {device.memory_bytes / 2**30:.0f} GiB" if device.memory_bytes else ""
+    seen = f"{len(devices)} x {device.kind} ({device.platform}{memory})"
+    if device.platform not in GPU_PLATFORMS:
+        return "gpu", f"{seen}: no preset for {device.platform}, using the generic gpu preset"
+    for needle, name in KIND_PRESETS:
+        if needle in device.kind.upper():
+            return name, seen
+    return "gpu", f"{seen}: not an A100/H100-class card"
+
+
+def check_preset_fits(name: str, devices: list[DeviceInfo]) -> None:
+    """ConfigError when preset ``name`` is for a platform these devices are not (e.g. h100 on a CPU)."""
+    info, _ = read_preset(name)
+    platforms = info.get("platforms", [])
+    platform = devices[0].platform if devices else "cpu"
+    if platforms and platform not in platforms:
+        raise ConfigError(f"preset {name!r} is for {'/'.join(platforms)} devices but JAX sees only "
+                          f"{platform} devices here; use --preset auto (it picks "
+                          f"{select_preset(devices)[0]!r} here) or install JAX for your accelerator")
+
+
+def current_devices() -> list[DeviceInfo]:
+    """This process's JAX devices (initialises JAX's backend)."""
+    import jax
+
+    devices = []
+    for device in jax.devices():
+        try:
+            stats = device.memory_stats() or {}
+        except Exception:  # noqa: BLE001 - platforms without memory stats raise various errors
+            stats = {}
+        devices.append(DeviceInfo(device.platform, device.device_kind, stats.get("bytes_limit")))
+    return devices
+
+
+def prepare_backend(memory_fraction: float | None) -> str:
+    """Sets XLA's GPU memory options before JAX's backend starts; returns what it did, for the log.
+
+    ``memory_fraction`` > 0 caps XLA's share of GPU memory. None means not yet known (preset auto, which
+    must look at the devices first): preallocation is turned off instead, so that runs take memory as
+    they need it and can share a GPU. Variables the user already set are left alone."""
+    if any(var in os.environ for var in MEMORY_ENV_VARS):
+        return "XLA memory options from the environment"
+    if memory_fraction is None:
+        os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+        return "GPU memory allocated on demand (preset auto)"
+    if memory_fraction > 0:
+        os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = str(memory_fraction)
+        return f"GPU memory capped at {memory_fraction:.0%}"
+    return "XLA's default GPU memory"
+
+
+def describe_presets(devices: list[DeviceInfo]) -> str:
+    """The table `jaxlab presets` prints: each preset and the one auto picks here."""
+    chosen, reason = select_preset(devices)
+    lines = []
+    for name in preset_names():
+        info, layer = read_preset(name)
+        mark = "*" if name == chosen else " "
+        lines.append(f"{mark} {name:<6} {info.get('description', '')}")
+        settings = [f"{section}.{key}={value}" for section, table in layer.items() for key, value in table.items()]
+        lines.append(f"         sets {', '.join(settings) if settings else 'nothing'}")
+    lines.append(f"auto picks {chosen!r} here: {reason}. Each file in configs/presets/ says where its "
+                 "numbers come from.")
+    return "\n".join(lines)

@@ -1,0 +1,67 @@
+"""`jaxlab config`, `jaxlab presets`, `jaxlab bench` and --help of every command, in subprocesses."""
+
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from jaxlab.config import load_config
+
+
+def jaxlab(*args):
+    return subprocess.run([sys.executable, "-m", "jaxlab.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_config_prints_sources_and_sizes_as_toml_that_round_trips(tmp_path):
+    result = jaxlab("config", "target", "--vec.num-envs", "4", "--train.total-timesteps", "1e6",
+                    "--train.minibatch-size", "512")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "# target, preset cpu (JAX sees only CPU devices)"
+    assert lines[1] == "# 4 envs x 8 agents x horizon 16 = batch 512; 1 minibatch of 512; 1,953 updates for 1M steps"
+    assert any(line.startswith("num_envs = 4 ") and line.endswith("# command line") for line in lines)
+    assert any(line.startswith("learning_rate = ") and line.endswith("# configs/default.toml") for line in lines)
+    assert any(line.startswith("precision = ") and line.endswith("# configs/presets/cpu.toml") for line in lines)
+    assert any(line.startswith("# agents_per_env = 8") for line in lines)
+    path = tmp_path / "printed.toml"
+    path.write_text(result.stdout)
+    tomllib.loads(result.stdout)
+    expected, _ = load_config("target", preset="cpu", flags=["--vec.num-envs", "4", "--train.total-timesteps",
+                                                             "1e6", "--train.minibatch-size", "512"])
+    assert load_config("target", config_file=path)[0] == expected
+
+
+def test_config_errors_exit_2_for_every_command():
+    for command in ("config", "bench", "train"):
+        result = jaxlab(command, "cartpole", "--preset", "h100")
+        assert result.returncode == 2, command
+        assert "preset 'h100' is for gpu/cuda devices but JAX sees only cpu devices" in result.stderr
+        assert "Traceback" not in result.stderr
+    result = jaxlab("config", "cartpole", "--train.batch-size", "1000")
+    assert result.returncode == 2 and "train.batch_size=1,000 must be a positive multiple of 1,024" in result.stderr
+
+
+def test_presets_lists_every_preset_and_the_auto_choice():
+    result = jaxlab("presets")
+    assert result.returncode == 0, result.stderr
+    for name in ("cpu", "gpu", "a100", "h100"):
+        assert f" {name} " in result.stdout
+    assert "* cpu" in result.stdout and "auto picks 'cpu' here: JAX sees only CPU devices" in result.stdout
+
+
+def test_bench_prints_env_and_training_figures():
+    result = jaxlab("bench", "cartpole", "--updates", "1", "--seconds", "0.1", "--vec.num-envs", "8",
+                    "--train.minibatch-size", "64", "--policy.hidden-size", "16")
+    assert result.returncode == 0, result.stderr
+    assert "env cartpole: 8 agents, 1 C thread(s):" in result.stdout and "M agent-steps/s" in result.stdout
+    assert "steady" in result.stdout and "SPS over 1 updates" in result.stdout
+
+
+@pytest.mark.parametrize("command", ["train", "config", "bench", "presets", "envs"])
+def test_every_command_has_help(command):
+    result = jaxlab(command, "--help")
+    assert result.returncode == 0 and "usage: jaxlab " + command in result.stdout
+    if command in ("train", "config", "bench"):
+        assert "--preset NAME" in result.stdout and "--train.batch-size" in result.stdout
+        assert "--device.precision" in result.stdout and "--checkpoint.interval" in result.stdout

@@ -1,0 +1,60 @@
+"""Preset selection from simulated device lists, platform checks and XLA memory options."""
+
+import pytest
+
+from jaxlab.config import ConfigError
+from jaxlab.presets import DeviceInfo, check_preset_fits, describe_presets, prepare_backend, select_preset
+
+GIB = 2**30
+
+
+@pytest.mark.parametrize("devices, preset", [
+    ([], "cpu"),
+    ([DeviceInfo("cpu", "cpu", None)], "cpu"),
+    ([DeviceInfo("gpu", "NVIDIA H100 80GB HBM3", 80 * GIB)], "h100"),
+    ([DeviceInfo("gpu", "NVIDIA H200", 141 * GIB)] * 8, "h100"),
+    ([DeviceInfo("cuda", "NVIDIA A100-SXM4-40GB", 40 * GIB)], "a100"),
+    ([DeviceInfo("gpu", "NVIDIA GeForce RTX 4090", 24 * GIB)], "gpu"),
+    ([DeviceInfo("gpu", "Tesla T4", 15 * GIB)], "gpu"),
+    ([DeviceInfo("rocm", "AMD Instinct MI250X", 64 * GIB)], "gpu"),
+])
+def test_auto_picks_from_the_devices(devices, preset):
+    assert select_preset(devices)[0] == preset
+
+
+def test_reason_names_the_device():
+    name, reason = select_preset([DeviceInfo("gpu", "NVIDIA GeForce RTX 3080", 10 * GIB)] * 2)
+    assert name == "gpu" and reason.startswith("2 x NVIDIA GeForce RTX 3080 (gpu, 10 GiB)")
+
+
+def test_gpu_preset_on_a_cpu_is_an_error_not_a_fallback():
+    cpu = [DeviceInfo("cpu", "cpu", None)]
+    for preset in ("gpu", "a100", "h100"):
+        with pytest.raises(ConfigError, match=rf"preset '{preset}' is for gpu.* devices but JAX sees only cpu "
+                                              r"devices here; use --preset auto \(it picks 'cpu' here\)"):
+            check_preset_fits(preset, cpu)
+    check_preset_fits("cpu", cpu)
+    check_preset_fits("h100", [DeviceInfo("gpu", "NVIDIA H100", 80 * GIB)])
+    with pytest.raises(ConfigError, match="preset 'cpu' is for cpu devices but JAX sees only gpu"):
+        check_preset_fits("cpu", [DeviceInfo("gpu", "NVIDIA H100", 80 * GIB)])
+
+
+def test_describe_marks_the_auto_choice():
+    text = describe_presets([DeviceInfo("gpu", "NVIDIA A100-SXM4-80GB", 80 * GIB)])
+    assert "* a100" in text and "  cpu" in text and "auto picks 'a100' here" in text
+    assert "device.precision=bfloat16" in text
+
+
+def test_memory_options_are_set_before_the_backend_and_never_override_the_user(monkeypatch):
+    for var in ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_ALLOCATOR"):
+        monkeypatch.delenv(var, raising=False)
+    import os
+
+    assert prepare_backend(0.3) == "GPU memory capped at 30%"
+    assert os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.3"
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.9")
+    assert prepare_backend(0.3) == "XLA memory options from the environment"
+    assert os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.9"
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION")
+    assert prepare_backend(None).startswith("GPU memory allocated on demand")
+    assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
