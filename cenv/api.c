@@ -16,6 +16,8 @@
 #define CENV_MAX_CHUNKS 64
 #define CENV_MAX_LOG 32
 #define CENV_ERROR_LEN 512
+#define CENV_MAX_PARAMS 16
+#define CENV_STATE_MAGIC "CENVSTAT"
 
 static const cenv_spec *const cenv_registry[] = CENV_REGISTRY;
 
@@ -34,6 +36,7 @@ typedef struct {
 
 struct cenv_vec {
     const cenv_spec *spec;
+    double params[CENV_MAX_PARAMS];
     cenv_spaces spaces;
     int64_t num_envs;
     int64_t num_agents;
@@ -236,6 +239,10 @@ cenv_vec *cenv_create(int type, int64_t num_envs, uint64_t seed, const double *p
         return NULL;
     }
     if (check_params(spec, params, num_params, err, err_len) != 0) return NULL;
+    if (spec->num_params > CENV_MAX_PARAMS) {
+        set_error(err, err_len, "env '%s' has more than %d params", spec->name, CENV_MAX_PARAMS);
+        return NULL;
+    }
     if (spec->num_log > CENV_MAX_LOG) {
         set_error(err, err_len, "env '%s' has more than %d log fields", spec->name, CENV_MAX_LOG);
         return NULL;
@@ -253,6 +260,7 @@ cenv_vec *cenv_create(int type, int64_t num_envs, uint64_t seed, const double *p
         return NULL;
     }
     vec->spec = spec;
+    for (int p = 0; p < spec->num_params; p++) vec->params[p] = params[p];
     spec->spaces(params, &vec->spaces);
     vec->num_envs = num_envs;
     vec->num_agents = num_envs * vec->spaces.agents_per_env;
@@ -427,6 +435,101 @@ int64_t cenv_log(cenv_vec *vec, float *out) {
     }
     for (int f = 0; f < num_log; f++) out[f] = count > 0 ? (float)(sums[f] / (double)count) : 0.0f;
     return count;
+}
+
+typedef struct {
+    char magic[8];
+    int32_t abi_version;
+    int32_t num_params;
+    char env_name[32];
+    int64_t num_envs;
+    int64_t env_state_size;
+    double params[CENV_MAX_PARAMS];
+} cenv_state_header;
+
+static int64_t env_state_size(const cenv_vec *vec) {
+    return (int64_t)(vec->spec->env_size - vec->spec->state_offset);
+}
+
+int64_t cenv_state_size(const cenv_vec *vec) {
+    if (vec == NULL) return CENV_ERR_NULL;
+    return (int64_t)sizeof(cenv_state_header) + vec->num_envs * env_state_size(vec);
+}
+
+int64_t cenv_save_state(const cenv_vec *vec, void *out, int64_t size) {
+    if (vec == NULL) return CENV_ERR_NULL;
+    int64_t needed = cenv_state_size(vec);
+    if (out == NULL || size < needed) return CENV_ERR_ARGUMENT;
+    cenv_state_header header;
+    memset(&header, 0, sizeof(header));
+    memcpy(header.magic, CENV_STATE_MAGIC, sizeof(header.magic));
+    header.abi_version = CENV_ABI_VERSION;
+    header.num_params = vec->spec->num_params;
+    snprintf(header.env_name, sizeof(header.env_name), "%s", vec->spec->name);
+    header.num_envs = vec->num_envs;
+    header.env_state_size = env_state_size(vec);
+    memcpy(header.params, vec->params, sizeof(header.params));
+    unsigned char *dst = (unsigned char *)out;
+    memcpy(dst, &header, sizeof(header));
+    dst += sizeof(header);
+    for (int64_t i = 0; i < vec->num_envs; i++) {
+        memcpy(dst, vec->envs + (size_t)i * vec->spec->env_size + vec->spec->state_offset,
+               (size_t)header.env_state_size);
+        dst += header.env_state_size;
+    }
+    return needed;
+}
+
+int cenv_load_state(cenv_vec *vec, const void *in, int64_t size) {
+    if (vec == NULL) return CENV_ERR_NULL;
+    cenv_state_header header;
+    if (in == NULL || size < (int64_t)sizeof(header)) {
+        set_error(vec->error, CENV_ERROR_LEN, "state of %lld bytes is too short for its header",
+                  (long long)size);
+        return CENV_ERR_ARGUMENT;
+    }
+    memcpy(&header, in, sizeof(header));
+    if (memcmp(header.magic, CENV_STATE_MAGIC, sizeof(header.magic)) != 0) {
+        set_error(vec->error, CENV_ERROR_LEN, "not a cenv state (bad magic)");
+        return CENV_ERR_ARGUMENT;
+    }
+    if (header.abi_version != CENV_ABI_VERSION) {
+        set_error(vec->error, CENV_ERROR_LEN, "state saved by cenv ABI %d, this library is ABI %d",
+                  header.abi_version, CENV_ABI_VERSION);
+        return CENV_ERR_ARGUMENT;
+    }
+    header.env_name[sizeof(header.env_name) - 1] = '\0';
+    if (strcmp(header.env_name, vec->spec->name) != 0) {
+        set_error(vec->error, CENV_ERROR_LEN, "state is of env '%s', not '%s'", header.env_name,
+                  vec->spec->name);
+        return CENV_ERR_ARGUMENT;
+    }
+    if (header.num_envs != vec->num_envs || header.env_state_size != env_state_size(vec)) {
+        set_error(vec->error, CENV_ERROR_LEN,
+                  "state holds %lld envs of %lld bytes, this vector %lld envs of %lld bytes",
+                  (long long)header.num_envs, (long long)header.env_state_size,
+                  (long long)vec->num_envs, (long long)env_state_size(vec));
+        return CENV_ERR_ARGUMENT;
+    }
+    for (int p = 0; p < vec->spec->num_params; p++) {
+        if (header.num_params != vec->spec->num_params || header.params[p] != vec->params[p]) {
+            set_error(vec->error, CENV_ERROR_LEN, "state was saved with %s=%g, this vector has %g",
+                      vec->spec->params[p].name, header.params[p], vec->params[p]);
+            return CENV_ERR_ARGUMENT;
+        }
+    }
+    if (size != cenv_state_size(vec)) {
+        set_error(vec->error, CENV_ERROR_LEN, "state is %lld bytes, expected %lld", (long long)size,
+                  (long long)cenv_state_size(vec));
+        return CENV_ERR_ARGUMENT;
+    }
+    const unsigned char *src = (const unsigned char *)in + sizeof(header);
+    for (int64_t i = 0; i < vec->num_envs; i++) {
+        memcpy(vec->envs + (size_t)i * vec->spec->env_size + vec->spec->state_offset, src,
+               (size_t)header.env_state_size);
+        src += header.env_state_size;
+    }
+    return 0;
 }
 
 int cenv_set_state(cenv_vec *vec, int64_t index, const double *state, int n) {

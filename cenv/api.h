@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#define CENV_ABI_VERSION 1
+#define CENV_ABI_VERSION 2
 
 #define CENV_ERR_NULL -1       /* NULL handle: closed or never created */
 #define CENV_ERR_UNBOUND -2    /* step/reset before cenv_bind */
@@ -78,6 +78,16 @@ CENV_EXPORT int64_t cenv_log(cenv_vec *vec, float *out);
 
 /* Test hook: overwrite env `index`'s physical state (env-specific, see its header). */
 CENV_EXPORT int cenv_set_state(cenv_vec *vec, int64_t index, const double *state, int n);
+
+/* Saved state: a header (magic "CENVSTAT", ABI version, env name, num_envs, params, per-env state
+ * size) followed by each env's owned bytes (its struct from `log` on; no pointers). Statistics not
+ * yet collected by cenv_log are not part of it. cenv_state_size gives the bytes needed;
+ * cenv_save_state writes them (returns the count, or a negative CENV_ERR_*). cenv_load_state checks
+ * the header against this vector (ABI, env, num_envs, params, sizes) and loads every env, or loads
+ * nothing and returns CENV_ERR_ARGUMENT with a message in cenv_error. */
+CENV_EXPORT int64_t cenv_state_size(const cenv_vec *vec);
+CENV_EXPORT int64_t cenv_save_state(const cenv_vec *vec, void *out, int64_t size);
+CENV_EXPORT int cenv_load_state(cenv_vec *vec, const void *in, int64_t size);
 
 /* Stops and joins the threads and frees everything. NULL is allowed. */
 CENV_EXPORT void cenv_close(cenv_vec *vec);

@@ -5,7 +5,8 @@
  *   borrowed buffer pointers first, named observations, actions, rewards, terminals, truncations
  *   (and action_mask when the env has one); then `log` (a floats-only struct holding the sums of the
  *   statistics of the episodes that ended in the current step); then config; then state, which
- *   includes `cenv_rng rng`. No pointers other than the borrowed buffers.
+ *   includes `cenv_rng rng`. No pointers other than the borrowed buffers: everything from `log` to the
+ *   end of the struct is saved and loaded as plain bytes (cenv_save_state / cenv_load_state).
  */
 #ifndef CENV_CORE_H
 #define CENV_CORE_H
@@ -65,6 +66,7 @@ typedef struct {
     const char *name;
     const char *description;
     size_t env_size;
+    size_t state_offset; /* offsetof(TYPE, log): bytes [state_offset, env_size) are what the env owns */
     const cenv_param *params;
     int num_params;
     const char *const *log_names;
@@ -129,7 +131,7 @@ typedef struct {
         return episodes;                                                                     \
     }                                                                                        \
     static const cenv_spec NAME##_spec = {                                                   \
-        #NAME, DESCRIPTION, sizeof(TYPE), NAME##_params, CENV_COUNT(NAME##_params),          \
+        #NAME, DESCRIPTION, sizeof(TYPE), offsetof(TYPE, log), NAME##_params, CENV_COUNT(NAME##_params),          \
         NAME##_log_names, CENV_COUNT(NAME##_log_names), NAME##_spaces, NAME##_init_v,        \
         NAME##_bind_v, NAME##_rng_v, NAME##_log_v, NAME##_reset_v, NAME##_step_range_v, SET_STATE};
 

@@ -59,6 +59,12 @@ class Resolved(NamedTuple):
     sizes: Any
     preset_reason: str
     backend: str
+    resume: Path | None = None   # a checkpoint, or a checkpoints/ directory to take the newest good one of
+    changes: tuple = ()          # allowed config changes against the checkpoint ("key: old -> new")
+
+
+def warn(message: str) -> None:
+    print(f"jaxlab: {message}", file=sys.stderr, flush=True)
 
 
 def resolve(args: argparse.Namespace) -> Resolved:
@@ -66,9 +72,23 @@ def resolve(args: argparse.Namespace) -> Resolved:
     Nothing is compiled; JAX's backend is started (to see the devices) with its memory options set."""
     import jaxlab
     from jaxlab import presets
-    from jaxlab.config import derive_sizes, load_config, read_preset
+    from jaxlab.config import ConfigError, derive_sizes, load_config, read_preset
 
-    if args.preset == "auto":
+    resume, changes = None, ()
+    if getattr(args, "resume", None):
+        from jaxlab.run import find_checkpoint, first_checkpoint_meta, resume_config
+
+        if args.preset != "auto":
+            raise ConfigError("--preset cannot be combined with --resume (the checkpoint's config is the base); "
+                              "pass the values you want to change as flags")
+        resume = find_checkpoint(args.resume, args.env)
+        config, changes = resume_config(first_checkpoint_meta(resume, warn), args.config, args.flags)
+        if config.env_name != args.env:
+            raise ConfigError(f"--resume {args.resume} is a run of {config.env_name!r}, not {args.env!r}; "
+                              f"run `jaxlab train {config.env_name} --resume {args.resume}`")
+        backend = presets.prepare_backend(config.device.memory_fraction)
+        reason, sources = "as saved in the checkpoint", {}
+    elif args.preset == "auto":
         backend = presets.prepare_backend(None)
         name, reason = presets.select_preset(presets.current_devices())
         config, sources = load_config(args.env, config_file=args.config, flags=args.flags, preset=name)
@@ -80,7 +100,7 @@ def resolve(args: argparse.Namespace) -> Resolved:
         reason = "chosen with --preset"
     with jaxlab.make(config.env_name, **config.env) as probe:
         agents_per_env = probe.agents_per_env
-    return Resolved(config, sources, derive_sizes(config, agents_per_env), reason, backend)
+    return Resolved(config, sources, derive_sizes(config, agents_per_env), reason, backend, resume, tuple(changes))
 
 
 def fail(command: str, err: Exception) -> int:
@@ -150,52 +170,156 @@ def bench_command(args: argparse.Namespace) -> int:
 
 
 def train_command(args: argparse.Namespace) -> int:
-    """Trains ARGS.env with the layered config; prints one line per second and a summary."""
+    """Trains ARGS.env (or resumes a run) with checkpoints; prints progress and where things went.
+    Exit status: 0 done or stopped by SIGTERM after saving, 130 stopped by SIGINT after saving, 1 the
+    run stopped on an error (a checkpoint that cannot be written, a NaN loss), 2 bad config or input."""
+    from jaxlab.checkpoint import CheckpointError
     from jaxlab.config import ConfigError
 
     try:
         resolved = resolve(args)
-    except (ConfigError, ValueError, TypeError) as err:
+    except (ConfigError, CheckpointError, ValueError, TypeError) as err:
         return fail("train", err)
     config, sizes = resolved.config, resolved.sizes
-    from jaxlab.trainer import train
-
-    run_dir = args.run_dir or f"runs/{config.env_name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    try:
-        Path(run_dir).mkdir(parents=True, exist_ok=True)
-        (Path(run_dir) / ".write-test").touch()
-        (Path(run_dir) / ".write-test").unlink()
-    except OSError as err:
-        print(f"jaxlab train: error: cannot write the run dir {run_dir!r} ({err.strerror}); "
-              "pass a writable --run-dir DIR", file=sys.stderr)
-        return 2
+    if resolved.resume is not None:
+        run_dir = args.run_dir or str(resume_run_dir(resolved.resume))
+    else:
+        run_dir = args.run_dir or f"runs/{config.env_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    for directory in (Path(run_dir), Path(run_dir) / "checkpoints"):
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            (directory / ".write-test").touch()
+            (directory / ".write-test").unlink()
+        except OSError as err:
+            print(f"jaxlab train: error: cannot write {str(directory)!r} ({err.strerror}); "
+                  "pass a writable --run-dir DIR", file=sys.stderr)
+            return 2
     print(f"jaxlab train {config.env_name}: {sizes.describe()}; preset {config.preset} "
           f"({resolved.preset_reason}); run dir {run_dir}")
+    for change in resolved.changes:
+        print(f"resume: applying the changed {change}")
     if sizes.num_updates < 10:
         print(f"note: only {sizes.num_updates} update(s) of {sizes.batch_size:,} steps; PPO needs tens of "
               f"updates: raise --train.total-timesteps (e.g. {50 * sizes.batch_size}) or use fewer envs")
-    last_print = [0.0]
+    from jaxlab.run import train_run
+
+    show = progress_printer(sizes.num_updates, config.log.interval)
+    try:
+        result = train_run(config, run_dir, resume=resolved.resume, on_log=show, warn=warn)
+    except KeyboardInterrupt:
+        print(f"interrupted; the metrics so far are in {run_dir}/metrics.jsonl", file=sys.stderr)
+        return 130
+    except (ConfigError, CheckpointError) as err:
+        return fail("train", err)
+    where = f"checkpoint {result.checkpoint}" if result.checkpoint else "no checkpoint"
+    if result.error:
+        print(f"jaxlab train: error: {result.error}; {where}", file=sys.stderr)
+        return 1
+    if result.stopped:
+        print(f"stopped by {result.stopped} after update {result.records[-1]['update'] if result.records else 0}; "
+              f"saved {where}; continue with `jaxlab train {config.env_name} --resume {run_dir}`", file=sys.stderr)
+        return 130 if result.stopped == "SIGINT" else 0
+    ended = [r for r in result.records if r["episodes"]]
+    if ended:
+        print(f"done: {result.records[-1]['global_step']:,} steps in {result.records[-1]['wall_time']:.1f}s; "
+              f"final mean return {ended[-1]['episode_return']:.2f}; metrics in {run_dir}/metrics.jsonl; {where}")
+    elif not result.records:
+        print(f"nothing to train: the checkpoint is at update {sizes.num_updates} of {sizes.num_updates}; "
+              "raise --train.total-timesteps to continue")
+    return 0
+
+
+def resume_run_dir(location: Path) -> Path:
+    """The run dir a checkpoint (RUN/checkpoints/N) or a checkpoints/ directory belongs to."""
+    from jaxlab.checkpoint import is_checkpoint
+
+    checkpoints = location.parent if is_checkpoint(location) else location
+    return checkpoints.parent if checkpoints.name == "checkpoints" else checkpoints
+
+
+def progress_printer(num_updates: int, interval: float):
+    """on_log callback printing one line at most every ``interval`` seconds, and the last update."""
+    last_print = [-interval]
 
     def show(record: dict) -> None:
-        final = record["update"] == sizes.num_updates
-        if not final and record["wall_time"] - last_print[0] < 1.0:
+        final = record["update"] == num_updates
+        if not final and record["wall_time"] - last_print[0] < interval:
             return
         last_print[0] = record["wall_time"]
         episode = (f"return {record['episode_return']:8.2f}  length {record['episode_length']:7.1f}"
                    if record["episodes"] else "no episode ended")
-        print(f"update {record['update']:>5}/{sizes.num_updates}  step {record['global_step']:>10,}  "
+        print(f"update {record['update']:>5}/{num_updates}  step {record['global_step']:>10,}  "
               f"{record['wall_time']:6.1f}s  {record['sps']:>9,.0f} SPS  {episode}  "
               f"entropy {record['entropy']:.3f}  kl {record['approx_kl']:.4f}", flush=True)
 
+    return show
+
+
+def eval_command(args: argparse.Namespace) -> int:
+    """Plays the policy of a checkpoint (its config is read from the checkpoint) and prints mean ± std
+    of return and length and the env's statistics; --render / --save-frames show agent 0's first
+    episode as text."""
+    from jaxlab.checkpoint import CheckpointError, step_dirs
+    from jaxlab.config import ConfigError
+    from jaxlab.run import find_checkpoint
+
+    if args.episodes < 1:
+        return fail("eval", ValueError(f"--episodes {args.episodes} must be at least 1"))
     try:
-        records = train(config, run_dir=run_dir, on_log=show)
-    except KeyboardInterrupt:
-        print(f"interrupted; the metrics so far are in {run_dir}/metrics.jsonl", file=sys.stderr)
-        return 130
-    ended = [r for r in records if r["episodes"]]
-    if ended:
-        print(f"done: {records[-1]['global_step']:,} steps in {records[-1]['wall_time']:.1f}s; "
-              f"final mean return {ended[-1]['episode_return']:.2f}; metrics in {run_dir}/metrics.jsonl")
+        location = find_checkpoint(args.checkpoint, args.env)
+        from jaxlab.checkpoint import is_checkpoint
+        from jaxlab.evaluation import load_trainer, play
+        from jaxlab.render import RENDERERS
+
+        candidates = [location] if is_checkpoint(location) else step_dirs(location)
+        trainer = None
+        for path in candidates:
+            try:
+                trainer = load_trainer(path)
+                break
+            except CheckpointError as err:
+                if path == candidates[-1]:
+                    raise
+                warn(f"{err}; falling back to an older checkpoint")
+        if trainer.config.env_name != args.env:
+            trainer.close()
+            raise ConfigError(f"{path} is a checkpoint of {trainer.config.env_name!r}, not {args.env!r}; "
+                              f"run `jaxlab eval {trainer.config.env_name} --checkpoint {args.checkpoint}`")
+    except (CheckpointError, ConfigError, ValueError) as err:
+        return fail("eval", err)
+    renderer = RENDERERS.get(args.env)
+    if (args.render or args.save_frames) and renderer is None:
+        trainer.close()
+        return fail("eval", ValueError(f"env {args.env!r} has no text rendering; envs with one: "
+                                       f"{', '.join(RENDERERS)}"))
+    frames: list[str] = []
+
+    def record_frame(t, observations, actions, rewards, ended):
+        """Agent 0's first episode, one line per step."""
+        if frames and frames[-1].endswith("(episode ended)"):
+            return
+        frame = f"{t:5d}  {renderer(observations[0], actions[0], float(rewards[0]))}"
+        frames.append(frame + ("  (episode ended)" if ended[0] else ""))
+        if args.render:
+            print(frames[-1], flush=True)
+
+    watching = renderer is not None and (args.render or args.save_frames)
+    with trainer:
+        result = play(trainer, num_envs=args.num_envs or min(args.episodes, 64), seed=args.seed,
+                      deterministic=args.deterministic, episodes=args.episodes,
+                      on_step=record_frame if watching else None)
+    if args.save_frames:
+        Path(args.save_frames).write_text("\n".join(frames) + "\n")
+    returns, lengths = result["returns"], result["lengths"]
+    mode = "deterministic" if args.deterministic else "sampled"
+    print(f"{args.env} from {path}: {len(returns)} episodes, {mode} actions, seed {args.seed}")
+    print(f"  return {returns.mean():.2f} ± {returns.std():.2f}   length {lengths.mean():.1f} ± {lengths.std():.1f}")
+    stats = {k: v for k, v in result.items() if k not in ("returns", "lengths", "episodes") and v is not None}
+    if stats:
+        print("  " + "   ".join(f"{k} {v:.3f}" for k, v in stats.items()) +
+              f"   (the env's statistics over {result['episodes']} episodes)")
+    if args.save_frames:
+        print(f"  {len(frames)} frames of agent 0's first episode in {args.save_frames}")
     return 0
 
 
@@ -218,11 +342,26 @@ def build_parser() -> argparse.ArgumentParser:
             "List the C environments, their spaces and parameters.", envs_command)
     train = command("train", "train a policy on an env", f"Train an LSTM-PPO policy on ENV. {layers}",
                     train_command, with_config=True)
-    train.add_argument("--run-dir", metavar="DIR", help="where config.toml and metrics.jsonl go "
-                       "(default runs/ENV-TIMESTAMP)")
+    train.add_argument("--run-dir", metavar="DIR", help="where config.toml, metrics.jsonl and checkpoints/ "
+                       "go (default runs/ENV-TIMESTAMP; with --resume, the resumed run's dir)")
+    train.add_argument("--resume", metavar="WHAT", help="continue a run: latest (the newest run of ENV "
+                       "under runs/), a run dir, or one checkpoint directory; flags change allowed values")
     command("config", "print the resolved config, where each value came from, and the sizes",
             f"Print the resolved config of ENV as TOML (usable with --config), each value commented "
             f"with the layer that set it, and the derived sizes. {layers}", config_command, with_config=True)
+    evaluate = command("eval", "play a checkpoint's policy and report returns",
+                       "Play the policy saved in a checkpoint (its config is read from the checkpoint) on new "
+                       "envs and print mean ± std of return and length and the env's statistics.", eval_command)
+    evaluate.add_argument("env", metavar="ENV", help="environment name (must match the checkpoint)")
+    evaluate.add_argument("--checkpoint", required=True, metavar="PATH",
+                          help="a checkpoint directory, a run dir or its checkpoints/ (the newest good one), or latest")
+    evaluate.add_argument("--episodes", type=int, default=10, help="agent-episodes to play (default 10)")
+    evaluate.add_argument("--deterministic", action="store_true", help="take the most likely action (default: sample)")
+    evaluate.add_argument("--num-envs", type=int, default=0, help="envs played at once (default min(episodes, 64))")
+    evaluate.add_argument("--seed", type=int, default=12345, help="seed of the new envs and of sampling")
+    evaluate.add_argument("--render", action="store_true", help="print agent 0's first episode as text "
+                          "(cartpole, memory)")
+    evaluate.add_argument("--save-frames", metavar="FILE", help="write agent 0's first episode as text to FILE")
     command("presets", "list the accelerator presets and the one auto picks here",
             "List the presets in configs/presets/ and the one `--preset auto` picks on this machine.",
             presets_command)

@@ -336,6 +336,21 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
     return config, sources
 
 
+def config_from_toml(text: str) -> Config:
+    """The Config that to_toml wrote (no layers: every value is in the text)."""
+    from jaxlab.env import env_type
+
+    try:
+        layer = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"a saved config is not valid TOML: {err}") from None
+    env_name, preset = layer.pop("env_name"), layer.pop("preset", "none")
+    env_params = {p.name: p for p in env_type(env_name).params}
+    values: dict[str, dict] = {"env": {}, **{s: {} for s in SECTIONS}}
+    apply_layer(values, layer, "saved config", {}, env_params)
+    return build_config(env_name, values, env_params, preset)
+
+
 def read_toml(path: Path) -> dict:
     try:
         return tomllib.loads(path.read_text())

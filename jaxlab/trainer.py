@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import chex
 import jax
@@ -152,6 +154,65 @@ class Trainer:
             self._metrics_file.flush()
         return record
 
+    # ---- checkpoints (the format is described in jaxlab/checkpoint.py) ----
+
+    @property
+    def params(self):
+        return self.state.params
+
+    def checkpoint_state(self) -> dict:
+        """Every array that shapes the rest of the run (taken between updates)."""
+        r = self.rollout
+        return {"train": {"params": self.state.params, "opt_state": self.state.opt_state, "step": self.state.step},
+                "update_key": self.update_key,
+                "rollout": {"key": r.key, "carry": r.carry, "obs": r.obs, "final_obs": r.final_obs,
+                            "reset_flags": r.reset_flags.astype(np.uint8), "truncated": r.truncated.astype(np.uint8)},
+                "env": self.env.save_state()}
+
+    def checkpoint_meta(self, metadata: dict | None = None) -> dict:
+        from jaxlab.checkpoint import FORMAT_VERSION
+
+        return {"format": FORMAT_VERSION, "env_name": self.config.env_name, "config": config_lib.to_toml(self.config),
+                "global_step": self.global_step, "update": self.update_index, "rollout_steps": self.rollout.step_count,
+                "wall_time": time.perf_counter() - self.start_time, "timing": self.timing,
+                "metadata": metadata or {}}
+
+    def restore_state(self, state: dict, meta: dict) -> None:
+        """Puts a checkpoint's ``state`` and ``meta`` (from jaxlab.checkpoint.read) into this trainer."""
+        to_jax = lambda tree: jax.tree.map(jnp.asarray, tree)  # noqa: E731
+        train = state["train"]
+        self.state = TrainState(to_jax(train["params"]), to_jax(train["opt_state"]), jnp.asarray(train["step"]))
+        self.update_key = jnp.asarray(state["update_key"])
+        r, saved = self.rollout, state["rollout"]
+        r.key, r.carry, r.obs, r.final_obs = (to_jax(saved[k]) for k in ("key", "carry", "obs", "final_obs"))
+        r.reset_flags = np.asarray(saved["reset_flags"]).astype(bool)
+        r.truncated = np.asarray(saved["truncated"]).astype(bool)
+        r.step_count = int(meta["rollout_steps"])
+        self.env.load_state({k: np.asarray(v) for k, v in state["env"].items()})
+        self.global_step, self.update_index = int(meta["global_step"]), int(meta["update"])
+        self.start_time = time.perf_counter() - float(meta["wall_time"])
+        r.timing.update({k: v for k, v in meta["timing"].items() if k in r.timing})
+        self.learn_time = float(meta["timing"].get("learn", 0.0))
+        self._last_log_time, self._last_log_step = time.perf_counter(), self.global_step
+        self.segment = None
+
+    def save_checkpoint(self, path: str | Path, metadata: dict | None = None) -> Path:
+        """Writes a checkpoint of the whole training state at ``path`` (a new directory), synchronously."""
+        from jaxlab import checkpoint
+
+        return checkpoint.write(Path(path), self.checkpoint_state(), self.checkpoint_meta(metadata))
+
+    def load_checkpoint(self, path: str | Path) -> dict:
+        """Restores the checkpoint at ``path`` (written by save_checkpoint or a run); returns its meta.
+        The checkpoint must come from the same env, env params, agent count and network."""
+        from jaxlab import checkpoint
+
+        meta = checkpoint.read_meta(Path(path))
+        check_compatible(config_lib.config_from_toml(meta["config"]), self.config)
+        state, meta = checkpoint.read(Path(path), checkpoint.host_copy(self.checkpoint_state()))
+        self.restore_state(state, meta)
+        return meta
+
     def close(self) -> None:
         self.env.close()
         if self._metrics_file is not None:
@@ -163,6 +224,41 @@ class Trainer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+#: Config fields a checkpoint's arrays depend on: resuming with another value is refused.
+SHAPING = ("env_name", "env", "vec.num_envs", "policy.hidden_size", "policy.lstm")
+
+
+def _get(config, name: str):
+    value = config
+    for part in name.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def config_changes(saved: config_lib.Config, new: config_lib.Config) -> list[tuple[str, Any, Any]]:
+    """(key, saved value, new value) for every config value that differs."""
+    changes = [(name, _get(saved, name), _get(new, name)) for name in ("env_name", "env", "preset")
+               if _get(saved, name) != _get(new, name)]
+    for section in config_lib.SECTIONS:
+        for key, value in dataclasses.asdict(getattr(saved, section)).items():
+            if getattr(getattr(new, section), key) != value:
+                changes.append((f"{section}.{key}", value, getattr(getattr(new, section), key)))
+    return changes
+
+
+def check_compatible(saved: config_lib.Config, new: config_lib.Config) -> list[str]:
+    """ConfigError naming every change a checkpoint's arrays cannot take (another env, env params,
+    agent count or network); otherwise the allowed changes, as lines "key: old -> new"."""
+    changes = config_changes(saved, new)
+    refused = [c for c in changes if c[0] in SHAPING or c[0].split(".")[0] == "env"]
+    if refused:
+        detail = "; ".join(f"{k} was {old!r}, now {new_value!r}" for k, old, new_value in refused)
+        raise config_lib.ConfigError(f"cannot resume: the checkpoint was trained with another "
+                                     f"{'/'.join(k for k, _, _ in refused)} ({detail}); resume with the "
+                                     f"checkpoint's values or start a new run")
+    return [f"{k}: {old!r} -> {new_value!r}" for k, old, new_value in changes]
 
 
 def train(config: config_lib.Config, run_dir: str | Path | None = None, on_log=None) -> list[dict]:

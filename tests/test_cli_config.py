@@ -58,7 +58,7 @@ def test_bench_prints_env_and_training_figures():
     assert "steady" in result.stdout and "SPS over 1 updates" in result.stdout
 
 
-@pytest.mark.parametrize("command", ["train", "config", "bench", "presets", "envs"])
+@pytest.mark.parametrize("command", ["train", "eval", "config", "bench", "presets", "envs"])
 def test_every_command_has_help(command):
     result = jaxlab(command, "--help")
     assert result.returncode == 0 and "usage: jaxlab " + command in result.stdout

@@ -109,6 +109,20 @@ int main(void) {
         if (n1 != episodes || n3 != episodes ||
             memcmp(log1, log3, sizeof(float) * (size_t)cenv_num_log_fields(type)) != 0)
             failures++;
+        /* Saved state loads into the 3-thread vector and saves back to the same bytes; a damaged or
+         * short state is refused. */
+        int64_t size = cenv_state_size(one.vec);
+        unsigned char *blob = malloc((size_t)size), *again = malloc((size_t)size);
+        if (blob == NULL || again == NULL) return 1;
+        if (cenv_save_state(one.vec, blob, size) != size) failures++;
+        if (cenv_load_state(three.vec, blob, size) != 0) failures++;
+        if (cenv_save_state(three.vec, again, size) != size || memcmp(blob, again, (size_t)size) != 0)
+            failures++;
+        blob[0] ^= 1;
+        if (cenv_load_state(three.vec, blob, size) != CENV_ERR_ARGUMENT) failures++;
+        if (cenv_load_state(three.vec, again, size - 1) != CENV_ERR_ARGUMENT) failures++;
+        free(blob);
+        free(again);
         /* A bad action is refused, not stepped. */
         if (one.continuous) {
             ((float *)one.actions)[5] = NAN;

@@ -13,7 +13,7 @@ import importlib.machinery
 import os
 from pathlib import Path
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 c_int, c_int64, c_uint64, c_double = ctypes.c_int, ctypes.c_int64, ctypes.c_uint64, ctypes.c_double
 c_char_p, c_void_p = ctypes.c_char_p, ctypes.c_void_p
@@ -47,6 +47,9 @@ SIGNATURES = {
     "cenv_error": (c_char_p, [c_void_p]),
     "cenv_log": (c_int64, [c_void_p, c_void_p]),
     "cenv_set_state": (c_int, [c_void_p, c_int64, P(c_double), c_int]),
+    "cenv_state_size": (c_int64, [c_void_p]),
+    "cenv_save_state": (c_int64, [c_void_p, c_void_p, c_int64]),
+    "cenv_load_state": (c_int, [c_void_p, c_void_p, c_int64]),
     "cenv_close": (None, [c_void_p]),
 }
 

@@ -224,6 +224,40 @@ class VecEnv:
         c_values = values.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
         self._check(self._lib.cenv_set_state(self._handle, index, c_values, values.size), "set_state")
 
+    def save_state(self) -> dict[str, np.ndarray]:
+        """Everything that shapes the envs' future, as copies: "cenv" (uint8, the C envs' own bytes
+        with a header, see cenv_save_state) and the buffers the C side wrote last ("observations",
+        "final_observations", and "action_mask" when the env has one)."""
+        size = self._lib.cenv_state_size(self._handle)
+        self._check(size, "state_size")
+        blob = np.empty(size, np.uint8)
+        self._check(self._lib.cenv_save_state(self._handle, blob.ctypes.data, size), "save_state")
+        state = {"cenv": blob, "observations": self.observations.copy(),
+                 "final_observations": self.final_observations.copy()}
+        if self.action_mask is not None:
+            state["action_mask"] = self.action_mask.copy()
+        return state
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        """Restores what save_state returned, from a VecEnv of the same env, num_envs and params;
+        ValueError naming the mismatch otherwise (and nothing is changed)."""
+        self._check(self._lib.cenv_state_size(self._handle), "load_state")  # a closed env raises here
+        buffers = {"observations": self.observations, "final_observations": self.final_observations}
+        if self.action_mask is not None:
+            buffers["action_mask"] = self.action_mask
+        blob = np.ascontiguousarray(state["cenv"], dtype=np.uint8)
+        rc = self._lib.cenv_load_state(self._handle, blob.ctypes.data, blob.size)
+        if rc < 0:
+            raise ValueError(f"cannot load the saved {self.name} env state: "
+                             f"{self._lib.cenv_error(self._handle).decode()}")
+        for name, buffer in buffers.items():
+            saved = np.asarray(state[name]) if name in state else None
+            if saved is None or saved.shape != buffer.shape:
+                raise ValueError(f"saved env state: {name} has shape "
+                                 f"{None if saved is None else saved.shape}, this env {buffer.shape}")
+        for name, buffer in buffers.items():
+            buffer[...] = state[name]
+
     @property
     def closed(self) -> bool:
         return self._handle is None

@@ -1,0 +1,237 @@
+"""Checkpoints: exact resume, damaged and partial checkpoints, incompatible configs, save failures,
+stop signals, and eval from a path in a fresh process."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from jaxlab import checkpoint
+from jaxlab.config import ConfigError, load_config
+from jaxlab.run import train_run
+from jaxlab.trainer import Trainer
+
+SMALL = ["--vec.num-envs", "8", "--train.bptt-horizon", "8", "--train.minibatch-size", "16",
+         "--policy.hidden-size", "16"]
+
+
+def small_config(updates=6, *flags):
+    config, _ = load_config("cartpole", flags=[*SMALL, "--train.total-timesteps", str(64 * updates), *flags])
+    return config
+
+
+def leaves(tree):
+    return [np.asarray(x) for x in jax.tree.leaves(tree)]
+
+
+def assert_same_params(a, b):
+    for x, y in zip(leaves(a), leaves(b), strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def jaxlab(*args, **kwargs):
+    return subprocess.run([sys.executable, "-m", "jaxlab.cli", *args], capture_output=True, text=True,
+                          timeout=300, **kwargs)
+
+
+def test_save_stop_resume_equals_uninterrupted_bit_for_bit(tmp_path):
+    config = small_config(7)
+    with Trainer(config) as straight:
+        for _ in range(7):
+            straight.evaluate()
+            straight.train()
+        reference = straight.state
+    with Trainer(config) as first:
+        for _ in range(3):
+            first.evaluate()
+            first.train()
+        first.save_checkpoint(tmp_path / "ck", metadata={"why": "test"})
+    with Trainer(config) as second:
+        meta = second.load_checkpoint(tmp_path / "ck")
+        assert (meta["update"], meta["global_step"], meta["metadata"]) == (3, 192, {"why": "test"})
+        for _ in range(4):
+            second.evaluate()
+            second.train()
+        assert_same_params(second.state.params, reference.params)
+        assert_same_params(second.state.opt_state, reference.opt_state)
+        assert int(second.state.step) == int(reference.step)
+
+
+def test_a_run_stopped_by_a_signal_and_resumed_matches_an_uninterrupted_run(tmp_path):
+    config = small_config(8, "--checkpoint.interval", "2")
+    straight = train_run(config, tmp_path / "straight")
+
+    def terminate_at_5(record):
+        if record["update"] == 5:
+            os.kill(os.getpid(), signal.SIGTERM)  # handled by train_run: finish the update, save, return
+
+    cut = train_run(config, tmp_path / "cut", on_log=terminate_at_5)
+    assert cut.stopped == "SIGTERM" and cut.checkpoint.name == "5"
+    assert [p.name for p in checkpoint.step_dirs(tmp_path / "cut/checkpoints")] == ["5", "4", "2"]
+    resumed = train_run(config, tmp_path / "cut", resume=tmp_path / "cut/checkpoints/4")
+    assert resumed.resumed_from.name == "4" and [r["update"] for r in resumed.records] == [5, 6, 7, 8]
+    a = checkpoint.read(straight.checkpoint, None)[0]["train"]
+    b = checkpoint.read(resumed.checkpoint, None)[0]["train"]
+    assert_same_params(a, b)  # params, optimizer state and its step
+    records = [json.loads(line) for line in (tmp_path / "cut/metrics.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in records] == list(range(1, 9))  # update 5 of the cut run was dropped
+    straight_returns = [json.loads(line)["episode_return"] for line in
+                        (tmp_path / "straight/metrics.jsonl").read_text().splitlines()]
+    assert [r["episode_return"] for r in records] == straight_returns
+
+
+def test_damaged_and_partial_checkpoints_fall_back_to_the_newest_good_one(tmp_path):
+    run = tmp_path / "run"
+    result = jaxlab("train", "cartpole", *SMALL, "--train.total-timesteps", "384", "--checkpoint.interval", "2",
+                    "--run-dir", str(run))
+    assert result.returncode == 0, result.stderr
+    steps = run / "checkpoints"
+    assert [p.name for p in checkpoint.step_dirs(steps)] == ["6", "4", "2"]
+    for data in (steps / "6" / "state").rglob("*"):  # damage the newest: truncate its array files
+        if data.is_file() and data.stat().st_size > 0:
+            data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    (steps / "8.orbax-checkpoint-tmp-1234").mkdir()  # what a save killed before its rename leaves
+    result = jaxlab("train", "cartpole", "--resume", str(run), "--train.total-timesteps", "512")
+    assert result.returncode == 0, result.stderr
+    assert f"checkpoint {steps / '6'} is unreadable" in result.stderr
+    assert f"resumed from {steps / '4'} at update 4" in result.stderr
+    assert "update     8/8" in result.stdout
+
+
+def test_kill_during_saves_leaves_a_usable_checkpoint(tmp_path):
+    run = tmp_path / "run"
+    args = [sys.executable, "-m", "jaxlab.cli", "train", "cartpole", "--vec.num-envs", "64",
+            "--policy.hidden-size", "256", "--train.total-timesteps", "10_000_000", "--checkpoint.interval", "1",
+            "--run-dir", str(run)]
+    for attempt in range(3):
+        process = subprocess.Popen(args if attempt == 0 else [*args, "--resume", str(run)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while len(checkpoint.step_dirs(run / "checkpoints")) < 2 + attempt and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.05 * (attempt + 1))  # saves run back to back: the kill lands during one
+        process.kill()
+        process.communicate()
+    newest = checkpoint.step_dirs(run / "checkpoints")[0]
+    result = jaxlab("train", "cartpole", "--resume", str(run), "--train.total-timesteps",
+                    str((int(newest.name) + 1) * 1024), "--checkpoint.interval", "0")
+    assert result.returncode == 0, result.stderr
+    assert "resumed from" in result.stderr and f"update {int(newest.name) + 1:>5}/" in result.stdout
+
+
+def test_incompatible_resume_names_every_mismatch_and_allowed_changes_are_applied(tmp_path):
+    run = tmp_path / "run"
+    assert train_run(small_config(2), run).checkpoint is not None
+    result = jaxlab("train", "cartpole", "--resume", str(run), "--vec.num-envs", "16", "--policy.hidden-size", "32")
+    assert result.returncode == 2
+    assert ("cannot resume: the checkpoint was trained with another vec.num_envs/policy.hidden_size "
+            "(vec.num_envs was 8, now 16; policy.hidden_size was 16, now 32)") in result.stderr
+    result = jaxlab("train", "memory", "--resume", str(run))
+    assert result.returncode == 2 and "--resume" in result.stderr and "is a run of 'cartpole', not 'memory'" \
+        in result.stderr or "no run" in result.stderr
+    result = jaxlab("train", "cartpole", "--resume", str(run), "--train.total-timesteps", "256",
+                    "--log.interval", "5")
+    assert result.returncode == 0, result.stderr
+    assert "resume: applying the changed train.total_timesteps: 128 -> 256" in result.stdout
+    assert "resume: applying the changed log.interval: 1.0 -> 5.0" in result.stdout
+    with Trainer(small_config(2, "--env.max-steps", "100")) as other, pytest.raises(ConfigError, match="env"):
+        other.load_checkpoint(checkpoint.step_dirs(run / "checkpoints")[0])
+
+
+def test_a_failed_save_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
+    calls = []
+
+    def fill_the_disk(trainer, saves):
+        real = saves.manager.save
+
+        def save(*args, **kwargs):
+            calls.append(args[0])
+            if len(calls) >= 2:
+                raise OSError(28, "No space left on device")
+            return real(*args, **kwargs)
+
+        saves.manager.save = save
+
+    threads_before = set(threading.enumerate())
+    result = train_run(small_config(6, "--checkpoint.interval", "2"), tmp_path / "run", trainer_hook=fill_the_disk)
+    assert calls == [2, 4]
+    assert result.error.startswith(f"cannot save checkpoint {tmp_path / 'run/checkpoints/4'} (No space left on "
+                                   f"device); the last good checkpoint is {tmp_path / 'run/checkpoints/2'}")
+    assert result.checkpoint == tmp_path / "run/checkpoints/2" and len(result.records) == 4
+    with Trainer(small_config(6)) as trainer:
+        assert trainer.load_checkpoint(result.checkpoint)["update"] == 2
+    assert set(threading.enumerate()) <= threads_before  # Orbax's threads are gone
+
+
+def test_an_unusable_checkpoint_dir_is_a_clear_error(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "checkpoints").write_text("a file where the checkpoints should go")
+    result = jaxlab("train", "cartpole", *SMALL, "--train.total-timesteps", "128", "--run-dir", str(run))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"cannot write '{run / 'checkpoints'}' (File exists); pass a writable --run-dir DIR" in result.stderr
+    assert not (run / "metrics.jsonl").exists()  # refused before training
+
+
+def test_sigterm_saves_and_exits_0_with_nothing_left_running(tmp_path):
+    run = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, "-m", "jaxlab.cli", "train", "cartpole", "--train.total-timesteps",
+                                "10_000_000", "--run-dir", str(run)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not (run / "metrics.jsonl").is_file() or not (run / "metrics.jsonl").read_text().count("\n") >= 3:
+        assert time.monotonic() < deadline and process.poll() is None
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    assert "stopped by SIGTERM after update" in err and "--resume" in err
+    newest = checkpoint.step_dirs(run / "checkpoints")[0]
+    records = (run / "metrics.jsonl").read_text().splitlines()
+    assert int(newest.name) == json.loads(records[-1])["update"]
+    with pytest.raises(ProcessLookupError):
+        os.killpg(process.pid, 0)  # no process of its session is left
+
+
+def test_eval_in_a_fresh_process_takes_the_trainers_deterministic_actions(tmp_path):
+    with Trainer(small_config(4)) as trainer:
+        for _ in range(4):
+            trainer.evaluate()
+            trainer.train()
+        trainer.save_checkpoint(tmp_path / "ck")
+        from jaxlab.evaluation import play
+
+        here = []
+        play(trainer, steps=30, num_envs=3, seed=5, on_step=lambda t, o, a, r, e: here.append(a.tolist()))
+    code = ("import json, sys\nfrom jaxlab.evaluation import load_trainer, play\n"
+            f"t = load_trainer({str(tmp_path / 'ck')!r})\nseen = []\n"
+            "play(t, steps=30, num_envs=3, seed=5, on_step=lambda t, o, a, r, e: seen.append(a.tolist()))\n"
+            "print(json.dumps(seen))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1]) == here
+    assert len({tuple(a) for a in here}) > 1  # the policy does not take one constant action
+
+
+def test_eval_command_prints_returns_and_renders(tmp_path):
+    run = tmp_path / "run"
+    assert train_run(small_config(2), run).checkpoint is not None
+    frames = tmp_path / "frames.txt"
+    result = jaxlab("eval", "cartpole", "--checkpoint", str(run), "--episodes", "5", "--deterministic",
+                    "--save-frames", str(frames))
+    assert result.returncode == 0, result.stderr
+    assert "5 episodes, deterministic actions" in result.stdout and "return " in result.stdout and " ± " in result.stdout
+    lines = frames.read_text().splitlines()
+    assert lines[-1].endswith("(episode ended)") and all("|" in line and "pole" in line for line in lines)
+    result = jaxlab("eval", "pendulum", "--checkpoint", str(run))
+    assert result.returncode == 2 and "is a checkpoint of 'cartpole', not 'pendulum'" in result.stderr
+    result = jaxlab("eval", "cartpole", "--checkpoint", str(tmp_path / "nothing"))
+    assert result.returncode == 2 and "no checkpoint there" in result.stderr
