@@ -203,14 +203,18 @@ def train_command(args: argparse.Namespace) -> int:
               f"updates: raise --train.total-timesteps (e.g. {50 * sizes.batch_size}) or use fewer envs")
     from jaxlab.run import train_run
 
-    show = progress_printer(sizes.num_updates, config.log.interval)
+    observers = RunObservers(config, sizes, run_dir)
     try:
-        result = train_run(config, run_dir, resume=resolved.resume, on_log=show, warn=warn)
+        result = train_run(config, run_dir, resume=resolved.resume, on_log=observers, warn=warn,
+                           notes=args.notes, on_start=observers.start)
     except KeyboardInterrupt:
+        observers.close()
         print(f"interrupted; the metrics so far are in {run_dir}/metrics.jsonl", file=sys.stderr)
         return 130
     except (ConfigError, CheckpointError) as err:
+        observers.close()
         return fail("train", err)
+    observers.close()
     where = f"checkpoint {result.checkpoint}" if result.checkpoint else "no checkpoint"
     if result.error:
         print(f"jaxlab train: error: {result.error}; {where}", file=sys.stderr)
@@ -237,22 +241,59 @@ def resume_run_dir(location: Path) -> Path:
     return checkpoints.parent if checkpoints.name == "checkpoints" else checkpoints
 
 
-def progress_printer(num_updates: int, interval: float):
-    """on_log callback printing one line at most every ``interval`` seconds, and the last update."""
-    last_print = [-interval]
+class RunObservers:
+    """The on_log of `jaxlab train`: warnings (jaxlab.alerts), the terminal reporter and wandb. An error
+    in a reporter or logger is reported once and that one is dropped; training goes on."""
 
-    def show(record: dict) -> None:
-        final = record["update"] == num_updates
-        if not final and record["wall_time"] - last_print[0] < interval:
-            return
-        last_print[0] = record["wall_time"]
-        episode = (f"return {record['episode_return']:8.2f}  length {record['episode_length']:7.1f}"
-                   if record["episodes"] else "no episode ended")
-        print(f"update {record['update']:>5}/{num_updates}  step {record['global_step']:>10,}  "
-              f"{record['wall_time']:6.1f}s  {record['sps']:>9,.0f} SPS  {episode}  "
-              f"entropy {record['entropy']:.3f}  kl {record['approx_kl']:.4f}", flush=True)
+    def __init__(self, config, sizes, run_dir: str):
+        self.config, self.sizes, self.run_dir = config, sizes, run_dir
+        self.outputs: list = []
+        self.reporter = None
+        self.alerts = None
 
-    return show
+    def start(self, trainer) -> None:
+        from jaxlab.alerts import Alerts
+        from jaxlab.dashboard import RunInfo, make_reporter
+
+        import jax
+
+        device = jax.devices()[0]
+        info = RunInfo(self.config.env_name, trainer.num_params, f"{device.platform}:{device.device_kind}",
+                       self.config.preset, self.run_dir, self.sizes.num_updates,
+                       self.sizes.num_updates * self.sizes.batch_size, trainer.env.kind.log_names)
+        self.alerts = Alerts()
+        self.reporter = make_reporter(self.config.log.dashboard, info, self.config.log.interval)
+        self.outputs = [("terminal", self.reporter.update)]
+        if self.config.log.wandb:
+            from jaxlab.wandb_logger import WandbLogger
+
+            self.wandb = WandbLogger(self.config, Path(self.run_dir), self.warn)
+            self.outputs.append(("wandb", self.wandb.log))
+
+    def warn(self, message: str) -> None:
+        if self.reporter is not None:
+            self.reporter.warn(message)
+        else:
+            warn(message)
+
+    def __call__(self, record: dict) -> None:
+        for message in self.alerts.check(record):
+            self.warn(message)
+        for name, output in list(self.outputs):
+            try:
+                output(record)
+            except Exception as err:  # noqa: BLE001 - a logger must not stop training
+                self.outputs.remove((name, output))
+                self.warn(f"the {name} logger failed ({type(err).__name__}: {err}) and is off for this run")
+
+    def close(self) -> None:
+        if self.reporter is not None:
+            self.reporter.close()
+        wandb = getattr(self, "wandb", None)
+        if wandb is not None:
+            line = wandb.close()
+            if line:
+                print(line, file=sys.stderr)
 
 
 def eval_command(args: argparse.Namespace) -> int:
@@ -323,6 +364,29 @@ def eval_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def runs_command(args: argparse.Namespace) -> int:
+    """Prints a table of the runs under DIR (default runs/)."""
+    from jaxlab.records import format_runs, run_rows
+
+    root = Path(args.dir)
+    if not root.is_dir():
+        return fail("runs", ValueError(f"{root} is not a directory; pass the folder that holds your run dirs"))
+    print(format_runs(run_rows(root)))
+    return 0
+
+
+def plot_command(args: argparse.Namespace) -> int:
+    """Draws learning curves of RUN_DIRs into a PNG."""
+    from jaxlab.plot import PlotError, plot
+
+    try:
+        out = plot([Path(r) for r in args.run_dirs], Path(args.output), args.metric, args.x)
+    except PlotError as err:
+        return fail("plot", err)
+    print(f"wrote {out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jaxlab", description="JAX LSTM-PPO over batched C environments.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -344,6 +408,8 @@ def build_parser() -> argparse.ArgumentParser:
                     train_command, with_config=True)
     train.add_argument("--run-dir", metavar="DIR", help="where config.toml, metrics.jsonl and checkpoints/ "
                        "go (default runs/ENV-TIMESTAMP; with --resume, the resumed run's dir)")
+    train.add_argument("--notes", metavar="TEXT", help="the run's hypothesis, saved as notes.md in the run dir "
+                       "and shown by `jaxlab runs`")
     train.add_argument("--resume", metavar="WHAT", help="continue a run: latest (the newest run of ENV "
                        "under runs/), a run dir, or one checkpoint directory; flags change allowed values")
     command("config", "print the resolved config, where each value came from, and the sizes",
@@ -362,6 +428,17 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--render", action="store_true", help="print agent 0's first episode as text "
                           "(cartpole, memory)")
     evaluate.add_argument("--save-frames", metavar="FILE", help="write agent 0's first episode as text to FILE")
+    runs = command("runs", "list runs with env, steps, SPS, final and best return and notes",
+                   "Print a table of the run dirs under DIR: env, steps, SPS, final and best episode return, "
+                   "status and the first line of notes.md.", runs_command)
+    runs.add_argument("dir", nargs="?", default="runs", metavar="DIR", help="folder of run dirs (default runs)")
+    plot = command("plot", "draw learning curves of runs into a PNG",
+                   "Draw a metric of several runs against agent-steps or wall time into a PNG (needs "
+                   "matplotlib: pip install 'jaxlab[plot]').", plot_command)
+    plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run dirs holding metrics.jsonl")
+    plot.add_argument("--metric", default="episode_return", help="metrics.jsonl key (default episode_return)")
+    plot.add_argument("--x", choices=("step", "time"), default="step", help="x axis: agent-steps or wall time")
+    plot.add_argument("-o", "--output", default="curves.png", metavar="PNG", help="output file (default curves.png)")
     command("presets", "list the accelerator presets and the one auto picks here",
             "List the presets in configs/presets/ and the one `--preset auto` picks on this machine.",
             presets_command)

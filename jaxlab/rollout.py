@@ -99,7 +99,8 @@ class Rollout:
         self.reset_flags = np.ones(A, bool)           # every agent starts an episode
         self.final_obs = to_device(env.final_observations)
         self.truncated = np.zeros(A, bool)
-        self.timing = {"env": 0.0, "policy": 0.0}
+        self.timing = {"env": 0.0, "policy": 0.0, "copy": 0.0}  # seconds: C env steps, policy calls,
+        # host<->device copies (actions out, observations in, the segment's arrays)
 
     def collect(self, params) -> tuple[Segment, list[dict]]:
         """Runs T steps with ``params``; returns the segment (device arrays) and the env infos."""
@@ -126,9 +127,12 @@ class Rollout:
             logps.append(logp)
             values.append(value)
             masks.append(mask)
-            host_action = np.asarray(action)
+            action.block_until_ready()
             toc = time.perf_counter()
             self.timing["policy"] += toc - tic
+            host_action = np.asarray(action)
+            tic = time.perf_counter()
+            self.timing["copy"] += tic - toc
             _, rewards, terminals, truncations, info = env.step(host_action)
             self.step_count += 1
             self.rewards[t] = rewards
@@ -138,14 +142,18 @@ class Rollout:
             self.truncated = truncations.copy()
             if info:
                 infos.append(info)
+            toc = time.perf_counter()
+            self.timing["env"] += toc - tic
             self.obs = to_device(env.observations)
             if self.truncated.any():
                 self.final_obs = to_device(env.final_observations)
-            self.timing["env"] += time.perf_counter() - toc
+            self.timing["copy"] += time.perf_counter() - toc
+        tic = time.perf_counter()
         segment = Segment(
             obs=jnp.stack(obs), resets=jnp.asarray(np.stack(resets)), actions=jnp.stack(actions),
             logp=jnp.stack(logps), values=jnp.stack(values), rewards=to_device(self.rewards),
             terminals=to_device(self.terminals), truncations=to_device(self.truncations),
             bootstrap_values=jnp.stack(boots), next_values=next_values, start_carry=start_carry,
             masks=None if masks[0] is None else jnp.stack(masks))
+        self.timing["copy"] += time.perf_counter() - tic
         return segment, infos

@@ -161,15 +161,22 @@ def set_aside_after(directory: Path, update: int) -> list[Path]:
 
 def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | None = None,
               on_log: Callable[[dict], None] | None = None, warn: Callable[[str], None] = print,
-              trainer_hook: Callable | None = None) -> RunResult:
+              trainer_hook: Callable | None = None, notes: str | None = None,
+              on_start: Callable | None = None) -> RunResult:
     """Trains ``config`` to its last update in ``run_dir`` with checkpoints; see the module docstring.
-    ``trainer_hook(trainer, saves)`` is called once both are built (tests inject faults with it)."""
+    Writes run.json (and notes.md from ``notes``) at the start and summary.json at the end (see
+    jaxlab.records). ``on_start(trainer)`` is called once the trainer is built and restored;
+    ``trainer_hook(trainer, saves)`` once the checkpoints are set up too (tests inject faults with it)."""
+    import jax
+
+    from jaxlab import records
     from jaxlab.trainer import Trainer
 
     run_dir = Path(run_dir)
     result = RunResult()
     c = config.checkpoint
     with Trainer(config, run_dir=run_dir) as trainer, StopSignals() as stop:
+        records.write_run_info(run_dir, config, [f"{d.platform}:{d.device_kind}" for d in jax.devices()], notes)
         if resume is not None:
             result.resumed_from = load_newest(trainer, Path(resume), warn)
             keep_metrics_until(run_dir / "metrics.jsonl", trainer.update_index)
@@ -177,6 +184,8 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
                 warn(f"moved {path.name} aside to {path} (newer than the checkpoint resumed from)")
             warn(f"resumed from {result.resumed_from} at update {trainer.update_index}, "
                  f"step {trainer.global_step:,}")
+        if on_start is not None:
+            on_start(trainer)
         saves = checkpoint.RunCheckpoints(run_dir / "checkpoints", c.interval, c.minutes, c.keep, c.best_metric)
         try:
             if trainer_hook is not None:
@@ -211,4 +220,7 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
                 saves.close()
             except checkpoint.CheckpointError as err:
                 result.error = result.error or str(err)
+            records.write_summary(run_dir, c.best_metric or "episode_return", stopped=result.stopped,
+                                  error=result.error, checkpoint=result.checkpoint,
+                                  resumed_from=result.resumed_from)
     return result

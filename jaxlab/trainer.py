@@ -111,7 +111,8 @@ class Trainer:
 
     @property
     def timing(self) -> dict[str, float]:
-        """Seconds spent so far stepping envs, in policy calls during rollouts, and in updates."""
+        """Seconds spent so far stepping the C envs, in policy calls during rollouts, copying between
+        host and device, and in updates (the rest of the wall time is "other")."""
         return {**self.rollout.timing, "learn": self.learn_time}
 
     def evaluate(self) -> None:
@@ -147,7 +148,9 @@ class Trainer:
         record = {"global_step": self.global_step, "update": self.update_index,
                   "wall_time": now - self.start_time, "sps": sps, "compiles": self.compiles,
                   **self._last_metrics, **self.episode_stats.take()}
-        record.update({f"time_{k}": v for k, v in self.timing.items()})
+        timing = self.timing
+        record.update({f"time_{k}": v for k, v in timing.items()})
+        record["time_other"] = max(record["wall_time"] - sum(timing.values()), 0.0)
         self._last_log_time, self._last_log_step = now, self.global_step
         if self._metrics_file is not None:
             self._metrics_file.write(json.dumps(record) + "\n")

@@ -3,7 +3,6 @@ stop signals, and eval from a path in a fresh process."""
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -201,24 +200,34 @@ def test_sigterm_saves_and_exits_0_with_nothing_left_running(tmp_path):
         os.killpg(process.pid, 0)  # no process of its session is left
 
 
-def test_eval_in_a_fresh_process_takes_the_trainers_deterministic_actions(tmp_path):
-    with Trainer(small_config(4)) as trainer:
-        for _ in range(4):
+def test_eval_in_a_fresh_process_takes_the_trainers_actions(tmp_path):
+    """Deterministic actions (the mode) and sampled ones (same seed) match the trainer's policy."""
+    from jaxlab.evaluation import play
+
+    def actions_of(trainer, deterministic):
+        seen = []
+        play(trainer, steps=40, num_envs=3, seed=5, deterministic=deterministic,
+             on_step=lambda t, o, a, r, e: seen.append(a.tolist()))
+        return seen
+
+    with Trainer(small_config(20, "--train.learning-rate", "0.01")) as trainer:
+        for _ in range(20):
             trainer.evaluate()
             trainer.train()
         trainer.save_checkpoint(tmp_path / "ck")
-        from jaxlab.evaluation import play
-
-        here = []
-        play(trainer, steps=30, num_envs=3, seed=5, on_step=lambda t, o, a, r, e: here.append(a.tolist()))
-    code = ("import json, sys\nfrom jaxlab.evaluation import load_trainer, play\n"
-            f"t = load_trainer({str(tmp_path / 'ck')!r})\nseen = []\n"
-            "play(t, steps=30, num_envs=3, seed=5, on_step=lambda t, o, a, r, e: seen.append(a.tolist()))\n"
-            "print(json.dumps(seen))\n")
+        here = {"mode": actions_of(trainer, True), "sampled": actions_of(trainer, False)}
+    code = ("import json\nfrom jaxlab.evaluation import load_trainer, play\n"
+            f"t = load_trainer({str(tmp_path / 'ck')!r})\nout = {{}}\n"
+            "for name, det in (('mode', True), ('sampled', False)):\n"
+            "    out[name] = []\n"
+            "    play(t, steps=40, num_envs=3, seed=5, deterministic=det,\n"
+            "         on_step=lambda t_, o, a, r, e: out[name].append(a.tolist()))\n"
+            "print(json.dumps(out))\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.splitlines()[-1]) == here
-    assert len({tuple(a) for a in here}) > 1  # the policy does not take one constant action
+    assert len({a for step in here["mode"] for a in step}) == 2  # the trained mode is not one constant action
+    assert here["mode"] != here["sampled"]
 
 
 def test_eval_command_prints_returns_and_renders(tmp_path):

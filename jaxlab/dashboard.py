@@ -1,0 +1,178 @@
+"""What a run shows on the terminal: a rich dashboard redrawn at most 4 times a second on a terminal,
+or plain one-line summaries (CI, a pipe), or nothing. All reporters take the same calls:
+update(record) after each update, warn(message), close(). The dashboard starts no thread (rich's Live
+is driven by hand, auto_refresh off), so nothing is left running after close() or Ctrl-C."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+
+SPLIT = ("env", "policy", "copy", "learn", "other")
+SPLIT_NAMES = {"env": "env step", "policy": "policy forward", "copy": "host-device copy", "learn": "learn",
+               "other": "other"}
+LOSSES = (("policy_loss", "policy"), ("value_loss", "value"), ("entropy", "entropy"), ("approx_kl", "approx KL"),
+          ("clip_fraction", "clip frac"), ("explained_variance", "explained var"))
+
+
+@dataclass
+class RunInfo:
+    env_name: str
+    num_params: int
+    device: str
+    preset: str
+    run_dir: str
+    num_updates: int
+    total_steps: int
+    stat_names: tuple[str, ...]
+
+
+def clock(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def time_split(record: dict) -> list[tuple[str, float, float]]:
+    """(name, seconds, percent of wall time) for env, policy, copy, learn, other."""
+    wall = max(record.get("wall_time", 0.0), 1e-9)
+    return [(SPLIT_NAMES[k], record.get(f"time_{k}", 0.0), 100 * record.get(f"time_{k}", 0.0) / wall) for k in SPLIT]
+
+
+def eta(record: dict, info: RunInfo) -> float:
+    done = record["global_step"]
+    return (info.total_steps - done) / record["sps"] if record["sps"] > 0 else float("inf")
+
+
+def render(record: dict, info: RunInfo, warnings: list[str]):
+    """The dashboard for the latest record as a rich renderable."""
+    from rich.console import Group
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+    from rich.text import Text
+
+    head = Text.assemble(("jaxlab ", "bold"), (info.env_name, "bold cyan"),
+                         f"  {info.num_params:,} params  {info.device} (preset {info.preset})  run {info.run_dir}")
+    progress = Table.grid(padding=(0, 2))
+    progress.add_row(ProgressBar(total=info.total_steps, completed=record["global_step"], width=30),
+                     f"step {record['global_step']:,}/{info.total_steps:,}",
+                     f"ETA {clock(eta(record, info))}", f"{record['sps']:,.0f} SPS",
+                     f"update {record['update']}/{info.num_updates}", f"uptime {clock(record['wall_time'])}")
+    split = Table(title="time", title_justify="left", box=None, padding=(0, 1), show_header=False)
+    for name, seconds, percent in time_split(record):
+        split.add_row(name, f"{seconds:8.2f} s", f"{percent:5.1f} %")
+    losses = Table(title="losses", title_justify="left", box=None, padding=(0, 1), show_header=False)
+    for key, name in LOSSES:
+        if key in record:
+            losses.add_row(name, f"{record[key]:10.4f}")
+    stats = Table(title=f"episodes ({record['episodes']} in this update)", title_justify="left", box=None,
+                  padding=(0, 1), show_header=False)
+    for name in info.stat_names:
+        value = record.get(name)
+        stats.add_row(name, "-" if value is None else f"{value:10.3f}")
+    columns = Table.grid(padding=(0, 4))
+    columns.add_row(split, losses, stats)
+    parts = [head, progress, columns]
+    parts += [Text(f"warning: {w}", style="yellow") for w in warnings]
+    return Group(*parts)
+
+
+def plain_line(record: dict, info: RunInfo) -> str:
+    """One line per report: progress, SPS, episode statistics, losses and the time split."""
+    episode = "  ".join(f"{name} {record[name]:.2f}" for name in info.stat_names[:2] if record.get(name) is not None)
+    split = " ".join(f"{name.split()[0]} {percent:.0f}%" for name, _, percent in time_split(record))
+    return (f"update {record['update']:>5}/{info.num_updates}  step {record['global_step']:>10,}  "
+            f"{record['wall_time']:6.1f}s  {record['sps']:>9,.0f} SPS  "
+            f"{episode or 'no episode ended'}  entropy {record['entropy']:.3f}  kl {record['approx_kl']:.4f}  "
+            f"[{split}]")
+
+
+class PlainReporter:
+    """Plain lines to ``stream``: at most one per ``interval`` seconds, and the last update."""
+
+    def __init__(self, info: RunInfo, interval: float = 1.0, stream=None):
+        self.info, self.interval, self.stream = info, interval, stream or sys.stdout
+        self.last = -float("inf")
+
+    def update(self, record: dict) -> None:
+        if record["update"] < self.info.num_updates and record["wall_time"] - self.last < self.interval:
+            return
+        self.last = record["wall_time"]
+        print(plain_line(record, self.info), file=self.stream, flush=True)
+
+    def warn(self, message: str) -> None:
+        print(f"warning: {message}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        pass
+
+
+class RichDashboard:
+    """The live dashboard: redrawn at most ``max_per_second`` times a second and after the last update."""
+
+    def __init__(self, info: RunInfo, console=None, max_per_second: float = 4.0):
+        from rich.console import Console
+        from rich.live import Live
+
+        self.info = info
+        self.console = console or Console()
+        self.min_gap = 1.0 / max_per_second
+        self.warnings: list[str] = []
+        self.record: dict | None = None
+        self.last_draw = -float("inf")
+        self.draws = 0
+        self.dirty = False  # a record or warning arrived since the last draw
+        self.live = Live(console=self.console, auto_refresh=False, transient=False)
+        self.live.start()
+
+    def update(self, record: dict) -> None:
+        self.record = record
+        now = time.monotonic()
+        if record["update"] < self.info.num_updates and now - self.last_draw < self.min_gap:
+            self.dirty = True
+            return
+        self._draw(now)
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+        if self.record is not None:
+            self._draw(time.monotonic())
+
+    def _draw(self, now: float) -> None:
+        if self.record is None:
+            return
+        self.last_draw = now
+        self.draws += 1
+        self.dirty = False
+        self.live.update(render(self.record, self.info, self.warnings), refresh=True)
+
+    def close(self) -> None:
+        if self.live.is_started:
+            if self.dirty:
+                self._draw(time.monotonic())
+            self.live.stop()
+
+
+class Silent:
+    def update(self, record: dict) -> None:
+        pass
+
+    def warn(self, message: str) -> None:
+        print(f"warning: {message}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        pass
+
+
+def make_reporter(mode: str, info: RunInfo, interval: float = 1.0, stream=None):
+    """``mode`` auto (rich on a terminal, plain otherwise), rich, plain or none."""
+    stream = stream or sys.stdout
+    if mode == "auto":
+        mode = "rich" if stream.isatty() else "plain"
+    if mode == "rich":
+        from rich.console import Console
+
+        return RichDashboard(info, Console(file=stream))
+    if mode == "plain":
+        return PlainReporter(info, interval, stream)
+    return Silent()

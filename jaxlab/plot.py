@@ -1,0 +1,54 @@
+"""Learning curves of several runs into one PNG (`jaxlab plot`). Needs matplotlib, an optional extra:
+pip install 'jaxlab[plot]'."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jaxlab.records import read_metrics
+
+X_AXES = {"step": ("global_step", "agent-steps"), "time": ("wall_time", "wall time (s)")}
+
+
+class PlotError(ValueError):
+    """Bad plot input (a run dir without metrics, a metric no run has, matplotlib missing)."""
+
+
+def curves(run_dirs: list[Path], metric: str, x: str) -> list[tuple[str, list[float], list[float]]]:
+    """(label, xs, ys) per run: the updates where ``metric`` has a value."""
+    key = X_AXES[x][0]
+    out = []
+    for run in run_dirs:
+        records = read_metrics(Path(run))
+        if not records:
+            raise PlotError(f"{run} has no metrics.jsonl records; pass run dirs written by `jaxlab train`")
+        points = [(r[key], r[metric]) for r in records if r.get(metric) is not None]
+        out.append((Path(run).name, [p[0] for p in points], [p[1] for p in points]))
+    if not any(xs for _, xs, _ in out):
+        known = sorted(k for k, v in read_metrics(Path(run_dirs[0]))[-1].items() if isinstance(v, (int, float)))
+        raise PlotError(f"no run has values of {metric!r}; metrics in {run_dirs[0]}: {', '.join(known)}")
+    return out
+
+
+def plot(run_dirs: list[Path], output: Path, metric: str = "episode_return", x: str = "step") -> Path:
+    """Draws ``metric`` of every run against steps or wall time into the PNG ``output``."""
+    lines = curves(run_dirs, metric, x)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise PlotError("jaxlab plot needs matplotlib: pip install 'jaxlab[plot]'") from None
+    figure, axes = plt.subplots(figsize=(8, 5), dpi=100)
+    for label, xs, ys in lines:
+        axes.plot(xs, ys, label=label, linewidth=1.5)
+    axes.set_xlabel(X_AXES[x][1])
+    axes.set_ylabel(metric)
+    axes.grid(alpha=0.3)
+    axes.legend(loc="best", fontsize="small")
+    figure.tight_layout()
+    output = Path(output)
+    figure.savefig(output, format="png")
+    plt.close(figure)
+    return output

@@ -1,0 +1,136 @@
+"""A run's records beside config.toml and metrics.jsonl: run.json (version, git revision, host,
+devices, command), notes.md (the run's hypothesis), summary.json (final and best metrics, wall time,
+steps, SPS), and the table `jaxlab runs` prints from them."""
+
+from __future__ import annotations
+
+import json
+import platform
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jaxlab
+
+
+def git_revision(where: Path) -> str | None:
+    """The git commit of ``where`` (with +dirty when the tree has changes), or None outside git."""
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=5)
+        if rev.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
+                               capture_output=True, text=True, timeout=5)
+        return rev.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def write_run_info(run_dir: Path, config, devices: list[str], notes: str | None = None,
+                   argv: list[str] | None = None) -> dict:
+    """Writes run.json (and notes.md when ``notes``); returns what run.json holds."""
+    import jax
+
+    run_dir = Path(run_dir)
+    info = {"jaxlab_version": jaxlab.__version__,
+            "git_revision": git_revision(Path(jaxlab.__file__).resolve().parent),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": socket.gethostname(),
+            "platform": platform.platform(), "python": sys.version.split()[0], "jax_version": jax.__version__,
+            "devices": devices, "command": argv if argv is not None else sys.argv,
+            "env_name": config.env_name, "preset": config.preset,
+            "run_name": config.log.run_name or run_dir.name}
+    (run_dir / "run.json").write_text(json.dumps(info, indent=2) + "\n")
+    if notes:
+        (run_dir / "notes.md").write_text(notes.rstrip() + "\n")
+    return info
+
+
+def summarize(records: list[dict], best_metric: str = "episode_return") -> dict:
+    """Final and best metrics of a run's records (one per update, as in metrics.jsonl)."""
+    if not records:
+        return {"updates": 0, "global_step": 0, "wall_time": 0.0, "sps": 0.0, "final": {}, "best": None}
+    last = records[-1]
+    with_episodes = [r for r in records if r.get("episodes") and r.get(best_metric) is not None]
+    final = {k: v for k, v in last.items() if not k.startswith("time_")}
+    if with_episodes:  # the episode statistics of the last update that ended episodes
+        final.update({k: v for k, v in with_episodes[-1].items()
+                      if not k.startswith("time_") and final.get(k) is None})
+    best = max(with_episodes, key=lambda r: r[best_metric]) if with_episodes else None
+    first = records[0]
+    steady_time = last["wall_time"] - first["wall_time"]
+    return {"updates": last["update"], "global_step": last["global_step"], "wall_time": last["wall_time"],
+            "sps": last["global_step"] / last["wall_time"] if last["wall_time"] > 0 else 0.0,
+            "sps_after_first_update": ((last["global_step"] - first["global_step"]) / steady_time
+                                       if steady_time > 0 else None),
+            "time": {k[5:]: v for k, v in last.items() if k.startswith("time_")},
+            "final": final,
+            "best": None if best is None else {"metric": best_metric, "value": best[best_metric],
+                                               "update": best["update"], "global_step": best["global_step"]}}
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def write_summary(run_dir: Path, best_metric: str = "episode_return", **status) -> dict:
+    """Writes summary.json from the whole metrics.jsonl (a resumed run included) and ``status``
+    (stopped, error, checkpoint, ...); returns it."""
+    run_dir = Path(run_dir)
+    summary = {**summarize(read_metrics(run_dir), best_metric),
+               **{k: (str(v) if isinstance(v, Path) else v) for k, v in status.items()}}
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def run_rows(root: Path) -> list[dict]:
+    """One row per run dir under ``root`` (a dir holding config.toml or metrics.jsonl), oldest first."""
+    root = Path(root)
+    dirs = [root] if (root / "metrics.jsonl").is_file() else sorted(
+        (p for p in root.iterdir() if p.is_dir() and ((p / "metrics.jsonl").is_file() or (p / "config.toml").is_file())),
+        key=lambda p: p.stat().st_mtime) if root.is_dir() else []
+    rows = []
+    for run in dirs:
+        info, summary = _read_json(run / "run.json"), _read_json(run / "summary.json")
+        if not summary:
+            summary = summarize(read_metrics(run))
+            summary["status"] = "running or killed"
+        env = info.get("env_name")
+        if env is None and (run / "config.toml").is_file():
+            first = (run / "config.toml").read_text().splitlines()[0]
+            env = first.partition("=")[2].strip().strip('"')
+        notes = (run / "notes.md").read_text().strip().splitlines()[0] if (run / "notes.md").is_file() else ""
+        final = summary.get("final", {}).get("episode_return")
+        best = summary.get("best") or {}
+        status = summary.get("status") or ("error" if summary.get("error") else
+                                          f"stopped ({summary['stopped']})" if summary.get("stopped") else "done")
+        rows.append({"run": info.get("run_name", run.name), "path": str(run), "env": env or "?",
+                     "steps": summary.get("global_step", 0), "sps": summary.get("sps", 0.0),
+                     "final_return": final, "best_return": best.get("value"), "status": status, "notes": notes})
+    return rows
+
+
+def format_runs(rows: list[dict]) -> str:
+    """The runs as an aligned text table."""
+    if not rows:
+        return "no runs found"
+    number = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
+    table = [("run", "env", "steps", "SPS", "final return", "best return", "status", "notes")]
+    for r in rows:
+        table.append((r["run"], r["env"], f"{r['steps']:,}", f"{r['sps']:,.0f}", number(r["final_return"], ".2f"),
+                      number(r["best_return"], ".2f"), r["status"], r["notes"][:60]))
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    right = {2, 3, 4, 5}
+    return "\n".join("  ".join(cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in
+                               enumerate(zip(row, widths, strict=True))).rstrip() for row in table)

@@ -1,0 +1,82 @@
+"""Weights & Biases logging, opt-in with --log.wandb true. wandb is imported only here, only when
+enabled. With no API key (WANDB_API_KEY or a wandb login) or no network it runs offline and says how
+to sync. Any error inside wandb disables it with one warning: a failing logger never stops training."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Callable
+
+
+def has_credentials() -> bool:
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
+    try:
+        return "api.wandb.ai" in netrc.read_text()
+    except OSError:
+        return False
+
+
+def config_dict(config) -> dict:
+    return {"env_name": config.env_name, "preset": config.preset, "env": dict(config.env),
+            **{s: dataclasses.asdict(getattr(config, s)) for s in ("vec", "policy", "train", "device", "checkpoint", "log")}}
+
+
+class WandbLogger:
+    def __init__(self, config, run_dir: Path, warn: Callable[[str], None]):
+        self.warn = warn
+        self.run = None
+        self.mode = os.environ.get("WANDB_MODE") or ("online" if has_credentials() else "offline")
+        try:
+            import wandb
+        except ImportError:
+            warn("log.wandb is on but wandb is not installed: pip install 'jaxlab[wandb]'; training goes on without it")
+            return
+        self.wandb = wandb
+        log = config.log
+        kwargs = dict(project=log.wandb_project, entity=log.wandb_entity or None, group=log.wandb_group or None,
+                      tags=[t.strip() for t in log.wandb_tags.split(",") if t.strip()] or None,
+                      name=log.run_name or Path(run_dir).name, config=config_dict(config), dir=str(run_dir),
+                      reinit="finish_previous")
+        try:
+            self.run = wandb.init(mode=self.mode, **kwargs)
+        except Exception as err:  # noqa: BLE001 - no network, bad key, ...: fall back to offline
+            if self.mode == "offline":
+                self._fail(err)
+                return
+            warn(f"wandb could not start online ({type(err).__name__}: {err}); logging offline instead")
+            self.mode = "offline"
+            try:
+                self.run = wandb.init(mode="offline", **kwargs)
+            except Exception as err2:  # noqa: BLE001
+                self._fail(err2)
+
+    def _fail(self, err: Exception) -> None:
+        self.warn(f"wandb failed ({type(err).__name__}: {err}); training goes on without it")
+        self.run = None
+
+    def log(self, record: dict) -> None:
+        if self.run is None:
+            return
+        try:
+            self.run.log({k: v for k, v in record.items() if v is not None}, step=record["global_step"])
+        except Exception as err:  # noqa: BLE001
+            self._fail(err)
+
+    def close(self) -> str | None:
+        """Finishes the run and stops wandb's service process; returns a line on where the run went."""
+        if self.run is None:
+            return None
+        run, self.run = self.run, None
+        directory = getattr(run, "dir", None)
+        try:
+            run.finish()
+            self.wandb.teardown()
+        except Exception as err:  # noqa: BLE001
+            self.warn(f"wandb did not finish cleanly ({type(err).__name__}: {err})")
+        if self.mode == "offline" and directory:
+            return f"wandb ran offline; sync with `wandb sync {Path(directory).parent}`"
+        return None

@@ -1,0 +1,187 @@
+"""What a run shows and leaves: dashboard, plain lines, warnings, run records, `jaxlab runs`/`plot`, wandb."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from jaxlab.alerts import Alerts
+from jaxlab.dashboard import PlainReporter, RichDashboard, RunInfo, make_reporter
+from jaxlab.records import format_runs, run_rows, summarize
+
+INFO = RunInfo("cartpole", 41_730, "cpu:cpu", "cpu", "runs/x", num_updates=10, total_steps=10_240,
+               stat_names=("episode_return", "episode_length"))
+
+
+def record(update, **overrides):
+    base = {"global_step": 1024 * update, "update": update, "wall_time": 2.0 * update, "sps": 512.0, "compiles": 2,
+            "policy_loss": -0.01, "value_loss": 0.5, "entropy": 0.6, "approx_kl": 0.01, "clip_fraction": 0.1,
+            "explained_variance": 0.3, "episodes": 4, "episode_return": 10.0 * update, "episode_length": 10.0 * update,
+            "time_env": 0.2 * update, "time_policy": 0.6 * update, "time_copy": 0.2 * update,
+            "time_learn": 0.8 * update, "time_other": 0.2 * update}
+    return {**base, **overrides}
+
+
+def test_dashboard_renders_to_a_recording_console_at_most_4_times_a_second():
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), record=True, width=140, force_terminal=True)
+    threads = set(threading.enumerate())
+    dashboard = RichDashboard(INFO, console=console)
+    assert set(threading.enumerate()) == threads  # no refresh thread
+    for update in range(1, 10):
+        dashboard.update(record(update))
+    dashboard.warn("SPS fell")
+    dashboard.update(record(10))
+    dashboard.close()
+    assert dashboard.draws <= 3  # first update, the warning, the last update: not one per update
+    text = console.export_text()
+    for expected in ("jaxlab cartpole", "41,730 params", "cpu:cpu (preset cpu)", "step 10,240/10,240", "512 SPS",
+                     "update 10/10", "uptime 0:00:20", "env step", "policy forward", "host-device copy", "learn",
+                     "other", "approx KL", "explained var", "episode_return", "100.000", "warning: SPS fell"):
+        assert expected in text, expected
+    assert "10.0 %" in text and "40.0 %" in text  # env 2 s and learn 8 s of 20 s
+
+
+def test_non_terminal_output_gets_plain_lines():
+    stream = io.StringIO()
+    reporter = make_reporter("auto", INFO, interval=5.0, stream=stream)
+    assert isinstance(reporter, PlainReporter)
+    for update in range(1, 11):
+        reporter.update(record(update))
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 4  # wall times 2 (first), 8, 14 (every 5 s) and the last update at 20
+    assert lines[-1].startswith("update    10/10  step     10,240    20.0s        512 SPS  episode_return 100.00")
+    assert "[env 10% policy 30% host-device 10% learn 40% other 10%]" in lines[-1]
+
+
+def test_alerts_say_each_warning_once():
+    alerts = Alerts(warmup_updates=1)
+    said = [alerts.check(record(1))]
+    said.append(alerts.check(record(2, compiles=3)))
+    said.append(alerts.check(record(3, compiles=4)))
+    said.append(alerts.check(record(4, episodes=0, episode_return=None)))
+    said.append(alerts.check(record(5, value_loss=float("nan"))))
+    said.append(alerts.check(record(6, sps=100.0)))
+    said.append(alerts.check(record(7, sps=100.0)))
+    assert said[0] == [] and said[2] == [] and said[6] == []
+    assert said[1][0].startswith("recompiled at update 2")
+    assert said[3][0].startswith("no episode finished in update 4")
+    assert said[4][0].startswith("value_loss is nan at update 5")
+    assert said[5][0].startswith("SPS fell to 100 at update 6, under half the recent median of 512")
+
+
+def test_summary_of_hand_made_records():
+    records = [record(1, episodes=0, episode_return=None), record(2, episode_return=30.0), record(3, episode_return=20.0),
+               record(4, episodes=0, episode_return=None)]
+    summary = summarize(records)
+    assert (summary["updates"], summary["global_step"], summary["wall_time"]) == (4, 4096, 8.0)
+    assert summary["sps"] == 512.0 and summary["sps_after_first_update"] == 3072 / 6.0
+    assert summary["best"] == {"metric": "episode_return", "value": 30.0, "update": 2, "global_step": 2048}
+    assert summary["final"]["episode_return"] == 20.0 and summary["final"]["update"] == 4
+    assert summary["time"]["learn"] == pytest.approx(3.2)
+
+
+def write_run(root, name, env, returns, notes=None, step=1024):
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "config.toml").write_text(f'env_name = "{env}"\n')
+    lines = [json.dumps(record(u + 1, global_step=step * (u + 1), episode_return=r)) for u, r in enumerate(returns)]
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    if notes:
+        (run / "notes.md").write_text(notes + "\n\nmore\n")
+    return run
+
+
+def jaxlab(*args, **kwargs):
+    return subprocess.run([sys.executable, "-m", "jaxlab.cli", *args], capture_output=True, text=True, timeout=300,
+                          **kwargs)
+
+
+def test_runs_table_on_synthetic_run_dirs(tmp_path):
+    write_run(tmp_path, "a", "cartpole", [10.0, 50.0, 40.0], notes="bigger batch helps")
+    write_run(tmp_path, "b", "memory", [0.25, 1.0])
+    rows = {r["run"]: r for r in run_rows(tmp_path)}
+    assert (rows["a"]["env"], rows["a"]["steps"], rows["a"]["final_return"], rows["a"]["best_return"]) \
+        == ("cartpole", 3072, 40.0, 50.0)
+    assert rows["a"]["notes"] == "bigger batch helps" and rows["b"]["best_return"] == 1.0
+    result = jaxlab("runs", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == format_runs(run_rows(tmp_path)) + "\n"
+    header, first = result.stdout.splitlines()[:2]
+    assert header.split() == ["run", "env", "steps", "SPS", "final", "return", "best", "return", "status", "notes"]
+    assert first.split()[:6] == ["a", "cartpole", "3,072", "512", "40.00", "50.00"]
+    assert jaxlab("runs", str(tmp_path / "nope")).returncode == 2
+
+
+def test_plot_writes_a_valid_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    import matplotlib.image
+
+    a = write_run(tmp_path, "a", "cartpole", [10.0, 50.0, 40.0])
+    b = write_run(tmp_path, "b", "cartpole", [5.0, None, 45.0])
+    out = tmp_path / "curves.png"
+    result = jaxlab("plot", str(a), str(b), "--x", "time", "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert matplotlib.image.imread(out).shape[:2] == (500, 800)
+    result = jaxlab("plot", str(a), "--metric", "episode_retrn", "-o", str(out))
+    assert result.returncode == 2 and "no run has values of 'episode_retrn'" in result.stderr
+
+
+def test_short_run_leaves_metrics_summary_run_info_and_notes(tmp_path):
+    run = tmp_path / "run"
+    result = jaxlab("train", "cartpole", "--vec.num-envs", "8", "--train.minibatch-size", "64",
+                    "--policy.hidden-size", "16", "--train.total-timesteps", "1280", "--run-dir", str(run),
+                    "--notes", "hypothesis: it runs")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("SPS") >= 2  # plain lines, as stdout is a pipe
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in records] == list(range(1, 11))
+    for key in ("global_step", "sps", "compiles", "policy_loss", "value_loss", "entropy", "approx_kl",
+                "clip_fraction", "explained_variance", "episode_return", "time_env", "time_policy", "time_copy",
+                "time_learn", "time_other"):
+        assert key in records[-1], key
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["global_step"] == 1280 == records[-1]["global_step"] and summary["updates"] == 10
+    assert summary["best"]["value"] == max(r["episode_return"] for r in records if r["episode_return"] is not None)
+    assert summary["checkpoint"].endswith("checkpoints/10") and summary["error"] is None
+    info = json.loads((run / "run.json").read_text())
+    assert info["jaxlab_version"] and info["devices"] == ["cpu:cpu"] and info["host"] and info["env_name"] == "cartpole"
+    assert (run / "notes.md").read_text() == "hypothesis: it runs\n"
+
+
+def test_wandb_offline_writes_its_run_files_and_leaves_no_process(tmp_path):
+    pytest.importorskip("wandb")
+    run = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(HOME=str(tmp_path), WANDB_SILENT="true")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "jaxlab.cli", "train", "cartpole", "--vec.num-envs", "8", "--train.minibatch-size",
+         "64", "--policy.hidden-size", "16", "--train.total-timesteps", "640", "--run-dir", str(run),
+         "--log.wandb", "true", "--log.wandb-tags", "test,offline"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err
+    assert "wandb ran offline; sync with `wandb sync" in err
+    offline = list((run / "wandb").glob("offline-run-*"))
+    assert len(offline) == 1 and list(offline[0].glob("run-*.wandb"))
+    with pytest.raises(ProcessLookupError):
+        os.killpg(process.pid, 0)  # nothing of its session is left (wandb's service included)
+
+
+def test_a_run_leaves_no_thread_behind(tmp_path):
+    from jaxlab.config import load_config
+    from jaxlab.run import train_run
+
+    config, _ = load_config("cartpole", flags=["--vec.num-envs", "8", "--train.minibatch-size", "64",
+                                               "--policy.hidden-size", "16", "--train.total-timesteps", "640",
+                                               "--checkpoint.interval", "2"])
+    before = set(threading.enumerate())
+    result = train_run(config, tmp_path / "run")
+    assert result.checkpoint is not None
+    assert set(threading.enumerate()) <= before
