@@ -38,8 +38,8 @@ class Alerts:
             self._once("nan", f"{bad[0]} is {record[bad[0]]} at update {record['update']}: the run stops and keeps "
                        "its last good checkpoint (try a lower train.learning_rate)", out)
         if record["episodes"] == 0:
-            self._once("no_episode", f"no episode finished in update {record['update']}: episode statistics are "
-                       "empty until one does (episodes longer than the horizon x updates so far?)", out)
+            self._once("no_episode", f"no episode finished in update {record['update']}, so it has no episode "
+                       "statistics: expected when episodes outlast an update, a stuck env otherwise", out)
         if self.updates_seen > self.warmup:
             if len(self.recent_sps) >= 3:
                 typical = statistics.median(self.recent_sps)
