@@ -185,3 +185,27 @@ def test_a_run_leaves_no_thread_behind(tmp_path):
     result = train_run(config, tmp_path / "run")
     assert result.checkpoint is not None
     assert set(threading.enumerate()) <= before
+
+
+def test_a_failing_logger_never_stops_training(tmp_path, monkeypatch, capsys):
+    import jaxlab.wandb_logger
+    from jaxlab import cli
+
+    class BrokenLogger:
+        def __init__(self, config, run_dir, warn):
+            pass
+
+        def log(self, record):
+            raise ConnectionError("the network went away")
+
+        def close(self):
+            return None
+
+    monkeypatch.setattr(jaxlab.wandb_logger, "WandbLogger", BrokenLogger)
+    code = cli.main(["train", "cartpole", "--vec.num-envs", "8", "--train.minibatch-size", "64",
+                     "--policy.hidden-size", "16", "--train.total-timesteps", "640", "--run-dir", str(tmp_path / "run"),
+                     "--log.wandb", "true", "--log.dashboard", "plain"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert err.count("the wandb logger failed (ConnectionError: the network went away) and is off") == 1
+    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 5
