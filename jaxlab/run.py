@@ -5,8 +5,8 @@
                                                               # checkpoint directory)
 A stop signal lets the current update finish, then saves a checkpoint and returns (result.stopped
 names the signal); a second SIGINT interrupts at once. A checkpoint that cannot be written stops the
-run with result.error set; the trainer's state in memory is untouched and the last good checkpoint
-stays on disk.
+run with result.error set; the last good checkpoint stays on disk and the trainer's state as it was
+is returned in result.unsaved, to be written elsewhere.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ class RunResult:
     checkpoint: Path | None = None    # the newest complete checkpoint when the run ended
     error: str | None = None          # why the run stopped early (a failed save, a NaN loss)
     resumed_from: Path | None = None
+    unsaved: tuple | None = None      # after a failed save: (state, meta) of the trainer as it was, which
+    # jaxlab.checkpoint.write(other_path, *result.unsaved) can put somewhere that has room
 
 
 class StopSignals:
@@ -215,6 +217,7 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
         except checkpoint.CheckpointError as err:
             result.error = str(err)
             result.checkpoint = saves.last_good
+            result.unsaved = (checkpoint.host_copy(trainer.checkpoint_state()), trainer.checkpoint_meta())
         finally:
             try:
                 saves.close()

@@ -167,6 +167,11 @@ def test_a_failed_save_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path
     assert result.checkpoint == tmp_path / "run/checkpoints/2" and len(result.records) == 4
     with Trainer(small_config(6)) as trainer:
         assert trainer.load_checkpoint(result.checkpoint)["update"] == 2
+    # the state that could not be saved is handed back and can be written where there is room
+    rescued = checkpoint.write(tmp_path / "elsewhere", *result.unsaved)
+    with Trainer(small_config(6)) as trainer:
+        assert trainer.load_checkpoint(rescued)["update"] == 4
+        assert_same_params(trainer.state.params, result.unsaved[0]["train"]["params"])
     assert set(threading.enumerate()) <= threads_before  # Orbax's threads are gone
 
 
