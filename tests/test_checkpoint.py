@@ -249,3 +249,20 @@ def test_eval_command_prints_returns_and_renders(tmp_path):
     assert result.returncode == 2 and "is a checkpoint of 'cartpole', not 'pendulum'" in result.stderr
     result = jaxlab("eval", "cartpole", "--checkpoint", str(tmp_path / "nothing"))
     assert result.returncode == 2 and "no checkpoint there" in result.stderr
+
+
+def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
+    held = {}
+
+    def poison_after_update_2(record):
+        if record["update"] == 2:
+            trainer = held["trainer"]
+            params = jax.tree.map(lambda x: x * np.nan, trainer.state.params)
+            trainer.state = trainer.state._replace(params=params)
+
+    result = train_run(small_config(6, "--checkpoint.interval", "2"), tmp_path / "run",
+                       trainer_hook=lambda trainer, saves: held.update(trainer=trainer), on_log=poison_after_update_2)
+    assert result.error.startswith("policy_loss, value_loss, entropy, approx_kl became nan at update 3")
+    assert result.checkpoint.name == "2" and [p.name for p in checkpoint.step_dirs(tmp_path / "run/checkpoints")] == ["2"]
+    summary = json.loads((tmp_path / "run/summary.json").read_text())
+    assert summary["error"] == result.error and summary["updates"] == 3
