@@ -68,7 +68,8 @@ def warn(message: str) -> None:
 
 
 def resolve(args: argparse.Namespace) -> Resolved:
-    """The config of ARGS (preset, --config, flags) with its sizes checked; ConfigError otherwise.
+    """The config of ARGS (preset, --config, flags) with its sizes checked; ConfigError (or
+    CheckpointError for --resume) otherwise, which main() reports with exit status 2.
     Nothing is compiled; JAX's backend is started (to see the devices) with its memory options set."""
     import jaxlab
     from jaxlab import presets
@@ -76,13 +77,15 @@ def resolve(args: argparse.Namespace) -> Resolved:
 
     resume, changes = None, ()
     if getattr(args, "resume", None):
-        from jaxlab.run import find_checkpoint, first_checkpoint_meta, resume_config
+        from jaxlab.checkpoint import read_meta
+        from jaxlab.run import find_checkpoint, newest_usable, resume_config
 
         if args.preset != "auto":
             raise ConfigError("--preset cannot be combined with --resume (the checkpoint's config is the base); "
                               "pass the values you want to change as flags")
         resume = find_checkpoint(args.resume, args.env)
-        config, changes = resume_config(first_checkpoint_meta(resume, warn), args.config, args.flags)
+        first, _ = newest_usable(resume, read_meta, warn)
+        config, changes = resume_config(first, args.config, args.flags)
         if config.env_name != args.env:
             raise ConfigError(f"--resume {args.resume} is a run of {config.env_name!r}, not {args.env!r}; "
                               f"run `jaxlab train {config.env_name} --resume {args.resume}`")
@@ -98,8 +101,11 @@ def resolve(args: argparse.Namespace) -> Resolved:
         backend = presets.prepare_backend(config.device.memory_fraction)
         presets.check_preset_fits(args.preset, presets.current_devices())
         reason = "chosen with --preset"
-    with jaxlab.make(config.env_name, **config.env) as probe:
-        agents_per_env = probe.agents_per_env
+    try:
+        with jaxlab.make(config.env_name, **config.env) as probe:
+            agents_per_env = probe.agents_per_env
+    except (ValueError, TypeError) as err:  # an env parameter out of range or of the wrong type
+        raise ConfigError(str(err)) from None
     return Resolved(config, sources, derive_sizes(config, agents_per_env), reason, backend, resume, tuple(changes))
 
 
@@ -110,30 +116,23 @@ def fail(command: str, err: Exception) -> int:
 
 def config_command(args: argparse.Namespace) -> int:
     """Prints the resolved config as TOML, each value with the layer that set it, and the sizes."""
-    from jaxlab.config import ConfigError, to_toml
+    from jaxlab.config import to_toml
     from jaxlab.env import env_type
 
-    try:
-        resolved = resolve(args)
-    except (ConfigError, ValueError, TypeError) as err:
-        return fail("config", err)
+    resolved = resolve(args)
     print(f"# {resolved.config.env_name}, preset {resolved.config.preset} ({resolved.preset_reason})")
     print(f"# {resolved.sizes.describe()}")
     section = ""
     for line in to_toml(resolved.config).splitlines():
-        if line == "[env]":
-            print(line)
-            for param in env_type(resolved.config.env_name).params:
-                if param.name not in resolved.config.env:
-                    print(f"# {param.name} = {param.default_value:g}".ljust(40) + " # the env's C default")
-            section = "env"
-            continue
         if line.startswith("["):
             section = line.strip("[]")
-        key = line.partition(" = ")[0]
-        source = resolved.sources.get(f"{section}.{key}") if section and " = " in line else None
-        if section and " = " in line:
-            source = source or "built-in default"
+            print(line)
+            if section == "env":
+                for param in env_type(resolved.config.env_name).params:
+                    if param.name not in resolved.config.env:
+                        print(f"# {param.name} = {param.default_value:g}".ljust(40) + " # the env's C default")
+        elif section and " = " in line:
+            source = resolved.sources.get(f"{section}.{line.partition(' = ')[0]}", "built-in default")
             print(f"{line:<40} # {source}")
         else:
             print(line)
@@ -152,12 +151,8 @@ def presets_command(args: argparse.Namespace) -> int:
 def bench_command(args: argparse.Namespace) -> int:
     """C env stepping and steady training SPS for ENV with the resolved config."""
     from jaxlab.bench import env_steps_per_second, report_training
-    from jaxlab.config import ConfigError
 
-    try:
-        resolved = resolve(args)
-    except (ConfigError, ValueError, TypeError) as err:
-        return fail("bench", err)
+    resolved = resolve(args)
     config, sizes = resolved.config, resolved.sizes
     print(f"device preset {config.preset} ({resolved.preset_reason}); {resolved.backend}")
     for threads in sorted({1, config.vec.num_threads}):
@@ -176,10 +171,7 @@ def train_command(args: argparse.Namespace) -> int:
     from jaxlab.checkpoint import CheckpointError
     from jaxlab.config import ConfigError
 
-    try:
-        resolved = resolve(args)
-    except (ConfigError, CheckpointError, ValueError, TypeError) as err:
-        return fail("train", err)
+    resolved = resolve(args)
     config, sizes = resolved.config, resolved.sizes
     if resolved.resume is not None:
         run_dir = args.run_dir or str(resume_run_dir(resolved.resume))
@@ -300,39 +292,22 @@ def eval_command(args: argparse.Namespace) -> int:
     """Plays the policy of a checkpoint (its config is read from the checkpoint) and prints mean ± std
     of return and length and the env's statistics; --render / --save-frames show agent 0's first
     episode as text."""
-    from jaxlab.checkpoint import CheckpointError, step_dirs
     from jaxlab.config import ConfigError
-    from jaxlab.run import find_checkpoint
+    from jaxlab.evaluation import load_trainer, play
+    from jaxlab.render import RENDERERS
+    from jaxlab.run import find_checkpoint, newest_usable
 
     if args.episodes < 1:
-        return fail("eval", ValueError(f"--episodes {args.episodes} must be at least 1"))
-    try:
-        location = find_checkpoint(args.checkpoint, args.env)
-        from jaxlab.checkpoint import is_checkpoint
-        from jaxlab.evaluation import load_trainer, play
-        from jaxlab.render import RENDERERS
-
-        candidates = [location] if is_checkpoint(location) else step_dirs(location)
-        trainer = None
-        for path in candidates:
-            try:
-                trainer = load_trainer(path)
-                break
-            except CheckpointError as err:
-                if path == candidates[-1]:
-                    raise
-                warn(f"{err}; falling back to an older checkpoint")
-        if trainer.config.env_name != args.env:
-            trainer.close()
-            raise ConfigError(f"{path} is a checkpoint of {trainer.config.env_name!r}, not {args.env!r}; "
-                              f"run `jaxlab eval {trainer.config.env_name} --checkpoint {args.checkpoint}`")
-    except (CheckpointError, ConfigError, ValueError) as err:
-        return fail("eval", err)
+        raise ConfigError(f"--episodes {args.episodes} must be at least 1")
+    path, trainer = newest_usable(find_checkpoint(args.checkpoint, args.env), load_trainer, warn)
+    if trainer.config.env_name != args.env:
+        trainer.close()
+        raise ConfigError(f"{path} is a checkpoint of {trainer.config.env_name!r}, not {args.env!r}; "
+                          f"run `jaxlab eval {trainer.config.env_name} --checkpoint {args.checkpoint}`")
     renderer = RENDERERS.get(args.env)
     if (args.render or args.save_frames) and renderer is None:
         trainer.close()
-        return fail("eval", ValueError(f"env {args.env!r} has no text rendering; envs with one: "
-                                       f"{', '.join(RENDERERS)}"))
+        raise ConfigError(f"env {args.env!r} has no text rendering; envs with one: {', '.join(RENDERERS)}")
     frames: list[str] = []
 
     def record_frame(t, observations, actions, rewards, ended):
@@ -370,7 +345,7 @@ def runs_command(args: argparse.Namespace) -> int:
 
     root = Path(args.dir)
     if not root.is_dir():
-        return fail("runs", ValueError(f"{root} is not a directory; pass the folder that holds your run dirs"))
+        return fail("runs", NotADirectoryError(f"{root} is not a directory; pass the folder that holds your run dirs"))
     print(format_runs(run_rows(root)))
     return 0
 
@@ -457,8 +432,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args.takes_flags and rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     args.flags = rest
+    from jaxlab.checkpoint import CheckpointError
+    from jaxlab.config import ConfigError
+
     try:
         return args.run(args)
+    except (ConfigError, CheckpointError) as err:  # bad config or input: one line, no traceback
+        return fail(args.command, err)
     except BrokenPipeError:  # `jaxlab config ENV | head`: the reader left; not an error
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's final flush quiet
         return 0

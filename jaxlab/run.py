@@ -19,6 +19,7 @@ import threading
 import time
 import tomllib
 from collections.abc import Callable
+from typing import TypeVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from jaxlab import checkpoint
 from jaxlab import config as config_lib
 
 LOSS_KEYS = ("policy_loss", "value_loss", "entropy", "approx_kl")
+T = TypeVar("T")
 
 
 @dataclass
@@ -107,34 +109,17 @@ def find_checkpoint(target: str, env_name: str, runs_root: Path = Path("runs")) 
                                      "checkpoints/, a checkpoints/ directory or one checkpoint directory)")
 
 
-def load_newest(trainer, location: Path, warn: Callable[[str], None]) -> Path:
-    """Loads ``location`` into ``trainer``: one checkpoint, or the newest good one of a checkpoints/
-    directory, passing over (and reporting by path) damaged ones."""
+def newest_usable(location: Path, use: Callable[[Path], T], warn: Callable[[str], None]) -> tuple[Path, T]:
+    """(path, use(path)) for ``location`` when it is one checkpoint; else for the newest checkpoint under
+    it for which ``use`` raises no CheckpointError, reporting by path each damaged one passed over."""
+    location = Path(location)
     if checkpoint.is_checkpoint(location):
-        trainer.load_checkpoint(location)
-        return location
+        return location, use(location)
     for path in checkpoint.step_dirs(location):
         try:
-            trainer.load_checkpoint(path)
+            return path, use(path)
         except checkpoint.CheckpointError as err:
             warn(f"{err}; falling back to an older checkpoint")
-            continue
-        return path
-    raise checkpoint.CheckpointError(f"no usable checkpoint in {location}")
-
-
-def first_checkpoint_meta(location: Path, warn: Callable[[str], None]) -> Path:
-    """The checkpoint whose saved config a resume starts from: ``location`` itself or the newest one
-    under it whose meta reads."""
-    if checkpoint.is_checkpoint(location):
-        return location
-    for path in checkpoint.step_dirs(location):
-        try:
-            checkpoint.read_meta(path)
-        except checkpoint.CheckpointError as err:
-            warn(f"{err}; falling back to an older checkpoint")
-            continue
-        return path
     raise checkpoint.CheckpointError(f"no usable checkpoint in {location}")
 
 
@@ -180,7 +165,7 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
     with Trainer(config, run_dir=run_dir) as trainer, StopSignals() as stop:
         records.write_run_info(run_dir, config, [f"{d.platform}:{d.device_kind}" for d in jax.devices()], notes)
         if resume is not None:
-            result.resumed_from = load_newest(trainer, Path(resume), warn)
+            result.resumed_from, _ = newest_usable(Path(resume), trainer.load_checkpoint, warn)
             keep_metrics_until(run_dir / "metrics.jsonl", trainer.update_index)
             for path in set_aside_after(run_dir / "checkpoints", trainer.update_index):
                 warn(f"moved {path.name} aside to {path} (newer than the checkpoint resumed from)")
