@@ -16,7 +16,6 @@ leaves the previous checkpoints as they were. The newest ``keep`` are kept, plus
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +194,3 @@ class RunCheckpoints:
         last = self._latest_path()
         return (f"cannot save checkpoint {self.directory / str(update)} ({reason}); the last good checkpoint "
                 f"is {last or 'none'}")
-
-    def __iter__(self) -> Iterator[Path]:
-        return iter(step_dirs(self.directory))

@@ -5,6 +5,7 @@ is driven by hand, auto_refresh off), so nothing is left running after close() o
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -29,6 +30,9 @@ class RunInfo:
 
 
 def clock(seconds: float) -> str:
+    """h:mm:ss, or ? when not known (no SPS yet)."""
+    if not math.isfinite(seconds):
+        return "?"
     seconds = int(max(seconds, 0))
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 

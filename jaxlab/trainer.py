@@ -159,10 +159,6 @@ class Trainer:
 
     # ---- checkpoints (the format is described in jaxlab/checkpoint.py) ----
 
-    @property
-    def params(self):
-        return self.state.params
-
     def checkpoint_state(self) -> dict:
         """Every array that shapes the rest of the run (taken between updates)."""
         r = self.rollout

@@ -47,6 +47,13 @@ def test_dashboard_renders_to_a_recording_console_at_most_4_times_a_second():
     assert "10.0 %" in text and "40.0 %" in text  # env 2 s and learn 8 s of 20 s
 
 
+def test_dashboard_before_any_speed_is_known():
+    from jaxlab.dashboard import clock, eta
+
+    assert clock(float("inf")) == "?" and clock(3725.9) == "1:02:05"
+    assert eta(record(1, sps=0.0), INFO) == float("inf")
+
+
 def test_non_terminal_output_gets_plain_lines():
     stream = io.StringIO()
     reporter = make_reporter("auto", INFO, interval=5.0, stream=stream)
