@@ -9,6 +9,11 @@ import statistics
 LOSSES = ("policy_loss", "value_loss", "entropy", "approx_kl")
 
 
+def nonfinite_losses(record: dict) -> list[str]:
+    """The loss keys of ``record`` that are NaN or infinite."""
+    return [k for k in LOSSES if k in record and not math.isfinite(record[k])]
+
+
 class Alerts:
     """Feed every metrics record to check(); it returns the warnings not said before."""
 
@@ -33,7 +38,7 @@ class Alerts:
         elif record["compiles"] > self.first_compiles:
             self._once("recompile", f"recompiled at update {record['update']} ({record['compiles']} traces so "
                        "far, expected no more after the first update): a shape or dtype changed between calls", out)
-        bad = [k for k in LOSSES if k in record and not math.isfinite(record[k])]
+        bad = nonfinite_losses(record)
         if bad:
             self._once("nan", f"{bad[0]} is {record[bad[0]]} at update {record['update']}: the run stops and keeps "
                        "its last good checkpoint (try a lower train.learning_rate)", out)

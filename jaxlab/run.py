@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import signal
 import threading
 import time
@@ -24,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jaxlab import checkpoint
+from jaxlab.alerts import nonfinite_losses
 from jaxlab import config as config_lib
 
-LOSS_KEYS = ("policy_loss", "value_loss", "entropy", "approx_kl")
 T = TypeVar("T")
 
 
@@ -185,7 +184,7 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
                 result.records.append(record)
                 if on_log is not None:
                     on_log(record)
-                bad = [k for k in LOSS_KEYS if not math.isfinite(record.get(k, 0.0))]
+                bad = nonfinite_losses(record)
                 if bad:
                     result.error = (f"{', '.join(bad)} became {record[bad[0]]} at update {record['update']}; "
                                     f"stopped without saving this state (lower train.learning_rate?)")
