@@ -266,3 +266,28 @@ def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
     assert result.checkpoint.name == "2" and [p.name for p in checkpoint.step_dirs(tmp_path / "run/checkpoints")] == ["2"]
     summary = json.loads((tmp_path / "run/summary.json").read_text())
     assert summary["error"] == result.error and summary["updates"] == 3
+
+
+def test_resume_targets_latest_run_dir_checkpoints_dir_or_one_checkpoint(tmp_path):
+    from jaxlab.run import find_checkpoint
+
+    def fake_run(name, env, steps, mtime):
+        run = tmp_path / "runs" / name
+        (run / "config.toml").parent.mkdir(parents=True)
+        (run / "config.toml").write_text(f'env_name = "{env}"\n')
+        for step in steps:
+            for item in ("state", "meta"):
+                (run / "checkpoints" / str(step) / item).mkdir(parents=True)
+            os.utime(run / "checkpoints" / str(step), (mtime, mtime))
+        return run
+
+    old = fake_run("old", "cartpole", [5, 10], mtime=1_000)
+    new = fake_run("new", "cartpole", [2], mtime=2_000)
+    fake_run("other", "memory", [7], mtime=3_000)
+    assert find_checkpoint("latest", "cartpole", tmp_path / "runs") == new / "checkpoints/2"
+    assert find_checkpoint("latest", "memory", tmp_path / "runs").parent.parent.name == "other"
+    assert find_checkpoint(str(old), "cartpole") == old / "checkpoints"
+    assert find_checkpoint(str(old / "checkpoints"), "cartpole") == old / "checkpoints"
+    assert find_checkpoint(str(old / "checkpoints/5"), "cartpole") == old / "checkpoints/5"
+    with pytest.raises(checkpoint.CheckpointError, match="--resume latest: no run of pendulum with checkpoints"):
+        find_checkpoint("latest", "pendulum", tmp_path / "runs")
