@@ -376,15 +376,19 @@ def _type(annotation) -> type | str:
     return {"int": int, "float": float, "bool": bool, "str": str}.get(annotation, annotation)
 
 
+def as_layer(config: Config) -> dict[str, dict]:
+    """The config's values as a layer {section: {key: value}} ([env] first), e.g. to layer flags over a
+    saved config or to hand to a logger."""
+    return {"env": dict(config.env), **{s: dataclasses.asdict(getattr(config, s)) for s in SECTIONS}}
+
+
 def to_toml(config: Config) -> str:
     """The resolved config as TOML that --config reads back to the same Config (preset is a record of
     the preset that was applied; --config does not re-apply it)."""
-    lines = [f'env_name = "{config.env_name}"', f'preset = "{config.preset}"', "", "[env]"]
-    lines += [f"{k} = {toml_value(v)}" for k, v in config.env.items()]
-    for section in SECTIONS:
+    lines = [f'env_name = "{config.env_name}"', f'preset = "{config.preset}"']
+    for section, table in as_layer(config).items():
         lines += ["", f"[{section}]"]
-        for key, value in dataclasses.asdict(getattr(config, section)).items():
-            lines.append(f"{key} = {toml_value(value)}")
+        lines += [f"{key} = {toml_value(value)}" for key, value in table.items()]
     return "\n".join(lines) + "\n"
 
 

@@ -16,7 +16,6 @@ import json
 import signal
 import threading
 import time
-import tomllib
 from collections.abc import Callable
 from typing import TypeVar
 from dataclasses import dataclass, field
@@ -71,13 +70,9 @@ def resume_config(checkpoint_path: Path, config_file=None, flags=None) -> tuple[
     checkpoint cannot take."""
     from jaxlab.trainer import check_compatible
 
-    meta = checkpoint.read_meta(checkpoint_path)
-    saved = config_lib.config_from_toml(meta["config"])
-    layer = tomllib.loads(meta["config"])
-    layer.pop("env_name", None)
-    layer.pop("preset", None)
-    config, _ = config_lib.load_config(saved.env_name, config_file=config_file, flags=flags,
-                                       extra_layers=[(f"checkpoint {checkpoint_path}", layer)], preset=None)
+    saved = config_lib.config_from_toml(checkpoint.read_meta(checkpoint_path)["config"])
+    config, _ = config_lib.load_config(saved.env_name, config_file=config_file, flags=flags, preset=None,
+                                       extra_layers=[(f"checkpoint {checkpoint_path}", config_lib.as_layer(saved))])
     config = dataclasses.replace(config, preset=saved.preset)
     return config, check_compatible(saved, config)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import time
@@ -240,10 +239,11 @@ def config_changes(saved: config_lib.Config, new: config_lib.Config) -> list[tup
     """(key, saved value, new value) for every config value that differs."""
     changes = [(name, _get(saved, name), _get(new, name)) for name in ("env_name", "env", "preset")
                if _get(saved, name) != _get(new, name)]
-    for section in config_lib.SECTIONS:
-        for key, value in dataclasses.asdict(getattr(saved, section)).items():
-            if getattr(getattr(new, section), key) != value:
-                changes.append((f"{section}.{key}", value, getattr(getattr(new, section), key)))
+    new_values = config_lib.as_layer(new)
+    for section, table in config_lib.as_layer(saved).items():
+        if section != "env":  # compared whole above
+            changes += [(f"{section}.{key}", value, new_values[section][key]) for key, value in table.items()
+                        if new_values[section][key] != value]
     return changes
 
 

@@ -4,10 +4,11 @@ to sync. Any error inside wandb disables it with one warning: a failing logger n
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
 from typing import Callable
+
+from jaxlab.config import as_layer
 
 
 def has_credentials() -> bool:
@@ -18,11 +19,6 @@ def has_credentials() -> bool:
         return "api.wandb.ai" in netrc.read_text()
     except OSError:
         return False
-
-
-def config_dict(config) -> dict:
-    return {"env_name": config.env_name, "preset": config.preset, "env": dict(config.env),
-            **{s: dataclasses.asdict(getattr(config, s)) for s in ("vec", "policy", "train", "device", "checkpoint", "log")}}
 
 
 class WandbLogger:
@@ -39,7 +35,7 @@ class WandbLogger:
         log = config.log
         kwargs = dict(project=log.wandb_project, entity=log.wandb_entity or None, group=log.wandb_group or None,
                       tags=[t.strip() for t in log.wandb_tags.split(",") if t.strip()] or None,
-                      name=log.run_name or Path(run_dir).name, config=config_dict(config), dir=str(run_dir),
+                      name=log.run_name or Path(run_dir).name, config={"env_name": config.env_name, "preset": config.preset, **as_layer(config)}, dir=str(run_dir),
                       reinit="finish_previous")
         try:
             self.run = wandb.init(mode=self.mode, **kwargs)
