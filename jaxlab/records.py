@@ -96,10 +96,16 @@ def _read_json(path: Path) -> dict:
 
 def run_rows(root: Path) -> list[dict]:
     """One row per run dir under ``root`` (a dir holding config.toml or metrics.jsonl), oldest first."""
+    def is_run(path: Path) -> bool:
+        return (path / "metrics.jsonl").is_file() or (path / "config.toml").is_file()
+
     root = Path(root)
-    dirs = [root] if (root / "metrics.jsonl").is_file() else sorted(
-        (p for p in root.iterdir() if p.is_dir() and ((p / "metrics.jsonl").is_file() or (p / "config.toml").is_file())),
-        key=lambda p: p.stat().st_mtime) if root.is_dir() else []
+    if is_run(root):
+        dirs = [root]
+    elif root.is_dir():
+        dirs = sorted((p for p in root.iterdir() if p.is_dir() and is_run(p)), key=lambda p: p.stat().st_mtime)
+    else:
+        dirs = []
     rows = []
     for run in dirs:
         info, summary = _read_json(run / "run.json"), _read_json(run / "summary.json")
