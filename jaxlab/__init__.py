@@ -11,8 +11,8 @@ from jaxlab.env import VecEnv, make
 __version__ = "0.1.0"
 __all__ = ["Trainer", "VecEnv", "load_config", "make", "ppo", "__version__"]
 
-_LAZY = {"Trainer": ("jaxlab.trainer", "Trainer"), "load_config": ("jaxlab.config", "load_config"),
-         "ppo": ("jaxlab.ppo", None)}
+_LAZY = {"Trainer": ("jaxlab.train.trainer", "Trainer"), "load_config": ("jaxlab.config", "load_config"),
+         "ppo": ("jaxlab.agent.ppo", None)}
 
 
 def __getattr__(name):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from jaxlab import checkpoint
 from jaxlab.config import load_config
-from jaxlab.trainer import Trainer
+from jaxlab.train.trainer import Trainer
 
 for hidden in (128, 1024):
     cfg, _ = load_config("cartpole", flags=["--policy.hidden-size", str(hidden), "--train.total-timesteps", "20480"])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 
 import jaxlab
-from jaxlab.bench import env_steps_per_second
+from jaxlab.run.bench import env_steps_per_second
 from jaxlab.env import env_types
 
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from jaxlab.bench import report_training
+from jaxlab.run.bench import report_training
 from jaxlab.config import load_config
-from jaxlab.trainer import Trainer
+from jaxlab.train.trainer import Trainer
 
 
 def run_to_threshold(env: str, threshold: float, window: int, flags: list[str]) -> None:

@@ -15,8 +15,8 @@ import pytest
 
 from jaxlab import checkpoint
 from jaxlab.config import ConfigError, load_config
-from jaxlab.run import train_run
-from jaxlab.trainer import Trainer
+from jaxlab.run.loop import train_run
+from jaxlab.train.trainer import Trainer
 
 SMALL = ["--vec.num-envs", "8", "--train.bptt-horizon", "8", "--train.minibatch-size", "16",
          "--policy.hidden-size", "16"]
@@ -207,7 +207,7 @@ def test_sigterm_saves_and_exits_0_with_nothing_left_running(tmp_path):
 
 def test_eval_in_a_fresh_process_takes_the_trainers_actions(tmp_path):
     """Deterministic actions (the mode) and sampled ones (same seed) match the trainer's policy."""
-    from jaxlab.evaluation import play
+    from jaxlab.train.evaluation import play
 
     def actions_of(trainer, deterministic):
         seen = []
@@ -221,7 +221,7 @@ def test_eval_in_a_fresh_process_takes_the_trainers_actions(tmp_path):
             trainer.train()
         trainer.save_checkpoint(tmp_path / "ck")
         here = {"mode": actions_of(trainer, True), "sampled": actions_of(trainer, False)}
-    code = ("import json\nfrom jaxlab.evaluation import load_trainer, play\n"
+    code = ("import json\nfrom jaxlab.train.evaluation import load_trainer, play\n"
             f"t = load_trainer({str(tmp_path / 'ck')!r})\nout = {{}}\n"
             "for name, det in (('mode', True), ('sampled', False)):\n"
             "    out[name] = []\n"
@@ -269,7 +269,7 @@ def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
 
 
 def test_resume_targets_latest_run_dir_checkpoints_dir_or_one_checkpoint(tmp_path):
-    from jaxlab.run import find_checkpoint
+    from jaxlab.run.resume import find_checkpoint
 
     def fake_run(name, env, steps, mtime):
         run = tmp_path / "runs" / name

@@ -87,7 +87,7 @@ def write_layers(root, env_name="cartpole"):
 
 
 def test_precedence_of_every_layer(tmp_path, monkeypatch):
-    import jaxlab.config as config_module
+    import jaxlab.config.layers as config_module
 
     write_layers(tmp_path / "configs")
     monkeypatch.setattr(config_module, "configs_dir", lambda: tmp_path / "configs")

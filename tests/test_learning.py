@@ -5,8 +5,8 @@ import pytest
 
 import jaxlab
 from jaxlab.config import load_config
-from jaxlab.evaluation import play
-from jaxlab.trainer import Trainer, train
+from jaxlab.train.evaluation import play
+from jaxlab.train.trainer import Trainer, train
 
 pytestmark = pytest.mark.slow
 

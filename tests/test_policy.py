@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxlab import distributions
-from jaxlab.distributions import ActionSpec
-from jaxlab.policy import ActorCritic, lstm_cell, zero_carry
+from jaxlab.agent import distributions
+from jaxlab.agent.distributions import ActionSpec
+from jaxlab.agent.policy import ActorCritic, lstm_cell, zero_carry
 
 KEY = jax.random.PRNGKey(0)
 

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxlab import ppo
+from jaxlab.agent import ppo
 
 GAMMA, LAM = 0.9, 0.8
 

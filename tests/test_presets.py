@@ -3,7 +3,7 @@
 import pytest
 
 from jaxlab.config import ConfigError
-from jaxlab.presets import DeviceInfo, check_preset_fits, describe_presets, prepare_backend, select_preset
+from jaxlab.config.presets import DeviceInfo, check_preset_fits, describe_presets, prepare_backend, select_preset
 
 GIB = 2**30
 

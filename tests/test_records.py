@@ -9,9 +9,9 @@ import threading
 
 import pytest
 
-from jaxlab.alerts import Alerts
-from jaxlab.dashboard import PlainReporter, RichDashboard, RunInfo, make_reporter
-from jaxlab.records import format_runs, run_rows, summarize
+from jaxlab.observe.alerts import Alerts
+from jaxlab.observe.dashboard import PlainReporter, RichDashboard, RunInfo, make_reporter
+from jaxlab.observe.records import format_runs, run_rows, summarize
 
 INFO = RunInfo("cartpole", 41_730, "cpu:cpu", "cpu", "runs/x", num_updates=10, total_steps=10_240,
                stat_names=("episode_return", "episode_length"))
@@ -48,7 +48,7 @@ def test_dashboard_renders_to_a_recording_console_at_most_4_times_a_second():
 
 
 def test_dashboard_before_any_speed_is_known():
-    from jaxlab.dashboard import clock, eta
+    from jaxlab.observe.dashboard import clock, eta
 
     assert clock(float("inf")) == "?" and clock(3725.9) == "1:02:05"
     assert eta(record(1, sps=0.0), INFO) == float("inf")
@@ -183,7 +183,7 @@ def test_wandb_offline_writes_its_run_files_and_leaves_no_process(tmp_path):
 
 def test_a_run_leaves_no_thread_behind(tmp_path):
     from jaxlab.config import load_config
-    from jaxlab.run import train_run
+    from jaxlab.run.loop import train_run
 
     config, _ = load_config("cartpole", flags=["--vec.num-envs", "8", "--train.minibatch-size", "64",
                                                "--policy.hidden-size", "16", "--train.total-timesteps", "640",
@@ -195,7 +195,7 @@ def test_a_run_leaves_no_thread_behind(tmp_path):
 
 
 def test_a_failing_logger_never_stops_training(tmp_path, monkeypatch, capsys):
-    import jaxlab.wandb_logger
+    import jaxlab.observe.wandb_logger
     from jaxlab import cli
 
     class BrokenLogger:
@@ -208,7 +208,7 @@ def test_a_failing_logger_never_stops_training(tmp_path, monkeypatch, capsys):
         def close(self):
             return None
 
-    monkeypatch.setattr(jaxlab.wandb_logger, "WandbLogger", BrokenLogger)
+    monkeypatch.setattr(jaxlab.observe.wandb_logger, "WandbLogger", BrokenLogger)
     code = cli.main(["train", "cartpole", "--vec.num-envs", "8", "--train.minibatch-size", "64",
                      "--policy.hidden-size", "16", "--train.total-timesteps", "640", "--run-dir", str(tmp_path / "run"),
                      "--log.wandb", "true", "--log.dashboard", "plain"])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from jaxlab.config import ConfigError, load_config
-from jaxlab.trainer import Trainer
+from jaxlab.train.trainer import Trainer
 
 
 def small_config(env="cartpole", *flags):
@@ -85,7 +85,7 @@ def test_values_and_log_probs_in_the_segment_match_the_policy():
         segment, _ = trainer.rollout.collect(trainer.state.params)
         _, head, values, _ = trainer.policy.apply(trainer.state.params, segment.start_carry, segment.obs,
                                                   segment.resets, method="unroll")
-        from jaxlab.distributions import log_prob_entropy
+        from jaxlab.agent.distributions import log_prob_entropy
 
         logp, _ = log_prob_entropy(trainer.spec, head, None, segment.actions)
     np.testing.assert_allclose(values, segment.values, rtol=1e-4, atol=1e-5)

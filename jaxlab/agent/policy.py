@@ -18,7 +18,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxlab.distributions import ActionSpec
+from jaxlab.agent.distributions import ActionSpec
 
 Carry = tuple[jax.Array, jax.Array]
 

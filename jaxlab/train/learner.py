@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxlab import distributions, ppo
+from jaxlab.agent import distributions, ppo
 
 
 class Segment(NamedTuple):

@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxlab
-from jaxlab.policy import zero_carry
-from jaxlab.rollout import EpisodeStats, device_mask, make_act, to_device
+from jaxlab.agent.policy import zero_carry
+from jaxlab.train.rollout import EpisodeStats, device_mask, make_act, to_device
 
 
 def load_trainer(path: str | Path):
@@ -20,7 +20,7 @@ def load_trainer(path: str | Path):
     policy can be played from the path alone."""
     from jaxlab import checkpoint
     from jaxlab.config import config_from_toml
-    from jaxlab.trainer import Trainer
+    from jaxlab.train.trainer import Trainer
 
     meta = checkpoint.read_meta(Path(path))
     trainer = Trainer(config_from_toml(meta["config"]))

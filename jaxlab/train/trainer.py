@@ -16,10 +16,10 @@ import numpy as np
 
 import jaxlab
 from jaxlab import config as config_lib
-from jaxlab.distributions import ActionSpec
-from jaxlab.learner import TrainState, concat_segments, lr_schedule, make_optimizer, make_update
-from jaxlab.policy import ActorCritic, zero_carry
-from jaxlab.rollout import EpisodeStats, Rollout, make_act
+from jaxlab.agent.distributions import ActionSpec
+from jaxlab.train.learner import TrainState, concat_segments, lr_schedule, make_optimizer, make_update
+from jaxlab.agent.policy import ActorCritic, zero_carry
+from jaxlab.train.rollout import EpisodeStats, Rollout, make_act
 
 
 def with_matmul_precision(fn, precision: str):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jaxlab.records import read_metrics
+from jaxlab.observe.records import read_metrics
 
 X_AXES = {"step": ("global_step", "agent-steps"), "time": ("wall_time", "wall time (s)")}
 

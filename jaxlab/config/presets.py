@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from jaxlab.config import ConfigError, preset_names, read_preset
+from jaxlab.config.layers import preset_names, read_preset
+from jaxlab.config.schema import ConfigError
 
 #: Device kinds (substrings of jax's device_kind, upper case) for the big-GPU presets, checked in order.
 KIND_PRESETS = (("H100", "h100"), ("H200", "h100"), ("H800", "h100"), ("A100", "a100"), ("A800", "a100"))

@@ -19,8 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxlab import distributions
-from jaxlab.learner import Segment
+from jaxlab.agent import distributions
+from jaxlab.train.learner import Segment
 
 
 def make_act(policy, spec: distributions.ActionSpec, deterministic: bool = False,

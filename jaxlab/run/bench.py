@@ -41,7 +41,7 @@ def env_steps_per_second(name: str, agents: int, seconds: float, threads: int = 
 def steady_training(config, updates: int) -> dict:
     """Trains ``config`` for 1 + ``updates`` updates; returns the first update's seconds (compiles
     included), the steady SPS of the rest and their time split {env, policy, learn, other} in seconds."""
-    from jaxlab.trainer import Trainer
+    from jaxlab.train.trainer import Trainer
 
     with Trainer(config) as trainer:
         tic = time.perf_counter()

@@ -1,0 +1,113 @@
+"""What every command shares: the config arguments, resolving and checking a config (preset, --config,
+flags, --resume), and one-line errors."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, NamedTuple
+
+LAYERS = ("Config layers, later ones winning: configs/default.toml, configs/envs/ENV.toml, "
+          "configs/presets/PRESET.toml, --config FILE, then flags.")
+
+
+def command_adder(commands):
+    """add(name, summary, description, run, with_config=False) -> the subparser: a subcommand that runs
+    ``run(args)``; ``with_config`` gives it ENV, --preset, --config and config flags (listed in its help)."""
+
+    def add(name: str, summary: str, description: str, run, with_config: bool = False):
+        sub = commands.add_parser(name, help=summary, description=description,
+                                  epilog=config_help() if with_config else None,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+        sub.set_defaults(run=run, takes_flags=with_config)
+        if with_config:
+            add_config_arguments(sub)
+        return sub
+
+    return add
+
+
+def config_help() -> str:
+    """Every config key with its default (from configs/default.toml) and description, for --help."""
+    from jaxlab.config import SECTIONS, configs_dir, field_help, read_toml, toml_value
+
+    defaults = read_toml(configs_dir() / "default.toml")
+    lines = ["config flags (--section.key value; dashes or underscores; env defaults in configs/envs/):",
+             "  --env.NAME VALUE            a parameter of the env (see `jaxlab envs`)"]
+    for section, cls in SECTIONS.items():
+        for name, text in field_help(cls).items():
+            default = defaults.get(section, {}).get(name, getattr(cls(), name))
+            flag = f"--{section}.{name.replace('_', '-')}"
+            lines.append(f"  {flag:<27} {text} (default {toml_value(default)})")
+    return "\n".join(lines)
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """ENV, --preset and --config, shared by every command that resolves a config."""
+    parser.add_argument("env", metavar="ENV", help="environment name (see `jaxlab envs`)")
+    parser.add_argument("--preset", default="auto", metavar="NAME",
+                        help="accelerator preset: auto (default: picked from the devices), "
+                        "cpu, gpu, a100, h100 (see `jaxlab presets`)")
+    parser.add_argument("--config", metavar="FILE", help="a TOML file layered over the env's defaults and preset")
+
+
+class Resolved(NamedTuple):
+    config: Any
+    sources: dict
+    sizes: Any
+    preset_reason: str
+    backend: str
+    resume: Path | None = None   # a checkpoint, or a checkpoints/ directory to take the newest good one of
+    changes: tuple = ()          # allowed config changes against the checkpoint ("key: old -> new")
+
+
+def warn(message: str) -> None:
+    print(f"jaxlab: {message}", file=sys.stderr, flush=True)
+
+
+def resolve(args: argparse.Namespace) -> Resolved:
+    """The config of ARGS (preset, --config, flags) with its sizes checked; ConfigError (or
+    CheckpointError for --resume) otherwise, which main() reports with exit status 2.
+    Nothing is compiled; JAX's backend is started (to see the devices) with its memory options set."""
+    import jaxlab
+    from jaxlab.config import presets
+    from jaxlab.config import ConfigError, derive_sizes, load_config, read_preset
+
+    resume, changes = None, ()
+    if getattr(args, "resume", None):
+        from jaxlab.checkpoint import read_meta
+        from jaxlab.run.resume import find_checkpoint, newest_usable, resume_config
+
+        if args.preset != "auto":
+            raise ConfigError("--preset cannot be combined with --resume (the checkpoint's config is the base); "
+                              "pass the values you want to change as flags")
+        resume = find_checkpoint(args.resume, args.env)
+        first, _ = newest_usable(resume, read_meta, warn)
+        config, changes = resume_config(first, args.config, args.flags)
+        if config.env_name != args.env:
+            raise ConfigError(f"--resume {args.resume} is a run of {config.env_name!r}, not {args.env!r}; "
+                              f"run `jaxlab train {config.env_name} --resume {args.resume}`")
+        backend = presets.prepare_backend(config.device.memory_fraction)
+        reason, sources = "as saved in the checkpoint", {}
+    elif args.preset == "auto":
+        backend = presets.prepare_backend(None)
+        name, reason = presets.select_preset(presets.current_devices())
+        config, sources = load_config(args.env, config_file=args.config, flags=args.flags, preset=name)
+    else:
+        read_preset(args.preset)  # an unknown name fails here, before JAX starts
+        config, sources = load_config(args.env, config_file=args.config, flags=args.flags, preset=args.preset)
+        backend = presets.prepare_backend(config.device.memory_fraction)
+        presets.check_preset_fits(args.preset, presets.current_devices())
+        reason = "chosen with --preset"
+    try:
+        with jaxlab.make(config.env_name, **config.env) as probe:
+            agents_per_env = probe.agents_per_env
+    except (ValueError, TypeError) as err:  # an env parameter out of range or of the wrong type
+        raise ConfigError(str(err)) from None
+    return Resolved(config, sources, derive_sizes(config, agents_per_env), reason, backend, resume, tuple(changes))
+
+
+def fail(command: str, err: Exception) -> int:
+    print(f"jaxlab {command}: error: {err}", file=sys.stderr)
+    return 2

@@ -1,0 +1,108 @@
+"""Commands that look without training: `jaxlab envs`, `config`, `presets`, `runs`, `plot`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from jaxlab.cli.common import LAYERS, fail, resolve
+
+
+def envs_command(args: argparse.Namespace) -> int:
+    """Prints every C env with its spaces, parameters and episode statistics."""
+    import jaxlab
+    from jaxlab.env import env_types
+
+    for kind in env_types().values():
+        with jaxlab.make(kind.name) as env:
+            agents = f", {env.agents_per_env} agents per env by default" if env.agents_per_env > 1 else ""
+            print(f"{kind.name}: {kind.description}")
+            print(f"  observation {env.observation_space}  action {env.action_space}{agents}"
+                  f"{'  (action mask)' if env.has_mask else ''}")
+        for p in kind.params:
+            kind_name = "int" if p.is_int else "float"
+            print(f"  --env.{p.name} {kind_name} = {p.default_value:g}  in [{p.low:g}, {p.high:g}]  {p.help}")
+        print(f"  statistics: {', '.join(kind.log_names)}")
+    return 0
+
+
+def config_command(args: argparse.Namespace) -> int:
+    """Prints the resolved config as TOML, each value with the layer that set it, and the sizes."""
+    from jaxlab.config import to_toml
+    from jaxlab.env import env_type
+
+    resolved = resolve(args)
+    print(f"# {resolved.config.env_name}, preset {resolved.config.preset} ({resolved.preset_reason})")
+    print(f"# {resolved.sizes.describe()}")
+    section = ""
+    for line in to_toml(resolved.config).splitlines():
+        if line.startswith("["):
+            section = line.strip("[]")
+            print(line)
+            if section == "env":
+                for param in env_type(resolved.config.env_name).params:
+                    if param.name not in resolved.config.env:
+                        print(f"# {param.name} = {param.default_value:g}".ljust(40) + " # the env's C default")
+        elif section and " = " in line:
+            source = resolved.sources.get(f"{section}.{line.partition(' = ')[0]}", "built-in default")
+            print(f"{line:<40} # {source}")
+        else:
+            print(line)
+    return 0
+
+
+def presets_command(args: argparse.Namespace) -> int:
+    """Lists the presets and the one `auto` picks on this machine."""
+    from jaxlab.config import presets
+
+    presets.prepare_backend(None)
+    print(presets.describe_presets(presets.current_devices()))
+    return 0
+
+
+
+def runs_command(args: argparse.Namespace) -> int:
+    """Prints a table of the runs under DIR (default runs/)."""
+    from jaxlab.observe.records import format_runs, run_rows
+
+    root = Path(args.dir)
+    if not root.is_dir():
+        return fail("runs", NotADirectoryError(f"{root} is not a directory; pass the folder that holds your run dirs"))
+    print(format_runs(run_rows(root)))
+    return 0
+
+
+def plot_command(args: argparse.Namespace) -> int:
+    """Draws learning curves of RUN_DIRs into a PNG."""
+    from jaxlab.observe.plot import PlotError, plot
+
+    try:
+        out = plot([Path(r) for r in args.run_dirs], Path(args.output), args.metric, args.x)
+    except PlotError as err:
+        return fail("plot", err)
+    print(f"wrote {out}")
+    return 0
+
+
+
+def add_commands(add) -> None:
+    """Registers this family's subcommands with ``add`` (see common.command_adder)."""
+    add("envs", "list the environments, their spaces and parameters",
+        "List the C environments, their spaces and parameters.", envs_command)
+    add("config", "print the resolved config, where each value came from, and the sizes",
+        f"Print the resolved config of ENV as TOML (usable with --config), each value commented "
+        f"with the layer that set it, and the derived sizes. {LAYERS}", config_command, with_config=True)
+    runs = add("runs", "list runs with env, steps, SPS, final and best return and notes",
+               "Print a table of the run dirs under DIR: env, steps, SPS, final and best episode return, "
+               "status and the first line of notes.md.", runs_command)
+    runs.add_argument("dir", nargs="?", default="runs", metavar="DIR", help="folder of run dirs (default runs)")
+    plot = add("plot", "draw learning curves of runs into a PNG",
+               "Draw a metric of several runs against agent-steps or wall time into a PNG (needs "
+               "matplotlib: pip install 'jaxlab[plot]').", plot_command)
+    plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run dirs holding metrics.jsonl")
+    plot.add_argument("--metric", default="episode_return", help="metrics.jsonl key (default episode_return)")
+    plot.add_argument("--x", choices=("step", "time"), default="step", help="x axis: agent-steps or wall time")
+    plot.add_argument("-o", "--output", default="curves.png", metavar="PNG", help="output file (default curves.png)")
+    add("presets", "list the accelerator presets and the one auto picks here",
+        "List the presets in configs/presets/ and the one `--preset auto` picks on this machine.",
+        presets_command)

@@ -1,0 +1,211 @@
+"""`jaxlab train ENV` (with resume) and `jaxlab eval ENV --checkpoint PATH`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from jaxlab.cli.common import LAYERS, fail, resolve, warn
+
+
+def train_command(args: argparse.Namespace) -> int:
+    """Trains ARGS.env (or resumes a run) with checkpoints; prints progress and where things went.
+    Exit status: 0 done or stopped by SIGTERM after saving, 130 stopped by SIGINT after saving, 1 the
+    run stopped on an error (a checkpoint that cannot be written, a NaN loss), 2 bad config or input."""
+    from jaxlab.checkpoint import CheckpointError
+    from jaxlab.config import ConfigError
+
+    resolved = resolve(args)
+    config, sizes = resolved.config, resolved.sizes
+    if resolved.resume is not None:
+        run_dir = args.run_dir or str(resume_run_dir(resolved.resume))
+    else:
+        run_dir = args.run_dir or f"runs/{config.env_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    for directory in (Path(run_dir), Path(run_dir) / "checkpoints"):
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            (directory / ".write-test").touch()
+            (directory / ".write-test").unlink()
+        except OSError as err:
+            print(f"jaxlab train: error: cannot write {str(directory)!r} ({err.strerror}); "
+                  "pass a writable --run-dir DIR", file=sys.stderr)
+            return 2
+    print(f"jaxlab train {config.env_name}: {sizes.describe()}; preset {config.preset} "
+          f"({resolved.preset_reason}); run dir {run_dir}")
+    for change in resolved.changes:
+        print(f"resume: applying the changed {change}")
+    if sizes.num_updates < 10:
+        print(f"note: only {sizes.num_updates} update(s) of {sizes.batch_size:,} steps; PPO needs tens of "
+              f"updates: raise --train.total-timesteps (e.g. {50 * sizes.batch_size}) or use fewer envs")
+    from jaxlab.run.loop import train_run
+
+    observers = RunObservers(config, sizes, run_dir)
+    try:
+        result = train_run(config, run_dir, resume=resolved.resume, on_log=observers, warn=warn,
+                           notes=args.notes, on_start=observers.start)
+    except KeyboardInterrupt:
+        observers.close()
+        print(f"interrupted; the metrics so far are in {run_dir}/metrics.jsonl", file=sys.stderr)
+        return 130
+    except (ConfigError, CheckpointError) as err:
+        observers.close()
+        return fail("train", err)
+    observers.close()
+    where = f"checkpoint {result.checkpoint}" if result.checkpoint else "no checkpoint"
+    if result.error:
+        print(f"jaxlab train: error: {result.error}; {where}", file=sys.stderr)
+        return 1
+    if result.stopped:
+        print(f"stopped by {result.stopped} after update {result.records[-1]['update'] if result.records else 0}; "
+              f"saved {where}; continue with `jaxlab train {config.env_name} --resume {run_dir}`", file=sys.stderr)
+        return 130 if result.stopped == "SIGINT" else 0
+    ended = [r for r in result.records if r["episodes"]]
+    if ended:
+        print(f"done: {result.records[-1]['global_step']:,} steps in {result.records[-1]['wall_time']:.1f}s; "
+              f"final mean return {ended[-1]['episode_return']:.2f}; metrics in {run_dir}/metrics.jsonl; {where}")
+    elif not result.records:
+        print(f"nothing to train: the checkpoint is at update {sizes.num_updates} of {sizes.num_updates}; "
+              "raise --train.total-timesteps to continue")
+    return 0
+
+
+def resume_run_dir(location: Path) -> Path:
+    """The run dir a checkpoint (RUN/checkpoints/N) or a checkpoints/ directory belongs to."""
+    from jaxlab.checkpoint import is_checkpoint
+
+    checkpoints = location.parent if is_checkpoint(location) else location
+    return checkpoints.parent if checkpoints.name == "checkpoints" else checkpoints
+
+
+class RunObservers:
+    """The on_log of `jaxlab train`: warnings (jaxlab.alerts), the terminal reporter and wandb. An error
+    in a reporter or logger is reported once and that one is dropped; training goes on."""
+
+    def __init__(self, config, sizes, run_dir: str):
+        self.config, self.sizes, self.run_dir = config, sizes, run_dir
+        self.outputs: list = []
+        self.reporter = None
+        self.alerts = None
+
+    def start(self, trainer) -> None:
+        from jaxlab.observe.alerts import Alerts
+        from jaxlab.observe.dashboard import RunInfo, make_reporter
+
+        import jax
+
+        device = jax.devices()[0]
+        info = RunInfo(self.config.env_name, trainer.num_params, f"{device.platform}:{device.device_kind}",
+                       self.config.preset, self.run_dir, self.sizes.num_updates,
+                       self.sizes.num_updates * self.sizes.batch_size, trainer.env.kind.log_names)
+        self.alerts = Alerts()
+        self.reporter = make_reporter(self.config.log.dashboard, info, self.config.log.interval)
+        self.outputs = [("terminal", self.reporter.update)]
+        if self.config.log.wandb:
+            from jaxlab.observe.wandb_logger import WandbLogger
+
+            self.wandb = WandbLogger(self.config, Path(self.run_dir), self.warn)
+            self.outputs.append(("wandb", self.wandb.log))
+
+    def warn(self, message: str) -> None:
+        if self.reporter is not None:
+            self.reporter.warn(message)
+        else:
+            warn(message)
+
+    def __call__(self, record: dict) -> None:
+        for message in self.alerts.check(record):
+            self.warn(message)
+        for name, output in list(self.outputs):
+            try:
+                output(record)
+            except Exception as err:  # noqa: BLE001 - a logger must not stop training
+                self.outputs.remove((name, output))
+                self.warn(f"the {name} logger failed ({type(err).__name__}: {err}) and is off for this run")
+
+    def close(self) -> None:
+        if self.reporter is not None:
+            self.reporter.close()
+        wandb = getattr(self, "wandb", None)
+        if wandb is not None:
+            line = wandb.close()
+            if line:
+                print(line, file=sys.stderr)
+
+
+def eval_command(args: argparse.Namespace) -> int:
+    """Plays the policy of a checkpoint (its config is read from the checkpoint) and prints mean ± std
+    of return and length and the env's statistics; --render / --save-frames show agent 0's first
+    episode as text."""
+    from jaxlab.config import ConfigError
+    from jaxlab.train.evaluation import load_trainer, play
+    from jaxlab.observe.render import RENDERERS
+    from jaxlab.run.resume import find_checkpoint, newest_usable
+
+    if args.episodes < 1:
+        raise ConfigError(f"--episodes {args.episodes} must be at least 1")
+    path, trainer = newest_usable(find_checkpoint(args.checkpoint, args.env), load_trainer, warn)
+    if trainer.config.env_name != args.env:
+        trainer.close()
+        raise ConfigError(f"{path} is a checkpoint of {trainer.config.env_name!r}, not {args.env!r}; "
+                          f"run `jaxlab eval {trainer.config.env_name} --checkpoint {args.checkpoint}`")
+    renderer = RENDERERS.get(args.env)
+    if (args.render or args.save_frames) and renderer is None:
+        trainer.close()
+        raise ConfigError(f"env {args.env!r} has no text rendering; envs with one: {', '.join(RENDERERS)}")
+    frames: list[str] = []
+
+    def record_frame(t, observations, actions, rewards, ended):
+        """Agent 0's first episode, one line per step."""
+        if frames and frames[-1].endswith("(episode ended)"):
+            return
+        frame = f"{t:5d}  {renderer(observations[0], actions[0], float(rewards[0]))}"
+        frames.append(frame + ("  (episode ended)" if ended[0] else ""))
+        if args.render:
+            print(frames[-1], flush=True)
+
+    watching = renderer is not None and (args.render or args.save_frames)
+    with trainer:
+        result = play(trainer, num_envs=args.num_envs or min(args.episodes, 64), seed=args.seed,
+                      deterministic=args.deterministic, episodes=args.episodes,
+                      on_step=record_frame if watching else None)
+    if args.save_frames:
+        Path(args.save_frames).write_text("\n".join(frames) + "\n")
+    returns, lengths = result["returns"], result["lengths"]
+    mode = "deterministic" if args.deterministic else "sampled"
+    print(f"{args.env} from {path}: {len(returns)} episodes, {mode} actions, seed {args.seed}")
+    print(f"  return {returns.mean():.2f} ± {returns.std():.2f}   length {lengths.mean():.1f} ± {lengths.std():.1f}")
+    stats = {k: v for k, v in result.items() if k not in ("returns", "lengths", "episodes") and v is not None}
+    if stats:
+        print("  " + "   ".join(f"{k} {v:.3f}" for k, v in stats.items()) +
+              f"   (the env's statistics over {result['episodes']} episodes)")
+    if args.save_frames:
+        print(f"  {len(frames)} frames of agent 0's first episode in {args.save_frames}")
+    return 0
+
+
+
+def add_commands(add) -> None:
+    """Registers `jaxlab train` and `jaxlab eval` with ``add`` (see common.command_adder)."""
+    train = add("train", "train a policy on an env", f"Train an LSTM-PPO policy on ENV. {LAYERS}",
+                train_command, with_config=True)
+    train.add_argument("--run-dir", metavar="DIR", help="where config.toml, metrics.jsonl and checkpoints/ "
+                       "go (default runs/ENV-TIMESTAMP; with --resume, the resumed run's dir)")
+    train.add_argument("--notes", metavar="TEXT", help="the run's hypothesis, saved as notes.md in the run dir "
+                       "and shown by `jaxlab runs`")
+    train.add_argument("--resume", metavar="WHAT", help="continue a run: latest (the newest run of ENV "
+                       "under runs/), a run dir, or one checkpoint directory; flags change allowed values")
+    evaluate = add("eval", "play a checkpoint's policy and report returns",
+                   "Play the policy saved in a checkpoint (its config is read from the checkpoint) on new "
+                   "envs and print mean ± std of return and length and the env's statistics.", eval_command)
+    evaluate.add_argument("env", metavar="ENV", help="environment name (must match the checkpoint)")
+    evaluate.add_argument("--checkpoint", required=True, metavar="PATH",
+                          help="a checkpoint directory, a run dir or its checkpoints/ (the newest good one), or latest")
+    evaluate.add_argument("--episodes", type=int, default=10, help="agent-episodes to play (default 10)")
+    evaluate.add_argument("--deterministic", action="store_true", help="take the most likely action (default: sample)")
+    evaluate.add_argument("--num-envs", type=int, default=0, help="envs played at once (default min(episodes, 64))")
+    evaluate.add_argument("--seed", type=int, default=12345, help="seed of the new envs and of sampling")
+    evaluate.add_argument("--render", action="store_true", help="print agent 0's first episode as text "
+                          "(cartpole, memory)")
+    evaluate.add_argument("--save-frames", metavar="FILE", help="write agent 0's first episode as text to FILE")

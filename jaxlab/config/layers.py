@@ -1,0 +1,261 @@
+"""Loading a config in layers and coercing values: configs/default.toml -> configs/envs/<env>.toml ->
+configs/presets/<preset>.toml -> --config FILE -> command-line flags ``--section.key value``; and
+writing a resolved config back as TOML.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import math
+import tomllib
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from jaxlab.config.schema import SECTIONS, Config, ConfigError
+
+
+def configs_dir() -> Path:
+    """The configs/ folder: installed beside the package, or at the root of a source checkout."""
+    here = Path(__file__).resolve().parent.parent  # the jaxlab package
+    for candidate in (here / "configs", here.parent / "configs"):
+        if (candidate / "default.toml").is_file():
+            return candidate
+    raise ConfigError(f"configs/default.toml is missing (looked in {here / 'configs'} and "
+                      f"{here.parent / 'configs'}); reinstall jaxlab with `pip install -e .`")
+
+
+def parse_bool(text: str, where: str) -> bool:
+    """true/false in any case, 1/0, yes/no."""
+    value = text.strip().lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise ConfigError(f"{where}={text!r} is not a boolean; use true or false (also 1/0, yes/no)")
+
+
+def coerce(value: Any, kind: type | str, where: str) -> Any:
+    """``value`` (a TOML value or a command-line string) as ``kind``; ConfigError otherwise.
+    ``kind`` "int | str" is an integer or the word auto."""
+    if kind == "int | str":
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
+        try:
+            return coerce(value, int, where)
+        except ConfigError:
+            raise ConfigError(f"{where}={value!r} is neither auto nor an integer; write auto or e.g. 65536") from None
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            return parse_bool(value, where)
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+    elif kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        number = value
+        if isinstance(value, str):
+            try:
+                number = float(value.replace("_", "")) if any(c in value.lower() for c in ".e") \
+                    else int(value.replace("_", ""))
+            except ValueError:
+                number = None
+        if isinstance(number, float) and math.isfinite(number) and number == int(number):
+            return int(number)
+        if isinstance(number, int) and not isinstance(number, bool):
+            return number
+        raise ConfigError(f"{where}={value!r} is not an integer; write e.g. 1000000, 1_000_000 or 1e6")
+    elif kind is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value.replace("_", ""))
+            except ValueError:
+                pass
+        raise ConfigError(f"{where}={value!r} is not a number; write e.g. 3e-4 or 0.0003")
+    elif kind is str:
+        if isinstance(value, str):
+            return value
+    raise ConfigError(f"{where}={value!r} must be a {kind.__name__}")
+
+
+def _unknown_key(section: str, key: str, known) -> ConfigError:
+    close = difflib.get_close_matches(key, list(known), n=1)
+    hint = f"; did you mean '{section}.{close[0]}'?" if close else f"; valid keys: {', '.join(known)}"
+    return ConfigError(f"unknown config key '{section}.{key}'{hint}")
+
+
+def apply_layer(values: dict, layer: dict, source: str, sources: dict, env_params: dict) -> None:
+    """Merges a {section: {key: value}} layer into ``values``, recording ``source`` per key."""
+    for section, entries in layer.items():
+        if section == "env":
+            if not isinstance(entries, dict):
+                raise ConfigError(f"[env] in {source} must be a table of env parameters")
+            for key, value in entries.items():
+                key = key.replace("-", "_")
+                if key not in env_params:
+                    raise _unknown_key("env", key, env_params)
+                values["env"][key] = value
+                sources[f"env.{key}"] = source
+            continue
+        if section not in SECTIONS:
+            close = difflib.get_close_matches(section, ["env", *SECTIONS], n=1)
+            hint = f"; did you mean [{close[0]}]?" if close else ""
+            raise ConfigError(f"unknown config section [{section}] in {source}{hint}")
+        if not isinstance(entries, dict):
+            raise ConfigError(f"[{section}] in {source} must be a table")
+        types = {f.name: f.type for f in fields(SECTIONS[section])}
+        for key, value in entries.items():
+            key = key.replace("-", "_")
+            if key not in types:
+                raise _unknown_key(section, key, types)
+            values[section][key] = value
+            sources[f"{section}.{key}"] = source
+
+
+def parse_flags(flags: list[str]) -> dict:
+    """``--section.key value`` / ``--section.key=value`` pairs as a layer of strings."""
+    layer: dict[str, dict] = {}
+    i = 0
+    while i < len(flags):
+        flag = flags[i]
+        if not flag.startswith("--") or "." not in flag:
+            raise ConfigError(f"unexpected argument {flag!r}; config flags look like --train.seed 1")
+        name, eq, value = flag[2:].partition("=")
+        if not eq:
+            if i + 1 >= len(flags):
+                raise ConfigError(f"flag {flag} needs a value, e.g. {flag} 1")
+            value = flags[i + 1]
+            i += 1
+        section, _, key = name.partition(".")
+        layer.setdefault(section.replace("-", "_"), {})[key.replace("-", "_")] = value
+        i += 1
+    return layer
+
+
+def read_preset(name: str) -> tuple[dict, dict]:
+    """(the [preset] table: description, platform, ...; the config layer) of configs/presets/NAME.toml."""
+    path = configs_dir() / "presets" / f"{name}.toml"
+    if not path.is_file():
+        known = preset_names()
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise ConfigError(f"unknown preset {name!r}; {hint}presets: auto, {', '.join(known)} (see `jaxlab presets`)")
+    layer = read_toml(path)
+    return layer.pop("preset", {}), layer
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in (configs_dir() / "presets").glob("*.toml"))
+
+
+def load_config(env_name: str, config_file: str | Path | None = None, flags: list[str] | None = None,
+                extra_layers: list[tuple[str, dict]] | None = None,
+                preset: str | None = None) -> tuple[Config, dict]:
+    """Resolves the layers for ``env_name``; returns (config, {"section.key": layer that set it}).
+    ``preset`` is a preset's name (``auto`` is resolved by jaxlab.presets before this) or None for none."""
+    from jaxlab.env import env_type
+
+    try:
+        kind = env_type(env_name)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    env_params = {p.name: p for p in kind.params}
+    values: dict[str, dict] = {"env": {}, **{s: {} for s in SECTIONS}}
+    sources: dict[str, str] = {}
+    base = configs_dir()
+    layers = [("configs/default.toml", base / "default.toml"),
+              (f"configs/envs/{env_name}.toml", base / "envs" / f"{env_name}.toml")]
+    for label, path in layers:
+        if path.is_file():
+            apply_layer(values, read_toml(path), label, sources, env_params)
+    if preset is not None:
+        apply_layer(values, read_preset(preset)[1], f"configs/presets/{preset}.toml", sources, env_params)
+    for label, layer in extra_layers or []:
+        apply_layer(values, layer, label, sources, env_params)
+    if config_file is not None:
+        path = Path(config_file)
+        if not path.is_file():
+            raise ConfigError(f"--config {path}: no such file")
+        layer = read_toml(path)
+        file_env = layer.pop("env_name", env_name)
+        file_preset = layer.pop("preset", "none")
+        preset = preset if preset is not None else file_preset
+        if file_env != env_name:
+            raise ConfigError(f"--config {path} is a config for env {file_env!r}, not {env_name!r}; "
+                              f"run `jaxlab train {file_env} --config {path}` or remove its env_name line")
+        apply_layer(values, layer, str(path), sources, env_params)
+    apply_layer(values, parse_flags(flags or []), "command line", sources, env_params)
+    config = build_config(env_name, values, env_params, preset or "none")
+    return config, sources
+
+
+def config_from_toml(text: str) -> Config:
+    """The Config that to_toml wrote (no layers: every value is in the text)."""
+    from jaxlab.env import env_type
+
+    try:
+        layer = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"a saved config is not valid TOML: {err}") from None
+    env_name, preset = layer.pop("env_name"), layer.pop("preset", "none")
+    env_params = {p.name: p for p in env_type(env_name).params}
+    values: dict[str, dict] = {"env": {}, **{s: {} for s in SECTIONS}}
+    apply_layer(values, layer, "saved config", {}, env_params)
+    return build_config(env_name, values, env_params, preset)
+
+
+def read_toml(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path} is not valid TOML: {err}") from None
+
+
+def build_config(env_name: str, values: dict, env_params: dict, preset: str = "none") -> Config:
+    """Typed Config from merged raw values (strings from flags are parsed here)."""
+    sections = {}
+    for section, cls in SECTIONS.items():
+        types = {f.name: f.type for f in fields(cls)}
+        kwargs = {k: coerce(v, _type(types[k]), f"{section}.{k}") for k, v in values[section].items()}
+        sections[section] = cls(**kwargs)
+    env = {}
+    for key, value in values["env"].items():
+        param = env_params[key]
+        env[key] = coerce(value, int if param.is_int else float, f"env.{key}")
+    return Config(env_name=env_name, env=env, preset=preset, **sections)
+
+
+def _type(annotation) -> type | str:
+    return {"int": int, "float": float, "bool": bool, "str": str}.get(annotation, annotation)
+
+
+def as_layer(config: Config) -> dict[str, dict]:
+    """The config's values as a layer {section: {key: value}} ([env] first), e.g. to layer flags over a
+    saved config or to hand to a logger."""
+    return {"env": dict(config.env), **{s: dataclasses.asdict(getattr(config, s)) for s in SECTIONS}}
+
+
+def to_toml(config: Config) -> str:
+    """The resolved config as TOML that --config reads back to the same Config (preset is a record of
+    the preset that was applied; --config does not re-apply it)."""
+    lines = [f'env_name = "{config.env_name}"', f'preset = "{config.preset}"']
+    for section, table in as_layer(config).items():
+        lines += ["", f"[{section}]"]
+        lines += [f"{key} = {toml_value(value)}" for key, value in table.items()]
+    return "\n".join(lines) + "\n"
+
+
+def toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)

@@ -1,0 +1,147 @@
+"""The config schema: one frozen dataclass per section, each field's docstring its --help text, and
+the names a few string fields may take. Pure data: no loading, no checks (see layers.py, validate.py).
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from dataclasses import dataclass, field
+
+
+class ConfigError(ValueError):
+    """A configuration the trainer must not start with; the message names the values and a fix."""
+
+
+@dataclass(frozen=True)
+class VecConfig:
+    num_envs: int = 64
+    """number of C env instances (agents = num_envs x agents_per_env)"""
+    num_threads: int = 1
+    """C threads stepping the envs (results are identical for any count)"""
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    hidden_size: int = 128
+    """width of the encoder and the LSTM"""
+    lstm: bool = True
+    """use an LSTM between encoder and heads (false: feed-forward)"""
+    actor_init_scale: float = 0.01
+    """orthogonal-init scale of the actor head (small: near-uniform initial policy)"""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    total_timesteps: int = 1_000_000
+    """agent-steps to train for (rounded down to whole updates)"""
+    batch_size: int | str = "auto"
+    """agent-steps per update: auto = agents x bptt_horizon, or a multiple of it (several segments)"""
+    seed: int = 0
+    """seed of the envs and of the JAX random keys"""
+    bptt_horizon: int = 16
+    """T: steps per rollout segment and length of every training sequence"""
+    minibatch_size: int = 256
+    """samples per gradient step: a multiple of bptt_horizon dividing the batch"""
+    update_epochs: int = 2
+    """passes over each segment"""
+    learning_rate: float = 3e-3
+    """Adam learning rate at the start"""
+    anneal_lr: str = "linear"
+    """learning-rate schedule: linear, cosine or none"""
+    min_lr_ratio: float = 0.0
+    """floor of the annealed learning rate, as a fraction of learning_rate"""
+    gamma: float = 0.99
+    """discount factor"""
+    reward_scale: float = 1.0
+    """rewards are multiplied by this before GAE (keeps values near 1 for the shared trunk)"""
+    gae_lambda: float = 0.95
+    """GAE lambda"""
+    clip_coef: float = 0.2
+    """PPO surrogate clip range"""
+    vf_coef: float = 0.5
+    """value-loss weight"""
+    vf_clip_coef: float = 0.0
+    """value clip range (0: no value clipping)"""
+    ent_coef: float = 0.0
+    """entropy-bonus weight"""
+    max_grad_norm: float = 0.5
+    """global gradient-norm clip"""
+    norm_adv: bool = True
+    """normalise advantages per minibatch"""
+
+
+@dataclass(frozen=True)
+class DeviceConfig:
+    precision: str = "float32"
+    """matmul input dtype of the network: float32 or bfloat16 (params and the LSTM state stay float32)"""
+    matmul_precision: str = "default"
+    """XLA matmul precision for float32 inputs: default (TF32 on recent GPUs), high or highest"""
+    memory_fraction: float = 0.0
+    """share of GPU memory XLA may take, so runs can share a GPU (0: XLA's own default, 0.75)"""
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    interval: int = 0
+    """save every this many updates (0: only on time, at the end and on a stop signal)"""
+    minutes: float = 10.0
+    """also save when this many minutes of wall time passed since the last save (0: never on time)"""
+    keep: int = 3
+    """how many of the newest checkpoints to keep (the best one is kept besides)"""
+    best_metric: str = "episode_return"
+    """metric (higher is better) that picks the best checkpoint to keep; empty: none"""
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    dashboard: str = "auto"
+    """terminal output: auto (rich dashboard on a terminal, plain lines otherwise), rich, plain, none"""
+    interval: float = 1.0
+    """seconds between plain progress lines"""
+    wandb: bool = False
+    """log to Weights & Biases (offline when no API key or network)"""
+    wandb_project: str = "jaxlab"
+    """wandb project"""
+    wandb_entity: str = ""
+    """wandb entity (empty: your default)"""
+    wandb_group: str = ""
+    """wandb group (empty: none)"""
+    wandb_tags: str = ""
+    """wandb tags, comma-separated"""
+    run_name: str = ""
+    """name of the run in wandb and `jaxlab runs` (empty: the run dir's name)"""
+
+
+@dataclass(frozen=True)
+class Config:
+    env_name: str
+    env: dict = field(default_factory=dict)
+    vec: VecConfig = VecConfig()
+    policy: PolicyConfig = PolicyConfig()
+    train: TrainConfig = TrainConfig()
+    device: DeviceConfig = DeviceConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    log: LogConfig = LogConfig()
+    preset: str = "none"
+
+
+SECTIONS = {"vec": VecConfig, "policy": PolicyConfig, "train": TrainConfig, "device": DeviceConfig,
+            "checkpoint": CheckpointConfig, "log": LogConfig}
+SCHEDULES = ("linear", "cosine", "none")
+PRECISIONS = ("float32", "bfloat16")
+MATMUL_PRECISIONS = ("default", "high", "highest")
+DASHBOARDS = ("auto", "rich", "plain", "none")
+
+
+
+def field_help(cls) -> dict[str, str]:
+    """Field name -> its docstring (the string literal after it in the class body)."""
+    tree = ast.parse(inspect.getsource(cls))
+    body = tree.body[0].body
+    helps = {}
+    for node, following in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr) \
+                and isinstance(following.value, ast.Constant):
+            helps[node.target.id] = following.value.value
+    return helps

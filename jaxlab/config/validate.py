@@ -1,0 +1,119 @@
+"""Checks of a config's invariants and the sizes derived from it, before anything is built."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+from jaxlab.config.schema import (DASHBOARDS, MATMUL_PRECISIONS, PRECISIONS, SCHEDULES, Config,
+                                  ConfigError)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Sizes derived from a config and the env's agents_per_env; never typed twice."""
+
+    num_envs: int          # C env instances
+    agents_per_env: int
+    num_agents: int        # A = num_envs * agents_per_env
+    horizon: int           # T
+    segments: int          # S: segments of T steps of every agent collected per update
+    batch_size: int        # S * A * T samples per update
+    minibatch_size: int    # samples per gradient step
+    num_minibatches: int   # batch_size / minibatch_size
+    minibatch_agents: int  # sequences per minibatch = minibatch_size / T
+    num_updates: int       # total_timesteps // batch_size
+    total_timesteps: int
+
+    def describe(self) -> str:
+        segments = f" x {self.segments} segments" if self.segments > 1 else ""
+        return (f"{self.num_envs:,} envs x {self.agents_per_env:,} agents x horizon {self.horizon}{segments} = "
+                f"batch {self.batch_size:,}; {self.num_minibatches} minibatch{'es' * (self.num_minibatches > 1)} "
+                f"of {self.minibatch_size:,}; "
+                f"{self.num_updates:,} updates for {_steps(self.total_timesteps)} steps")
+
+
+def _steps(n: int) -> str:
+    """1,000,000 -> 1M, 250,000 -> 250K, 2,048 -> 2,048."""
+    for unit, size in (("B", 10**9), ("M", 10**6), ("K", 10**3)):
+        if n >= size and n % (size // 10 if size > 1000 else size) == 0:
+            value = n / size
+            return f"{value:g}{unit}"
+    return f"{n:,}"
+
+
+def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        close = difflib.get_close_matches(value, choices, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ConfigError(f"{name}={value!r} is not known; {hint}use one of {', '.join(choices)}")
+
+
+def derive_sizes(config: Config, agents_per_env: int) -> Sizes:
+    """Checks every invariant; ConfigError naming the values, the rule and a fix on the first broken."""
+    t, v = config.train, config.vec
+    positive = [("vec.num_envs", v.num_envs), ("vec.num_threads", v.num_threads),
+                ("policy.hidden_size", config.policy.hidden_size), ("train.bptt_horizon", t.bptt_horizon),
+                ("train.minibatch_size", t.minibatch_size), ("train.update_epochs", t.update_epochs),
+                ("train.total_timesteps", t.total_timesteps), ("checkpoint.keep", config.checkpoint.keep)]
+    for name, value in positive:
+        if value < 1:
+            raise ConfigError(f"{name}={value} must be at least 1")
+    if not t.learning_rate > 0:
+        raise ConfigError(f"train.learning_rate={t.learning_rate} must be positive, e.g. 3e-4")
+    for name in ("gamma", "gae_lambda"):
+        value = getattr(t, name)
+        if not 0 < value <= 1:
+            raise ConfigError(f"train.{name}={value} must be in (0, 1], e.g. 0.99")
+    if not t.reward_scale > 0:
+        raise ConfigError(f"train.reward_scale={t.reward_scale} must be positive, e.g. 1.0")
+    for name in ("clip_coef", "vf_clip_coef", "vf_coef", "ent_coef", "max_grad_norm", "min_lr_ratio"):
+        if getattr(t, name) < 0:
+            raise ConfigError(f"train.{name}={getattr(t, name)} must be >= 0")
+    if t.min_lr_ratio > 1:
+        raise ConfigError(f"train.min_lr_ratio={t.min_lr_ratio} must be in [0, 1]")
+    if t.anneal_lr not in SCHEDULES:
+        raise ConfigError(f"train.anneal_lr={t.anneal_lr!r} is not a schedule; use one of {', '.join(SCHEDULES)}")
+    check_choice("device.precision", config.device.precision, PRECISIONS)
+    check_choice("device.matmul_precision", config.device.matmul_precision, MATMUL_PRECISIONS)
+    check_choice("log.dashboard", config.log.dashboard, DASHBOARDS)
+    if not 0 <= config.device.memory_fraction <= 1:
+        raise ConfigError(f"device.memory_fraction={config.device.memory_fraction} must be in [0, 1] "
+                          "(0 leaves XLA's default), e.g. 0.3 to fit three runs on one GPU")
+    for name in ("interval",):
+        if getattr(config.checkpoint, name) < 0:
+            raise ConfigError(f"checkpoint.{name}={getattr(config.checkpoint, name)} must be >= 0 (0: off)")
+    if config.checkpoint.minutes < 0:
+        raise ConfigError(f"checkpoint.minutes={config.checkpoint.minutes} must be >= 0 (0: off)")
+    if not config.log.interval > 0:
+        raise ConfigError(f"log.interval={config.log.interval} must be positive (seconds), e.g. 1")
+    num_chunks = min(v.num_envs, 64)
+    if v.num_threads > num_chunks:
+        raise ConfigError(f"vec.num_threads={v.num_threads} exceeds min(vec.num_envs, 64)={num_chunks}; "
+                          f"use at most {num_chunks} threads")
+    agents = v.num_envs * agents_per_env
+    segment = agents * t.bptt_horizon
+    shape = f"{v.num_envs:,} envs x {agents_per_env} agents x horizon {t.bptt_horizon}"
+    if t.batch_size == "auto":
+        batch = segment
+    else:
+        batch = t.batch_size
+        if batch < 1 or batch % segment != 0:
+            fix = max(1, round(batch / segment)) * segment if batch >= 1 else segment
+            raise ConfigError(f"train.batch_size={batch:,} must be a positive multiple of {segment:,} "
+                              f"({shape}); use auto or e.g. --train.batch-size {fix}")
+    if t.minibatch_size % t.bptt_horizon != 0:
+        raise ConfigError(f"train.minibatch_size={t.minibatch_size} must be a multiple of train.bptt_horizon="
+                          f"{t.bptt_horizon} (minibatches are whole sequences); e.g. "
+                          f"--train.minibatch-size {max(1, t.minibatch_size // t.bptt_horizon) * t.bptt_horizon}")
+    if batch % t.minibatch_size != 0:
+        raise ConfigError(f"train.minibatch_size={t.minibatch_size} must divide the batch of {batch:,} "
+                          f"({shape}); e.g. --train.minibatch-size {batch}")
+    if t.total_timesteps < batch:
+        raise ConfigError(f"train.total_timesteps={t.total_timesteps:,} is less than one batch of {batch:,} "
+                          f"({shape}); raise it to at least {batch} or use fewer envs")
+    return Sizes(num_envs=v.num_envs, agents_per_env=agents_per_env, num_agents=agents,
+                 horizon=t.bptt_horizon, segments=batch // segment, batch_size=batch,
+                 minibatch_size=t.minibatch_size, num_minibatches=batch // t.minibatch_size,
+                 minibatch_agents=t.minibatch_size // t.bptt_horizon, num_updates=t.total_timesteps // batch,
+                 total_timesteps=t.total_timesteps)

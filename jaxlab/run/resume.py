@@ -1,0 +1,92 @@
+"""Resuming a run: which checkpoint a --resume value names, the newest usable one under a directory,
+the config to resume with, and tidying the run dir past the checkpoint resumed from."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from jaxlab import checkpoint
+from jaxlab import config as config_lib
+
+T = TypeVar("T")
+
+
+def resume_config(checkpoint_path: Path, config_file=None, flags=None) -> tuple[config_lib.Config, list[str]]:
+    """The config to resume with: the checkpoint's saved config, then ``config_file`` and ``flags`` on
+    top; returns it with the list of allowed changes ("key: old -> new"). ConfigError for a change the
+    checkpoint cannot take."""
+    from jaxlab.train.trainer import check_compatible
+
+    saved = config_lib.config_from_toml(checkpoint.read_meta(checkpoint_path)["config"])
+    config, _ = config_lib.load_config(saved.env_name, config_file=config_file, flags=flags, preset=None,
+                                       extra_layers=[(f"checkpoint {checkpoint_path}", config_lib.as_layer(saved))])
+    config = dataclasses.replace(config, preset=saved.preset)
+    return config, check_compatible(saved, config)
+
+
+def find_checkpoint(target: str, env_name: str, runs_root: Path = Path("runs")) -> Path:
+    """The checkpoint a ``--resume`` value names: ``latest`` (the newest checkpoint of ENV under
+    runs/), a run dir (its newest checkpoint), a run's checkpoints/ directory, or one checkpoint.
+    CheckpointError when nothing usable is there."""
+    if target == "latest":
+        candidates = []
+        for run in runs_root.glob("*/checkpoints"):
+            steps = checkpoint.step_dirs(run)
+            config = run.parent / "config.toml"
+            if steps and config.is_file() and f'env_name = "{env_name}"' in config.read_text():
+                candidates.append(steps[0])
+        if not candidates:
+            raise checkpoint.CheckpointError(f"--resume latest: no run of {env_name} with checkpoints under "
+                                             f"{runs_root.absolute()}; pass a run dir instead")
+        return max(candidates, key=lambda p: p.stat().st_mtime)
+    path = Path(target)
+    if checkpoint.is_checkpoint(path):
+        return path
+    for directory in (path / "checkpoints", path):
+        steps = checkpoint.step_dirs(directory)
+        if steps:
+            return directory
+    raise checkpoint.CheckpointError(f"--resume {target}: no checkpoint there (expected a run dir with "
+                                     "checkpoints/, a checkpoints/ directory or one checkpoint directory)")
+
+
+def newest_usable(location: Path, use: Callable[[Path], T], warn: Callable[[str], None]) -> tuple[Path, T]:
+    """(path, use(path)) for ``location`` when it is one checkpoint; else for the newest checkpoint under
+    it for which ``use`` raises no CheckpointError, reporting by path each damaged one passed over."""
+    location = Path(location)
+    if checkpoint.is_checkpoint(location):
+        return location, use(location)
+    for path in checkpoint.step_dirs(location):
+        try:
+            return path, use(path)
+        except checkpoint.CheckpointError as err:
+            warn(f"{err}; falling back to an older checkpoint")
+    raise checkpoint.CheckpointError(f"no usable checkpoint in {location}")
+
+
+def keep_metrics_until(path: Path, update: int) -> None:
+    """Drops records after ``update`` from metrics.jsonl (they were logged after the checkpoint that a
+    resume goes back to, and will be logged again)."""
+    if not path.is_file():
+        return
+    kept = [line for line in path.read_text().splitlines()
+            if line.strip() and json.loads(line).get("update", 0) <= update]
+    path.write_text("".join(line + "\n" for line in kept))
+
+
+def set_aside_after(directory: Path, update: int) -> list[Path]:
+    """Moves checkpoints of updates after ``update`` (damaged ones passed over, or a future the resumed
+    run will write again) from ``directory`` into ``directory``-replaced/; returns their new paths."""
+    moved = []
+    for path in checkpoint.step_dirs(directory):
+        if int(path.name) > update:
+            target = directory.with_name(directory.name + "-replaced") / f"{path.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+            target.parent.mkdir(exist_ok=True)
+            path.rename(target)
+            moved.append(target)
+    return moved
