@@ -119,3 +119,46 @@ def test_bfloat16_matmuls_keep_float32_params_and_outputs_close_to_float32():
     err = float(jnp.max(jnp.abs(carry_h[1] - carry_f[1])))
     assert 1e-5 < err < 5e-2
     np.testing.assert_allclose(value_h, value_f, atol=5e-2)
+
+
+def all_equations(jaxpr):
+    """Every equation of a jaxpr, those inside scans, conds and other sub-jaxprs included."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (tuple, list)) else (param,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from all_equations(inner)
+
+
+@pytest.mark.parametrize("method", ["__call__", "unroll"])
+def test_bfloat16_only_feeds_matmuls_which_accumulate_and_return_float32(method):
+    """With precision bfloat16, the only bfloat16 values are matmul inputs: every bfloat16 value is made
+    by a cast and read only by a dot_general, and every dot_general returns float32 (so bias adds,
+    gates, the carry and the heads are float32)."""
+    spec, hidden, A, T = ActionSpec("discrete", (3,)), 16, 4, 3
+    half = ActorCritic(spec, hidden_size=hidden, dtype="bfloat16")
+    params = half.init(KEY, zero_carry(A, hidden), jnp.zeros((A, 5)), jnp.ones(A, bool))
+    shape = (A, 5) if method == "__call__" else (T, A, 5)
+    resets = jnp.zeros(shape[:-1], bool)
+    jaxpr = jax.make_jaxpr(lambda p, o: half.apply(p, zero_carry(A, hidden), o, resets, method=method))(
+        params, jnp.ones(shape)).jaxpr
+    equations = list(all_equations(jaxpr))
+    readers = {}
+    for eqn in equations:
+        for var in eqn.invars:
+            if hasattr(var, "aval"):
+                readers.setdefault(id(var), []).append(eqn.primitive.name)
+    bf16_inputs = 0
+    for eqn in equations:
+        if eqn.primitive.name == "dot_general":
+            assert all(v.aval.dtype == jnp.float32 for v in eqn.outvars)
+            if any(v.aval.dtype == jnp.bfloat16 for v in eqn.invars):
+                assert eqn.params["preferred_element_type"] == jnp.float32
+                bf16_inputs += 1
+        for var in eqn.outvars:
+            if var.aval.dtype == jnp.bfloat16:
+                assert eqn.primitive.name == "convert_element_type", eqn
+                assert set(readers.get(id(var), [])) <= {"dot_general"}, (eqn, readers.get(id(var)))
+    assert bf16_inputs == 3  # encoder, the LSTM's input projection and its recurrent matmul

@@ -7,7 +7,9 @@ Shapes (A = agents, T = time, H = hidden_size, O = flattened observation size):
     unroll: obs [T, A, ...], reset [T, A] from a start carry -> carry, head [T, A, head_size], value [T, A]
 The input projection of the LSTM is applied to all T steps at once; only the recurrent matmul is
 inside the lax.scan. ``dtype`` (float32 or bfloat16) is the input dtype of the encoder and LSTM
-matmuls; they accumulate in float32, and params, the carry, the heads and all outputs stay float32.
+matmuls (the encoder, the LSTM's input projection and its recurrent matmul); every one of them
+accumulates and returns float32 (``preferred_element_type``), so bias adds, activations, the carry,
+the heads and all outputs are float32, as are the params.
 """
 
 from __future__ import annotations
@@ -25,6 +27,17 @@ Carry = tuple[jax.Array, jax.Array]
 
 def zero_carry(num_agents: int, hidden_size: int) -> Carry:
     return (jnp.zeros((num_agents, hidden_size), jnp.float32), jnp.zeros((num_agents, hidden_size), jnp.float32))
+
+
+def matmul_in(dtype):
+    """A dot_general for flax's Dense that casts both operands to ``dtype`` and accumulates and returns
+    float32, whatever ``dtype`` is."""
+
+    def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
+        return jax.lax.dot_general(lhs.astype(dtype), rhs.astype(dtype), dimension_numbers, precision=precision,
+                                   preferred_element_type=jnp.float32)
+
+    return dot_general
 
 
 def lstm_cell(recurrent_kernel: jax.Array, carry: Carry, input_gates: jax.Array, reset: jax.Array,
@@ -51,10 +64,12 @@ class ActorCritic(nn.Module):
 
     def setup(self):
         H = self.hidden_size
-        self.encoder = nn.Dense(H, kernel_init=nn.initializers.orthogonal(math.sqrt(2)), dtype=self.dtype)
+        matmul = matmul_in(self.dtype)  # params and results float32; only the matmul inputs take dtype
+        self.encoder = nn.Dense(H, kernel_init=nn.initializers.orthogonal(math.sqrt(2)), dtype=jnp.float32,
+                                dot_general=matmul)
         if self.lstm:
             self.input_gates = nn.Dense(4 * H, kernel_init=nn.initializers.orthogonal(1.0),
-                                        bias_init=self._forget_bias_init, dtype=self.dtype)
+                                        bias_init=self._forget_bias_init, dtype=jnp.float32, dot_general=matmul)
             self.recurrent_kernel = self.param("recurrent_kernel", nn.initializers.orthogonal(1.0), (H, 4 * H))
         self.actor = nn.Dense(self.action.head_size, kernel_init=nn.initializers.orthogonal(self.actor_init_scale))
         self.critic = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0))
@@ -79,7 +94,7 @@ class ActorCritic(nn.Module):
         """One step for all agents: (carry, head [A, k], value [A], log_std or None)."""
         x = self._encode(obs, 1)
         if self.lstm:
-            gates = self.input_gates(x).astype(jnp.float32)
+            gates = self.input_gates(x)
             carry = lstm_cell(self.recurrent_kernel, carry, gates, reset, self.dtype)
             x = carry[1]
         return (carry, *self._heads(x))
@@ -95,6 +110,6 @@ class ActorCritic(nn.Module):
                 c = lstm_cell(kernel, c, gates, r, self.dtype)
                 return c, c[1]
 
-            gates = self.input_gates(x).astype(jnp.float32)
+            gates = self.input_gates(x)
             carry, x = jax.lax.scan(step, carry, (gates, reset))
         return (carry, *self._heads(x))
