@@ -9,13 +9,14 @@ from pathlib import Path
 
 from jaxlab import checkpoint
 from jaxlab.config import load_config
+from jaxlab.run.loop import train_loop
 from jaxlab.train.trainer import Trainer
 
 for hidden in (128, 1024):
     cfg, _ = load_config("cartpole", flags=["--policy.hidden-size", str(hidden), "--train.total-timesteps", "20480"])
     with Trainer(cfg) as t:
-        for _ in range(2): t.evaluate(); t.train()
-        tic = time.perf_counter(); t.evaluate(); t.train(); update = time.perf_counter() - tic
+        train_loop(t, updates=2)
+        tic = time.perf_counter(); train_loop(t, updates=1); update = time.perf_counter() - tic
         saves = checkpoint.RunCheckpoints(Path(tempfile.mkdtemp()), 0, 0, 3, "")
         blocking, total = [], []
         for i in range(3):

@@ -15,43 +15,52 @@ import argparse
 import time
 
 from jaxlab.run.bench import report_training
+from jaxlab.run.loop import train_loop
 from jaxlab.config import load_config
 from jaxlab.train.trainer import Trainer
+
+
+class Threshold:
+    """A train_loop hook: stops once the episode-weighted mean return over the last ``window`` updates
+    that ended episodes reaches ``threshold``; remembers when (seconds from ``start``, step, mean)."""
+
+    def __init__(self, threshold: float, window: int, start: float):
+        self.threshold, self.window, self.start = threshold, window, start
+        self.recent: list[tuple[float, int]] = []
+        self.first_update: float | None = None
+        self.reached: tuple[float, int, float] | None = None
+        self.mean = float("nan")
+
+    def __call__(self, trainer, record) -> bool:
+        if self.first_update is None:
+            self.first_update = time.perf_counter() - self.start
+        if record["episodes"]:
+            self.recent = (self.recent + [(record["episode_return"], record["episodes"])])[-self.window:]
+        episodes = sum(n for _, n in self.recent)
+        self.mean = sum(r * n for r, n in self.recent) / max(episodes, 1)
+        if len(self.recent) == self.window and self.mean >= self.threshold:
+            self.reached = (time.perf_counter() - self.start, record["global_step"], self.mean)
+        return self.reached is not None
 
 
 def run_to_threshold(env: str, threshold: float, window: int, flags: list[str]) -> None:
     config, _ = load_config(env, flags=flags)
     with Trainer(config) as trainer:
         start = trainer.start_time
-        recent: list[tuple[float, int]] = []
-        reached = None
-        first_update = None
-        for update in range(trainer.sizes.num_updates):
-            trainer.evaluate()
-            trainer.train()
-            record = trainer.mean_and_log()
-            if update == 0:
-                first_update = time.perf_counter() - start
-            if record["episodes"]:
-                recent.append((record["episode_return"], record["episodes"]))
-            recent = recent[-window:]
-            episodes = sum(n for _, n in recent)
-            mean = sum(r * n for r, n in recent) / max(episodes, 1)
-            if reached is None and len(recent) == window and mean >= threshold:
-                reached = (time.perf_counter() - start, record["global_step"], mean)
-                break
+        hook = Threshold(threshold, window, start)
+        train_loop(trainer, [hook])
         elapsed = time.perf_counter() - start
         steady_steps = trainer.global_step - trainer.sizes.batch_size
         print(f"{env}: {trainer.sizes.describe()}; "
               f"{trainer.num_params:,} parameters, lstm={config.policy.lstm}")
-        print(f"  first update (both compiles + one update): {first_update:.2f} s")
-        print(f"  steady SPS: {steady_steps / max(elapsed - first_update, 1e-9):,.0f}")
-        if reached:
-            print(f"  mean return {reached[2]:.1f} >= {threshold} over the last {window} updates after "
-                  f"{reached[0]:.1f} s and {reached[1]:,} steps")
+        print(f"  first update (both compiles + one update): {hook.first_update:.2f} s")
+        print(f"  steady SPS: {steady_steps / max(elapsed - hook.first_update, 1e-9):,.0f}")
+        if hook.reached:
+            print(f"  mean return {hook.reached[2]:.1f} >= {threshold} over the last {window} updates after "
+                  f"{hook.reached[0]:.1f} s and {hook.reached[1]:,} steps")
         else:
             print(f"  threshold {threshold} not reached in {trainer.global_step:,} steps ({elapsed:.1f} s); "
-                  f"last mean {mean:.1f}")
+                  f"last mean {hook.mean:.1f}")
 
 
 def steady_sps(env: str, agents: int, updates: int, flags: list[str]) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from jaxlab import checkpoint
 from jaxlab.config import ConfigError, load_config
-from jaxlab.run.loop import train_run
+from jaxlab.run.loop import train_loop, train_run
 from jaxlab.train.trainer import Trainer
 
 SMALL = ["--vec.num-envs", "8", "--train.bptt-horizon", "8", "--train.minibatch-size", "16",
@@ -44,21 +44,15 @@ def jaxlab(*args, **kwargs):
 def test_save_stop_resume_equals_uninterrupted_bit_for_bit(tmp_path):
     config = small_config(7)
     with Trainer(config) as straight:
-        for _ in range(7):
-            straight.evaluate()
-            straight.train()
+        train_loop(straight, updates=7)
         reference = straight.state
     with Trainer(config) as first:
-        for _ in range(3):
-            first.evaluate()
-            first.train()
+        train_loop(first, updates=3)
         first.save_checkpoint(tmp_path / "ck", metadata={"why": "test"})
     with Trainer(config) as second:
         meta = second.load_checkpoint(tmp_path / "ck")
         assert (meta["update"], meta["global_step"], meta["metadata"]) == (3, 192, {"why": "test"})
-        for _ in range(4):
-            second.evaluate()
-            second.train()
+        train_loop(second, updates=4)
         assert_same_params(second.state.params, reference.params)
         assert_same_params(second.state.opt_state, reference.opt_state)
         assert int(second.state.step) == int(reference.step)
@@ -216,9 +210,7 @@ def test_eval_in_a_fresh_process_takes_the_trainers_actions(tmp_path):
         return seen
 
     with Trainer(small_config(20, "--train.learning-rate", "0.01")) as trainer:
-        for _ in range(20):
-            trainer.evaluate()
-            trainer.train()
+        train_loop(trainer, updates=20)
         trainer.save_checkpoint(tmp_path / "ck")
         here = {"mode": actions_of(trainer, True), "sampled": actions_of(trainer, False)}
     code = ("import json\nfrom jaxlab.train.evaluation import load_trainer, play\n"

@@ -6,7 +6,8 @@ import pytest
 import jaxlab
 from jaxlab.config import load_config
 from jaxlab.train.evaluation import play
-from jaxlab.train.trainer import Trainer, train
+from jaxlab.run.loop import train, train_loop
+from jaxlab.train.trainer import Trainer
 
 pytestmark = pytest.mark.slow
 
@@ -34,9 +35,7 @@ def test_memory_needs_the_lstm():
 def test_pendulum_swings_up():
     config, _ = load_config("pendulum")
     with Trainer(config) as trainer:
-        for _ in range(trainer.sizes.num_updates):
-            trainer.evaluate()
-            trainer.train()
+        train_loop(trainer)
         result = play(trainer, steps=400, num_envs=64)  # 128 episodes with the mean action
     assert result["episodes"] == 128
     assert result["episode_return"] >= -250

@@ -39,6 +39,7 @@ def train_command(args: argparse.Namespace) -> int:
     if sizes.num_updates < 10:
         print(f"note: only {sizes.num_updates} update(s) of {sizes.batch_size:,} steps; PPO needs tens of "
               f"updates: raise --train.total-timesteps (e.g. {50 * sizes.batch_size}) or use fewer envs")
+    from jaxlab.run.lock import RunDirInUse
     from jaxlab.run.loop import train_run
 
     observers = RunObservers(config, sizes, run_dir)
@@ -49,7 +50,7 @@ def train_command(args: argparse.Namespace) -> int:
         observers.close()
         print(f"interrupted; the metrics so far are in {run_dir}/metrics.jsonl", file=sys.stderr)
         return 130
-    except (ConfigError, CheckpointError) as err:
+    except (ConfigError, CheckpointError, RunDirInUse) as err:
         observers.close()
         return fail("train", err)
     observers.close()

@@ -40,21 +40,18 @@ def env_steps_per_second(name: str, agents: int, seconds: float, threads: int = 
 
 def steady_training(config, updates: int) -> dict:
     """Trains ``config`` for 1 + ``updates`` updates; returns the first update's seconds (compiles
-    included), the steady SPS of the rest and their time split {env, policy, learn, other} in seconds."""
+    included), the steady SPS of the rest and their time split {env, policy, copy, learn, other} in
+    seconds."""
+    from jaxlab.run.loop import train_loop
     from jaxlab.train.trainer import Trainer
 
     with Trainer(config) as trainer:
         tic = time.perf_counter()
-        trainer.evaluate()
-        trainer.train()
+        train_loop(trainer, updates=1)
         first = time.perf_counter() - tic
-        trainer.mean_and_log()
         before = dict(trainer.timing)
         tic = time.perf_counter()
-        for _ in range(updates):
-            trainer.evaluate()
-            trainer.train()
-            trainer.mean_and_log()
+        train_loop(trainer, updates=updates)
         elapsed = time.perf_counter() - tic
         split = {k: trainer.timing[k] - before[k] for k in trainer.timing}
         split["other"] = elapsed - sum(split.values())

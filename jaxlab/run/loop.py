@@ -1,5 +1,8 @@
-"""A whole training run: the update loop with checkpoints, resume, and a graceful stop on SIGINT/SIGTERM.
+"""The one training loop (``train_loop``: evaluate, train, log, then hooks) and the runs built on it:
+``train`` (updates and records, nothing saved) and ``train_run`` (a whole run: checkpoints, resume,
+run records, a lock on the run dir and a graceful stop on SIGINT/SIGTERM).
 
+    records = train(config)                                  # train, return the metrics records
     result = train_run(config, run_dir)                      # a new run
     result = train_run(config, run_dir, resume=CHECKPOINTS)  # continue one (a run's checkpoints/ or one
                                                               # checkpoint directory)
@@ -11,7 +14,7 @@ is returned in result.unsaved, to be written elsewhere.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +22,7 @@ from jaxlab import checkpoint
 from jaxlab import config as config_lib
 from jaxlab.observe.alerts import nonfinite_losses
 from jaxlab.run.resume import keep_metrics_until, newest_usable, set_aside_after
+from jaxlab.run.lock import RunDirLock
 from jaxlab.run.signals import StopSignals
 
 
@@ -33,23 +37,99 @@ class RunResult:
     # jaxlab.checkpoint.write(other_path, *result.unsaved) can put somewhere that has room
 
 
+#: A hook sees the trainer and the record of every update, in order; returning True stops the loop
+#: after that update (the hooks after it are not called for that update).
+Hook = Callable[["Trainer", dict], bool]  # noqa: F821 - jaxlab.train.trainer.Trainer, imported lazily
+
+
+def train_loop(trainer, hooks: Sequence[Hook] = (), updates: int | None = None) -> list[dict]:
+    """Runs updates of ``trainer`` (collect a batch, one PPO update, the metrics record) until its last
+    update, or ``updates`` more when given, or until a hook returns True; returns the records."""
+    end = trainer.sizes.num_updates if updates is None else min(trainer.update_index + updates,
+                                                                trainer.sizes.num_updates)
+    records = []
+    while trainer.update_index < end:
+        trainer.evaluate()
+        trainer.train()
+        record = trainer.mean_and_log()
+        records.append(record)
+        if any(hook(trainer, record) for hook in hooks):
+            break
+    return records
+
+
+def log_to(on_log: Callable[[dict], None]) -> Hook:
+    """A hook that hands every record to ``on_log`` and never stops the loop."""
+    def hook(trainer, record) -> bool:
+        on_log(record)
+        return False
+
+    return hook
+
+
+def train(config: config_lib.Config, run_dir: str | Path | None = None,
+          on_log: Callable[[dict], None] | None = None) -> list[dict]:
+    """Runs every update of ``config`` (metrics.jsonl in ``run_dir`` when given; no checkpoints);
+    returns the records. ``on_log(record)`` per update."""
+    from jaxlab.train.trainer import Trainer
+
+    with Trainer(config, run_dir=run_dir) as trainer:
+        return train_loop(trainer, [log_to(on_log)] if on_log is not None else [])
+
+
+class NonfiniteStop:
+    """A hook that stops the loop, before anything saves that state, when a loss is NaN or infinite."""
+
+    def __init__(self, result: RunResult):
+        self.result = result
+
+    def __call__(self, trainer, record) -> bool:
+        bad = nonfinite_losses(record)
+        if bad:
+            self.result.error = (f"{', '.join(bad)} became {record[bad[0]]} at update {record['update']}; "
+                                 f"stopped without saving this state (lower train.learning_rate?)")
+        return bool(bad)
+
+
+class SaveCheckpoints:
+    """A hook that saves when the checkpoint rules ask, after the last update, and on a stop signal,
+    after which it stops the loop (result.stopped names the signal). It tracks the best metric."""
+
+    def __init__(self, saves: checkpoint.RunCheckpoints, stop: StopSignals, best_metric: str, result: RunResult):
+        self.saves, self.stop, self.best_metric, self.result = saves, stop, best_metric, result
+        self.best = None
+
+    def __call__(self, trainer, record) -> bool:
+        if record.get(self.best_metric) is not None:
+            self.best = record[self.best_metric]
+        last = trainer.update_index == trainer.sizes.num_updates
+        if self.stop.received or last or self.saves.due(trainer.update_index):
+            self.saves.save(trainer.update_index, trainer.checkpoint_state(), trainer.checkpoint_meta(), self.best)
+        self.result.stopped = self.stop.received
+        return self.stop.received is not None
+
+
 def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | None = None,
               on_log: Callable[[dict], None] | None = None, warn: Callable[[str], None] = print,
               trainer_hook: Callable | None = None, notes: str | None = None,
               on_start: Callable | None = None) -> RunResult:
     """Trains ``config`` to its last update in ``run_dir`` with checkpoints; see the module docstring.
-    Writes run.json (and notes.md from ``notes``) at the start and summary.json at the end (see
-    jaxlab.observe.records). ``on_start(trainer)`` is called once the trainer is built and restored;
-    ``trainer_hook(trainer, saves)`` once the checkpoints are set up too (tests inject faults with it)."""
+    Holds the run dir's lock for the whole run (RunDirInUse when another process holds it), sends
+    library log lines (absl, Orbax) to RUN_DIR/run.log, writes run.json (and notes.md from ``notes``)
+    at the start and summary.json at the end (see jaxlab.observe.records). ``on_start(trainer)`` is
+    called once the trainer is built and restored; ``trainer_hook(trainer, saves)`` once the
+    checkpoints are set up too (tests inject faults with it)."""
     import jax
 
     from jaxlab.observe import records
+    from jaxlab.observe.logfile import library_logs_to
     from jaxlab.train.trainer import Trainer
 
     run_dir = Path(run_dir)
     result = RunResult()
     c = config.checkpoint
-    with Trainer(config, run_dir=run_dir) as trainer, StopSignals() as stop:
+    with RunDirLock(run_dir), library_logs_to(run_dir / "run.log"), Trainer(config, run_dir=run_dir) as trainer, \
+            StopSignals() as stop:
         records.write_run_info(run_dir, config, [f"{d.platform}:{d.device_kind}" for d in jax.devices()], notes)
         if resume is not None:
             result.resumed_from, _ = newest_usable(Path(resume), trainer.load_checkpoint, warn)
@@ -64,27 +144,9 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
         try:
             if trainer_hook is not None:
                 trainer_hook(trainer, saves)
-            best = None
-            while trainer.update_index < trainer.sizes.num_updates:
-                trainer.evaluate()
-                trainer.train()
-                record = trainer.mean_and_log()
-                result.records.append(record)
-                if on_log is not None:
-                    on_log(record)
-                bad = nonfinite_losses(record)
-                if bad:
-                    result.error = (f"{', '.join(bad)} became {record[bad[0]]} at update {record['update']}; "
-                                    f"stopped without saving this state (lower train.learning_rate?)")
-                    break
-                if record.get(c.best_metric) is not None:
-                    best = record[c.best_metric]
-                last = trainer.update_index == trainer.sizes.num_updates
-                if stop.received or last or saves.due(trainer.update_index):
-                    saves.save(trainer.update_index, trainer.checkpoint_state(), trainer.checkpoint_meta(), best)
-                if stop.received:
-                    result.stopped = stop.received
-                    break
+            hooks = [log_to(result.records.append)] + ([log_to(on_log)] if on_log is not None else [])
+            hooks += [NonfiniteStop(result), SaveCheckpoints(saves, stop, c.best_metric, result)]
+            train_loop(trainer, hooks)
             result.checkpoint = saves.finish()
         except checkpoint.CheckpointError as err:
             result.error = str(err)

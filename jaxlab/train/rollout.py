@@ -13,7 +13,7 @@ starts with the new parameters.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -81,8 +81,36 @@ def device_mask(env) -> jax.Array | None:
     return None if env.action_mask is None else to_device(env.action_mask)
 
 
+class StepOutput(NamedTuple):
+    """What one step of the protocol produced (A = agents). Device arrays: ``obs`` [A, ...] (the
+    observation the action was taken on), ``action`` [A, ...], ``logp`` and ``value`` [A], ``boot`` [A]
+    (the value of the observation an episode was truncated at in the step before; zeros elsewhere) and
+    ``mask`` [A, n] or None. Host arrays: ``reset`` [A] bool (the carry was zeroed before this step),
+    ``host_action``, and the env's ``rewards``, ``terminals``, ``truncations`` [A] (views of its
+    buffers, overwritten by the next step) and ``info`` (episode statistics, empty when none ended)."""
+
+    obs: jax.Array
+    reset: np.ndarray
+    action: jax.Array
+    logp: jax.Array
+    value: jax.Array
+    boot: jax.Array
+    mask: jax.Array | None
+    host_action: np.ndarray
+    rewards: np.ndarray
+    terminals: np.ndarray
+    truncations: np.ndarray
+    info: dict
+
+
 class Rollout:
-    """Holds the env, the recurrent state between segments, and the host buffers of env outputs."""
+    """The per-step protocol over one VecEnv, and the recurrent state it carries between steps and
+    segments. Training (``collect``) and evaluation (jaxlab.train.evaluation.play) both step with it.
+
+    One step: the env's mask to the device, one jitted policy call (act) on the current observation
+    with the carry zeroed where the previous step ended an episode (and, when some agent was truncated
+    in the previous step, the value of its cut observation), the action to the host, one C step, the
+    new observation (and final observations after a truncation) to the device."""
 
     def __init__(self, env, act: Callable, horizon: int, carry, key: jax.Array):
         self.env = env
@@ -102,58 +130,67 @@ class Rollout:
         self.timing = {"env": 0.0, "policy": 0.0, "copy": 0.0}  # seconds: C env steps, policy calls,
         # host<->device copies (actions out, observations in, the segment's arrays)
 
+    def _policy(self, params):
+        """The policy call on the current state: (carry, action, logp, value, boot, mask)."""
+        mask = device_mask(self.env)
+        return (*self.act(params, self.carry, self.obs, self.reset_flags, self.final_obs, self.truncated,
+                          self.key, self.step_count, mask), mask)
+
+    def step(self, params) -> StepOutput:
+        """One step of every agent with ``params`` (see the class docstring)."""
+        env = self.env
+        tic = time.perf_counter()
+        carry, action, logp, value, boot, mask = self._policy(params)
+        action.block_until_ready()
+        toc = time.perf_counter()
+        self.timing["policy"] += toc - tic
+        host_action = np.asarray(action)
+        tic = time.perf_counter()
+        self.timing["copy"] += tic - toc
+        obs, reset = self.obs, self.reset_flags
+        _, rewards, terminals, truncations, info = env.step(host_action)
+        self.carry = carry
+        self.step_count += 1
+        self.reset_flags = terminals | truncations
+        self.truncated = truncations.copy()
+        toc = time.perf_counter()
+        self.timing["env"] += toc - tic
+        self.obs = to_device(env.observations)
+        if self.truncated.any():
+            self.final_obs = to_device(env.final_observations)
+        self.timing["copy"] += time.perf_counter() - toc
+        return StepOutput(obs, reset, action, logp, value, boot, mask, host_action, rewards, terminals,
+                          truncations, info)
+
+    def bootstrap(self, params) -> tuple[jax.Array, jax.Array]:
+        """The policy call after a segment's last step, stepping nothing: (next_values [A], boot [A] of
+        the last step's truncations). Its action is discarded, so the next segment starts afresh."""
+        tic = time.perf_counter()
+        _, _, _, value, boot, _ = self._policy(params)
+        self.timing["policy"] += time.perf_counter() - tic
+        return value, boot
+
     def collect(self, params) -> tuple[Segment, list[dict]]:
         """Runs T steps with ``params``; returns the segment (device arrays) and the env infos."""
-        env, T = self.env, self.horizon
         start_carry = self.carry
-        obs, resets, actions, logps, values, boots, masks = [], [], [], [], [], [], []
-        infos = []
-        for t in range(T + 1):
-            tic = time.perf_counter()
-            mask = device_mask(env)
-            carry, action, logp, value, boot = self.act(params, self.carry, self.obs, self.reset_flags,
-                                                        self.final_obs, self.truncated, self.key,
-                                                        self.step_count, mask)
-            if t > 0:
-                boots.append(boot)
-            if t == T:  # bootstrap-only call: next values, and the last step's truncations
-                next_values = value
-                self.timing["policy"] += time.perf_counter() - tic
-                break
-            self.carry = carry
-            obs.append(self.obs)
-            resets.append(self.reset_flags)
-            actions.append(action)
-            logps.append(logp)
-            values.append(value)
-            masks.append(mask)
-            action.block_until_ready()
-            toc = time.perf_counter()
-            self.timing["policy"] += toc - tic
-            host_action = np.asarray(action)
-            tic = time.perf_counter()
-            self.timing["copy"] += tic - toc
-            _, rewards, terminals, truncations, info = env.step(host_action)
-            self.step_count += 1
-            self.rewards[t] = rewards
-            self.terminals[t] = terminals
-            self.truncations[t] = truncations
-            self.reset_flags = terminals | truncations
-            self.truncated = truncations.copy()
-            if info:
-                infos.append(info)
-            toc = time.perf_counter()
-            self.timing["env"] += toc - tic
-            self.obs = to_device(env.observations)
-            if self.truncated.any():
-                self.final_obs = to_device(env.final_observations)
-            self.timing["copy"] += time.perf_counter() - toc
+        steps, infos = [], []
+        for t in range(self.horizon):
+            out = self.step(params)
+            steps.append(out)
+            self.rewards[t] = out.rewards
+            self.terminals[t] = out.terminals
+            self.truncations[t] = out.truncations
+            if out.info:
+                infos.append(out.info)
+        next_values, last_boot = self.bootstrap(params)
         tic = time.perf_counter()
         segment = Segment(
-            obs=jnp.stack(obs), resets=jnp.asarray(np.stack(resets)), actions=jnp.stack(actions),
-            logp=jnp.stack(logps), values=jnp.stack(values), rewards=to_device(self.rewards),
+            obs=jnp.stack([s.obs for s in steps]), resets=jnp.asarray(np.stack([s.reset for s in steps])),
+            actions=jnp.stack([s.action for s in steps]), logp=jnp.stack([s.logp for s in steps]),
+            values=jnp.stack([s.value for s in steps]), rewards=to_device(self.rewards),
             terminals=to_device(self.terminals), truncations=to_device(self.truncations),
-            bootstrap_values=jnp.stack(boots), next_values=next_values, start_carry=start_carry,
-            masks=None if masks[0] is None else jnp.stack(masks))
+            bootstrap_values=jnp.stack([s.boot for s in steps[1:]] + [last_boot]), next_values=next_values,
+            start_carry=start_carry,
+            masks=None if steps[0].mask is None else jnp.stack([s.mask for s in steps]))
         self.timing["copy"] += time.perf_counter() - tic
         return segment, infos

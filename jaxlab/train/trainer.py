@@ -259,16 +259,3 @@ def check_compatible(saved: config_lib.Config, new: config_lib.Config) -> list[s
                                      f"checkpoint's values or start a new run")
     return [f"{k}: {old!r} -> {new_value!r}" for k, old, new_value in changes]
 
-
-def train(config: config_lib.Config, run_dir: str | Path | None = None, on_log=None) -> list[dict]:
-    """Runs every update of ``config``; returns the logged records. ``on_log(record)`` per update."""
-    records = []
-    with Trainer(config, run_dir=run_dir) as trainer:
-        for _ in range(trainer.sizes.num_updates):
-            trainer.evaluate()
-            trainer.train()
-            record = trainer.mean_and_log()
-            records.append(record)
-            if on_log is not None:
-                on_log(record)
-    return records

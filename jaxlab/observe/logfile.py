@@ -1,0 +1,56 @@
+"""Library log lines go to the run's log file, not the user's terminal.
+
+absl (used by Orbax) logs warnings such as "Requested `tracked_metric`; did not provide metrics" through
+Python's logging, and a failed Orbax read leaves TensorStore callbacks that later hit a closed asyncio
+loop ("RuntimeError: Event loop is closed", reported through sys.unraisablehook). While
+``library_logs_to(path)`` is active, both are written to ``path`` with their tracebacks; jaxlab's own
+messages are unaffected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import traceback
+from pathlib import Path
+
+LIBRARY_LOGGERS = ("absl", "orbax", "jax", "tensorstore")
+
+
+def _is_closed_loop_callback(unraisable) -> bool:
+    """A late asyncio callback from a read that already failed: harmless, and only noise."""
+    value = unraisable.exc_value
+    return isinstance(value, RuntimeError) and str(value) == "Event loop is closed"
+
+
+@contextlib.contextmanager
+def library_logs_to(path: str | Path):
+    """Routes library loggers and closed-event-loop noise to ``path`` (appended) while active."""
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    saved = []
+    for name in LIBRARY_LOGGERS:
+        logger = logging.getLogger(name)
+        saved.append((logger, logger.propagate, list(logger.handlers)))
+        logger.handlers = [handler]
+        logger.propagate = False
+    previous_hook = sys.unraisablehook
+
+    def unraisable_hook(unraisable) -> None:
+        if _is_closed_loop_callback(unraisable):
+            text = "".join(traceback.format_exception(unraisable.exc_type, unraisable.exc_value,
+                                                      unraisable.exc_traceback))
+            logging.getLogger("orbax").warning("ignored after a failed checkpoint read:\n%s", text.rstrip())
+        else:
+            previous_hook(unraisable)
+
+    sys.unraisablehook = unraisable_hook
+    try:
+        yield path
+    finally:
+        sys.unraisablehook = previous_hook
+        for logger, propagate, handlers in saved:
+            logger.handlers = handlers
+            logger.propagate = propagate
+        handler.close()

@@ -1,0 +1,47 @@
+"""One process per run dir: an exclusive lock held for the whole run.
+
+The lock is ``flock`` on RUN_DIR/.lock, which also holds the owner's pid and command line. The kernel
+drops the lock when its process ends, however it ends, so the lock of a dead process (a stale .lock
+file) is simply taken over; a second live process is refused with a message naming the owner.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+from pathlib import Path
+
+
+class RunDirInUse(RuntimeError):
+    """Another live process holds the run dir's lock; the message names it."""
+
+
+class RunDirLock:
+    """Context manager holding the exclusive lock of ``run_dir`` (created if missing)."""
+
+    def __init__(self, run_dir: str | Path):
+        self.path = Path(run_dir) / ".lock"
+        self._fd: int | None = None
+
+    def __enter__(self) -> RunDirLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.read(fd, 4096).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise RunDirInUse(f"run dir {self.path.parent} is in use by {owner}; wait for it to end or stop "
+                              "it, or pass another --run-dir") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"process {os.getpid()} ({' '.join(sys.argv)[:200]})\n".encode())
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
