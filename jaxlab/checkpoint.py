@@ -11,21 +11,32 @@ A run keeps its checkpoints in RUN_DIR/checkpoints/<update>/ through an Orbax Ch
 saves are asynchronous (arrays are copied to host memory first, then written by a background
 thread), written to a temporary directory and renamed when complete, so a process killed mid-save
 leaves the previous checkpoints as they were. The newest ``keep`` are kept, plus the best by a metric.
+
+Once a checkpoint is complete, jaxlab adds files.json: the size and CRC-32 of every file in it. A read
+checks them first, so damage (a truncated, missing or altered file; Orbax itself detects none of an
+altered array's bytes) is reported as a damaged checkpoint before Orbax is asked, and any other error
+while reading (a code bug, a tree that does not match) propagates instead of passing for damage.
+A checkpoint without files.json (its process was killed between Orbax's rename and that write) is
+read as is, and only I/O and format errors count as damage.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import time
+import zlib
 from pathlib import Path
 from typing import Any
-
-import json
 
 import jax
 import numpy as np
 
 FORMAT_VERSION = 1
 ITEMS = ("state", "meta")
+MANIFEST = "files.json"
+#: TensorStore status codes that mean the bytes on disk are missing or broken (ValueError messages).
+DAMAGE_CODES = re.compile(r"^(DATA_LOSS|OUT_OF_RANGE|NOT_FOUND|FAILED_PRECONDITION): ")
 
 
 class CheckpointError(RuntimeError):
@@ -44,12 +55,6 @@ def _save_args(state: Any, meta: dict):
     return ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
 
 
-def _restore_args(target: Any):
-    import orbax.checkpoint as ocp
-
-    return ocp.args.Composite(state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore())
-
-
 def is_checkpoint(path: Path) -> bool:
     return (path / "state").is_dir() and (path / "meta").is_dir()
 
@@ -64,9 +69,59 @@ def write(path: Path, state: Any, meta: dict) -> Path:
     try:
         with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
             checkpointer.save(path, _save_args(host_copy(state), meta))
+        write_manifest(path)
     except OSError as err:
         raise CheckpointError(f"cannot write the checkpoint {path}: {err.strerror or err}") from err
     return path
+
+
+def _crc32(path: Path) -> int:
+    crc = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            crc = zlib.crc32(chunk, crc)
+    return crc
+
+
+def _files(path: Path) -> list[Path]:
+    return sorted(p for p in path.rglob("*") if p.is_file() and p.name != MANIFEST)
+
+
+def write_manifest(path: Path) -> None:
+    """Writes files.json into the complete checkpoint at ``path``: {relative path: [bytes, crc32]}."""
+    files = {str(p.relative_to(path)): [p.stat().st_size, _crc32(p)] for p in _files(path)}
+    temporary = path / (MANIFEST + ".tmp")
+    temporary.write_text(json.dumps(files, indent=0, sort_keys=True))
+    temporary.rename(path / MANIFEST)
+
+
+def verify(path: Path) -> bool:
+    """Checks the files of the checkpoint at ``path`` against its files.json: True when they match,
+    False when it has none (it cannot be checked); CheckpointError naming the first damaged file."""
+    try:
+        expected = json.loads((path / MANIFEST).read_text())
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"checkpoint {path} is damaged: its {MANIFEST} is unreadable ({err})") from err
+    for name, (size, crc) in expected.items():
+        file = path / name
+        if not file.is_file():
+            raise CheckpointError(f"checkpoint {path} is damaged: {name} is missing")
+        if file.stat().st_size != size:
+            raise CheckpointError(f"checkpoint {path} is damaged: {name} has {file.stat().st_size:,} bytes, "
+                                  f"{size:,} were written")
+        if _crc32(file) != crc:
+            raise CheckpointError(f"checkpoint {path} is damaged: the bytes of {name} changed since it was "
+                                  "written (CRC-32 mismatch)")
+    return True
+
+
+def is_damage(err: BaseException) -> bool:
+    """Whether an exception from reading an unverified checkpoint means broken or missing bytes (I/O,
+    JSON, TensorStore's data-loss codes) rather than a bug or a tree that does not match."""
+    return isinstance(err, (OSError, json.JSONDecodeError)) or (
+        isinstance(err, ValueError) and DAMAGE_CODES.match(str(err)) is not None)
 
 
 def read_meta(path: Path) -> dict:
@@ -83,24 +138,30 @@ def read_meta(path: Path) -> dict:
     return meta
 
 
-def read(path: Path, target: Any) -> tuple[Any, dict]:
+def read(path: Path, target: Any, meta: dict | None = None) -> tuple[Any, dict]:
     """(state shaped like ``target``, meta) of the checkpoint at ``path``; CheckpointError when it is
-    missing, partial or damaged. ``target`` None reads the arrays as saved (for inspection)."""
+    missing, partial or damaged (see the module docstring). ``target``: a tree of arrays or
+    jax.ShapeDtypeStruct giving the shapes and dtypes; None reads the arrays as saved (for inspection).
+    ``meta``: the checkpoint's meta when the caller has read it already (read_meta)."""
     import orbax.checkpoint as ocp
 
     path = Path(path).absolute()
-    read_meta(path)
+    meta = read_meta(path) if meta is None else meta
+    verified = verify(path)
     try:
         with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
-            restored = checkpointer.restore(path, _restore_args(target))
-        state = restored["state"]
-        for got, want in zip(jax.tree.leaves(state), jax.tree.leaves(target) if target is not None
-                             else jax.tree.leaves(state), strict=True):
-            if np.shape(got) != np.shape(want):
-                raise ValueError(f"an array has shape {np.shape(got)}, expected {np.shape(want)}")
-    except Exception as err:  # noqa: BLE001
+            restored = checkpointer.restore(path, ocp.args.Composite(state=ocp.args.StandardRestore(target)))
+    except Exception as err:  # noqa: BLE001 - sorted into damage (CheckpointError) and the rest (re-raised)
+        if (verified and not isinstance(err, OSError)) or not is_damage(err):
+            raise
         raise CheckpointError(f"checkpoint {path} is unreadable: {type(err).__name__}: {err}") from err
-    return state, restored["meta"]
+    state = restored["state"]
+    if target is not None:
+        for got, want in zip(jax.tree.leaves(state), jax.tree.leaves(target), strict=True):
+            if np.shape(got) != tuple(want.shape):
+                raise ValueError(f"checkpoint {path}: an array has shape {np.shape(got)}, this trainer "
+                                 f"expects {tuple(want.shape)}")
+    return state, meta
 
 
 def step_dirs(directory: Path) -> list[Path]:
@@ -143,6 +204,7 @@ class RunCheckpoints:
         self.last_save_time = time.monotonic()
         self.last_saved_update: int | None = None
         self.last_good: Path | None = None
+        self._pending: Path | None = None  # the save in flight, whose files.json is not written yet
 
     def due(self, update: int) -> bool:
         """Whether the interval or the wall-time rule asks for a save after ``update``."""
@@ -157,23 +219,30 @@ class RunCheckpoints:
             return self.directory / str(update)
         metrics = {self.best_metric: metric} if self.best_metric and metric is not None else None
         try:
-            self.manager.wait_until_finished()  # surfaces an error of the previous asynchronous write
-            self.last_good = self._latest_path()
+            self._finish_pending()  # surfaces an error of the previous asynchronous write
             self.manager.save(update, args=_save_args(host_copy(state), meta), metrics=metrics, force=True)
         except Exception as err:  # noqa: BLE001 - OSError, or Orbax wrapping it
             raise CheckpointError(self._failure(update, err)) from err
         self.last_save_time = time.monotonic()
         self.last_saved_update = update
-        return self.directory / str(update)
+        self._pending = self.directory / str(update)
+        return self._pending
 
     def finish(self) -> Path | None:
         """Waits for the pending save; returns the newest complete checkpoint."""
         try:
-            self.manager.wait_until_finished()
+            self._finish_pending()
         except Exception as err:  # noqa: BLE001
             raise CheckpointError(self._failure(self.last_saved_update, err)) from err
-        self.last_good = self._latest_path()
         return self.last_good
+
+    def _finish_pending(self) -> None:
+        """Waits for the asynchronous save in flight, then writes its files.json."""
+        self.manager.wait_until_finished()
+        if self._pending is not None and self._pending.is_dir():
+            write_manifest(self._pending)
+        self._pending = None
+        self.last_good = self._latest_path()
 
     def close(self) -> None:
         """Finishes the pending save and stops Orbax's threads. Safe to call twice."""

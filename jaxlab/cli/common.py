@@ -60,6 +60,7 @@ class Resolved(NamedTuple):
     backend: str
     resume: Path | None = None   # a checkpoint, or a checkpoints/ directory to take the newest good one of
     changes: tuple = ()          # allowed config changes against the checkpoint ("key: old -> new")
+    resume_meta: dict = {}       # {checkpoint path: its meta} for those read already
 
 
 def warn(message: str) -> None:
@@ -74,7 +75,7 @@ def resolve(args: argparse.Namespace) -> Resolved:
     from jaxlab.config import presets
     from jaxlab.config import ConfigError, derive_sizes, load_config, read_preset
 
-    resume, changes = None, ()
+    resume, changes, resume_meta = None, (), {}
     if getattr(args, "resume", None):
         from jaxlab.checkpoint import read_meta
         from jaxlab.run.resume import find_checkpoint, newest_usable, resume_config
@@ -83,8 +84,9 @@ def resolve(args: argparse.Namespace) -> Resolved:
             raise ConfigError("--preset cannot be combined with --resume (the checkpoint's config is the base); "
                               "pass the values you want to change as flags")
         resume = find_checkpoint(args.resume, args.env)
-        first, _ = newest_usable(resume, read_meta, warn)
-        config, changes = resume_config(first, args.config, args.flags)
+        first, meta = newest_usable(resume, read_meta, warn)
+        resume_meta = {first: meta}
+        config, changes = resume_config(first, args.config, args.flags, meta)
         if config.env_name != args.env:
             raise ConfigError(f"--resume {args.resume} is a run of {config.env_name!r}, not {args.env!r}; "
                               f"run `jaxlab train {config.env_name} --resume {args.resume}`")
@@ -105,7 +107,8 @@ def resolve(args: argparse.Namespace) -> Resolved:
             agents_per_env = probe.agents_per_env
     except (ValueError, TypeError) as err:  # an env parameter out of range or of the wrong type
         raise ConfigError(str(err)) from None
-    return Resolved(config, sources, derive_sizes(config, agents_per_env), reason, backend, resume, tuple(changes))
+    return Resolved(config, sources, derive_sizes(config, agents_per_env), reason, backend, resume, tuple(changes),
+                    resume_meta)
 
 
 def fail(command: str, err: Exception) -> int:

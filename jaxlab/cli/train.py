@@ -45,7 +45,7 @@ def train_command(args: argparse.Namespace) -> int:
     observers = RunObservers(config, sizes, run_dir)
     try:
         result = train_run(config, run_dir, resume=resolved.resume, on_log=observers, warn=warn,
-                           notes=args.notes, on_start=observers.start)
+                           notes=args.notes, on_start=observers.start, resume_meta=resolved.resume_meta)
     except KeyboardInterrupt:
         observers.close()
         print(f"interrupted; the metrics so far are in {run_dir}/metrics.jsonl", file=sys.stderr)

@@ -238,6 +238,17 @@ class VecEnv:
             state["action_mask"] = self.action_mask.copy()
         return state
 
+    def state_shapes(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """{name: (shape, dtype)} of what save_state returns, without copying anything."""
+        size = self._lib.cenv_state_size(self._handle)
+        self._check(size, "state_size")
+        shapes = {"cenv": ((size,), np.dtype(np.uint8)),
+                  "observations": (self.observations.shape, self.observations.dtype),
+                  "final_observations": (self.final_observations.shape, self.final_observations.dtype)}
+        if self.action_mask is not None:
+            shapes["action_mask"] = (self.action_mask.shape, self.action_mask.dtype)
+        return shapes
+
     def load_state(self, state: dict[str, np.ndarray]) -> None:
         """Restores what save_state returned, from a VecEnv of the same env, num_envs and params;
         ValueError naming the mismatch otherwise (and nothing is changed)."""

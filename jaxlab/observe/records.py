@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import jaxlab
@@ -87,6 +88,16 @@ def write_summary(run_dir: Path, best_metric: str = "episode_return", **status) 
     return summary
 
 
+def run_env_name(run_dir: Path) -> str | None:
+    """The env of the run in ``run_dir``, from its config.toml (None when there is none or it is not a
+    valid config file)."""
+    try:
+        name = tomllib.loads((Path(run_dir) / "config.toml").read_text()).get("env_name")
+    except (OSError, ValueError):
+        return None
+    return name if isinstance(name, str) else None
+
+
 def _read_json(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
@@ -112,10 +123,7 @@ def run_rows(root: Path) -> list[dict]:
         if not summary:
             summary = summarize(read_metrics(run))
             summary["status"] = "running or killed"
-        env = info.get("env_name")
-        if env is None and (run / "config.toml").is_file():
-            first = (run / "config.toml").read_text().splitlines()[0]
-            env = first.partition("=")[2].strip().strip('"')
+        env = info.get("env_name") or run_env_name(run)
         notes = (run / "notes.md").read_text().strip().splitlines()[0] if (run / "notes.md").is_file() else ""
         final = summary.get("final", {}).get("episode_return")
         best = summary.get("best") or {}

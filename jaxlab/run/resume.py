@@ -12,17 +12,20 @@ from typing import TypeVar
 
 from jaxlab import checkpoint
 from jaxlab import config as config_lib
+from jaxlab.observe.records import run_env_name
 
 T = TypeVar("T")
 
 
-def resume_config(checkpoint_path: Path, config_file=None, flags=None) -> tuple[config_lib.Config, list[str]]:
+def resume_config(checkpoint_path: Path, config_file=None, flags=None,
+                  meta: dict | None = None) -> tuple[config_lib.Config, list[str]]:
     """The config to resume with: the checkpoint's saved config, then ``config_file`` and ``flags`` on
     top; returns it with the list of allowed changes ("key: old -> new"). ConfigError for a change the
-    checkpoint cannot take."""
+    checkpoint cannot take. ``meta``: the checkpoint's meta when the caller has read it already."""
     from jaxlab.train.trainer import check_compatible
 
-    saved = config_lib.config_from_toml(checkpoint.read_meta(checkpoint_path)["config"])
+    meta = checkpoint.read_meta(checkpoint_path) if meta is None else meta
+    saved = config_lib.config_from_toml(meta["config"])
     config, _ = config_lib.load_config(saved.env_name, config_file=config_file, flags=flags, preset=None,
                                        extra_layers=[(f"checkpoint {checkpoint_path}", config_lib.as_layer(saved))])
     config = dataclasses.replace(config, preset=saved.preset)
@@ -37,8 +40,7 @@ def find_checkpoint(target: str, env_name: str, runs_root: Path = Path("runs")) 
         candidates = []
         for run in runs_root.glob("*/checkpoints"):
             steps = checkpoint.step_dirs(run)
-            config = run.parent / "config.toml"
-            if steps and config.is_file() and f'env_name = "{env_name}"' in config.read_text():
+            if steps and run_env_name(run.parent) == env_name:
                 candidates.append(steps[0])
         if not candidates:
             raise checkpoint.CheckpointError(f"--resume latest: no run of {env_name} with checkpoints under "

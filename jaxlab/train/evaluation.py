@@ -25,7 +25,7 @@ def load_trainer(path: str | Path):
     meta = checkpoint.read_meta(Path(path))
     trainer = Trainer(config_from_toml(meta["config"]))
     try:
-        trainer.load_checkpoint(path)
+        trainer.load_checkpoint(path, meta)
     except BaseException:
         trainer.close()
         raise

@@ -158,14 +158,17 @@ class Trainer:
 
     # ---- checkpoints (the format is described in jaxlab/checkpoint.py) ----
 
-    def checkpoint_state(self) -> dict:
-        """Every array that shapes the rest of the run (taken between updates)."""
+    def checkpoint_state(self, with_env: bool = True) -> dict:
+        """Every array that shapes the rest of the run (taken between updates); the C envs' state
+        ("env", a host copy) only ``with_env``."""
         r = self.rollout
-        return {"train": {"params": self.state.params, "opt_state": self.state.opt_state, "step": self.state.step},
-                "update_key": self.update_key,
-                "rollout": {"key": r.key, "carry": r.carry, "obs": r.obs, "final_obs": r.final_obs,
-                            "reset_flags": r.reset_flags.astype(np.uint8), "truncated": r.truncated.astype(np.uint8)},
-                "env": self.env.save_state()}
+        state = {"train": {"params": self.state.params, "opt_state": self.state.opt_state, "step": self.state.step},
+                 "update_key": self.update_key,
+                 "rollout": {"key": r.key, "carry": r.carry, "obs": r.obs, "final_obs": r.final_obs,
+                             "reset_flags": r.reset_flags.astype(np.uint8), "truncated": r.truncated.astype(np.uint8)}}
+        if with_env:
+            state["env"] = self.env.save_state()
+        return state
 
     def checkpoint_meta(self, metadata: dict | None = None) -> dict:
         from jaxlab.checkpoint import FORMAT_VERSION
@@ -200,14 +203,23 @@ class Trainer:
 
         return checkpoint.write(Path(path), self.checkpoint_state(), self.checkpoint_meta(metadata))
 
-    def load_checkpoint(self, path: str | Path) -> dict:
-        """Restores the checkpoint at ``path`` (written by save_checkpoint or a run); returns its meta.
-        The checkpoint must come from the same env, env params, agent count and network."""
+    def checkpoint_template(self) -> dict:
+        """The shapes and dtypes of checkpoint_state() as jax.ShapeDtypeStruct leaves, without copying
+        any array (the restore target of a checkpoint)."""
+        state = {k: v for k, v in self.checkpoint_state(with_env=False).items()}
+        template = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), state)
+        template["env"] = {k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in self.env.state_shapes().items()}
+        return template
+
+    def load_checkpoint(self, path: str | Path, meta: dict | None = None) -> dict:
+        """Restores the checkpoint at ``path`` (written by save_checkpoint or a run); returns its meta
+        (``meta``: the checkpoint's meta when the caller has read it already). The checkpoint must
+        come from the same env, env params, agent count and network."""
         from jaxlab import checkpoint
 
-        meta = checkpoint.read_meta(Path(path))
+        meta = checkpoint.read_meta(Path(path)) if meta is None else meta
         check_compatible(config_lib.config_from_toml(meta["config"]), self.config)
-        state, meta = checkpoint.read(Path(path), checkpoint.host_copy(self.checkpoint_state()))
+        state, meta = checkpoint.read(Path(path), self.checkpoint_template(), meta)
         self.restore_state(state, meta)
         return meta
 
