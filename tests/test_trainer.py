@@ -62,21 +62,79 @@ def test_segment_resets_and_start_carries():
     assert np.abs(np.asarray(second.start_carry[1])).sum() > 0  # a real carry, not zeros
 
 
+def numpy_values(params, observations, resets, final_obs_at, lstm: bool):
+    """The critic's value of each step's final observation, computed in numpy from the params alone
+    (an independent re-implementation of jaxlab.agent.policy): the encoder Dense + GELU (tanh form),
+    the LSTM from a zero carry over ``observations`` [T, A, O] with ``resets`` [T, A], then the value of
+    ``final_obs_at[t]`` [A, O] with the carry each agent had after step t."""
+    p = {k: {n: np.asarray(v, np.float64) for n, v in layer.items()} if isinstance(layer, dict) else layer
+         for k, layer in params["params"].items()}
+
+    def encode(x):
+        y = x @ p["encoder"]["kernel"] + p["encoder"]["bias"]
+        return 0.5 * y * (1 + np.tanh(np.sqrt(2 / np.pi) * (y + 0.044715 * y ** 3)))
+
+    def critic(h):
+        return (h @ p["critic"]["kernel"] + p["critic"]["bias"])[:, 0]
+
+    def sigmoid(x):
+        return 1 / (1 + np.exp(-x))
+
+    def cell(c, h, x):
+        gates = encode(x) @ p["input_gates"]["kernel"] + p["input_gates"]["bias"] + h @ np.asarray(
+            params["params"]["recurrent_kernel"], np.float64)
+        i, f, g, o = np.split(gates, 4, axis=-1)
+        c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+        return c, sigmoid(o) * np.tanh(c)
+
+    A = observations.shape[1]
+    H = p["encoder"]["kernel"].shape[1]
+    c, h = np.zeros((A, H)), np.zeros((A, H))
+    values = {}
+    for t in range(len(observations)):
+        if not lstm:
+            values[t] = critic(encode(final_obs_at[t]))
+            continue
+        keep = ~resets[t][:, None]
+        c, h = cell(c * keep, h * keep, observations[t])
+        values[t] = critic(cell(c, h, final_obs_at[t])[1])
+    return values
+
+
+class RecordingEnv:
+    """Wraps a VecEnv and keeps a copy of final_observations after every step."""
+
+    def __init__(self, env):
+        self._env, self.finals = env, []
+
+    def step(self, actions):
+        out = self._env.step(actions)
+        self.finals.append(self._env.final_observations.copy())
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self._env, name)
+
+
 @pytest.mark.parametrize("lstm", ["true", "false"])
 def test_truncation_bootstrap_is_the_value_of_the_cut_observation(lstm):
-    # Cartpole cut at 8 steps with horizon 8: every agent that survives is truncated at the last step.
-    config = small_config("cartpole", "--env.max_steps", "8", "--policy.lstm", lstm)
+    # Cartpole cut at 5 steps with horizon 8: every agent that survives is truncated at step 4, in the
+    # middle of the segment, and its next observation already belongs to a new episode.
+    config = small_config("cartpole", "--env.max_steps", "5", "--policy.lstm", lstm)
     with Trainer(config) as trainer:
+        recording = RecordingEnv(trainer.env)
+        trainer.rollout.env = recording
         segment, _ = trainer.rollout.collect(trainer.state.params)
-        env = trainer.env
         truncated = np.asarray(segment.truncations)
-        assert truncated[-1].sum() >= 6 and not truncated[:-1].any()
+        assert truncated[4].sum() >= 6 and not np.delete(truncated, 4, axis=0).any()
         boot = np.asarray(segment.bootstrap_values)
-        assert (boot[:-1] == 0).all() and (boot[-1][~truncated[-1]] == 0).all()
-        _, _, value, _ = trainer.policy.apply(trainer.state.params, trainer.rollout.carry,
-                                              jnp.asarray(env.final_observations), jnp.zeros(8, bool))
-        np.testing.assert_allclose(boot[-1][truncated[-1]], np.asarray(value)[truncated[-1]], rtol=1e-5)
-        assert (np.abs(boot[-1][truncated[-1]]) > 0).all()
+        assert (np.delete(boot, 4, axis=0) == 0).all() and (boot[4][~truncated[4]] == 0).all()
+        expected = numpy_values(trainer.state.params, np.asarray(segment.obs, np.float64),
+                                np.asarray(segment.resets), np.asarray(recording.finals, np.float64), lstm == "true")
+        np.testing.assert_allclose(boot[4][truncated[4]], expected[4][truncated[4]], rtol=1e-4, atol=1e-6)
+        assert (np.abs(boot[4][truncated[4]]) > 1e-3).all()
+        # the final observation is not the observation after it (a new episode's first)
+        assert not np.allclose(recording.finals[4][truncated[4]], np.asarray(segment.obs[5])[truncated[4]])
 
 
 def test_values_and_log_probs_in_the_segment_match_the_policy():
