@@ -1,6 +1,7 @@
 """Typed run configuration: the schema (schema.py), loading in layers and coercion (layers.py), the
-checks and derived sizes (validate.py), and the accelerator presets (presets.py). Nothing here imports
-JAX except presets.current_devices."""
+checks and derived sizes (validate.py), the accelerator presets (presets.py), and the memory estimate
+against the device's and the host's memory (memory.py). Nothing here imports JAX except
+presets.current_devices (and memory.current_limit and memory.out_of_memory_message, through it)."""
 
 from jaxlab.config.layers import (apply_layer, as_layer, build_config, coerce, coerce_key,
                                   config_from_toml, configs_dir, load_config, parse_bool, parse_flags,
