@@ -15,7 +15,7 @@ from jaxlab.agent.policy import ActorCritic, zero_carry
 from jaxlab.config import ConfigError, derive_sizes, load_config, memory
 from jaxlab.config.memory import EnvShape, MemoryLimit, estimate, param_count
 from jaxlab.config.presets import DeviceInfo
-from jaxlab.env import Box, Discrete, MultiDiscrete
+from jaxlab.env import Box, Discrete, MultiDiscrete, spaces_of
 
 from conftest import ENV_NAMES
 
@@ -50,7 +50,8 @@ def test_param_count_equals_an_initialised_actor_critic(space, obs_shape, hidden
 @pytest.mark.parametrize("name", ENV_NAMES)
 def test_env_shape_of_every_env_gives_the_real_param_count(name):
     with jaxlab.make(name) as env:
-        shape = EnvShape.of(env)
+        shape = EnvShape.of(env.spaces)
+        assert EnvShape.of(spaces_of(name)) == shape   # the registry's answer, without envs
         spec = ActionSpec.from_space(env.action_space)
         assert shape.agents_per_env == env.agents_per_env
         assert shape.obs_itemsize == env.observations.dtype.itemsize

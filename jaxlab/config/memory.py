@@ -65,8 +65,7 @@ class EnvShape:
 
     @classmethod
     def of(cls, spaces) -> EnvShape:
-        """From a VecEnv, or anything else with agents_per_env, observation_space, action_space and
-        has_mask (such as jaxlab.env's EnvSpaces)."""
+        """From jaxlab.env's EnvSpaces (``spaces_of(name, **params)``, or a VecEnv's ``.spaces``)."""
         from jaxlab.env.spaces import Box, Discrete
 
         action = spaces.action_space
@@ -79,17 +78,17 @@ class EnvShape:
         obs = spaces.observation_space
         return cls(agents_per_env=int(spaces.agents_per_env), obs_shape=tuple(obs.shape),
                    obs_itemsize=int(obs.dtype.itemsize), action_size=size, head_size=head, log_std=log_std,
-                   mask_width=head if spaces.has_mask and not log_std else 0)
+                   mask_width=int(spaces.mask_width))
 
 
 def env_shape(config: Config) -> EnvShape:
-    """The shape of ``config``'s env from a probe of one env with ``config.env``; ConfigError for an env
-    parameter out of range or of the wrong type."""
-    import jaxlab
+    """The shape of ``config``'s env with parameters ``config.env``, read from the C registry without
+    creating envs (jaxlab.env.spaces_of); ConfigError for an env parameter out of range or of the
+    wrong type."""
+    from jaxlab.env import spaces_of
 
     try:
-        with jaxlab.make(config.env_name, **config.env) as probe:
-            return EnvShape.of(probe)
+        return EnvShape.of(spaces_of(config.env_name, **config.env))
     except (ValueError, TypeError) as err:
         raise ConfigError(str(err)) from None
 
