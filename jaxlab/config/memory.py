@@ -23,7 +23,7 @@ host (numpy buffers besides JAX)
                reset flags with their per-step copies
 
 The device total is the sum times SAFETY (1.5) for XLA's temporaries, workspace and allocator rounding.
-Only ``device_limit`` and ``out_of_memory_message`` touch JAX (through presets.current_devices).
+Only ``current_limit`` and ``out_of_memory_message`` touch JAX (through presets.current_devices).
 """
 
 from __future__ import annotations
@@ -270,18 +270,14 @@ def _get(config: Config, key: str):
 
 
 def _with(config: Config, sizes: Sizes, key: str, value: int) -> tuple[Config, Sizes]:
-    """``config`` and ``sizes`` with ``key`` (policy.hidden_size, vec.num_envs, train.minibatch_size or
-    train.bptt_horizon) set to ``value``: the sizes the estimate reads, not re-checked."""
+    """``config`` and ``sizes`` with ``key`` (the first key of a TERM_KEYS entry: policy.hidden_size,
+    vec.num_envs or train.minibatch_size) set to ``value``: the sizes the estimate reads, not re-checked."""
     section, name = key.split(".")
     config = dataclasses.replace(config, **{section: dataclasses.replace(getattr(config, section), **{name: value})})
     if key == "vec.num_envs":
         agents = value * sizes.agents_per_env
         batch = sizes.segments * agents * sizes.horizon
         sizes = dataclasses.replace(sizes, num_envs=value, num_agents=agents, batch_size=batch,
-                                    minibatch_size=min(sizes.minibatch_size, batch))
-    elif key == "train.bptt_horizon":
-        batch = sizes.segments * sizes.num_agents * value
-        sizes = dataclasses.replace(sizes, horizon=value, batch_size=batch,
                                     minibatch_size=min(sizes.minibatch_size, batch))
     elif key == "train.minibatch_size":
         sizes = dataclasses.replace(sizes, minibatch_size=value)
