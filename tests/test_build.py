@@ -24,7 +24,7 @@ def test_sanitizer_build_steps_every_env(tmp_path):
                                  "UBSAN_OPTIONS": "print_stacktrace=1"})
     assert result.returncode == 0, result.stdout + result.stderr
     for name in ENV_NAMES:
-        assert re.search(rf"^{name} +\d+ episodes, ok$", result.stdout, re.M), result.stdout
+        assert re.search(rf"^{name} +\d+ episodes, ok$", result.stdout, re.MULTILINE), result.stdout
     assert "MISMATCH" not in result.stdout and "ERROR" not in result.stderr
 
 
@@ -100,7 +100,7 @@ def _exported_prototypes() -> dict[str, tuple[str, list[str]]]:
 
 def test_every_exported_prototype_matches_the_ctypes_signatures():
     prototypes = _exported_prototypes()
-    assert len(prototypes) == len(re.findall(r"^CENV_EXPORT ", API_H, re.M))  # every one was parsed
+    assert len(prototypes) == len(re.findall(r"^CENV_EXPORT ", API_H, re.MULTILINE))  # every one was parsed
     assert set(prototypes) == set(library.SIGNATURES), (
         f"only in cenv/api.h: {sorted(set(prototypes) - set(library.SIGNATURES))}; "
         f"only in library.SIGNATURES: {sorted(set(library.SIGNATURES) - set(prototypes))}")
@@ -112,12 +112,12 @@ def test_every_exported_prototype_matches_the_ctypes_signatures():
 
 
 def test_every_number_of_api_h_is_exported_and_python_reads_them():
-    defined = {name: int(value) for name, value in re.findall(r"^#define CENV_(\w+)\s+(-?\d+)\b", API_H, re.M)}
+    defined = {name: int(value) for name, value in re.findall(r"^#define CENV_(\w+)\s+(-?\d+)\b", API_H, re.MULTILINE)}
     assert {"ABI_VERSION", "ERR_BUSY", "ERR_NOT_RESET", "ERR_ENV", "MAX_CHUNKS", "ERROR_LEN"} <= set(defined)
     assert library.constants() == defined
     assert library.constant("MAX_CHUNKS") == 64
-    assert len(set(v for k, v in defined.items() if k.startswith("ERR_"))) == sum(
-        k.startswith("ERR_") for k in defined)  # error codes are distinct
+    errors = [value for name, value in defined.items() if name.startswith("ERR_")]
+    assert len(set(errors)) == len(errors)  # error codes are distinct
     assert library.dtypes() == {defined["DTYPE_FLOAT32"]: "float32", defined["DTYPE_UINT8"]: "uint8"}
     with pytest.raises(KeyError, match="no constant 'MAX_CHUNK'.*MAX_CHUNKS"):
         library.constant("MAX_CHUNK")
@@ -125,7 +125,7 @@ def test_every_number_of_api_h_is_exported_and_python_reads_them():
 
 def test_python_expects_the_abi_version_of_api_h():
     assert library.ABI_VERSION == library.constant("ABI_VERSION") == 3
-    assert re.search(rf"^#define CENV_ABI_VERSION {library.ABI_VERSION}$", API_H, re.M)
+    assert re.search(rf"^#define CENV_ABI_VERSION {library.ABI_VERSION}$", API_H, re.MULTILINE)
 
 
 _LAYOUT_HEADER = """

@@ -54,7 +54,9 @@ def test_two_threads_stepping_one_vecenv_finish_and_match_sequential_use():
         np.testing.assert_array_equal(shared_obs, env.observations)
     combined = infos[0] + infos[1]
     assert infos[0] and infos[1] and len(combined) == len(sequential)
-    key = lambda i: (i["episodes"], i["episode_return"], i["episode_length"])  # noqa: E731
+    def key(info):
+        return info["episodes"], info["episode_return"], info["episode_length"]
+
     assert sorted(map(key, combined)) == sorted(map(key, sequential))
 
 
