@@ -13,13 +13,38 @@
 
 #include "registry.h"
 
-#define CENV_MAX_CHUNKS 64
-#define CENV_MAX_LOG 32
-#define CENV_ERROR_LEN 512
-#define CENV_MAX_PARAMS 16
 #define CENV_STATE_MAGIC "CENVSTAT"
 
 static const cenv_spec *const cenv_registry[] = CENV_REGISTRY;
+
+/* Every number of api.h, for callers in other languages (see cenv_constant_name). */
+typedef struct {
+    const char *name;
+    int64_t value;
+} cenv_constant;
+
+#define CENV_CONSTANT(NAME) {#NAME, CENV_##NAME}
+static const cenv_constant cenv_constants[] = {
+    CENV_CONSTANT(ABI_VERSION),
+    CENV_CONSTANT(ERR_NULL),
+    CENV_CONSTANT(ERR_UNBOUND),
+    CENV_CONSTANT(ERR_ACTION),
+    CENV_CONSTANT(ERR_ARGUMENT),
+    CENV_CONSTANT(ERR_NOT_RESET),
+    CENV_CONSTANT(ERR_BUSY),
+    CENV_CONSTANT(ERR_ENV),
+    CENV_CONSTANT(DTYPE_FLOAT32),
+    CENV_CONSTANT(DTYPE_UINT8),
+    CENV_CONSTANT(ACTION_DISCRETE),
+    CENV_CONSTANT(ACTION_MULTI_DISCRETE),
+    CENV_CONSTANT(ACTION_CONTINUOUS),
+    CENV_CONSTANT(MAX_CHUNKS),
+    CENV_CONSTANT(ERROR_LEN),
+    CENV_CONSTANT(MAX_PARAMS),
+    CENV_CONSTANT(MAX_LOG),
+    CENV_CONSTANT(MAX_OBS_DIMS),
+    CENV_CONSTANT(MAX_ACTION_DIMS),
+};
 
 enum { JOB_STEP = 0, JOB_RESET = 1, JOB_QUIT = 2 };
 
@@ -34,24 +59,32 @@ typedef struct {
     pthread_t thread;
 } cenv_worker;
 
+/* A vector of envs, or (envs == NULL) a handle from cenv_describe that only knows the spaces. */
 struct cenv_vec {
     const cenv_spec *spec;
+    int type;
     double params[CENV_MAX_PARAMS];
     cenv_spaces spaces;
     int64_t num_envs;
     int64_t num_agents;
     int64_t obs_bytes;   /* per agent */
     int64_t mask_width;  /* per agent, sum(nvec) when masked */
-    unsigned char *envs; /* num_envs * spec->env_size bytes */
+    unsigned char *envs; /* num_envs * spec->env_size bytes; NULL for a cenv_describe handle */
     unsigned char *observations; /* bound buffers */
     unsigned char *actions;
+    uint8_t *terminals;
+    uint8_t *truncations;
     unsigned char *final_obs;    /* NULL: not requested */
     int bound;
+    int was_reset;               /* cenv_reset or cenv_load_state ran: cenv_step may run */
+    pthread_mutex_t call_mutex;  /* held during every call that touches the envs (trylock: BUSY) */
     /* chunks */
     int num_chunks;
     int64_t chunk_begin[CENV_MAX_CHUNKS + 1];
     cenv_chunk_log chunk_log[CENV_MAX_CHUNKS];
     int64_t chunk_episodes[CENV_MAX_CHUNKS];
+    int64_t chunk_bad_env[CENV_MAX_CHUNKS]; /* first env of the chunk that broke the step contract, or -1 */
+    int chunk_bad_ended[CENV_MAX_CHUNKS];   /* what its step returned */
     /* threads: thread t runs chunks [thread_chunk[t], thread_chunk[t + 1]) */
     int num_threads;
     int thread_chunk[CENV_MAX_CHUNKS + 1];
@@ -87,6 +120,13 @@ static const cenv_spec *spec_at(int type) {
 static void *env_at(const cenv_vec *vec, int64_t i) { return vec->envs + (size_t)i * vec->spec->env_size; }
 
 int cenv_abi_version(void) { return CENV_ABI_VERSION; }
+int cenv_num_constants(void) { return CENV_COUNT(cenv_constants); }
+const char *cenv_constant_name(int index) {
+    return index >= 0 && index < CENV_COUNT(cenv_constants) ? cenv_constants[index].name : NULL;
+}
+int64_t cenv_constant_value(int index) {
+    return index >= 0 && index < CENV_COUNT(cenv_constants) ? cenv_constants[index].value : 0;
+}
 int cenv_num_env_types(void) { return CENV_COUNT(cenv_registry); }
 const char *cenv_env_name(int type) { return spec_at(type) ? spec_at(type)->name : NULL; }
 const char *cenv_env_description(int type) { return spec_at(type) ? spec_at(type)->description : NULL; }
@@ -117,25 +157,46 @@ const char *cenv_log_field_name(int type, int index) {
 
 typedef struct {
     cenv_vec *vec;
-    cenv_chunk_log *log;
+    int chunk;
 } cenv_end_ctx;
 
-/* Records an ended episode of env `index`: its last observation (if asked) and its statistics. */
-static void record_episode_end(void *ctx, int64_t index, int ended) {
+/* Whether env `index`'s step, which returned `ended`, kept the contract: every agent of the env ended
+ * (terminal or truncation set) and ended == agents_per_env. */
+static int episode_end_is_whole(const cenv_vec *vec, int64_t index, int ended) {
+    int apa = vec->spaces.agents_per_env;
+    const uint8_t *terminals = vec->terminals + index * apa, *truncations = vec->truncations + index * apa;
+    int all = ended == apa;
+    for (int a = 0; a < apa; a++) all &= (terminals[a] | truncations[a]) != 0;
+    return all;
+}
+
+/* Records an ended episode of env `index`: its last observation (if asked) and its statistics; or,
+ * when the env broke the step contract, remembers the first such env of the chunk and refuses. */
+static int record_episode_end(void *ctx, int64_t index, int ended) {
     cenv_end_ctx *end = (cenv_end_ctx *)ctx;
     cenv_vec *vec = end->vec;
+    if (!episode_end_is_whole(vec, index, ended)) {
+        if (vec->chunk_bad_env[end->chunk] < 0) {
+            vec->chunk_bad_env[end->chunk] = index;
+            vec->chunk_bad_ended[end->chunk] = ended;
+        }
+        return 1;
+    }
+    cenv_chunk_log *log = &vec->chunk_log[end->chunk];
     if (vec->final_obs != NULL) {
         size_t env_obs_bytes = (size_t)(vec->obs_bytes * vec->spaces.agents_per_env);
         memcpy(vec->final_obs + (size_t)index * env_obs_bytes,
                vec->observations + (size_t)index * env_obs_bytes, env_obs_bytes);
     }
     const float *stats = vec->spec->log(env_at(vec, index));
-    for (int f = 0; f < vec->spec->num_log; f++) end->log->sums[f] += (double)stats[f];
-    end->log->count += ended;
+    for (int f = 0; f < vec->spec->num_log; f++) log->sums[f] += (double)stats[f];
+    log->count += ended;
+    return 0;
 }
 
 static void step_chunk(cenv_vec *vec, int c) {
-    cenv_end_ctx ctx = {vec, &vec->chunk_log[c]};
+    cenv_end_ctx ctx = {vec, c};
+    vec->chunk_bad_env[c] = -1;
     vec->chunk_episodes[c] = vec->spec->step_range(vec->envs, vec->chunk_begin[c], vec->chunk_begin[c + 1],
                                                    record_episode_end, &ctx);
 }
@@ -227,18 +288,14 @@ static int check_params(const cenv_spec *spec, const double *params, int num_par
     return 0;
 }
 
-cenv_vec *cenv_create(int type, int64_t num_envs, uint64_t seed, const double *params, int num_params,
-                      int num_threads, char *err, int64_t err_len) {
+/* A handle holding the spaces of env type `type` with these params, and no envs: what cenv_describe
+ * returns and what cenv_create starts from. NULL with a message in err on failure. */
+static cenv_vec *new_vec(int type, const double *params, int num_params, char *err, int64_t err_len) {
     const cenv_spec *spec = spec_at(type);
     if (spec == NULL) {
         set_error(err, err_len, "no env type %d (there are %d)", type, CENV_COUNT(cenv_registry));
         return NULL;
     }
-    if (num_envs < 1) {
-        set_error(err, err_len, "num_envs=%lld must be at least 1", (long long)num_envs);
-        return NULL;
-    }
-    if (check_params(spec, params, num_params, err, err_len) != 0) return NULL;
     if (spec->num_params > CENV_MAX_PARAMS) {
         set_error(err, err_len, "env '%s' has more than %d params", spec->name, CENV_MAX_PARAMS);
         return NULL;
@@ -247,11 +304,15 @@ cenv_vec *cenv_create(int type, int64_t num_envs, uint64_t seed, const double *p
         set_error(err, err_len, "env '%s' has more than %d log fields", spec->name, CENV_MAX_LOG);
         return NULL;
     }
-    int num_chunks = num_envs < CENV_MAX_CHUNKS ? (int)num_envs : CENV_MAX_CHUNKS;
-    if (num_threads < 1 || num_threads > num_chunks) {
+    if (check_params(spec, params, num_params, err, err_len) != 0) return NULL;
+    cenv_spaces spaces;
+    memset(&spaces, 0, sizeof(spaces));
+    spec->spaces(params, &spaces);
+    if (spaces.has_mask != spec->has_mask) {
         set_error(err, err_len,
-                  "num_threads=%d must be between 1 and %d (min(num_envs, %d) for num_envs=%lld)",
-                  num_threads, num_chunks, CENV_MAX_CHUNKS, (long long)num_envs);
+                  "env '%s' says has_mask=%d in its spaces but was defined with %s: define an env "
+                  "with an action mask with CENV_DEFINE_MASKED (and `action_mask` after `truncations`)",
+                  spec->name, spaces.has_mask, spec->has_mask ? "CENV_DEFINE_MASKED" : "CENV_DEFINE");
         return NULL;
     }
     cenv_vec *vec = (cenv_vec *)calloc(1, sizeof(cenv_vec));
@@ -260,21 +321,51 @@ cenv_vec *cenv_create(int type, int64_t num_envs, uint64_t seed, const double *p
         return NULL;
     }
     vec->spec = spec;
+    vec->type = type;
     for (int p = 0; p < spec->num_params; p++) vec->params[p] = params[p];
-    spec->spaces(params, &vec->spaces);
-    vec->num_envs = num_envs;
-    vec->num_agents = num_envs * vec->spaces.agents_per_env;
+    vec->spaces = spaces;
     int64_t obs_items = 1;
     for (int d = 0; d < vec->spaces.obs_ndim; d++) obs_items *= vec->spaces.obs_shape[d];
     vec->obs_bytes = obs_items * (vec->spaces.obs_dtype == CENV_DTYPE_UINT8 ? 1 : 4);
     if (vec->spaces.has_mask) {
         for (int d = 0; d < vec->spaces.action_ndim; d++) vec->mask_width += vec->spaces.action_nvec[d];
     }
+    pthread_mutex_init(&vec->call_mutex, NULL);
+    return vec;
+}
+
+cenv_vec *cenv_describe(int type, const double *params, int num_params, char *err, int64_t err_len) {
+    return new_vec(type, params, num_params, err, err_len);
+}
+
+cenv_vec *cenv_create(int type, int64_t num_envs, uint64_t seed, const double *params, int num_params,
+                      int num_threads, char *err, int64_t err_len) {
+    if (spec_at(type) != NULL && num_envs < 1) {
+        set_error(err, err_len, "num_envs=%lld must be at least 1", (long long)num_envs);
+        return NULL;
+    }
+    int num_chunks = num_envs < CENV_MAX_CHUNKS ? (int)num_envs : CENV_MAX_CHUNKS;
+    if (spec_at(type) != NULL && (num_threads < 1 || num_threads > num_chunks)) {
+        set_error(err, err_len,
+                  "num_threads=%d must be between 1 and %d (min(num_envs, %d) for num_envs=%lld)",
+                  num_threads, num_chunks, CENV_MAX_CHUNKS, (long long)num_envs);
+        return NULL;
+    }
+    cenv_vec *vec = new_vec(type, params, num_params, err, err_len);
+    if (vec == NULL) return NULL;
+    const cenv_spec *spec = vec->spec;
+    vec->num_envs = num_envs;
+    vec->num_agents = num_envs * vec->spaces.agents_per_env;
     vec->envs = (unsigned char *)calloc((size_t)num_envs, spec->env_size);
-    if (vec->envs == NULL) {
+    vec->workers = (cenv_worker *)calloc((size_t)num_threads, sizeof(cenv_worker));
+    if (vec->envs == NULL || vec->workers == NULL) {
         set_error(err, err_len, "out of memory for %lld envs of %zu bytes", (long long)num_envs,
                   spec->env_size);
-        free(vec);
+        free(vec->workers);
+        vec->workers = NULL;
+        free(vec->envs);
+        vec->envs = NULL;
+        cenv_close(vec);
         return NULL;
     }
     for (int64_t i = 0; i < num_envs; i++) {
@@ -286,13 +377,6 @@ cenv_vec *cenv_create(int type, int64_t num_envs, uint64_t seed, const double *p
     for (int c = 0; c <= num_chunks; c++) vec->chunk_begin[c] = num_envs * c / num_chunks;
     vec->num_threads = num_threads;
     for (int t = 0; t <= num_threads; t++) vec->thread_chunk[t] = num_chunks * t / num_threads;
-    vec->workers = (cenv_worker *)calloc((size_t)num_threads, sizeof(cenv_worker));
-    if (vec->workers == NULL) {
-        set_error(err, err_len, "out of memory");
-        free(vec->envs);
-        free(vec);
-        return NULL;
-    }
     pthread_mutex_init(&vec->mutex, NULL);
     pthread_cond_init(&vec->work_ready, NULL);
     pthread_cond_init(&vec->work_done, NULL);
@@ -309,6 +393,24 @@ cenv_vec *cenv_create(int type, int64_t num_envs, uint64_t seed, const double *p
     }
     return vec;
 }
+
+/* Starts a call that touches the envs: 0, or the negative CENV_ERR_* the call must return. A call
+ * that gets 0 must end with leave(). */
+static int enter(const cenv_vec *vec, const char *what) {
+    if (vec == NULL) return CENV_ERR_NULL;
+    cenv_vec *v = (cenv_vec *)vec; /* the call mutex and the error buffer are not part of the value */
+    if (v->envs == NULL) {
+        set_error(v->error, CENV_ERROR_LEN,
+                  "%s: this handle only describes env '%s' (it came from cenv_describe and has no "
+                  "envs); create envs with cenv_create",
+                  what, v->spec->name);
+        return CENV_ERR_ARGUMENT;
+    }
+    if (pthread_mutex_trylock(&v->call_mutex) != 0) return CENV_ERR_BUSY;
+    return 0;
+}
+
+static void leave(const cenv_vec *vec) { pthread_mutex_unlock(&((cenv_vec *)vec)->call_mutex); }
 
 int cenv_agents_per_env(const cenv_vec *vec) { return vec->spaces.agents_per_env; }
 int cenv_obs_ndim(const cenv_vec *vec) { return vec->spaces.obs_ndim; }
@@ -328,10 +430,11 @@ void cenv_action_bounds(const cenv_vec *vec, float *low, float *high) {
     }
 }
 int cenv_has_mask(const cenv_vec *vec) { return vec->spaces.has_mask; }
+int64_t cenv_mask_width(const cenv_vec *vec) { return vec->mask_width; }
 
-int cenv_bind(cenv_vec *vec, void *observations, void *actions, float *rewards, uint8_t *terminals,
-              uint8_t *truncations, uint8_t *action_mask, void *final_observations) {
-    if (vec == NULL) return CENV_ERR_NULL;
+static int bind_locked(cenv_vec *vec, void *observations, void *actions, float *rewards,
+                       uint8_t *terminals, uint8_t *truncations, uint8_t *action_mask,
+                       void *final_observations) {
     if (observations == NULL || actions == NULL || rewards == NULL || terminals == NULL ||
         truncations == NULL || (vec->spaces.has_mask && action_mask == NULL)) {
         set_error(vec->error, CENV_ERROR_LEN, "cenv_bind: a required buffer is NULL");
@@ -341,6 +444,8 @@ int cenv_bind(cenv_vec *vec, void *observations, void *actions, float *rewards, 
     size_t action_bytes = (size_t)vec->spaces.action_ndim * 4;
     vec->observations = (unsigned char *)observations;
     vec->actions = (unsigned char *)actions;
+    vec->terminals = terminals;
+    vec->truncations = truncations;
     vec->final_obs = (unsigned char *)final_observations;
     for (int64_t i = 0; i < vec->num_envs; i++) {
         int64_t a = i * apa;
@@ -356,13 +461,29 @@ int cenv_bind(cenv_vec *vec, void *observations, void *actions, float *rewards, 
     return 0;
 }
 
+int cenv_bind(cenv_vec *vec, void *observations, void *actions, float *rewards, uint8_t *terminals,
+              uint8_t *truncations, uint8_t *action_mask, void *final_observations) {
+    int rc = enter(vec, "cenv_bind");
+    if (rc != 0) return rc;
+    rc = bind_locked(vec, observations, actions, rewards, terminals, truncations, action_mask,
+                     final_observations);
+    leave(vec);
+    return rc;
+}
+
 int cenv_reset(cenv_vec *vec, uint64_t seed, int reseed) {
-    if (vec == NULL) return CENV_ERR_NULL;
-    if (!vec->bound) return CENV_ERR_UNBOUND;
-    vec->reset_seed = seed;
-    vec->reset_reseed = reseed;
-    run_job(vec, JOB_RESET);
-    return 0;
+    int rc = enter(vec, "cenv_reset");
+    if (rc != 0) return rc;
+    if (vec->bound) {
+        vec->reset_seed = seed;
+        vec->reset_reseed = reseed;
+        run_job(vec, JOB_RESET);
+        vec->was_reset = 1;
+    } else {
+        rc = CENV_ERR_UNBOUND;
+    }
+    leave(vec);
+    return rc;
 }
 
 /* Finds the first bad action; returns 0 if all are valid. */
@@ -404,14 +525,70 @@ static int validate_actions(cenv_vec *vec) {
     return 0;
 }
 
-int64_t cenv_step(cenv_vec *vec) {
-    if (vec == NULL) return CENV_ERR_NULL;
+/* Writes the message for env `index` of this vector, whose step returned `ended` without ending every
+ * one of its agents (see episode_end_is_whole). */
+static void describe_broken_end(cenv_vec *vec, int64_t index, int ended) {
+    int apa = vec->spaces.agents_per_env;
+    const uint8_t *terminals = vec->terminals + index * apa, *truncations = vec->truncations + index * apa;
+    char agents[200]; /* the first 24 agents without a flag, then "..." */
+    size_t used = 0;
+    int missing = 0;
+    agents[0] = '\0';
+    for (int a = 0; a < apa; a++) {
+        if (terminals[a] | truncations[a]) continue;
+        missing++;
+        if (missing <= 24) {
+            int n = snprintf(agents + used, sizeof(agents) - used, "%s%d", missing > 1 ? ", " : "", a);
+            if (n > 0) used += (size_t)n;
+        } else if (missing == 25) {
+            snprintf(agents + used, sizeof(agents) - used, ", ...");
+        }
+    }
+    if (missing > 0) {
+        set_error(vec->error, CENV_ERROR_LEN,
+                  "env '%s' (type %d) broke the step contract at env index %lld: its step returned "
+                  "ended=%d but agent%s %s (of %d; buffer rows from %lld) %s neither terminal nor "
+                  "truncation set. A step that ends episodes must end every agent of the env (per-agent "
+                  "episode ends are not supported yet); see BUILD.md, 'Adding an environment'",
+                  vec->spec->name, vec->type, (long long)index, ended, missing > 1 ? "s" : "", agents,
+                  apa, (long long)(index * apa), missing > 1 ? "have" : "has");
+    } else {
+        set_error(vec->error, CENV_ERROR_LEN,
+                  "env '%s' (type %d) broke the step contract at env index %lld: every one of its %d "
+                  "agents ended but its step returned ended=%d; it must return the number of "
+                  "agent-episodes that ended, %d. See BUILD.md, 'Adding an environment'",
+                  vec->spec->name, vec->type, (long long)index, apa, ended, apa);
+    }
+}
+
+static int64_t step_locked(cenv_vec *vec) {
     if (!vec->bound) return CENV_ERR_UNBOUND;
+    if (!vec->was_reset) {
+        set_error(vec->error, CENV_ERROR_LEN,
+                  "cenv_step before cenv_reset: the envs of '%s' were never reset; call cenv_reset "
+                  "(or cenv_load_state) first",
+                  vec->spec->name);
+        return CENV_ERR_NOT_RESET;
+    }
     if (validate_actions(vec)) return CENV_ERR_ACTION;
     run_job(vec, JOB_STEP);
     int64_t episodes = 0;
-    for (int c = 0; c < vec->num_chunks; c++) episodes += vec->chunk_episodes[c];
+    for (int c = 0; c < vec->num_chunks; c++) {
+        if (vec->chunk_bad_env[c] >= 0) {
+            describe_broken_end(vec, vec->chunk_bad_env[c], vec->chunk_bad_ended[c]);
+            return CENV_ERR_ENV;
+        }
+        episodes += vec->chunk_episodes[c];
+    }
     return episodes;
+}
+
+int64_t cenv_step(cenv_vec *vec) {
+    int rc = enter(vec, "cenv_step");
+    if (rc != 0) return rc;
+    int64_t result = step_locked(vec);
+    leave(vec);
+    return result;
 }
 
 void cenv_bad_action(const cenv_vec *vec, int64_t *agent, int *component, double *value) {
@@ -423,7 +600,8 @@ void cenv_bad_action(const cenv_vec *vec, int64_t *agent, int *component, double
 const char *cenv_error(const cenv_vec *vec) { return vec == NULL ? "NULL handle" : vec->error; }
 
 int64_t cenv_log(cenv_vec *vec, float *out) {
-    if (vec == NULL) return CENV_ERR_NULL;
+    int rc = enter(vec, "cenv_log");
+    if (rc != 0) return rc;
     double sums[CENV_MAX_LOG] = {0};
     int64_t count = 0;
     int num_log = vec->spec->num_log;
@@ -434,6 +612,7 @@ int64_t cenv_log(cenv_vec *vec, float *out) {
         memset(log, 0, sizeof(*log));
     }
     for (int f = 0; f < num_log; f++) out[f] = count > 0 ? (float)(sums[f] / (double)count) : 0.0f;
+    leave(vec);
     return count;
 }
 
@@ -453,11 +632,11 @@ static int64_t env_state_size(const cenv_vec *vec) {
 
 int64_t cenv_state_size(const cenv_vec *vec) {
     if (vec == NULL) return CENV_ERR_NULL;
+    if (vec->envs == NULL) return CENV_ERR_ARGUMENT; /* a cenv_describe handle */
     return (int64_t)sizeof(cenv_state_header) + vec->num_envs * env_state_size(vec);
 }
 
-int64_t cenv_save_state(const cenv_vec *vec, void *out, int64_t size) {
-    if (vec == NULL) return CENV_ERR_NULL;
+static int64_t save_state_locked(const cenv_vec *vec, void *out, int64_t size) {
     int64_t needed = cenv_state_size(vec);
     if (out == NULL || size < needed) return CENV_ERR_ARGUMENT;
     cenv_state_header header;
@@ -480,8 +659,15 @@ int64_t cenv_save_state(const cenv_vec *vec, void *out, int64_t size) {
     return needed;
 }
 
-int cenv_load_state(cenv_vec *vec, const void *in, int64_t size) {
-    if (vec == NULL) return CENV_ERR_NULL;
+int64_t cenv_save_state(const cenv_vec *vec, void *out, int64_t size) {
+    int rc = enter(vec, "cenv_save_state");
+    if (rc != 0) return rc;
+    int64_t result = save_state_locked(vec, out, size);
+    leave(vec);
+    return result;
+}
+
+static int load_state_locked(cenv_vec *vec, const void *in, int64_t size) {
     cenv_state_header header;
     if (in == NULL || size < (int64_t)sizeof(header)) {
         set_error(vec->error, CENV_ERROR_LEN, "state of %lld bytes is too short for its header",
@@ -529,11 +715,19 @@ int cenv_load_state(cenv_vec *vec, const void *in, int64_t size) {
                (size_t)header.env_state_size);
         src += header.env_state_size;
     }
+    vec->was_reset = 1;
     return 0;
 }
 
-int cenv_set_state(cenv_vec *vec, int64_t index, const double *state, int n) {
-    if (vec == NULL) return CENV_ERR_NULL;
+int cenv_load_state(cenv_vec *vec, const void *in, int64_t size) {
+    int rc = enter(vec, "cenv_load_state");
+    if (rc != 0) return rc;
+    rc = load_state_locked(vec, in, size);
+    leave(vec);
+    return rc;
+}
+
+static int set_state_locked(cenv_vec *vec, int64_t index, const double *state, int n) {
     if (vec->spec->set_state == NULL) {
         set_error(vec->error, CENV_ERROR_LEN, "env '%s' has no set_state hook", vec->spec->name);
         return CENV_ERR_ARGUMENT;
@@ -550,12 +744,23 @@ int cenv_set_state(cenv_vec *vec, int64_t index, const double *state, int n) {
     return 0;
 }
 
+int cenv_set_state(cenv_vec *vec, int64_t index, const double *state, int n) {
+    int rc = enter(vec, "cenv_set_state");
+    if (rc != 0) return rc;
+    rc = set_state_locked(vec, index, state, n);
+    leave(vec);
+    return rc;
+}
+
 void cenv_close(cenv_vec *vec) {
     if (vec == NULL) return;
-    stop_workers(vec, vec->num_threads - 1);
-    pthread_mutex_destroy(&vec->mutex);
-    pthread_cond_destroy(&vec->work_ready);
-    pthread_cond_destroy(&vec->work_done);
+    if (vec->envs != NULL) { /* a created vector: it has threads, a pool mutex and conditions */
+        stop_workers(vec, vec->num_threads - 1);
+        pthread_mutex_destroy(&vec->mutex);
+        pthread_cond_destroy(&vec->work_ready);
+        pthread_cond_destroy(&vec->work_done);
+    }
+    pthread_mutex_destroy(&vec->call_mutex);
     free(vec->workers);
     free(vec->envs);
     free(vec);

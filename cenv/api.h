@@ -4,24 +4,52 @@
  * -> cenv_reset -> cenv_step ... -> cenv_log ... -> cenv_close.
  * Buffers are laid out agent-major: agent a of env e is row e * agents_per_env + a.
  * Errors: functions returning int return 0 (or a count) on success and a negative CENV_ERR_* code on
- * failure; cenv_error(handle) then holds a message. No global state: everything lives in the handle. */
+ * failure; cenv_error(handle) then holds a message. No global state: everything lives in the handle.
+ *
+ * Every number below is also exported at run time through cenv_num_constants / cenv_constant_name /
+ * cenv_constant_value (without the CENV_ prefix), which is where Python reads them: this file is
+ * their one source. A test checks that every #define here is in that table and that every
+ * CENV_EXPORT prototype matches jaxlab/env/library.py's ctypes SIGNATURES. */
 #ifndef CENV_API_H
 #define CENV_API_H
 
 #include <stdint.h>
 
-#define CENV_ABI_VERSION 2
+#define CENV_ABI_VERSION 3
 
 #define CENV_ERR_NULL -1       /* NULL handle: closed or never created */
 #define CENV_ERR_UNBOUND -2    /* step/reset before cenv_bind */
 #define CENV_ERR_ACTION -3     /* an action out of range or NaN; see cenv_bad_action */
 #define CENV_ERR_ARGUMENT -4   /* a bad argument; see cenv_error */
+#define CENV_ERR_NOT_RESET -5  /* cenv_step before cenv_reset or cenv_load_state */
+#define CENV_ERR_BUSY -6       /* the handle is in a call from another thread; no message is written */
+#define CENV_ERR_ENV -7        /* an env broke its contract (see BUILD.md); see cenv_error */
+
+#define CENV_DTYPE_FLOAT32 0   /* observation dtypes */
+#define CENV_DTYPE_UINT8 1
+
+#define CENV_ACTION_DISCRETE 0 /* action kinds: int32 actions, one component */
+#define CENV_ACTION_MULTI_DISCRETE 1 /* int32 actions, action_ndim components */
+#define CENV_ACTION_CONTINUOUS 2     /* float32 actions, action_ndim components */
+
+#define CENV_MAX_CHUNKS 64      /* envs are split into at most this many chunks; threads <= chunks */
+#define CENV_ERROR_LEN 512      /* bytes of an error message, NUL included */
+#define CENV_MAX_PARAMS 16      /* parameters per env type */
+#define CENV_MAX_LOG 32         /* statistics (log fields) per env type */
+#define CENV_MAX_OBS_DIMS 4     /* dimensions of an observation (per agent) */
+#define CENV_MAX_ACTION_DIMS 16 /* components of an action (per agent) */
 
 #define CENV_EXPORT __attribute__((visibility("default")))
 
 typedef struct cenv_vec cenv_vec;
 
 CENV_EXPORT int cenv_abi_version(void);
+
+/* The constants above by index, named without the CENV_ prefix ("ERR_BUSY", "MAX_CHUNKS", ...).
+ * cenv_constant_name returns NULL and cenv_constant_value 0 for an index out of range. */
+CENV_EXPORT int cenv_num_constants(void);
+CENV_EXPORT const char *cenv_constant_name(int index);
+CENV_EXPORT int64_t cenv_constant_value(int index);
 
 /* The registry: env types by index. */
 CENV_EXPORT int cenv_num_env_types(void);
@@ -40,7 +68,15 @@ CENV_EXPORT const char *cenv_log_field_name(int type, int index);
 CENV_EXPORT cenv_vec *cenv_create(int type, int64_t num_envs, uint64_t seed, const double *params,
                                   int num_params, int num_threads, char *err, int64_t err_len);
 
-/* Spaces of a created vector (they depend on the params). Shapes are per agent. */
+/* A handle that only describes the spaces of env type `type` with these params: it has no envs and
+ * no threads. Only the space accessors below are valid on it; bind, reset, step, log, set_state and
+ * the state functions return CENV_ERR_ARGUMENT. Free it with cenv_close. Returns NULL on failure
+ * with a message written into err (as cenv_create). */
+CENV_EXPORT cenv_vec *cenv_describe(int type, const double *params, int num_params, char *err,
+                                    int64_t err_len);
+
+/* Spaces of a created (or described) vector; they depend on the params. Shapes are per agent:
+ * obs_shape writes obs_ndim values, action_nvec and action_bounds action_ndim values. */
 CENV_EXPORT int cenv_agents_per_env(const cenv_vec *vec);
 CENV_EXPORT int cenv_obs_ndim(const cenv_vec *vec);
 CENV_EXPORT void cenv_obs_shape(const cenv_vec *vec, int64_t *out);
@@ -50,6 +86,8 @@ CENV_EXPORT int cenv_action_ndim(const cenv_vec *vec);
 CENV_EXPORT void cenv_action_nvec(const cenv_vec *vec, int64_t *out);
 CENV_EXPORT void cenv_action_bounds(const cenv_vec *vec, float *low, float *high);
 CENV_EXPORT int cenv_has_mask(const cenv_vec *vec);
+/* Entries per agent of the action mask: sum(nvec) when the env has a mask, else 0. */
+CENV_EXPORT int64_t cenv_mask_width(const cenv_vec *vec);
 
 /* Hands the vector its buffers (owned by the caller, alive until close): observations[A, obs...],
  * actions[A, ndim] (int32 or float32), rewards[A] float32, terminals[A] and truncations[A] uint8,
@@ -60,12 +98,19 @@ CENV_EXPORT int cenv_bind(cenv_vec *vec, void *observations, void *actions, floa
                           uint8_t *terminals, uint8_t *truncations, uint8_t *action_mask,
                           void *final_observations);
 
+/* Calls that touch a vector's envs (bind, reset, step, log, set_state, save/load state) must not
+ * overlap: a call made while another thread is inside one returns CENV_ERR_BUSY at once (and writes
+ * no message) instead of racing. Serialize them (jaxlab's VecEnv holds a lock). */
+
 /* Starts new episodes in every env. reseed != 0: first seed env i's RNG from (seed, i). */
 CENV_EXPORT int cenv_reset(cenv_vec *vec, uint64_t seed, int reseed);
 
 /* Steps every agent of every env with the actions in the actions buffer, resetting any env whose
  * episode ended in the same call. Validates every action first and steps nothing if one is bad.
- * Returns the number of agent-episodes that ended, or a negative CENV_ERR_*. */
+ * Returns the number of agent-episodes that ended, or a negative CENV_ERR_*: CENV_ERR_NOT_RESET
+ * before the first cenv_reset or cenv_load_state; CENV_ERR_ENV when an env reported ended episodes
+ * without ending every one of its agents (terminal or truncation flag on each; the message in
+ * cenv_error names the env and the agents; that env is not reset). */
 CENV_EXPORT int64_t cenv_step(cenv_vec *vec);
 
 /* After CENV_ERR_ACTION: the offending agent, action component and value. */

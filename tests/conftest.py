@@ -1,10 +1,25 @@
 """Shared test helpers."""
 
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 
 import jaxlab
+from jaxlab.env import env_types
 
-ENV_NAMES = ("cartpole", "pendulum", "memory", "target")
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("cenv_build", ROOT / "cenv" / "build.py")
+cenv_build = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cenv_build)
+
+# Every registered env, in registry order: a new env is picked up by the tests that use this.
+ENV_NAMES = tuple(env_types())
 
 
 def rollout(name: str, steps: int, num_envs: int = 8, seed: int = 0, num_threads: int = 1,
@@ -22,3 +37,30 @@ def rollout(name: str, steps: int, num_envs: int = 8, seed: int = 0, num_threads
             record["truncations"].append(truncations.copy())
             infos.append(info)
     return {k: np.stack(v) for k, v in record.items()}, infos
+
+
+def compile_cenv_with(directory: Path, headers: dict[str, str]) -> tuple[subprocess.CompletedProcess, Path]:
+    """Compiles cenv/api.c into ``directory``/libcenv.so with a registry of only ``headers``
+    ({env name: text of cenv/envs/<name>.h}, each defining ``<name>_spec``), using cenv/build.py's
+    compile_command. Returns the compiler's result (check returncode, stderr) and the library path."""
+    source = directory / "cenv"
+    (source / "envs").mkdir(parents=True)
+    for name in ("api.c", "api.h", "core.h", "rng.h"):
+        shutil.copy(ROOT / "cenv" / name, source / name)
+    for name, text in headers.items():
+        (source / "envs" / f"{name}.h").write_text(text)
+    includes = "".join(f'#include "envs/{name}.h"\n' for name in headers)
+    specs = ", ".join(f"&{name}_spec" for name in headers)
+    (source / "registry.h").write_text(f"{includes}#define CENV_REGISTRY {{{specs}}}\n")
+    library = directory / "libcenv.so"
+    cmd = cenv_build.compile_command(library, sources=[source / "api.c"])
+    return subprocess.run(cmd, capture_output=True, text=True), library
+
+
+def run_with_library(library: Path, code: str, timeout: float = 120) -> object:
+    """Runs ``code`` in a fresh Python whose jaxlab loads ``library`` ($JAXLAB_CENV_LIB); the code
+    prints one JSON value on its last line, which is returned."""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
+                            env={**os.environ, "JAXLAB_CENV_LIB": str(library)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])

@@ -1,18 +1,19 @@
 """The C build: warning-clean under -Werror, a sanitizer (ASan + UBSan) build that steps every env
-through the public API, exported symbols, and a clear message when no compiler exists."""
+through the public API, exported symbols, a clear message when no compiler exists, and the C boundary
+having one source of truth (cenv/api.h) that the Python side is checked against."""
 
-import importlib.util
+import ctypes
 import os
+import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from conftest import ENV_NAMES, ROOT, cenv_build, compile_cenv_with
 
-ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("cenv_build", ROOT / "cenv" / "build.py")
-cenv_build = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(cenv_build)
+from jaxlab.env import library
+
+API_H = (ROOT / "cenv" / "api.h").read_text()
 
 
 def test_sanitizer_build_steps_every_env(tmp_path):
@@ -22,8 +23,8 @@ def test_sanitizer_build_steps_every_env(tmp_path):
                             env={"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0",
                                  "UBSAN_OPTIONS": "print_stacktrace=1"})
     assert result.returncode == 0, result.stdout + result.stderr
-    for name in ("cartpole", "pendulum", "memory", "target"):
-        assert f"{name}" in result.stdout
+    for name in ENV_NAMES:
+        assert re.search(rf"^{name} +\d+ episodes, ok$", result.stdout, re.MULTILINE), result.stdout
     assert "MISMATCH" not in result.stdout and "ERROR" not in result.stderr
 
 
@@ -56,3 +57,123 @@ def test_stale_library_abi_is_refused(tmp_path):
     from jaxlab.env.library import ABI_VERSION
     assert f"has C ABI version 0 but this jaxlab expects {ABI_VERSION}" in result.stdout, result.stderr
     assert "Rebuild it with `pip install -e .`" in result.stdout
+
+
+# ---- one source of truth across the C boundary ----
+
+_SCALARS = {"int": ctypes.c_int, "int64_t": ctypes.c_int64, "uint64_t": ctypes.c_uint64,
+            "double": ctypes.c_double, "float": ctypes.c_float, "uint8_t": ctypes.c_uint8}
+
+
+def _to_ctypes(c_type: str):
+    """The ctypes type for a C type of cenv/api.h: const dropped, char * -> c_char_p, void * and
+    cenv_vec * -> c_void_p, T * -> POINTER(T), void -> None."""
+    words = c_type.replace("*", " * ").split()
+    stars = words.count("*")
+    base = " ".join(w for w in words if w not in ("*", "const"))
+    if base == "char" and stars:
+        result, stars = ctypes.c_char_p, stars - 1
+    elif base in ("void", "cenv_vec") and stars:
+        result, stars = ctypes.c_void_p, stars - 1
+    elif base == "void":
+        return None
+    else:
+        result = _SCALARS[base]
+    for _ in range(stars):
+        result = ctypes.POINTER(result)
+    return result
+
+
+def _exported_prototypes() -> dict[str, tuple[str, list[str]]]:
+    """{name: (return C type, [argument C types])} of every CENV_EXPORT prototype in cenv/api.h."""
+    prototypes = {}
+    for ret, name, args in re.findall(r"CENV_EXPORT\s+([^;(]*?)\b(cenv_\w+)\s*\(([^)]*)\)\s*;", API_H):
+        arg_types = []
+        for arg in " ".join(args.split()).split(","):
+            arg = arg.strip()
+            if arg in ("void", ""):
+                continue
+            arg_types.append(re.sub(r"\b\w+$", "", arg).strip())  # drop the parameter name
+        prototypes[name] = (ret.strip(), arg_types)
+    return prototypes
+
+
+def test_every_exported_prototype_matches_the_ctypes_signatures():
+    prototypes = _exported_prototypes()
+    assert len(prototypes) == len(re.findall(r"^CENV_EXPORT ", API_H, re.MULTILINE))  # every one was parsed
+    assert set(prototypes) == set(library.SIGNATURES), (
+        f"only in cenv/api.h: {sorted(set(prototypes) - set(library.SIGNATURES))}; "
+        f"only in library.SIGNATURES: {sorted(set(library.SIGNATURES) - set(prototypes))}")
+    for name, (ret, args) in prototypes.items():
+        restype, argtypes = library.SIGNATURES[name]
+        assert restype == _to_ctypes(ret), f"{name} returns {ret} in cenv/api.h but {restype} in SIGNATURES"
+        assert list(argtypes) == [_to_ctypes(a) for a in args], (
+            f"{name}({', '.join(args)}) in cenv/api.h but {argtypes} in SIGNATURES")
+
+
+def test_every_number_of_api_h_is_exported_and_python_reads_them():
+    defined = {name: int(value) for name, value in re.findall(r"^#define CENV_(\w+)\s+(-?\d+)\b", API_H, re.MULTILINE)}
+    assert {"ABI_VERSION", "ERR_BUSY", "ERR_NOT_RESET", "ERR_ENV", "MAX_CHUNKS", "ERROR_LEN"} <= set(defined)
+    assert library.constants() == defined
+    assert library.constant("MAX_CHUNKS") == 64
+    errors = [value for name, value in defined.items() if name.startswith("ERR_")]
+    assert len(set(errors)) == len(errors)  # error codes are distinct
+    assert library.dtypes() == {defined["DTYPE_FLOAT32"]: "float32", defined["DTYPE_UINT8"]: "uint8"}
+    with pytest.raises(KeyError, match="no constant 'MAX_CHUNK'.*MAX_CHUNKS"):
+        library.constant("MAX_CHUNK")
+
+
+def test_python_expects_the_abi_version_of_api_h():
+    assert library.ABI_VERSION == library.constant("ABI_VERSION") == 3
+    assert re.search(rf"^#define CENV_ABI_VERSION {library.ABI_VERSION}$", API_H, re.MULTILINE)
+
+
+_LAYOUT_HEADER = """
+#include "../core.h"
+typedef struct {{ float episode_length; }} BadLog;
+typedef struct {{
+    float *observations;
+    int32_t *actions;
+    float *rewards;
+    uint8_t *terminals;
+    uint8_t *truncations;
+    {before_log}
+    BadLog log;
+    int tick;
+    cenv_rng rng;
+}} Bad;
+static const cenv_param bad_params[] = {{{{"x", 1, 0, 2, 1, "unused"}}}};
+static const char *const bad_log_names[] = {{"episode_length"}};
+static void bad_spaces(const double *params, cenv_spaces *out) {{
+    (void)params;
+    out->agents_per_env = 1;
+    out->obs_ndim = 1;
+    out->obs_shape[0] = 1;
+    out->action_ndim = 1;
+    out->action_nvec[0] = 2;
+}}
+static void bad_init(Bad *env, const double *params) {{ (void)env; (void)params; }}
+static void bad_reset(Bad *env) {{ env->tick = 0; env->observations[0] = 0.0f; }}
+static int bad_step(Bad *env) {{
+    env->tick += 1;
+    env->rewards[0] = 0.0f;
+    env->terminals[0] = 0;
+    env->truncations[0] = 0;
+    return 0;
+}}
+CENV_DEFINE(bad, Bad, BadLog, "breaks the layout rule", NULL)
+"""
+
+
+@pytest.mark.parametrize("before_log", ["int max_steps;", "float *scratch;"])
+def test_an_env_struct_with_a_field_before_log_does_not_compile(tmp_path, before_log):
+    result, _ = compile_cenv_with(tmp_path, {"bad": _LAYOUT_HEADER.format(before_log=before_log)})
+    assert result.returncode != 0
+    assert "Bad breaks the env struct layout rule" in result.stderr, result.stderr
+    assert "followed immediately by `log`" in result.stderr
+
+
+def test_the_layout_rule_accepts_a_well_formed_struct(tmp_path):
+    result, library_path = compile_cenv_with(tmp_path, {"bad": _LAYOUT_HEADER.format(before_log="")})
+    assert result.returncode == 0, result.stderr
+    assert library_path.exists()

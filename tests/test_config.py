@@ -1,8 +1,10 @@
 """Config layering, parsing and the invariants checked before anything runs."""
 
+from dataclasses import fields
+
 import pytest
 
-from jaxlab.config import ConfigError, derive_sizes, load_config, to_toml
+from jaxlab.config import SECTIONS, ConfigError, derive_sizes, load_config, to_toml
 
 
 def test_layers_env_file_then_config_file_then_flags(tmp_path):
@@ -195,3 +197,65 @@ def test_round_trip_keeps_preset_and_explicit_batch(tmp_path):
     path.write_text(to_toml(config))
     again, _ = load_config("target", config_file=path)
     assert again == config and again.preset == "gpu" and again.log.wandb_tags == 'a,"b"'
+
+
+FLOAT_KEYS = [f"{section}.{f.name}" for section, cls in SECTIONS.items() for f in fields(cls) if f.type == "float"]
+
+
+def test_float_keys_are_the_ones_the_review_named():
+    for key in ("train.clip_coef", "train.ent_coef", "train.max_grad_norm", "train.min_lr_ratio",
+                "checkpoint.minutes", "train.learning_rate", "train.reward_scale", "train.vf_coef"):
+        assert key in FLOAT_KEYS
+
+
+@pytest.mark.parametrize("key", FLOAT_KEYS)
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "1e400"])
+def test_every_float_key_must_be_finite(key, text):
+    config, _ = load_config("cartpole", flags=[f"--{key}", text])
+    shown = "nan" if text == "nan" else ("-inf" if text == "-inf" else "inf")
+    flag = "--" + key.replace("_", "-")
+    with pytest.raises(ConfigError, match=rf"^{key}={shown} is not a finite number; give a number, e.g. {flag} "):
+        derive_sizes(config, agents_per_env=1)
+
+
+def test_a_toml_nan_is_refused_too(tmp_path):
+    path = tmp_path / "nan.toml"
+    path.write_text("[train]\nvf_coef = nan\n\n[checkpoint]\nminutes = inf\n")
+    config, _ = load_config("cartpole", config_file=path)
+    with pytest.raises(ConfigError, match=r"train.vf_coef=nan is not a finite number"):
+        derive_sizes(config, agents_per_env=1)
+
+
+def test_max_grad_norm_zero_is_valid_and_documented():
+    from jaxlab.config import TrainConfig, field_help
+
+    config, _ = load_config("cartpole", flags=["--train.max-grad-norm", "0"])
+    derive_sizes(config, agents_per_env=1)
+    assert "0: no clipping" in field_help(TrainConfig)["max_grad_norm"]
+
+
+@pytest.mark.parametrize("text, schedule", [("False", "none"), ("false", "none"), ("NO", "none"), ("0", "none"),
+                                            ("True", "linear"), ("yes", "linear"), ("1", "linear"),
+                                            ("Cosine", "cosine"), ("none", "none")])
+def test_anneal_lr_takes_booleans_as_pufferlib_writes_them(text, schedule):
+    config, _ = load_config("cartpole", flags=["--train.anneal-lr", text])
+    assert config.train.anneal_lr == schedule
+    derive_sizes(config, agents_per_env=1)
+
+
+@pytest.mark.parametrize("toml, schedule", [("false", "none"), ("true", "linear"), ('"FALSE"', "none")])
+def test_anneal_lr_takes_toml_booleans(tmp_path, toml, schedule):
+    path = tmp_path / "run.toml"
+    path.write_text(f"[train]\nanneal_lr = {toml}\n")
+    config, _ = load_config("cartpole", config_file=path)
+    assert config.train.anneal_lr == schedule
+    # the resolved config writes the schedule's name, which reads back the same
+    again = tmp_path / "again.toml"
+    again.write_text(to_toml(config))
+    assert load_config("cartpole", config_file=again)[0] == config
+
+
+def test_anneal_lr_help_names_the_booleans():
+    from jaxlab.config import TrainConfig, field_help
+
+    assert "false/no/0 none" in field_help(TrainConfig)["anneal_lr"]

@@ -1,4 +1,5 @@
-"""The C CartPole and Pendulum step exactly like Gymnasium's CartPole-v1 and Pendulum-v1."""
+"""The C CartPole steps bit for bit like Gymnasium's CartPole-v1; Pendulum like Pendulum-v1 (to float32
+tolerance)."""
 
 import numpy as np
 import pytest
@@ -8,14 +9,63 @@ import jaxlab
 gym = pytest.importorskip("gymnasium")
 
 
-def test_cartpole_matches_gymnasium_for_1000_random_steps():
+def _same_float32(a, b) -> bool:
+    """Bit-identical float32 arrays."""
+    return np.asarray(a, np.float32).tobytes() == np.asarray(b, np.float32).tobytes()
+
+
+def _balance(obs, rng, noise: float) -> int:
+    """A noisy balancing controller: push toward where the pole leans, plus Gaussian noise (larger
+    noise: earlier falls)."""
+    x, x_dot, theta, theta_dot = (float(v) for v in obs)
+    drive = theta + 0.5 * theta_dot + 0.01 * x + 0.05 * x_dot + noise * rng.standard_normal()
+    return int(drive > 0)
+
+
+def test_cartpole_is_gymnasium_bit_for_bit_over_long_episodes():
+    """20 episodes from Gymnasium's own reset states, actions from a noisy balancing controller, up to
+    the 500-step limit: every float32 observation is bit-identical, and every episode ends on the same
+    step the same way (on the limit step where the pole also falls, Gymnasium's TimeLimit says
+    terminated and truncated, jaxlab terminal only)."""
+    reference = gym.make("CartPole-v1")  # with its TimeLimit(500)
+    rng = np.random.default_rng(0)
+    ends = []
+    with jaxlab.make("cartpole", num_envs=1, seed=0) as env:
+        env.reset()
+        for episode in range(20):
+            ref_obs, _ = reference.reset(seed=1000 + episode)
+            env.set_state(0, np.append(reference.unwrapped.state, 0))
+            assert _same_float32(env.observations[0], ref_obs)
+            noise = (0.0, 0.2, 0.3, 0.3, 0.4)[episode % 5]
+            for t in range(1, 501):
+                action = _balance(ref_obs, rng, noise)
+                ref_obs, ref_reward, ref_terminated, ref_truncated, _ = reference.step(action)
+                obs, reward, terminal, truncation, info = env.step(np.array([action], dtype=np.int32))
+                ended = bool(terminal[0] or truncation[0])
+                last = env.final_observations[0] if ended else obs[0]
+                assert _same_float32(last, ref_obs), (
+                    f"episode {episode} step {t}: jaxlab {last.tolist()} gymnasium {ref_obs.tolist()}")
+                assert reward[0] == ref_reward
+                assert bool(terminal[0]) == ref_terminated, f"episode {episode} step {t}"
+                assert bool(truncation[0]) == (ref_truncated and not ref_terminated), f"episode {episode} step {t}"
+                if ref_terminated or ref_truncated:
+                    assert info["episode_length"] == t
+                    ends.append((t, "terminal" if ref_terminated else "truncated"))
+                    break
+    lengths = [t for t, _ in ends]
+    assert len(ends) == 20 and sum(kind == "truncated" for _, kind in ends) >= 4  # full 500-step episodes
+    assert sum(kind == "terminal" and t >= 150 for t, kind in ends) >= 3, ends  # long, then fell
+    assert sum(lengths) > 5000, ends
+
+
+def test_cartpole_matches_gymnasium_bit_for_bit_for_1000_random_steps():
     reference = gym.make("CartPole-v1").unwrapped  # time limit handled below, as TimeLimit would
     rng = np.random.default_rng(0)
     ref_obs, _ = reference.reset(seed=0)
     with jaxlab.make("cartpole", num_envs=1, seed=0) as env:
         env.reset()
         env.set_state(0, np.append(reference.state, 0))
-        np.testing.assert_array_equal(env.observations[0], ref_obs)
+        assert _same_float32(env.observations[0], ref_obs)
         episodes, tick = 0, 0
         for _ in range(1000):
             action = int(rng.integers(2))
@@ -27,13 +77,13 @@ def test_cartpole_matches_gymnasium_for_1000_random_steps():
             assert bool(terminal[0]) == ref_terminated
             assert bool(truncation[0]) == ref_truncated
             if ref_terminated or ref_truncated:
-                np.testing.assert_allclose(env.final_observations[0], ref_obs, rtol=1e-5, atol=1e-6)
+                assert _same_float32(env.final_observations[0], ref_obs)
                 assert info["episode_length"] == tick
                 episodes += 1
                 ref_obs, _ = reference.reset()
                 tick = 0
                 env.set_state(0, np.append(reference.state, 0))
-            np.testing.assert_allclose(obs[0], ref_obs, rtol=1e-5, atol=1e-6)
+            assert _same_float32(obs[0], ref_obs)
         assert episodes > 20  # random actions end episodes every ~22 steps: resets were exercised
 
 
@@ -44,6 +94,23 @@ def test_cartpole_truncates_at_500_without_terminating():
         _, reward, terminal, truncation, info = env.step(np.zeros(1, dtype=np.int32))
         assert (reward[0], bool(terminal[0]), bool(truncation[0])) == (1.0, False, True)
         assert info == {"episodes": 1, "episode_return": 500.0, "episode_length": 500.0}
+
+
+def test_cartpole_fall_on_the_limit_step_is_terminal_only():
+    """Gymnasium's TimeLimit reports terminated and truncated when the pole falls on step 500; jaxlab
+    reports terminal only (never both; a learner must not bootstrap there either way)."""
+    state = [0.0, 0.0, 0.2, 1.0]  # leaning and falling: past 12 degrees after one step
+    reference = gym.make("CartPole-v1")
+    reference.reset(seed=0)
+    reference.unwrapped.state = np.array(state)
+    reference._elapsed_steps = 499  # the TimeLimit wrapper's step counter
+    _, _, ref_terminated, ref_truncated, _ = reference.step(1)
+    assert ref_terminated and ref_truncated
+    with jaxlab.make("cartpole", num_envs=1, seed=0) as env:
+        env.reset()
+        env.set_state(0, [*state, 499])
+        _, _, terminal, truncation, info = env.step(np.ones(1, dtype=np.int32))
+        assert (bool(terminal[0]), bool(truncation[0])) == (True, False) and info["episode_length"] == 500
 
 
 def test_cartpole_initial_state_is_uniform_within_005():

@@ -116,3 +116,21 @@ def test_lists_and_jax_arrays_are_accepted_when_well_typed():
         env.step(jnp.zeros(2, dtype=jnp.int32))
         with pytest.raises(TypeError, match="must have dtype int32, got int64"):
             env.step([0, 1])
+
+
+def test_step_before_any_reset_says_to_reset_first():
+    with jaxlab.make("cartpole", num_envs=2) as env:
+        with pytest.raises(RuntimeError, match=r"VecEnv 'cartpole' was stepped before any reset: .*call reset\(\) first"):
+            env.step(np.zeros(2, dtype=np.int32))
+        np.testing.assert_array_equal(env.observations, 0.0)  # nothing was stepped
+        env.reset()
+        env.step(np.zeros(2, dtype=np.int32))
+
+
+def test_loading_a_saved_state_counts_as_a_reset():
+    with jaxlab.make("memory", num_envs=3, seed=1) as env, jaxlab.make("memory", num_envs=3, seed=2) as other:
+        env.reset()
+        env.step(np.zeros(3, dtype=np.int32))
+        other.load_state(env.save_state())
+        np.testing.assert_array_equal(other.step(np.zeros(3, dtype=np.int32))[0],
+                                      env.step(np.zeros(3, dtype=np.int32))[0])

@@ -91,12 +91,23 @@ def test_ppo_loss_on_a_hand_checked_batch():
 
 
 def test_ppo_loss_unclipped_value_and_normalised_advantages():
-    terms = ppo.ppo_loss(new_logp=jnp.zeros(4), entropy=jnp.zeros(4), new_values=jnp.array([1.0, 3.0, 0.0, 0.0]),
+    # advantages 1..4: mean 2.5, std (ddof 0) sqrt(1.25), so the normalised advantages are
+    # k * [-3, -1, 1, 3] with k = 0.5 / (sqrt(1.25) + 1e-8) (ddof 1 would give 0.5 / sqrt(5/3) instead)
+    ratios = jnp.array([1.5, 0.9, 1.1, 0.5])
+    terms = ppo.ppo_loss(new_logp=jnp.log(ratios), entropy=jnp.zeros(4), new_values=jnp.array([1.0, 3.0, 0.0, 0.0]),
                          old_logp=jnp.zeros(4), old_values=jnp.array([0.5, 2.0, 0.0, 0.0]),
                          advantages=jnp.array([1.0, 2.0, 3.0, 4.0]), returns=jnp.array([2.0, 2.0, 0.0, 0.0]),
                          clip_coef=0.2, vf_coef=0.5, vf_clip_coef=0.0, ent_coef=0.0, norm_adv=True)
     assert float(terms.value) == pytest.approx(0.5 * (1 + 1) / 4)
-    assert float(terms.policy) == pytest.approx(0.0, abs=1e-6)  # ratio 1: minus the mean normalised advantage
+    k = 0.5 / (math.sqrt(1.25) + 1e-8)
+    # max(-A r, -A clip(r, 0.8, 1.2)) per sample:
+    #   A = -3k, r = 1.5: max(4.5k, 3.6k) = 4.5k      A = -k, r = 0.9: 0.9k (inside the clip range)
+    #   A =   k, r = 1.1: -1.1k                       A = 3k, r = 0.5: max(-1.5k, -2.4k) = -1.5k
+    expected = (4.5 + 0.9 - 1.1 - 1.5) * k / 4
+    assert float(terms.policy) == pytest.approx(expected, rel=1e-6)
+    assert float(terms.policy) != pytest.approx((4.5 + 0.9 - 1.1 - 1.5) * 0.5 / math.sqrt(5 / 3) / 4, rel=1e-3)
+    assert float(terms.total) == pytest.approx(expected + 0.5 * 0.25, rel=1e-6)
+    assert float(terms.clip_fraction) == 0.5  # ratios 1.5 and 0.5 lie outside [0.8, 1.2]
 
 
 def test_explained_variance():

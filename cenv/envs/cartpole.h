@@ -1,6 +1,15 @@
 /* CartPole: Gymnasium's CartPole-v1 exactly (constants, Euler integration, thresholds, reward 1 per
  * step including the last, initial state uniform in +-0.05), truncated at `max_steps` (500).
- * Observation float32[4] = (x, x_dot, theta, theta_dot); action Discrete(2): 0 pushes left. */
+ * Observation float32[4] = (x, x_dot, theta, theta_dot); action Discrete(2): 0 pushes left.
+ *
+ * "Exactly" means bit for bit: from the same state and actions, every observation equals Gymnasium
+ * 1.x's float32 observation (tests/test_env_dynamics.py replays long episodes). The state is double,
+ * cos/sin are double (libm, as NumPy's float64 cos/sin), and every expression is evaluated in
+ * Gymnasium's order of operations (np.square(v) is (v * v), a * b * c is (a * b) * c); the library is
+ * built with -ffp-contract=off so that no compiler fuses a multiply-add. One difference in what is
+ * reported, not in the dynamics: on the step that reaches `max_steps` with the pole also falling,
+ * Gymnasium's TimeLimit reports terminated and truncated; this env reports terminal only (a terminal
+ * is never also a truncation here, and a learner must not bootstrap there either way). */
 #ifndef CENV_CARTPOLE_H
 #define CENV_CARTPOLE_H
 
@@ -73,16 +82,15 @@ static void cartpole_reset(Cartpole *env) {
 
 static int cartpole_step(Cartpole *env) {
     double force = env->actions[0] == 1 ? CARTPOLE_FORCE_MAG : -CARTPOLE_FORCE_MAG;
-    /* Single-precision trig (glibc sinf/cosf, < 1 float ulp) doubles the speed; the state and the rest
-     * of the arithmetic stay in double as in Gymnasium, and results agree to float32 tolerance. */
-    double costheta = (double)cosf((float)env->theta);
-    double sintheta = (double)sinf((float)env->theta);
-    double temp = (force + CARTPOLE_POLEMASS_LENGTH * env->theta_dot * env->theta_dot * sintheta) /
-                  CARTPOLE_TOTAL_MASS;
+    /* Gymnasium's expressions, parenthesised as Python evaluates them (left to right). */
+    double costheta = cos(env->theta);
+    double sintheta = sin(env->theta);
+    double theta_dot_sq = env->theta_dot * env->theta_dot; /* np.square(theta_dot) */
+    double temp = (force + (CARTPOLE_POLEMASS_LENGTH * theta_dot_sq) * sintheta) / CARTPOLE_TOTAL_MASS;
+    double costheta_sq = costheta * costheta; /* np.square(costheta) */
     double thetaacc = (CARTPOLE_GRAVITY * sintheta - costheta * temp) /
-                      (CARTPOLE_LENGTH * (4.0 / 3.0 - CARTPOLE_MASSPOLE * costheta * costheta /
-                                                          CARTPOLE_TOTAL_MASS));
-    double xacc = temp - CARTPOLE_POLEMASS_LENGTH * thetaacc * costheta / CARTPOLE_TOTAL_MASS;
+                      (CARTPOLE_LENGTH * (4.0 / 3.0 - (CARTPOLE_MASSPOLE * costheta_sq) / CARTPOLE_TOTAL_MASS));
+    double xacc = temp - ((CARTPOLE_POLEMASS_LENGTH * thetaacc) * costheta) / CARTPOLE_TOTAL_MASS;
     env->x = env->x + CARTPOLE_TAU * env->x_dot;
     env->x_dot = env->x_dot + CARTPOLE_TAU * xacc;
     env->theta = env->theta + CARTPOLE_TAU * env->theta_dot;

@@ -1,6 +1,7 @@
 /* Steps every registered env through the public API, with 1 and 3 threads, random (and some
- * out-of-range) actions, and checks the results match across thread counts. Built with
- * -fsanitize=address,undefined by tests/test_sanitizer.py; exits non-zero on any mismatch. */
+ * out-of-range) actions, and checks the results match across thread counts; also a describe-only
+ * handle, step before reset, and saved states. Built with -fsanitize=address,undefined by
+ * tests/test_build.py::test_sanitizer_build_steps_every_env; exits non-zero on any mismatch. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +24,7 @@ typedef struct {
 
 static int open_run(run *r, int type, int threads) {
     int np = cenv_num_params(type);
-    double params[16];
+    double params[CENV_MAX_PARAMS];
     for (int i = 0; i < np; i++) {
         const char *name, *help;
         double lo, hi;
@@ -36,24 +37,29 @@ static int open_run(run *r, int type, int threads) {
         fprintf(stderr, "create failed: %s\n", err);
         return 1;
     }
-    int64_t shape[4];
+    int64_t shape[CENV_MAX_OBS_DIMS];
     cenv_obs_shape(r->vec, shape);
     r->obs_items = 1;
     for (int d = 0; d < cenv_obs_ndim(r->vec); d++) r->obs_items *= shape[d];
     r->agents = (int64_t)NUM_ENVS * cenv_agents_per_env(r->vec);
     r->action_items = cenv_action_ndim(r->vec);
-    r->continuous = cenv_action_kind(r->vec) == 2;
-    size_t obs_bytes = (size_t)(r->agents * r->obs_items) * (cenv_obs_dtype(r->vec) == 1 ? 1 : 4);
+    r->continuous = cenv_action_kind(r->vec) == CENV_ACTION_CONTINUOUS;
+    size_t obs_bytes =
+        (size_t)(r->agents * r->obs_items) * (cenv_obs_dtype(r->vec) == CENV_DTYPE_UINT8 ? 1 : 4);
     r->obs = calloc(obs_bytes, 1);
     r->final_obs = calloc(obs_bytes, 1);
     r->actions = calloc((size_t)(r->agents * r->action_items), 4);
     r->rewards = calloc((size_t)r->agents, sizeof(float));
     r->terminals = calloc((size_t)r->agents, 1);
     r->truncations = calloc((size_t)r->agents, 1);
-    r->mask = calloc((size_t)r->agents * 64, 1);
+    r->mask = calloc((size_t)(r->agents * cenv_mask_width(r->vec)) + 1, 1);
     if (cenv_bind(r->vec, r->obs, r->actions, r->rewards, r->terminals, r->truncations, r->mask,
                   r->final_obs) != 0)
         return 1;
+    if (cenv_step(r->vec) != CENV_ERR_NOT_RESET) { /* never reset: refused */
+        fprintf(stderr, "step before reset was not refused\n");
+        return 1;
+    }
     return cenv_reset(r->vec, 99, 1);
 }
 
@@ -68,8 +74,40 @@ static void close_run(run *r) {
     free(r->mask);
 }
 
+/* A describe-only handle has the spaces of a created vector and refuses everything else. */
+static int check_describe(const run *r, int type) {
+    int np = cenv_num_params(type);
+    double params[CENV_MAX_PARAMS];
+    for (int i = 0; i < np; i++) {
+        const char *name, *help;
+        double lo, hi;
+        int is_int;
+        cenv_param_info(type, i, &name, &help, &params[i], &lo, &hi, &is_int);
+    }
+    char err[CENV_ERROR_LEN];
+    cenv_vec *d = cenv_describe(type, params, np, err, sizeof(err));
+    if (d == NULL) return 1;
+    int64_t a[CENV_MAX_OBS_DIMS] = {0}, b[CENV_MAX_OBS_DIMS] = {0};
+    cenv_obs_shape(d, a);
+    cenv_obs_shape(r->vec, b);
+    int bad = cenv_agents_per_env(d) != cenv_agents_per_env(r->vec) ||
+              cenv_obs_ndim(d) != cenv_obs_ndim(r->vec) || memcmp(a, b, sizeof(a)) != 0 ||
+              cenv_action_kind(d) != cenv_action_kind(r->vec) ||
+              cenv_action_ndim(d) != cenv_action_ndim(r->vec) ||
+              cenv_mask_width(d) != cenv_mask_width(r->vec);
+    bad |= cenv_step(d) != CENV_ERR_ARGUMENT || cenv_reset(d, 0, 0) != CENV_ERR_ARGUMENT ||
+           cenv_bind(d, r->obs, r->actions, r->rewards, r->terminals, r->truncations, r->mask,
+                     NULL) != CENV_ERR_ARGUMENT ||
+           cenv_state_size(d) != CENV_ERR_ARGUMENT || strstr(cenv_error(d), "cenv_describe") == NULL;
+    cenv_close(d);
+    params[0] = -1e300; /* out of every range */
+    if (cenv_describe(type, params, np, err, sizeof(err)) != NULL || strstr(err, "parameter") == NULL)
+        bad = 1;
+    return bad;
+}
+
 static void fill_actions(run *r, cenv_rng *rng) {
-    int64_t nvec[16];
+    int64_t nvec[CENV_MAX_ACTION_DIMS];
     if (r->continuous) {
         for (int64_t i = 0; i < r->agents * r->action_items; i++)
             ((float *)r->actions)[i] = (float)cenv_rng_uniform(rng, -3.0, 3.0);
@@ -89,6 +127,10 @@ int main(void) {
             fprintf(stderr, "%s: could not open\n", cenv_env_name(type));
             return 1;
         }
+        if (check_describe(&one, type)) {
+            fprintf(stderr, "%s: describe-only handle wrong\n", cenv_env_name(type));
+            failures++;
+        }
         cenv_rng rng;
         cenv_rng_seed(&rng, 7, (uint64_t)type);
         int64_t episodes = 0;
@@ -104,7 +146,7 @@ int main(void) {
                 memcmp(one.truncations, three.truncations, (size_t)one.agents) != 0)
                 failures++;
         }
-        float log1[32], log3[32];
+        float log1[CENV_MAX_LOG], log3[CENV_MAX_LOG];
         int64_t n1 = cenv_log(one.vec, log1), n3 = cenv_log(three.vec, log3);
         if (n1 != episodes || n3 != episodes ||
             memcmp(log1, log3, sizeof(float) * (size_t)cenv_num_log_fields(type)) != 0)

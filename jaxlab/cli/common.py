@@ -60,6 +60,8 @@ class Resolved(NamedTuple):
     backend: str
     resume: Path | None = None   # a checkpoint, or a checkpoints/ directory to take the newest good one of
     changes: tuple = ()          # allowed config changes against the checkpoint ("key: old -> new")
+    memory: Any = None           # config.memory.MemoryEstimate: what the config needs
+    memory_limit: Any = None     # config.memory.MemoryLimit: what there is
     resume_meta: dict = {}       # {checkpoint path: its meta} for those read already
 
 
@@ -68,12 +70,11 @@ def warn(message: str) -> None:
 
 
 def resolve(args: argparse.Namespace) -> Resolved:
-    """The config of ARGS (preset, --config, flags) with its sizes checked; ConfigError (or
-    CheckpointError for --resume) otherwise, which main() reports with exit status 2.
+    """The config of ARGS (preset, --config, flags) with its sizes checked and its memory estimate
+    checked against the device's and the host's; ConfigError (or CheckpointError for --resume)
+    otherwise, which main() reports with exit status 2.
     Nothing is compiled; JAX's backend is started (to see the devices) with its memory options set."""
-    import jaxlab
-    from jaxlab.config import presets
-    from jaxlab.config import ConfigError, derive_sizes, load_config, read_preset
+    from jaxlab.config import ConfigError, derive_sizes, load_config, memory, presets, read_preset
 
     resume, changes, resume_meta = None, (), {}
     if getattr(args, "resume", None):
@@ -102,13 +103,11 @@ def resolve(args: argparse.Namespace) -> Resolved:
         backend = presets.prepare_backend(config.device.memory_fraction)
         presets.check_preset_fits(args.preset, presets.current_devices())
         reason = "chosen with --preset"
-    try:
-        with jaxlab.make(config.env_name, **config.env) as probe:
-            agents_per_env = probe.agents_per_env
-    except (ValueError, TypeError) as err:  # an env parameter out of range or of the wrong type
-        raise ConfigError(str(err)) from None
-    return Resolved(config, sources, derive_sizes(config, agents_per_env), reason, backend, resume, tuple(changes),
-                    resume_meta)
+    shape = memory.env_shape(config)  # ConfigError for an env parameter out of range or of the wrong type
+    sizes = derive_sizes(config, shape.agents_per_env)
+    limit = memory.current_limit()
+    estimate = memory.check_fits(config, sizes, shape, limit)  # before anything is allocated
+    return Resolved(config, sources, sizes, reason, backend, resume, tuple(changes), estimate, limit, resume_meta)
 
 
 def fail(command: str, err: Exception) -> int:

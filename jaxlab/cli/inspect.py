@@ -27,13 +27,15 @@ def envs_command(args: argparse.Namespace) -> int:
 
 
 def config_command(args: argparse.Namespace) -> int:
-    """Prints the resolved config as TOML, each value with the layer that set it, and the sizes."""
+    """Prints the resolved config as TOML, each value with the layer that set it, the sizes and the
+    memory estimate."""
     from jaxlab.config import to_toml
     from jaxlab.env import env_type
 
     resolved = resolve(args)
     print(f"# {resolved.config.env_name}, preset {resolved.config.preset} ({resolved.preset_reason})")
     print(f"# {resolved.sizes.describe()}")
+    print(f"# memory: {resolved.memory.describe()}; {resolved.memory_limit.describe()}")
     section = ""
     for line in to_toml(resolved.config).splitlines():
         if line.startswith("["):

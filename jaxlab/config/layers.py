@@ -14,7 +14,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from jaxlab.config.schema import SECTIONS, Config, ConfigError
+from jaxlab.config.schema import SCHEDULE_ALIASES, SECTIONS, Config, ConfigError
 
 
 def configs_dir() -> Path:
@@ -82,6 +82,26 @@ def coerce(value: Any, kind: type | str, where: str) -> Any:
         if isinstance(value, str):
             return value
     raise ConfigError(f"{where}={value!r} must be a {kind.__name__}")
+
+
+def coerce_schedule(value: Any, where: str) -> str:
+    """train.anneal_lr: a schedule name in any case, or a boolean as PufferLib users write it (a TOML
+    boolean, or true/yes/1 and false/no/0 in any case): true means "linear", false "none"."""
+    if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+        return "linear" if value else "none"
+    name = coerce(value, str, where).strip().lower()
+    return SCHEDULE_ALIASES.get(name, name)
+
+
+#: Keys coerced by their own function(value, where) instead of by their type.
+SPECIAL_KEYS = {"train.anneal_lr": coerce_schedule}
+
+
+def coerce_key(section: str, key: str, value: Any, kind: type | str) -> Any:
+    """The value of config key ``section.key`` (of type ``kind``) from a raw TOML or flag value."""
+    where = f"{section}.{key}"
+    special = SPECIAL_KEYS.get(where)
+    return special(value, where) if special else coerce(value, kind, where)
 
 
 def _unknown_key(section: str, key: str, known) -> ConfigError:
@@ -222,7 +242,7 @@ def build_config(env_name: str, values: dict, env_params: dict, preset: str = "n
     sections = {}
     for section, cls in SECTIONS.items():
         types = {f.name: f.type for f in fields(cls)}
-        kwargs = {k: coerce(v, _type(types[k]), f"{section}.{k}") for k, v in values[section].items()}
+        kwargs = {k: coerce_key(section, k, v, _type(types[k])) for k, v in values[section].items()}
         sections[section] = cls(**kwargs)
     env = {}
     for key, value in values["env"].items():

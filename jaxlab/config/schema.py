@@ -48,7 +48,7 @@ class TrainConfig:
     learning_rate: float = 3e-3
     """Adam learning rate at the start"""
     anneal_lr: str = "linear"
-    """learning-rate schedule: linear, cosine or none"""
+    """learning-rate schedule: linear, cosine or none (true/yes/1 mean linear, false/no/0 none)"""
     min_lr_ratio: float = 0.0
     """floor of the annealed learning rate, as a fraction of learning_rate"""
     gamma: float = 0.99
@@ -66,7 +66,7 @@ class TrainConfig:
     ent_coef: float = 0.0
     """entropy-bonus weight"""
     max_grad_norm: float = 0.5
-    """global gradient-norm clip"""
+    """global gradient-norm clip (0: no clipping)"""
     norm_adv: bool = True
     """normalise advantages per minibatch"""
 
@@ -129,6 +129,8 @@ class Config:
 SECTIONS = {"vec": VecConfig, "policy": PolicyConfig, "train": TrainConfig, "device": DeviceConfig,
             "checkpoint": CheckpointConfig, "log": LogConfig}
 SCHEDULES = ("linear", "cosine", "none")
+#: train.anneal_lr also takes a boolean, as PufferLib writes it (--train.anneal-lr False).
+SCHEDULE_ALIASES = {"true": "linear", "yes": "linear", "1": "linear", "false": "none", "no": "none", "0": "none"}
 PRECISIONS = ("float32", "bfloat16")
 MATMUL_PRECISIONS = ("default", "high", "highest")
 DASHBOARDS = ("auto", "rich", "plain", "none")

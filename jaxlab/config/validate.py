@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, fields
 
-from jaxlab.config.schema import (DASHBOARDS, MATMUL_PRECISIONS, PRECISIONS, SCHEDULES, Config,
+from jaxlab.config.schema import (DASHBOARDS, MATMUL_PRECISIONS, PRECISIONS, SCHEDULES, SECTIONS, Config,
                                   ConfigError)
 
 
@@ -49,8 +50,21 @@ def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
         raise ConfigError(f"{name}={value!r} is not known; {hint}use one of {', '.join(choices)}")
 
 
+def check_finite(config: Config) -> None:
+    """Every float key of every section must be a finite number: NaN and infinity mean nothing to the
+    trainer (no key gives them a meaning). ConfigError naming the key, its value and its default."""
+    for section, cls in SECTIONS.items():
+        for spec in fields(cls):
+            value = getattr(getattr(config, section), spec.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                flag = f"--{section}.{spec.name.replace('_', '-')}"
+                raise ConfigError(f"{section}.{spec.name}={value} is not a finite number; "
+                                  f"give a number, e.g. {flag} {spec.default!r} (the default)")
+
+
 def derive_sizes(config: Config, agents_per_env: int) -> Sizes:
     """Checks every invariant; ConfigError naming the values, the rule and a fix on the first broken."""
+    check_finite(config)
     t, v = config.train, config.vec
     positive = [("vec.num_envs", v.num_envs), ("vec.num_threads", v.num_threads),
                 ("policy.hidden_size", config.policy.hidden_size), ("train.bptt_horizon", t.bptt_horizon),
@@ -73,7 +87,8 @@ def derive_sizes(config: Config, agents_per_env: int) -> Sizes:
     if t.min_lr_ratio > 1:
         raise ConfigError(f"train.min_lr_ratio={t.min_lr_ratio} must be in [0, 1]")
     if t.anneal_lr not in SCHEDULES:
-        raise ConfigError(f"train.anneal_lr={t.anneal_lr!r} is not a schedule; use one of {', '.join(SCHEDULES)}")
+        raise ConfigError(f"train.anneal_lr={t.anneal_lr!r} is not a schedule; use one of {', '.join(SCHEDULES)} "
+                          "(or true for linear, false for none)")
     check_choice("device.precision", config.device.precision, PRECISIONS)
     check_choice("device.matmul_precision", config.device.matmul_precision, MATMUL_PRECISIONS)
     check_choice("log.dashboard", config.log.dashboard, DASHBOARDS)

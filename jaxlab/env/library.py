@@ -1,8 +1,14 @@
 """Loads libcenv with ctypes and declares every exported function's signature. The only module that
-touches ctypes' loader; everything else goes through ``load()``.
+touches ctypes' loader; everything else goes through ``load()`` and ``constants()``.
 
 The library is found at $JAXLAB_CENV_LIB if set (the tests point it at a sanitizer build), else
 next to the package as ``jaxlab/_cenv*.so`` (built by ``pip install``).
+
+One source of truth: every number the C API defines (error codes, dtype and action-kind codes, limits
+such as MAX_CHUNKS) is read from the library's constant table by ``constants()``, never typed here.
+The only number typed here is ``ABI_VERSION``, the C ABI this Python code was written for, which must
+be checked before anything else is trusted. ``SIGNATURES`` mirrors the CENV_EXPORT prototypes of
+cenv/api.h; tests/test_build.py parses that header and fails on any difference.
 """
 
 from __future__ import annotations
@@ -13,15 +19,19 @@ import importlib.machinery
 import os
 from pathlib import Path
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 c_int, c_int64, c_uint64, c_double = ctypes.c_int, ctypes.c_int64, ctypes.c_uint64, ctypes.c_double
+c_float, c_uint8 = ctypes.c_float, ctypes.c_uint8
 c_char_p, c_void_p = ctypes.c_char_p, ctypes.c_void_p
 P = ctypes.POINTER
 
-# name: (restype, argtypes)
+# name: (restype, argtypes), as cenv/api.h declares them (const dropped; cenv_vec * is c_void_p)
 SIGNATURES = {
     "cenv_abi_version": (c_int, []),
+    "cenv_num_constants": (c_int, []),
+    "cenv_constant_name": (c_char_p, [c_int]),
+    "cenv_constant_value": (c_int64, [c_int]),
     "cenv_num_env_types": (c_int, []),
     "cenv_env_name": (c_char_p, [c_int]),
     "cenv_env_description": (c_char_p, [c_int]),
@@ -31,6 +41,7 @@ SIGNATURES = {
     "cenv_num_log_fields": (c_int, [c_int]),
     "cenv_log_field_name": (c_char_p, [c_int, c_int]),
     "cenv_create": (c_void_p, [c_int, c_int64, c_uint64, P(c_double), c_int, c_int, c_char_p, c_int64]),
+    "cenv_describe": (c_void_p, [c_int, P(c_double), c_int, c_char_p, c_int64]),
     "cenv_agents_per_env": (c_int, [c_void_p]),
     "cenv_obs_ndim": (c_int, [c_void_p]),
     "cenv_obs_shape": (None, [c_void_p, P(c_int64)]),
@@ -38,24 +49,22 @@ SIGNATURES = {
     "cenv_action_kind": (c_int, [c_void_p]),
     "cenv_action_ndim": (c_int, [c_void_p]),
     "cenv_action_nvec": (None, [c_void_p, P(c_int64)]),
-    "cenv_action_bounds": (None, [c_void_p, P(ctypes.c_float), P(ctypes.c_float)]),
+    "cenv_action_bounds": (None, [c_void_p, P(c_float), P(c_float)]),
     "cenv_has_mask": (c_int, [c_void_p]),
-    "cenv_bind": (c_int, [c_void_p] + [c_void_p] * 7),
+    "cenv_mask_width": (c_int64, [c_void_p]),
+    "cenv_bind": (c_int, [c_void_p, c_void_p, c_void_p, P(c_float), P(c_uint8), P(c_uint8), P(c_uint8),
+                          c_void_p]),
     "cenv_reset": (c_int, [c_void_p, c_uint64, c_int]),
     "cenv_step": (c_int64, [c_void_p]),
     "cenv_bad_action": (None, [c_void_p, P(c_int64), P(c_int), P(c_double)]),
     "cenv_error": (c_char_p, [c_void_p]),
-    "cenv_log": (c_int64, [c_void_p, c_void_p]),
+    "cenv_log": (c_int64, [c_void_p, P(c_float)]),
     "cenv_set_state": (c_int, [c_void_p, c_int64, P(c_double), c_int]),
     "cenv_state_size": (c_int64, [c_void_p]),
     "cenv_save_state": (c_int64, [c_void_p, c_void_p, c_int64]),
     "cenv_load_state": (c_int, [c_void_p, c_void_p, c_int64]),
     "cenv_close": (None, [c_void_p]),
 }
-
-ERR_NULL, ERR_UNBOUND, ERR_ACTION, ERR_ARGUMENT = -1, -2, -3, -4
-DTYPES = {0: "float32", 1: "uint8"}
-ACTION_DISCRETE, ACTION_MULTI_DISCRETE, ACTION_CONTINUOUS = 0, 1, 2
 
 
 def library_path() -> Path:
@@ -93,3 +102,31 @@ def load() -> ctypes.CDLL:
         fn.restype = restype
         fn.argtypes = argtypes
     return lib
+
+
+@functools.lru_cache(maxsize=None)
+def _constants() -> tuple[tuple[str, int], ...]:
+    lib = load()
+    return tuple((lib.cenv_constant_name(i).decode(), int(lib.cenv_constant_value(i)))
+                 for i in range(lib.cenv_num_constants()))
+
+
+def constants() -> dict[str, int]:
+    """Every number of cenv/api.h, read from the library once, by name without the CENV_ prefix:
+    ABI_VERSION, the error codes ERR_* (negative), DTYPE_*, ACTION_*, and the limits MAX_CHUNKS (envs
+    are split into at most this many chunks, so num_threads <= min(num_envs, MAX_CHUNKS)),
+    ERROR_LEN, MAX_PARAMS, MAX_LOG, MAX_OBS_DIMS, MAX_ACTION_DIMS. A new dict on every call."""
+    return dict(_constants())
+
+
+def constant(name: str) -> int:
+    """One of ``constants()``, e.g. ``constant("MAX_CHUNKS")``; KeyError naming the known ones."""
+    table = dict(_constants())
+    if name not in table:
+        raise KeyError(f"cenv has no constant {name!r}; it has {', '.join(table)}")
+    return table[name]
+
+
+def dtypes() -> dict[int, str]:
+    """Observation dtype code -> numpy dtype name ("float32", "uint8"), from the DTYPE_* constants."""
+    return {value: name[len("DTYPE_"):].lower() for name, value in _constants() if name.startswith("DTYPE_")}

@@ -1,5 +1,6 @@
 """What the C registry holds: env names, descriptions, parameters and statistic names, read from C
-once. Also turns user keyword parameters into the C parameter vector, with clear errors."""
+once. Also turns user keyword parameters into the C parameter vector, with clear errors, and tells
+the spaces of an env type for given parameters without creating envs (``spaces_of``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import difflib
 import functools
 from dataclasses import dataclass
 
+from jaxlab.env import library
 from jaxlab.env.library import load
+from jaxlab.env.spaces import EnvSpaces, describe_handle
 
 
 @dataclass(frozen=True)
@@ -98,3 +101,22 @@ def resolve_params(kind: EnvType, params: dict) -> list[float]:
                              f"in [{p.low:g}, {p.high:g}] (default {p.default_value:g})")
         values.append(float(value))
     return values
+
+
+def spaces_of(name: str, **params) -> EnvSpaces:
+    """The spaces of env ``name`` with env parameters ``params`` (defaults filled), without creating
+    envs or threads: agents_per_env, observation_space, action_space, has_mask, mask_width (see
+    EnvSpaces). Raises like ``jaxlab.make``: ValueError for an unknown env or a value out of range,
+    TypeError for an unknown parameter or one of the wrong type."""
+    kind = env_type(name)
+    values = resolve_params(kind, params)
+    lib = load()
+    c_params = (ctypes.c_double * max(1, len(values)))(*values)
+    err = ctypes.create_string_buffer(library.constant("ERROR_LEN"))
+    handle = lib.cenv_describe(kind.index, c_params, len(values), err, len(err))
+    if not handle:
+        raise ValueError(f"cannot describe env '{name}': {err.value.decode()}")
+    try:
+        return describe_handle(handle)
+    finally:
+        lib.cenv_close(handle)

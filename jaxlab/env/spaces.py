@@ -1,10 +1,14 @@
-"""Action and observation spaces, as the C side describes them. Plain frozen dataclasses."""
+"""Action and observation spaces, as the C side describes them. Plain frozen dataclasses, and
+``describe_handle``, the one reader of a C handle's spaces (used by VecEnv and registry.spaces_of)."""
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 
 import numpy as np
+
+from jaxlab.env import library
 
 
 @dataclass(frozen=True)
@@ -68,3 +72,55 @@ class Box:
 
 
 Space = Discrete | MultiDiscrete | Box
+
+
+@dataclass(frozen=True)
+class EnvSpaces:
+    """What one env of a type with given params looks like, per agent.
+
+    agents_per_env: agents in one env (rows per env in every buffer)
+    observation_space: Box of the per-agent observation shape and dtype
+    action_space: Discrete, MultiDiscrete or Box (per agent)
+    has_mask: whether the env writes an action mask
+    mask_width: entries of the per-agent action mask, sum(nvec) (0 without a mask)
+    """
+
+    agents_per_env: int
+    observation_space: Box
+    action_space: Space
+    has_mask: bool
+    mask_width: int
+
+
+def describe_handle(handle) -> EnvSpaces:
+    """The spaces of a C handle (from cenv_create or cenv_describe), read through its accessors."""
+    lib = library.load()
+    limits = library.constants()
+    ndim = lib.cenv_obs_ndim(handle)
+    shape = (ctypes.c_int64 * limits["MAX_OBS_DIMS"])()
+    lib.cenv_obs_shape(handle, shape)
+    obs_dtype = np.dtype(library.dtypes()[lib.cenv_obs_dtype(handle)])
+    obs_shape = tuple(int(n) for n in shape[:ndim])
+    high = 255.0 if obs_dtype == np.uint8 else np.inf
+    low = 0.0 if obs_dtype == np.uint8 else -np.inf
+    size = int(np.prod(obs_shape))
+    observation_space = Box((low,) * size, (high,) * size, obs_shape, obs_dtype)
+    kind = lib.cenv_action_kind(handle)
+    k = lib.cenv_action_ndim(handle)
+    if kind == limits["ACTION_CONTINUOUS"]:
+        low_c = (ctypes.c_float * limits["MAX_ACTION_DIMS"])()
+        high_c = (ctypes.c_float * limits["MAX_ACTION_DIMS"])()
+        lib.cenv_action_bounds(handle, low_c, high_c)
+        action_space = Box(tuple(low_c[:k]), tuple(high_c[:k]), (k,), np.dtype(np.float32))
+    else:
+        nvec = (ctypes.c_int64 * limits["MAX_ACTION_DIMS"])()
+        lib.cenv_action_nvec(handle, nvec)
+        if kind == limits["ACTION_DISCRETE"]:
+            action_space = Discrete(int(nvec[0]))
+        elif kind == limits["ACTION_MULTI_DISCRETE"]:
+            action_space = MultiDiscrete(tuple(int(n) for n in nvec[:k]))
+        else:
+            raise ValueError(f"cenv reports action kind {kind}, which this jaxlab does not know; "
+                             "rebuild the library with `pip install -e .`")
+    return EnvSpaces(int(lib.cenv_agents_per_env(handle)), observation_space, action_space,
+                     bool(lib.cenv_has_mask(handle)), int(lib.cenv_mask_width(handle)))

@@ -68,7 +68,12 @@ def lr_schedule(learning_rate: float, kind: str, total_steps: int, min_lr_ratio:
 
 
 def make_optimizer(schedule: Callable, max_grad_norm: float) -> optax.GradientTransformation:
-    return optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adam(schedule, eps=1e-5))
+    """Adam with learning rate ``schedule``, after clipping the gradients' global norm to
+    ``max_grad_norm``; 0 means no clipping (optax's clip would scale every gradient to zero). Both give
+    the same optimizer-state structure (optax.identity and the clip keep an EmptyState), so a run can be
+    resumed with the other setting."""
+    clip = optax.identity() if max_grad_norm == 0 else optax.clip_by_global_norm(max_grad_norm)
+    return optax.chain(clip, optax.adam(schedule, eps=1e-5))
 
 
 def global_norm(tree) -> jax.Array:

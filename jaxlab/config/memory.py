@@ -1,0 +1,360 @@
+"""The memory a config needs, estimated before anything is allocated, and the memory there is, so that
+a config that cannot fit stops with one line (exit 2) instead of a JAX RESOURCE_EXHAUSTED traceback
+part of the way in.
+
+Notation: P params, H = policy.hidden_size, O = flattened observation size, k = actor head size,
+B = batch samples (S segments x A agents x T steps), M = minibatch samples. Bytes:
+
+device (what JAX holds; on a CPU that is host memory too)
+    params     4 P
+    optimizer  8 P                Adam's two moments
+    gradients  4 P
+    segment    2 x (B x per-sample bytes + S x A x (next value + carry c, h) x 4): the collected
+               segment (obs in the env's dtype, action, logp, value, reward, bootstrap value; reset,
+               terminal, truncation flags; action mask) and, while it is being stacked, the per-step
+               arrays it is stacked from
+    update     M x (O + 16 H + k + 1) x 4 activations kept for one minibatch's backward pass (encoder
+               input O, pre- and post-GELU 2H, input gates 4H, per LSTM step gates and their sigmoid
+               and tanh 8H, c and h 2H; O + 2H + k + 1 without it), the minibatch's copy of the
+               segment, and the batch's advantages and returns 2 x B x 4
+host (numpy buffers besides JAX)
+    env        A x (2 x obs + action + reward 4 + 2 flags + mask): observations and final observations
+    segment    T x A x (reward 4 + 3 flags) x 2: the rollout's host rewards and flags, and the stacked
+               reset flags with their per-step copies
+
+The device total is the sum times SAFETY (1.5) for XLA's temporaries, workspace and allocator rounding.
+Only ``current_limit`` and ``out_of_memory_message`` touch JAX (through presets.current_devices).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass
+
+from jaxlab.config.schema import Config, ConfigError
+from jaxlab.config.validate import Sizes
+
+SAFETY = 1.5
+FLOAT = 4  # bytes of a float32 (params, optimizer state, values, activations) and of an int32 action
+
+#: The config keys that shrink each term, the first one the one a fix suggests a value for.
+TERM_KEYS = {"params": ("policy.hidden_size",), "optimizer": ("policy.hidden_size",),
+             "gradients": ("policy.hidden_size",),
+             "segment": ("vec.num_envs", "train.bptt_horizon", "train.batch_size"),
+             "update": ("train.minibatch_size", "policy.hidden_size"),
+             "env": ("vec.num_envs",), "host segment": ("vec.num_envs", "train.bptt_horizon")}
+
+
+@dataclass(frozen=True)
+class EnvShape:
+    """What the estimate needs of an env's spaces, per agent."""
+
+    agents_per_env: int
+    obs_shape: tuple[int, ...]
+    obs_itemsize: int    # bytes per observation element: 1 for uint8, 4 for float32
+    action_size: int     # action elements: 1 for Discrete, len(nvec), or the continuous dim
+    head_size: int       # actor outputs: n, sum(nvec) or the continuous dim
+    log_std: int         # learned log-std entries: the continuous dim, 0 for discrete actions
+    mask_width: int      # action-mask entries, 0 without a mask
+
+    @property
+    def obs_size(self) -> int:
+        return math.prod(self.obs_shape)
+
+    @classmethod
+    def of(cls, spaces) -> EnvShape:
+        """From jaxlab.env's EnvSpaces (``spaces_of(name, **params)``, or a VecEnv's ``.spaces``)."""
+        from jaxlab.env.spaces import Box, Discrete
+
+        action = spaces.action_space
+        if isinstance(action, Discrete):
+            size, head, log_std = 1, action.n, 0
+        elif isinstance(action, Box):
+            size = head = log_std = math.prod(action.shape)
+        else:
+            size, head, log_std = len(action.nvec), sum(action.nvec), 0
+        obs = spaces.observation_space
+        return cls(agents_per_env=int(spaces.agents_per_env), obs_shape=tuple(obs.shape),
+                   obs_itemsize=int(obs.dtype.itemsize), action_size=size, head_size=head, log_std=log_std,
+                   mask_width=int(spaces.mask_width))
+
+
+def env_shape(config: Config) -> EnvShape:
+    """The shape of ``config``'s env with parameters ``config.env``, read from the C registry without
+    creating envs (jaxlab.env.spaces_of); ConfigError for an env parameter out of range or of the
+    wrong type."""
+    from jaxlab.env import spaces_of
+
+    try:
+        return EnvShape.of(spaces_of(config.env_name, **config.env))
+    except (ValueError, TypeError) as err:
+        raise ConfigError(str(err)) from None
+
+
+def param_count(obs_size: int, hidden_size: int, head_size: int, lstm: bool = True, log_std: int = 0) -> int:
+    """Parameters of policy.ActorCritic: encoder Dense(O -> H), LSTM input projection Dense(H -> 4H) and
+    recurrent kernel [H, 4H] (no bias), actor Dense(H -> k), critic Dense(H -> 1), and the log-std."""
+    H = hidden_size
+    count = obs_size * H + H + H * head_size + head_size + H + 1
+    if lstm:
+        count += H * 4 * H + 4 * H + H * 4 * H
+    return count + log_std
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes per term (before SAFETY): device {params, optimizer, gradients, segment, update}, host
+    {env, host segment}."""
+
+    device: dict
+    host: dict
+
+    @property
+    def device_total(self) -> int:
+        """Bytes JAX needs, SAFETY included."""
+        return int(SAFETY * sum(self.device.values()))
+
+    @property
+    def host_total(self) -> int:
+        return sum(self.host.values())
+
+    def term_bytes(self, term: str) -> int:
+        """A term's bytes as counted in the totals (device terms with SAFETY)."""
+        return int(SAFETY * self.device[term]) if term in self.device else self.host[term]
+
+    def describe(self) -> str:
+        """'about 6.4 MiB for JAX (params 518.0 KiB, ..., update 2.0 MiB; x1.5 for XLA's temporaries)
+        and 16.6 KiB of host buffers'."""
+        terms = ", ".join(f"{name} {format_bytes(n)}" for name, n in self.device.items())
+        return (f"about {format_bytes(self.device_total)} for JAX ({terms}; x{SAFETY:g} for XLA's "
+                f"temporaries) and {format_bytes(self.host_total)} of host buffers")
+
+
+def format_bytes(n: float) -> str:
+    """1536 -> '1.5 KiB', 3 * 2**30 -> '3.0 GiB', 12 -> '12 B'."""
+    for unit, size in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def _segment_sample_bytes(shape: EnvShape) -> int:
+    """Bytes of one [T, A] entry of a segment: obs, action, logp, value, reward, bootstrap value,
+    3 flags, mask."""
+    return shape.obs_size * shape.obs_itemsize + shape.action_size * FLOAT + 4 * FLOAT + 3 + shape.mask_width
+
+
+def estimate(config: Config, sizes: Sizes, shape: EnvShape) -> MemoryEstimate:
+    """The memory ``config`` needs, per term, from its derived ``sizes`` and the env's ``shape``."""
+    H, lstm = config.policy.hidden_size, config.policy.lstm
+    params = param_count(shape.obs_size, H, shape.head_size, lstm, shape.log_std)
+    sequences = sizes.segments * sizes.num_agents
+    segment = sizes.batch_size * _segment_sample_bytes(shape) + sequences * (1 + 2 * H) * FLOAT
+    kept = shape.obs_size + (16 * H if lstm else 2 * H) + shape.head_size + 1
+    minibatch = sizes.minibatch_size * (kept * FLOAT + _segment_sample_bytes(shape))
+    A, T = sizes.num_agents, sizes.horizon
+    env = A * (2 * shape.obs_size * shape.obs_itemsize + shape.action_size * FLOAT + FLOAT + 2 + shape.mask_width)
+    return MemoryEstimate(
+        device={"params": params * FLOAT, "optimizer": 2 * params * FLOAT, "gradients": params * FLOAT,
+                "segment": 2 * segment, "update": minibatch + 2 * sizes.batch_size * FLOAT},
+        host={"env": env, "host segment": 2 * T * A * (FLOAT + 3)})
+
+
+# ---- the memory there is ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MemoryLimit:
+    """What there is: ``device`` bytes JAX may take on the accelerator (None: JAX runs on the CPU and its
+    arrays are host memory), ``host`` bytes of host memory available now (None: unknown), and the
+    device's name for messages."""
+
+    device: int | None
+    host: int | None
+    device_name: str = "the CPU"
+
+    def describe(self) -> str:
+        host = f"{format_bytes(self.host)} of host memory available" if self.host is not None else \
+            "host memory unknown"
+        if self.device is None:
+            return f"{host} (JAX runs on the CPU: its arrays are host memory too)"
+        return f"{format_bytes(self.device)} for JAX on {self.device_name}, {host}"
+
+
+def host_available() -> int | None:
+    """Bytes of host memory available now: MemAvailable of /proc/meminfo (free memory plus the cache
+    that can be reclaimed), else os.sysconf SC_AVPHYS_PAGES x SC_PAGE_SIZE; no more than the headroom
+    under a cgroup v2 memory limit. None when none of these can be read."""
+    available = _meminfo_available()
+    if available is None:
+        try:
+            available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            available = None
+    headroom = _cgroup_headroom()
+    if headroom is not None:
+        available = headroom if available is None else min(available, headroom)
+    return available
+
+
+def _meminfo_available(path: str = "/proc/meminfo") -> int | None:
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _cgroup_headroom(root: str = "/sys/fs/cgroup") -> int | None:
+    try:
+        with open(f"{root}/memory.max") as f:
+            limit = f.read().strip()
+        with open(f"{root}/memory.current") as f:
+            current = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    return None if limit == "max" else max(int(limit) - current, 0)
+
+
+def device_limit(devices: list, host: int | None) -> MemoryLimit:
+    """The limit for JAX's first device, from presets.DeviceInfo ``devices``: on a GPU its memory_bytes,
+    which is ``memory_stats()["bytes_limit"]``, the cap XLA enforces. That cap already applies
+    device.memory_fraction when it reached XLA before JAX started (XLA_PYTHON_CLIENT_MEM_FRACTION: an
+    explicit --preset, --resume; measured on an H100: 0.3 gives 25.5 GB, the default 0.75 63.8 GB), so
+    it is not multiplied again. On a CPU (or without memory stats) JAX takes host memory."""
+    if not devices or devices[0].platform == "cpu" or not devices[0].memory_bytes:
+        return MemoryLimit(None, host)
+    return MemoryLimit(int(devices[0].memory_bytes), host, devices[0].kind)
+
+
+def current_limit() -> MemoryLimit:
+    """The limit on this machine (starts JAX's backend: call it after presets.prepare_backend)."""
+    from jaxlab.config.presets import current_devices
+
+    return device_limit(current_devices(), host_available())
+
+
+# ---- fits or not, and what to reduce ----------------------------------------------------------------
+
+def shortfall(est: MemoryEstimate, limit: MemoryLimit) -> tuple[str, int, int] | None:
+    """(where: "device" or "host", bytes needed, bytes there) of the first memory that is too small;
+    None when the estimate fits (or the limit is unknown). On a CPU JAX's arrays count as host memory."""
+    if limit.device is not None and est.device_total > limit.device:
+        return "device", est.device_total, limit.device
+    host_need = est.host_total + (est.device_total if limit.device is None else 0)
+    if limit.host is not None and host_need > limit.host:
+        return "host", host_need, limit.host
+    return None
+
+
+def biggest_term(est: MemoryEstimate, where: str, on_cpu: bool) -> str:
+    """The term of ``where`` ("device" or "host") that takes the most; on a CPU, of all terms."""
+    if on_cpu:
+        terms = {**est.device, **est.host}
+    else:
+        terms = est.device if where == "device" else est.host
+    return max(terms, key=terms.get)
+
+
+def _flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def _get(config: Config, key: str):
+    section, name = key.split(".")
+    return getattr(getattr(config, section), name)
+
+
+def _with(config: Config, sizes: Sizes, key: str, value: int) -> tuple[Config, Sizes]:
+    """``config`` and ``sizes`` with ``key`` (the first key of a TERM_KEYS entry: policy.hidden_size,
+    vec.num_envs or train.minibatch_size) set to ``value``: the sizes the estimate reads, not re-checked."""
+    section, name = key.split(".")
+    config = dataclasses.replace(config, **{section: dataclasses.replace(getattr(config, section), **{name: value})})
+    if key == "vec.num_envs":
+        agents = value * sizes.agents_per_env
+        batch = sizes.segments * agents * sizes.horizon
+        sizes = dataclasses.replace(sizes, num_envs=value, num_agents=agents, batch_size=batch,
+                                    minibatch_size=min(sizes.minibatch_size, batch))
+    elif key == "train.minibatch_size":
+        sizes = dataclasses.replace(sizes, minibatch_size=value)
+    return config, sizes
+
+
+def suggest(config: Config, sizes: Sizes, shape: EnvShape, key: str, fits) -> int | None:
+    """The largest power of two below the current value of ``key`` with which ``fits(estimate)`` holds;
+    None when none does."""
+    current = _get(config, key)
+    value = 2 ** ((current - 1).bit_length() - 1) if current > 1 else 0
+    while value >= 1:
+        if fits(estimate(*_with(config, sizes, key, value), shape)):
+            return value
+        value //= 2
+    return None
+
+
+def reduce_hint(config: Config, sizes: Sizes, shape: EnvShape, term: str, fits) -> str:
+    """'reduce vec.num_envs (now 100,000,000), train.bptt_horizon or train.batch_size, e.g.
+    --vec.num-envs 1048576': the keys that shrink ``term``, with a value of the first that fits."""
+    keys = TERM_KEYS[term]
+    first = f"{keys[0]} (now {_get(config, keys[0]):,})"
+    names = first if len(keys) == 1 else f"{', '.join([first, *keys[1:-1]])} or {keys[-1]}"
+    value = suggest(config, sizes, shape, keys[0], fits)
+    return f"reduce {names}" + (f", e.g. {_flag(keys[0])} {value}" if value is not None else "")
+
+
+def check_fits(config: Config, sizes: Sizes, shape: EnvShape, limit: MemoryLimit) -> MemoryEstimate:
+    """The estimate of ``config``; ConfigError in one line (the estimate, the limit, what to reduce and a
+    value that fits) when it cannot fit in ``limit``."""
+    est = estimate(config, sizes, shape)
+    short = shortfall(est, limit)
+    if short is None:
+        return est
+    where, need, have = short
+    place = f"GPU memory on {limit.device_name}" if where == "device" else "host memory"
+    on_cpu = limit.device is None
+    term = biggest_term(est, where, on_cpu)
+    hint = reduce_hint(config, sizes, shape, term, lambda e: shortfall(e, limit) is None)
+    raise ConfigError(f"this config needs about {format_bytes(need)} of {place} but {format_bytes(have)} "
+                      f"{'is available' if where == 'host' else 'is its limit'} ({est.describe()}); "
+                      f"most of it is {term} ({format_bytes(est.term_bytes(term))}): {hint}")
+
+
+# ---- after the fact: an out-of-memory error ---------------------------------------------------------
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """A JAX/XLA out-of-memory error (RESOURCE_EXHAUSTED or "out of memory" in its message, as
+    XlaRuntimeError says it) or a MemoryError."""
+    text = str(err)
+    return isinstance(err, MemoryError) or "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower()
+
+
+def out_of_memory_message(err: BaseException, config: Config) -> str | None:
+    """One line for an out-of-memory ``err`` raised while running ``config``: the error's first line,
+    the estimate, the limit and what to reduce (a value that halves the estimate's biggest term's side);
+    None when ``err`` is not about memory. Never raises."""
+    if not is_out_of_memory(err):
+        return None
+    first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+    try:
+        from jaxlab.config.validate import derive_sizes
+
+        shape = env_shape(config)
+        sizes = derive_sizes(config, shape.agents_per_env)
+        est = estimate(config, sizes, shape)
+        limit = current_limit()
+        term = biggest_term(est, "device", limit.device is None)
+        target = est.device_total / 2
+        hint = reduce_hint(config, sizes, shape, term, lambda e: e.device_total <= target)
+        detail = (f"the config needs {est.describe()}; {limit.describe()}; most of it is {term} "
+                  f"({format_bytes(est.term_bytes(term))}): {hint}")
+    except Exception:  # noqa: BLE001 - the message must come out whatever else is wrong
+        detail = "reduce policy.hidden_size, vec.num_envs or train.minibatch_size"
+    fraction = config.device.memory_fraction
+    applied = os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION") == str(fraction)  # see presets.prepare_backend
+    more = f", or raise device.memory_fraction (now {fraction:g})" if applied and 0 < fraction < 1 else ""
+    return f"out of memory ({first}); {detail}{more}"

@@ -1,0 +1,205 @@
+"""The learner's pieces against hand-worked values: the optimizer (max_grad_norm 0 = no clipping), the
+learning-rate schedules, minibatch slicing along the agent axis, reward_scale before GAE, and that the
+loss falls when the update is run on one fixed segment."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from jaxlab.agent.distributions import ActionSpec
+from jaxlab.agent.policy import ActorCritic, zero_carry
+from jaxlab.train.learner import Segment, TrainState, _take_agents, lr_schedule, make_optimizer, make_update
+
+DISCRETE2 = ActionSpec("discrete", (2,))
+
+
+# ---- optimizer -----------------------------------------------------------------------------------
+
+def run_optimizer(max_grad_norm: float, grads_seq) -> list[np.ndarray]:
+    """The updates of make_optimizer (constant LR 1) for successive gradients of one parameter [2]."""
+    optimizer = make_optimizer(optax.constant_schedule(1.0), max_grad_norm)
+    params = {"w": jnp.zeros(2)}
+    state = optimizer.init(params)
+    updates = []
+    for g in grads_seq:
+        update, state = optimizer.update({"w": jnp.array(g)}, state, params)
+        updates.append(np.asarray(update["w"]))
+    return updates
+
+
+def test_max_grad_norm_zero_means_no_clipping():
+    grads = [[3.0, 4.0], [30.0, 40.0], [-1.0, 2.0]]
+    unclipped = run_optimizer(0.0, grads)
+    # Adam's first step is -lr * g / (|g| + eps) = -3 / 3.00001, -4 / 4.00001: about -1 per component, not
+    # the zero that clip_by_global_norm(0) gives (1e-4: a GPU's float32 division and sqrt differ a little)
+    np.testing.assert_allclose(unclipped[0], [-3 / 3.00001, -4 / 4.00001], rtol=1e-4)
+    adam = optax.adam(1.0, eps=1e-5)
+    state = adam.init({"w": jnp.zeros(2)})
+    for g, got in zip(grads, unclipped):
+        expected, state = adam.update({"w": jnp.array(g)}, state)
+        np.testing.assert_allclose(got, expected["w"], rtol=1e-6)
+    # a positive bound does clip: the second gradient (norm 50) is scaled to norm 1 and Adam's moments
+    # differ from then on
+    clipped = run_optimizer(1.0, grads)
+    assert not np.allclose(clipped[1], unclipped[1])
+
+
+def test_max_grad_norm_zero_keeps_the_optimizer_state_structure():
+    params = {"w": jnp.zeros(2)}
+    schedule = optax.constant_schedule(1e-3)
+    assert jax.tree.structure(make_optimizer(schedule, 0.0).init(params)) == \
+        jax.tree.structure(make_optimizer(schedule, 0.5).init(params))
+
+
+# ---- learning-rate schedules ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("step, value", [(0, 1.0), (5, 0.55), (8, 0.28), (10, 0.1), (25, 0.1)])
+def test_linear_schedule_to_its_floor(step, value):
+    # 1.0 -> 0.1 over 10 steps: 1 - 0.9 * step / 10, then the floor
+    assert float(lr_schedule(1.0, "linear", 10, 0.1)(step)) == pytest.approx(value, rel=1e-6)
+
+
+@pytest.mark.parametrize("step, value", [
+    (0, 2.0),
+    (2, 2.0 * (0.9 * 0.5 * (1 + math.cos(math.pi / 4)) + 0.1)),   # 1.7364
+    (4, 2.0 * 0.55),                                               # cos(pi/2) = 0: halfway
+    (8, 0.2), (20, 0.2)])                                          # the floor 2.0 * 0.1, and after
+def test_cosine_schedule_to_its_floor(step, value):
+    # lr * ((1 - r) * (1 + cos(pi * step / total)) / 2 + r) with lr 2, total 8, r = min_lr_ratio 0.1
+    assert float(lr_schedule(2.0, "cosine", 8, 0.1)(step)) == pytest.approx(value, rel=1e-6)
+
+
+def test_cosine_without_floor_reaches_zero_and_none_is_constant():
+    assert float(lr_schedule(1.0, "cosine", 8, 0.0)(8)) == pytest.approx(0.0, abs=1e-7)
+    assert float(lr_schedule(1.0, "linear", 8, 0.0)(4)) == pytest.approx(0.5)
+    schedule = lr_schedule(3e-3, "none", 8, 0.5)
+    assert [float(schedule(s)) for s in (0, 4, 100)] == pytest.approx([3e-3] * 3)
+
+
+# ---- minibatch slicing ---------------------------------------------------------------------------
+
+def numbered_segment(T: int, A: int, H: int, with_masks: bool) -> Segment:
+    """A segment whose every entry says where it sits: [T, A, ...] fields hold 100 t + a (+ k for a
+    trailing axis), next_values [A] and the carry (c, h) [A, H] hold the agent index a (c) and -a (h)."""
+    t = jnp.arange(T)[:, None]
+    a = jnp.arange(A)[None, :]
+    number = (100 * t + a).astype(jnp.float32)   # [T, A]
+    return Segment(obs=number[..., None] + jnp.arange(3), resets=(number % 2 == 0), actions=number.astype(jnp.int32),
+                   logp=number + 0.1, values=number + 0.2, rewards=number + 0.3, terminals=(number % 3 == 0),
+                   truncations=(number % 5 == 0), bootstrap_values=number + 0.4,
+                   next_values=jnp.arange(A, dtype=jnp.float32) + 0.5,
+                   start_carry=(jnp.tile(jnp.arange(A, dtype=jnp.float32)[:, None], (1, H)),
+                                -jnp.tile(jnp.arange(A, dtype=jnp.float32)[:, None], (1, H))),
+                   masks=(number[..., None] + jnp.arange(2)) % 4 != 0 if with_masks else None)
+
+
+@pytest.mark.parametrize("with_masks", [False, True])
+def test_take_agents_slices_axis_1_of_time_major_fields_and_axis_0_of_the_rest(with_masks):
+    T, A, H = 3, 5, 2
+    segment = numbered_segment(T, A, H, with_masks)
+    index = jnp.array([4, 1])
+    mb = _take_agents(segment, index)
+    assert mb.obs.shape == (T, 2, 3) and mb.start_carry[0].shape == (2, H) and mb.next_values.shape == (2,)
+    # agent 4 then agent 1, every step: 100 t + a
+    np.testing.assert_array_equal(mb.obs[..., 0], [[4, 1], [104, 101], [204, 201]])
+    np.testing.assert_array_equal(mb.obs[0, 0], [4, 5, 6])
+    for name in ("resets", "actions", "logp", "values", "rewards", "terminals", "truncations", "bootstrap_values"):
+        np.testing.assert_array_equal(getattr(mb, name), np.asarray(getattr(segment, name))[:, [4, 1]], err_msg=name)
+    np.testing.assert_array_equal(mb.next_values, [4.5, 1.5])
+    np.testing.assert_array_equal(mb.start_carry[0], [[4, 4], [1, 1]])
+    np.testing.assert_array_equal(mb.start_carry[1], [[-4, -4], [-1, -1]])
+    if with_masks:
+        assert mb.masks.shape == (T, 2, 2)
+        np.testing.assert_array_equal(mb.masks, np.asarray(segment.masks)[:, [4, 1]])
+    else:
+        assert mb.masks is None
+
+
+# ---- reward_scale --------------------------------------------------------------------------------
+
+class ConstantPolicy:
+    """Stands in for ActorCritic in make_update: uniform logits over 2 actions and the value params["v"]
+    for every step and agent (unroll: head [T, A, 2], value [T, A])."""
+
+    def apply(self, params, carry, obs, resets, method=None):
+        T, A = resets.shape
+        return carry, jnp.zeros((T, A, 2)), jnp.broadcast_to(params["v"], (T, A)), None
+
+
+def constant_value_segment(rewards) -> Segment:
+    """T = 2 steps of A = 2 agents, no episode end, old values 1 everywhere and next values 1."""
+    rewards = jnp.array(rewards, jnp.float32)
+    T, A = rewards.shape
+    ones, false = jnp.ones((T, A)), jnp.zeros((T, A), bool)
+    return Segment(obs=jnp.zeros((T, A, 1)), resets=false, actions=jnp.zeros((T, A), jnp.int32),
+                   logp=jnp.full((T, A), math.log(0.5)), values=ones, rewards=rewards, terminals=false,
+                   truncations=false, bootstrap_values=jnp.zeros((T, A)), next_values=jnp.ones(A),
+                   start_carry=(jnp.zeros((A, 1)), jnp.zeros((A, 1))))
+
+
+def first_value_loss(segment: Segment, reward_scale: float) -> float:
+    """The value loss make_update reports for one epoch of one minibatch: that of the params before
+    their first step, i.e. 0.5 * mean(returns^2) for the value 0."""
+    optimizer = make_optimizer(optax.constant_schedule(1e-3), 0.5)
+    params = {"v": jnp.zeros(())}
+    update = make_update(ConstantPolicy(), DISCRETE2, optimizer, optax.constant_schedule(1e-3), num_minibatches=1,
+                         update_epochs=1, gamma=0.5, lam=0.5, reward_scale=reward_scale, clip_coef=0.2, vf_coef=0.5,
+                         vf_clip_coef=0.0, ent_coef=0.0, norm_adv=True)
+    _, metrics = jax.jit(update)(TrainState(params, optimizer.init(params), jnp.zeros((), jnp.int32)), segment,
+                                 jax.random.PRNGKey(0))
+    return float(metrics["value_loss"])
+
+
+def test_reward_scale_multiplies_rewards_before_gae():
+    segment = constant_value_segment([[1.0, 0.0], [2.0, 1.0]])   # [t, agent]
+    # gamma 0.5, lambda 0.5, V = 1 everywhere: delta_t = 2 r_t + 0.5 * 1 - 1 = 2 r_t - 0.5
+    #   t = 1: deltas 3.5, 1.5 = A_1;  t = 0: deltas 1.5, -0.5; A_0 = delta_0 + 0.25 A_1 = 2.375, -0.125
+    #   returns = A + 1: [[3.375, 0.875], [4.5, 2.5]]
+    returns = np.array([[3.375, 0.875], [4.5, 2.5]])
+    assert first_value_loss(segment, 2.0) == pytest.approx(0.5 * np.mean(returns ** 2), rel=1e-6)
+    # scaling the returns after GAE instead would give 2 * (returns with scale 1) = 2 * [[1.875, 0.625], [2.5, 1.5]]
+    after = 2 * np.array([[1.875, 0.625], [2.5, 1.5]])
+    assert first_value_loss(segment, 2.0) != pytest.approx(0.5 * np.mean(after ** 2), rel=1e-3)
+    assert first_value_loss(segment, 1.0) == pytest.approx(0.5 * np.mean(after ** 2 / 4), rel=1e-6)
+
+
+# ---- the loss falls on a fixed batch -------------------------------------------------------------
+
+def synthetic_segment(T: int, A: int, obs_size: int, seed: int) -> Segment:
+    """A fixed segment of random observations and actions, where the reward is 1 when the action
+    matches the sign of the first observation component (learnable by both heads)."""
+    rng = np.random.default_rng(seed)
+    obs = rng.normal(size=(T, A, obs_size)).astype(np.float32)
+    actions = rng.integers(0, 2, size=(T, A)).astype(np.int32)
+    rewards = (actions == (obs[..., 0] > 0)).astype(np.float32)
+    terminals = np.zeros((T, A), bool)
+    terminals[T // 2] = True
+    resets = np.zeros((T, A), bool)
+    resets[T // 2 + 1] = True
+    return Segment(obs=jnp.array(obs), resets=jnp.array(resets), actions=jnp.array(actions),
+                   logp=jnp.full((T, A), math.log(0.5)), values=jnp.zeros((T, A)), rewards=jnp.array(rewards),
+                   terminals=jnp.array(terminals), truncations=jnp.zeros((T, A), bool),
+                   bootstrap_values=jnp.zeros((T, A)), next_values=jnp.zeros(A), start_carry=zero_carry(A, 16))
+
+
+def test_the_loss_falls_when_training_on_one_fixed_segment():
+    T, A, O, H = 8, 16, 4, 16
+    policy = ActorCritic(DISCRETE2, hidden_size=H)
+    params = policy.init(jax.random.PRNGKey(0), zero_carry(A, H), jnp.zeros((A, O)), jnp.ones(A, bool))
+    schedule = optax.constant_schedule(1e-2)
+    optimizer = make_optimizer(schedule, 0.5)
+    update = jax.jit(make_update(policy, DISCRETE2, optimizer, schedule, num_minibatches=2, update_epochs=1,
+                                 gamma=0.9, lam=0.95, reward_scale=1.0, clip_coef=0.2, vf_coef=0.5,
+                                 vf_clip_coef=0.0, ent_coef=0.0, norm_adv=True))
+    state = TrainState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
+    segment = synthetic_segment(T, A, O, seed=0)
+    losses = []
+    for i in range(60):
+        state, metrics = update(state, segment, jax.random.PRNGKey(i))
+        losses.append(float(metrics["policy_loss"]) + 0.5 * float(metrics["value_loss"]))
+    assert all(math.isfinite(x) for x in losses)
+    assert losses[-1] < 0.5 * losses[0], losses

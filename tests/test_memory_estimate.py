@@ -1,0 +1,191 @@
+"""The memory estimate (jaxlab.config.memory): the exact parameter count, the terms for the default
+cartpole config, the limits, the one-line refusal with a value that fits, and out-of-memory errors."""
+
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxlab
+from jaxlab.agent.distributions import ActionSpec
+from jaxlab.agent.policy import ActorCritic, zero_carry
+from jaxlab.config import ConfigError, derive_sizes, load_config, memory
+from jaxlab.config.memory import EnvShape, MemoryLimit, estimate, param_count
+from jaxlab.config.presets import DeviceInfo
+from jaxlab.env import Box, Discrete, MultiDiscrete, spaces_of
+
+from conftest import ENV_NAMES
+
+CARTPOLE = EnvShape(agents_per_env=1, obs_shape=(4,), obs_itemsize=4, action_size=1, head_size=2, log_std=0,
+                    mask_width=0)
+GIB = 2**30
+
+
+def initialised_count(spec: ActionSpec, obs_shape, hidden: int, lstm: bool) -> int:
+    policy = ActorCritic(spec, hidden, lstm)
+    params = policy.init(jax.random.PRNGKey(0), zero_carry(2, hidden), jnp.zeros((2, *obs_shape)), jnp.ones(2, bool))
+    return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
+
+
+def test_param_count_by_hand_for_the_default_cartpole_policy():
+    # encoder 4*128 + 128, LSTM 128*512 + 512 + 128*512, actor 128*2 + 2, critic 128 + 1
+    assert param_count(4, 128, 2) == 640 + 66048 + 65536 + 258 + 129 == 132611
+
+
+@pytest.mark.parametrize("space, obs_shape, hidden, lstm", [
+    (Discrete(2), (4,), 128, True),
+    (MultiDiscrete((3, 4, 5)), (3, 5), 32, False),
+    (Box((-1.0,) * 3, (1.0,) * 3, (3,)), (7,), 16, True),
+])
+def test_param_count_equals_an_initialised_actor_critic(space, obs_shape, hidden, lstm):
+    spec = ActionSpec.from_space(space)
+    log_std = spec.dim if spec.kind == "continuous" else 0
+    assert param_count(int(np.prod(obs_shape)), hidden, spec.head_size, lstm, log_std) == \
+        initialised_count(spec, obs_shape, hidden, lstm)
+
+
+@pytest.mark.parametrize("name", ENV_NAMES)
+def test_env_shape_of_every_env_gives_the_real_param_count(name):
+    with jaxlab.make(name) as env:
+        shape = EnvShape.of(env.spaces)
+        assert EnvShape.of(spaces_of(name)) == shape   # the registry's answer, without envs
+        spec = ActionSpec.from_space(env.action_space)
+        assert shape.agents_per_env == env.agents_per_env
+        assert shape.obs_itemsize == env.observations.dtype.itemsize
+        assert shape.mask_width == (0 if env.action_mask is None else env.action_mask.shape[1])
+        obs_shape = env.observation_space.shape
+    assert param_count(shape.obs_size, 8, shape.head_size, True, shape.log_std) == \
+        initialised_count(spec, obs_shape, 8, True)
+
+
+def test_the_default_cartpole_estimate_term_by_term():
+    config, _ = load_config("cartpole")
+    sizes = derive_sizes(config, 1)   # 64 agents x 16 steps = 1,024 samples, minibatch 256, H 128
+    est = estimate(config, sizes, CARTPOLE)
+    params = 132611 * 4
+    assert (est.device["params"], est.device["optimizer"], est.device["gradients"]) == (params, 2 * params, params)
+    # per sample: obs 16 + action 4 + logp, value, reward, bootstrap 16 + 3 flags = 39 bytes;
+    # per sequence: next value + carry (1 + 256) x 4; twice (the per-step arrays and their stack)
+    assert est.device["segment"] == 2 * (1024 * 39 + 64 * 257 * 4)
+    # one minibatch: activations (4 + 16 * 128 + 2 + 1) x 4 and its copy of the segment (39) per sample,
+    # and the batch's advantages and returns
+    assert est.device["update"] == 256 * ((4 + 2048 + 3) * 4 + 39) + 2 * 1024 * 4
+    # env: obs and final obs 32, action 4, reward 4, 2 flags per agent; host segment 2 x 16 x 64 x 7
+    assert est.host == {"env": 64 * 42, "host segment": 2 * 16 * 64 * 7}
+    assert 2 * 2**20 < est.device_total < 32 * 2**20          # a sane band: a few MiB
+    assert est.device_total == int(1.5 * sum(est.device.values()))
+
+
+def test_limits_from_simulated_devices():
+    cpu = memory.device_limit([DeviceInfo("cpu", "cpu", None)], host=8 * GIB)
+    assert (cpu.device, cpu.host) == (None, 8 * GIB)
+    gpu = memory.device_limit([DeviceInfo("gpu", "NVIDIA H100 80GB HBM3", 60 * GIB)], host=100 * GIB)
+    assert (gpu.device, gpu.host, gpu.device_name) == (60 * GIB, 100 * GIB, "NVIDIA H100 80GB HBM3")
+    assert memory.device_limit([], host=None) == MemoryLimit(None, None)
+
+
+def test_host_memory_readers(tmp_path):
+    (tmp_path / "meminfo").write_text("MemTotal:  1000 kB\nMemFree:  10 kB\nMemAvailable:  500 kB\n")
+    assert memory._meminfo_available(str(tmp_path / "meminfo")) == 500 * 1024
+    assert memory._meminfo_available(str(tmp_path / "missing")) is None
+    (tmp_path / "memory.max").write_text("4096\n")
+    (tmp_path / "memory.current").write_text("1024\n")
+    assert memory._cgroup_headroom(str(tmp_path)) == 3072
+    (tmp_path / "memory.max").write_text("max\n")
+    assert memory._cgroup_headroom(str(tmp_path)) is None
+    available = memory.host_available()
+    assert available is None or available > 0
+
+
+def refusal(flags, limit):
+    config, _ = load_config("cartpole", flags=flags)
+    sizes = derive_sizes(config, 1)
+    with pytest.raises(ConfigError) as info:
+        memory.check_fits(config, sizes, CARTPOLE, limit)
+    return config, sizes, str(info.value)
+
+
+def test_a_big_hidden_size_is_refused_with_a_hidden_size_that_fits():
+    limit = MemoryLimit(device=1 * GIB, host=100 * GIB, device_name="a small GPU")
+    config, sizes, message = refusal(["--policy.hidden-size", "20000"], limit)
+    assert message.startswith("this config needs about ") and "of GPU memory on a small GPU but 1.0 GiB is its limit" \
+        in message and "\n" not in message
+    assert "most of it is optimizer" in message and "reduce policy.hidden_size (now 20,000), e.g. " \
+        "--policy.hidden-size 2048" in message
+    # 2048 fits and 4096 does not
+    fits = memory.estimate(*memory._with(config, sizes, "policy.hidden_size", 2048), CARTPOLE)
+    too_big = memory.estimate(*memory._with(config, sizes, "policy.hidden_size", 4096), CARTPOLE)
+    assert fits.device_total <= GIB < too_big.device_total
+
+
+def test_many_envs_are_refused_on_a_cpu_naming_num_envs():
+    limit = MemoryLimit(device=None, host=2 * GIB)
+    _, _, message = refusal(["--vec.num-envs", "1000000", "--train.total-timesteps", "1e9"], limit)
+    assert "of host memory but 2.0 GiB is available" in message
+    assert "most of it is segment" in message and "reduce vec.num_envs (now 1,000,000), train.bptt_horizon or " \
+        "train.batch_size, e.g. --vec.num-envs 262144" in message
+    # 262,144 envs fit and 524,288 do not
+    for envs, fits in ((262144, True), (524288, False)):
+        config, _ = load_config("cartpole", flags=["--vec.num-envs", str(envs), "--train.total-timesteps", "1e9"])
+        assert (memory.shortfall(estimate(config, derive_sizes(config, 1), CARTPOLE), limit) is None) == fits
+
+
+def test_a_fitting_config_returns_its_estimate_and_an_unknown_limit_refuses_nothing():
+    config, _ = load_config("cartpole", flags=["--policy.hidden-size", "20000"])
+    sizes = derive_sizes(config, 1)
+    assert memory.check_fits(config, sizes, CARTPOLE, MemoryLimit(None, None)) == estimate(config, sizes, CARTPOLE)
+    config, _ = load_config("cartpole")
+    memory.check_fits(config, derive_sizes(config, 1), CARTPOLE, MemoryLimit(1 * GIB, 1 * GIB, "gpu"))
+
+
+@pytest.mark.parametrize("err", [
+    jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 4294967296 bytes.\nmore"),
+    MemoryError("Unable to allocate 3.7 TiB for an array"),
+    RuntimeError("CUDA error: out of memory"),
+])
+def test_out_of_memory_message_is_one_line_with_the_estimate_and_a_fix(err, monkeypatch):
+    config, _ = load_config("cartpole", flags=["--device.memory-fraction", "0.3"])
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
+    message = memory.out_of_memory_message(err, config)
+    assert message.startswith(f"out of memory ({str(err).splitlines()[0]}); the config needs about ")
+    assert "\n" not in message and "for JAX (params" in message and "most of it is " in message
+    assert "reduce " in message and "memory_fraction" not in message   # XLA was not given the fraction
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.3")     # as presets.prepare_backend sets it
+    assert memory.out_of_memory_message(err, config).endswith("or raise device.memory_fraction (now 0.3)")
+
+
+def test_out_of_memory_message_ignores_other_errors_and_never_raises():
+    config, _ = load_config("cartpole")
+    assert memory.out_of_memory_message(ValueError("shapes do not match"), config) is None
+    broken = config.__class__(env_name="no-such-env")  # the estimate cannot be made: a generic fix
+    assert memory.out_of_memory_message(MemoryError(), broken) == \
+        "out of memory (MemoryError); reduce policy.hidden_size, vec.num_envs or train.minibatch_size"
+
+
+def jaxlab_cli(*args):
+    return subprocess.run([sys.executable, "-m", "jaxlab.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("flags, key", [
+    (["--policy.hidden-size", "1000000"], "policy.hidden_size (now 1,000,000)"),
+    (["--vec.num-envs", "100000000", "--train.total-timesteps", "1e10", "--train.minibatch-size", "4096"],
+     "vec.num_envs (now 100,000,000)"),
+])
+def test_train_refuses_a_config_that_cannot_fit_before_allocating(flags, key, tmp_path):
+    result = jaxlab_cli("train", "cartpole", "--run-dir", str(tmp_path / "run"), *flags)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert result.stderr.startswith("jaxlab train: error: this config needs about ")
+    assert f"reduce {key}" in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_config_prints_the_estimate_in_its_header():
+    result = jaxlab_cli("config", "cartpole")
+    assert result.returncode == 0, result.stderr
+    line = result.stdout.splitlines()[2]
+    assert line.startswith("# memory: about ") and "for JAX (params 518.0 KiB, optimizer 1.0 MiB" in line
+    assert "available" in line or "for JAX on" in line
