@@ -636,9 +636,13 @@ int64_t cenv_state_size(const cenv_vec *vec) {
     return (int64_t)sizeof(cenv_state_header) + vec->num_envs * env_state_size(vec);
 }
 
-static int64_t save_state_locked(const cenv_vec *vec, void *out, int64_t size) {
+static int64_t save_state_locked(cenv_vec *vec, void *out, int64_t size) {
     int64_t needed = cenv_state_size(vec);
-    if (out == NULL || size < needed) return CENV_ERR_ARGUMENT;
+    if (out == NULL || size < needed) {
+        set_error(vec->error, CENV_ERROR_LEN, "cenv_save_state: the buffer has %lld bytes, the state needs %lld",
+                  out == NULL ? 0LL : (long long)size, (long long)needed);
+        return CENV_ERR_ARGUMENT;
+    }
     cenv_state_header header;
     memset(&header, 0, sizeof(header));
     memcpy(header.magic, CENV_STATE_MAGIC, sizeof(header.magic));
@@ -659,7 +663,7 @@ static int64_t save_state_locked(const cenv_vec *vec, void *out, int64_t size) {
     return needed;
 }
 
-int64_t cenv_save_state(const cenv_vec *vec, void *out, int64_t size) {
+int64_t cenv_save_state(cenv_vec *vec, void *out, int64_t size) {
     int rc = enter(vec, "cenv_save_state");
     if (rc != 0) return rc;
     int64_t result = save_state_locked(vec, out, size);
@@ -667,7 +671,9 @@ int64_t cenv_save_state(const cenv_vec *vec, void *out, int64_t size) {
     return result;
 }
 
-static int load_state_locked(cenv_vec *vec, const void *in, int64_t size) {
+/* Checks a saved state against this vector without loading it: 0, or CENV_ERR_ARGUMENT with the first
+ * mismatch in vec->error. */
+static int check_state_locked(cenv_vec *vec, const void *in, int64_t size) {
     cenv_state_header header;
     if (in == NULL || size < (int64_t)sizeof(header)) {
         set_error(vec->error, CENV_ERROR_LEN, "state of %lld bytes is too short for its header",
@@ -709,14 +715,28 @@ static int load_state_locked(cenv_vec *vec, const void *in, int64_t size) {
                   (long long)cenv_state_size(vec));
         return CENV_ERR_ARGUMENT;
     }
-    const unsigned char *src = (const unsigned char *)in + sizeof(header);
+    return 0;
+}
+
+static int load_state_locked(cenv_vec *vec, const void *in, int64_t size) {
+    int rc = check_state_locked(vec, in, size);
+    if (rc != 0) return rc;
+    const unsigned char *src = (const unsigned char *)in + sizeof(cenv_state_header);
+    int64_t per_env = env_state_size(vec);
     for (int64_t i = 0; i < vec->num_envs; i++) {
-        memcpy(vec->envs + (size_t)i * vec->spec->env_size + vec->spec->state_offset, src,
-               (size_t)header.env_state_size);
-        src += header.env_state_size;
+        memcpy(vec->envs + (size_t)i * vec->spec->env_size + vec->spec->state_offset, src, (size_t)per_env);
+        src += per_env;
     }
     vec->was_reset = 1;
     return 0;
+}
+
+int cenv_check_state(cenv_vec *vec, const void *in, int64_t size) {
+    int rc = enter(vec, "cenv_check_state");
+    if (rc != 0) return rc;
+    rc = check_state_locked(vec, in, size);
+    leave(vec);
+    return rc;
 }
 
 int cenv_load_state(cenv_vec *vec, const void *in, int64_t size) {

@@ -129,10 +129,12 @@ CENV_EXPORT int cenv_set_state(cenv_vec *vec, int64_t index, const double *state
  * yet collected by cenv_log are not part of it. cenv_state_size gives the bytes needed;
  * cenv_save_state writes them (returns the count, or a negative CENV_ERR_*). cenv_load_state checks
  * the header against this vector (ABI, env, num_envs, params, sizes) and loads every env, or loads
- * nothing and returns CENV_ERR_ARGUMENT with a message in cenv_error. */
+ * nothing and returns CENV_ERR_ARGUMENT with a message in cenv_error. cenv_check_state makes the same
+ * checks and loads nothing in any case. */
 CENV_EXPORT int64_t cenv_state_size(const cenv_vec *vec);
-CENV_EXPORT int64_t cenv_save_state(const cenv_vec *vec, void *out, int64_t size);
+CENV_EXPORT int64_t cenv_save_state(cenv_vec *vec, void *out, int64_t size);
 CENV_EXPORT int cenv_load_state(cenv_vec *vec, const void *in, int64_t size);
+CENV_EXPORT int cenv_check_state(cenv_vec *vec, const void *in, int64_t size);
 
 /* Stops and joins the threads and frees everything. NULL is allowed. */
 CENV_EXPORT void cenv_close(cenv_vec *vec);

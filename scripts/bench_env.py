@@ -4,16 +4,15 @@ call, action copy and checks included), and the per-call overhead at one agent.
     python scripts/bench_env.py [--seconds 1.0] [--agents 1024 16384] [--threads 1]
 
 A sweep over every env and agent count of what `jaxlab bench ENV` measures for one (see
-jaxlab.bench.env_steps_per_second).
+jaxlab.run.bench.env_steps_per_second).
 """
 
 from __future__ import annotations
 
 import argparse
 
-import jaxlab
+from jaxlab.env import env_types, spaces_of
 from jaxlab.run.bench import env_steps_per_second
-from jaxlab.env import env_types
 
 
 def main() -> None:
@@ -29,9 +28,7 @@ def main() -> None:
             sps, per_call = env_steps_per_second(name, agents, args.seconds, args.threads)
             print(f"{name:10} {agents:>8} {sps / 1e6:>13.2f}M {per_call * 1e6:>9.2f}")
     for name in args.envs:
-        probe = jaxlab.make(name)
-        apa = probe.agents_per_env
-        probe.close()
+        apa = spaces_of(name).agents_per_env
         _, per_call = env_steps_per_second(name, apa, args.seconds)
         print(f"per-call overhead, {name} with 1 env ({apa} agent{'s' * (apa > 1)}): "
               f"{per_call * 1e6:.2f} us/step")

@@ -52,3 +52,29 @@ def test_state_is_checked_before_anything_is_loaded():
             env.load_state(dict(state, cenv=np.zeros(300, np.uint8)))
         with pytest.raises(ValueError, match=r"state is \d+ bytes, expected"):
             env.load_state(dict(state, cenv=state["cenv"][:-1]))
+
+
+def test_a_state_with_wrong_buffers_changes_nothing():
+    """The C state is checked (cenv_check_state) and the buffers' shapes too before anything loads."""
+    with jaxlab.make("cartpole", num_envs=4, seed=1) as env, jaxlab.make("cartpole", num_envs=4, seed=2) as other:
+        env.reset()
+        other.reset()
+        state = env.save_state()
+        before = other.save_state()
+        with pytest.raises(ValueError, match=r"observations has shape \(3, 4\), this env \(4, 4\)"):
+            other.load_state(dict(state, observations=state["observations"][:3]))
+        after = other.save_state()
+        for name in before:
+            np.testing.assert_array_equal(after[name], before[name])
+
+
+def test_saving_into_a_short_buffer_says_how_many_bytes_it_needs():
+    import ctypes
+
+    with jaxlab.make("cartpole", num_envs=2) as env:
+        env.reset()
+        lib, handle = env._lib, env._handle
+        needed = lib.cenv_state_size(handle)
+        buffer = (ctypes.c_uint8 * 8)()
+        assert lib.cenv_save_state(handle, buffer, 8) < 0
+        assert lib.cenv_error(handle).decode() == f"cenv_save_state: the buffer has 8 bytes, the state needs {needed}"

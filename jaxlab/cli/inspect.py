@@ -10,15 +10,14 @@ from jaxlab.cli.common import LAYERS, fail, resolve
 
 def envs_command(args: argparse.Namespace) -> int:
     """Prints every C env with its spaces, parameters and episode statistics."""
-    import jaxlab
-    from jaxlab.env import env_types
+    from jaxlab.env import env_types, spaces_of
 
     for kind in env_types().values():
-        with jaxlab.make(kind.name) as env:
-            agents = f", {env.agents_per_env} agents per env by default" if env.agents_per_env > 1 else ""
-            print(f"{kind.name}: {kind.description}")
-            print(f"  observation {env.observation_space}  action {env.action_space}{agents}"
-                  f"{'  (action mask)' if env.has_mask else ''}")
+        spaces = spaces_of(kind.name)
+        agents = f", {spaces.agents_per_env} agents per env by default" if spaces.agents_per_env > 1 else ""
+        print(f"{kind.name}: {kind.description}")
+        print(f"  observation {spaces.observation_space}  action {spaces.action_space}{agents}"
+              f"{'  (action mask)' if spaces.has_mask else ''}")
         for p in kind.params:
             kind_name = "int" if p.is_int else "float"
             print(f"  --env.{p.name} {kind_name} = {p.default_value:g}  in [{p.low:g}, {p.high:g}]  {p.help}")

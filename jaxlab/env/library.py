@@ -63,6 +63,7 @@ SIGNATURES = {
     "cenv_state_size": (c_int64, [c_void_p]),
     "cenv_save_state": (c_int64, [c_void_p, c_void_p, c_int64]),
     "cenv_load_state": (c_int, [c_void_p, c_void_p, c_int64]),
+    "cenv_check_state": (c_int, [c_void_p, c_void_p, c_int64]),
     "cenv_close": (None, [c_void_p]),
 }
 

@@ -268,7 +268,7 @@ class VecEnv:
         if self.action_mask is not None:
             buffers["action_mask"] = self.action_mask
         blob = np.ascontiguousarray(state["cenv"], dtype=np.uint8)
-        rc = self._lib.cenv_load_state(self._handle, blob.ctypes.data, blob.size)
+        rc = self._lib.cenv_check_state(self._handle, blob.ctypes.data, blob.size)  # every check first
         if rc == self._codes["ERR_ARGUMENT"]:
             raise ValueError(f"cannot load the saved {self.name} env state: "
                              f"{self._lib.cenv_error(self._handle).decode()}")
@@ -278,6 +278,7 @@ class VecEnv:
             if saved is None or saved.shape != buffer.shape:
                 raise ValueError(f"saved env state: {name} has shape "
                                  f"{None if saved is None else saved.shape}, this env {buffer.shape}")
+        self._check(self._lib.cenv_load_state(self._handle, blob.ctypes.data, blob.size), "load_state")
         for name, buffer in buffers.items():
             buffer[...] = state[name]
 

@@ -11,6 +11,8 @@ import time
 import numpy as np
 
 import jaxlab
+from jaxlab.env import spaces_of
+from jaxlab.env.library import constant
 
 
 def env_steps_per_second(name: str, agents: int, seconds: float, threads: int = 1,
@@ -19,9 +21,9 @@ def env_steps_per_second(name: str, agents: int, seconds: float, threads: int = 
     actions through the Python API. Actions come from a pool of 64 batches drawn before timing, so the
     figure is the bridge and the env, not numpy's RNG."""
     params = params or {}
-    with jaxlab.make(name, num_envs=1, **params) as probe:
-        num_envs = max(1, agents // probe.agents_per_env)
-    with jaxlab.make(name, num_envs=num_envs, seed=0, num_threads=min(threads, num_envs, 64), **params) as env:
+    num_envs = max(1, agents // spaces_of(name, **params).agents_per_env)
+    threads = min(threads, num_envs, constant("MAX_CHUNKS"))
+    with jaxlab.make(name, num_envs=num_envs, seed=0, num_threads=threads, **params) as env:
         rng = np.random.default_rng(0)
         pool = [env.action_space.sample(rng, env.num_agents) for _ in range(64)]
         env.reset()
