@@ -75,6 +75,8 @@ struct cenv_vec {
     uint8_t *terminals;
     uint8_t *truncations;
     unsigned char *final_obs;    /* NULL: not requested */
+    float *env_stats;            /* [num_envs, num_log] or NULL: per-env statistics of this step */
+    int32_t *env_ended;          /* [num_envs] or NULL: agent-episodes each env ended in this step */
     int bound;
     int was_reset;               /* cenv_reset or cenv_load_state ran: cenv_step may run */
     pthread_mutex_t call_mutex;  /* held during every call that touches the envs (trylock: BUSY) */
@@ -191,12 +193,21 @@ static int record_episode_end(void *ctx, int64_t index, int ended) {
     const float *stats = vec->spec->log(env_at(vec, index));
     for (int f = 0; f < vec->spec->num_log; f++) log->sums[f] += (double)stats[f];
     log->count += ended;
+    if (vec->env_ended != NULL) {
+        memcpy(vec->env_stats + (size_t)index * (size_t)vec->spec->num_log, stats,
+               sizeof(float) * (size_t)vec->spec->num_log);
+        vec->env_ended[index] = ended;
+    }
     return 0;
 }
 
 static void step_chunk(cenv_vec *vec, int c) {
     cenv_end_ctx ctx = {vec, c};
     vec->chunk_bad_env[c] = -1;
+    if (vec->env_ended != NULL) {
+        memset(vec->env_ended + vec->chunk_begin[c], 0,
+               sizeof(int32_t) * (size_t)(vec->chunk_begin[c + 1] - vec->chunk_begin[c]));
+    }
     vec->chunk_episodes[c] = vec->spec->step_range(vec->envs, vec->chunk_begin[c], vec->chunk_begin[c + 1],
                                                    record_episode_end, &ctx);
 }
@@ -467,6 +478,20 @@ int cenv_bind(cenv_vec *vec, void *observations, void *actions, float *rewards, 
     if (rc != 0) return rc;
     rc = bind_locked(vec, observations, actions, rewards, terminals, truncations, action_mask,
                      final_observations);
+    leave(vec);
+    return rc;
+}
+
+int cenv_bind_episode_stats(cenv_vec *vec, float *env_stats, int32_t *env_ended) {
+    int rc = enter(vec, "cenv_bind_episode_stats");
+    if (rc != 0) return rc;
+    if ((env_stats == NULL) != (env_ended == NULL)) {
+        set_error(vec->error, CENV_ERROR_LEN, "cenv_bind_episode_stats: give both buffers or neither");
+        rc = CENV_ERR_ARGUMENT;
+    } else {
+        vec->env_stats = env_stats;
+        vec->env_ended = env_ended;
+    }
     leave(vec);
     return rc;
 }

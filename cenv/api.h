@@ -102,6 +102,12 @@ CENV_EXPORT int cenv_bind(cenv_vec *vec, void *observations, void *actions, floa
  * overlap: a call made while another thread is inside one returns CENV_ERR_BUSY at once (and writes
  * no message) instead of racing. Serialize them (jaxlab's VecEnv holds a lock). */
 
+/* Optional per-env episode statistics (both buffers, or NULL for both to stop): after each step,
+ * env_ended[e] is the number of agent-episodes env e ended in it (0 for most) and, where it is not 0,
+ * env_stats[e, :] the sums of its statistics over them (num_log_fields floats, its Log as filled).
+ * Costs one clear of env_ended per step while bound. */
+CENV_EXPORT int cenv_bind_episode_stats(cenv_vec *vec, float *env_stats, int32_t *env_ended);
+
 /* Starts new episodes in every env. reseed != 0: first seed env i's RNG from (seed, i). */
 CENV_EXPORT int cenv_reset(cenv_vec *vec, uint64_t seed, int reseed);
 

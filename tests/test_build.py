@@ -62,7 +62,8 @@ def test_stale_library_abi_is_refused(tmp_path):
 # ---- one source of truth across the C boundary ----
 
 _SCALARS = {"int": ctypes.c_int, "int64_t": ctypes.c_int64, "uint64_t": ctypes.c_uint64,
-            "double": ctypes.c_double, "float": ctypes.c_float, "uint8_t": ctypes.c_uint8}
+            "double": ctypes.c_double, "float": ctypes.c_float, "uint8_t": ctypes.c_uint8,
+            "int32_t": ctypes.c_int32}
 
 
 def _to_ctypes(c_type: str):

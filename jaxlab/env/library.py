@@ -22,7 +22,7 @@ from pathlib import Path
 ABI_VERSION = 3
 
 c_int, c_int64, c_uint64, c_double = ctypes.c_int, ctypes.c_int64, ctypes.c_uint64, ctypes.c_double
-c_float, c_uint8 = ctypes.c_float, ctypes.c_uint8
+c_float, c_uint8, c_int32 = ctypes.c_float, ctypes.c_uint8, ctypes.c_int32
 c_char_p, c_void_p = ctypes.c_char_p, ctypes.c_void_p
 P = ctypes.POINTER
 
@@ -54,6 +54,7 @@ SIGNATURES = {
     "cenv_mask_width": (c_int64, [c_void_p]),
     "cenv_bind": (c_int, [c_void_p, c_void_p, c_void_p, P(c_float), P(c_uint8), P(c_uint8), P(c_uint8),
                           c_void_p]),
+    "cenv_bind_episode_stats": (c_int, [c_void_p, P(c_float), P(c_int32)]),
     "cenv_reset": (c_int, [c_void_p, c_uint64, c_int]),
     "cenv_step": (c_int64, [c_void_p]),
     "cenv_bad_action": (None, [c_void_p, P(c_int64), P(c_int), P(c_double)]),

@@ -120,6 +120,23 @@ class VecEnv:
         self._action_shape = self.actions.shape
         self._action_dtype = self.actions.dtype
 
+    def track_episodes(self) -> None:
+        """From now on, after every step ``episode_ends`` [num_envs] int32 holds how many agent-episodes
+        each env ended in it and, where that is not 0, ``episode_stats`` [num_envs, num_stats] float32
+        the sums of that env's statistics over them (evaluation uses this to count exactly the episodes
+        it keeps). Costs a clear of num_envs ints per step."""
+        if getattr(self, "episode_ends", None) is not None:
+            return
+        self.episode_stats = aligned_empty((self.num_envs, max(1, len(self.kind.log_names))), np.float32)
+        self.episode_ends = aligned_empty((self.num_envs,), np.int32)
+        self.episode_stats.fill(0)
+        self.episode_ends.fill(0)
+        with self._lock:
+            rc = self._lib.cenv_bind_episode_stats(
+                self._handle, self.episode_stats.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
+                self.episode_ends.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)))
+        self._check(rc, "bind_episode_stats")
+
     # ---- stepping ----
 
     def reset(self, seed: int | None = None) -> np.ndarray:

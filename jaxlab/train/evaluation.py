@@ -7,12 +7,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 import jaxlab
 from jaxlab.agent.policy import zero_carry
-from jaxlab.train.rollout import EpisodeStats, device_mask, make_act, to_device
+from jaxlab.train.rollout import Rollout, make_act
 
 
 def load_trainer(path: str | Path):
@@ -36,51 +35,65 @@ def play(trainer, steps: int | None = None, num_envs: int | None = None, seed: i
          deterministic: bool = True, episodes: int | None = None,
          on_step: Callable[..., None] | None = None) -> dict:
     """Runs ``trainer``'s current policy on ``num_envs`` new envs (default: as many as in training)
-    seeded with ``seed``, for ``steps`` steps or until ``episodes`` agent-episodes ended (whichever is
-    given; with both, whichever comes first). ``deterministic`` takes the mode of each action
-    distribution. ``on_step(t, observations [A, ...], actions [A, ...], rewards [A], ended [A] bool)``
-    sees every step (the observations the actions were taken on).
+    seeded with ``seed``, stepping with the rollout's own per-step protocol. ``deterministic`` takes
+    the mode of each action distribution. ``on_step(t, observations [A, ...], actions [A, ...],
+    rewards [A], ended [A] bool)`` sees every step (the observations the actions were taken on).
 
-    Returns {"episodes": n, statistic: mean, ...} (the env's statistics over the episodes that ended)
-    and "returns", "lengths": float64 [n] per agent-episode in the order they ended (agent index
-    breaking ties), cut to the first ``episodes`` when given."""
+    ``episodes`` = N: an unbiased estimate. Every agent starts an episode at step 0 and plays
+    k = ceil(N / agents) complete episodes; only those count (later ones are not recorded), so long
+    episodes weigh as much as short ones, which taking the first N episodes to end would not do. All
+    agents' first k - 1 episodes are kept, and the k-th of the agents of the first whole envs that
+    make at least N in all (so the result holds N episodes, or a few more when N is not a multiple of
+    the agents per env). ``steps`` = S (alone, or as a cap with ``episodes``): stop after S steps and
+    keep the episodes complete by then.
+
+    Returns "returns" and "lengths" (float64 [n]) per kept agent-episode, in order of (round, agent),
+    "episodes" = n, and the mean of each of the env's statistics over exactly those n episodes (None
+    when n is 0; the env reports statistics per env and step, so an env whose agents end at
+    different steps contributes only the steps in which every ending agent's episode is kept)."""
     if steps is None and episodes is None:
         raise ValueError("play needs steps or episodes")
     config = trainer.config
     act = jax.jit(make_act(trainer.policy, trainer.spec, deterministic=deterministic))
-    stats = EpisodeStats(trainer.env.kind.log_names)
-    returns, lengths = [], []
+    names = trainer.env.kind.log_names
     with jaxlab.make(config.env_name, num_envs=num_envs or config.vec.num_envs, seed=seed, **config.env) as env:
-        carry = zero_carry(env.num_agents, config.policy.hidden_size)
-        obs = env.reset()
-        reset = np.ones(env.num_agents, bool)
-        no_truncation = jnp.zeros(env.num_agents, bool)
-        running_return = np.zeros(env.num_agents)
-        running_length = np.zeros(env.num_agents, np.int64)
-        key = jax.random.PRNGKey(seed)
+        A, per_env = env.num_agents, env.agents_per_env
+        rounds = None if episodes is None else -(-episodes // A)
+        # agents kept in the last round: those of the first whole envs that bring the total to N
+        last_round_agents = None if episodes is None else -(-(episodes - (rounds - 1) * A) // per_env) * per_env
+        quota = None if rounds is None else np.where(np.arange(A) < last_round_agents, rounds, rounds - 1)
+        env.track_episodes()
+        rollout = Rollout(env, act, horizon=1, carry=zero_carry(A, config.policy.hidden_size),
+                          key=jax.random.PRNGKey(seed))
+        running_return = np.zeros(A)
+        running_length = np.zeros(A, np.int64)
+        finished = np.zeros(A, np.int64)          # complete episodes per agent
+        kept = []                                  # (round, agent, return, length) per kept episode
+        stat_sums, stat_count = np.zeros(len(names)), 0
         t = 0
-        while (steps is None or t < steps) and (episodes is None or len(returns) < episodes):
-            device_obs = to_device(obs)  # also the (unused) final observation: nothing is truncated here
-            carry, action, _, _, _ = act(trainer.state.params, carry, device_obs, reset, device_obs,
-                                         no_truncation, key, t, device_mask(env))
-            host_action = np.asarray(action)
-            seen = obs.copy() if on_step is not None else None
-            obs, rewards, terminals, truncations, info = env.step(host_action)
-            reset = terminals | truncations
+        while (steps is None or t < steps) and (quota is None or (finished < quota).any()):
+            seen = env.observations.copy() if on_step is not None else None
+            out = rollout.step(trainer.state.params)
+            ended = out.terminals | out.truncations
             if on_step is not None:
-                on_step(t, seen, host_action, rewards, reset)
-            running_return += rewards
+                on_step(t, seen, out.host_action, out.rewards, ended)
+            running_return += out.rewards
             running_length += 1
-            for agent in np.flatnonzero(reset):
-                returns.append(running_return[agent])
-                lengths.append(running_length[agent])
-            running_return[reset] = 0.0
-            running_length[reset] = 0
-            if info:
-                stats.add(info)
+            keep = ended if quota is None else ended & (finished < quota)
+            for agent in np.flatnonzero(keep):
+                kept.append((finished[agent], agent, running_return[agent], running_length[agent]))
+            for e in np.flatnonzero(env.episode_ends):
+                ending = keep[e * per_env:(e + 1) * per_env][ended[e * per_env:(e + 1) * per_env]]
+                if ending.all():
+                    stat_sums += env.episode_stats[e, :len(names)]
+                    stat_count += int(env.episode_ends[e])
+            finished += ended
+            running_return[ended] = 0.0
+            running_length[ended] = 0
             t += 1
-    result = stats.take()
-    cut = episodes if episodes is not None else len(returns)
-    result["returns"] = np.asarray(returns[:cut], np.float64)
-    result["lengths"] = np.asarray(lengths[:cut], np.float64)
+    kept.sort(key=lambda episode: episode[:2])
+    result = {"episodes": len(kept), "returns": np.asarray([e[2] for e in kept], np.float64),
+              "lengths": np.asarray([e[3] for e in kept], np.float64)}
+    for name, total in zip(names, stat_sums):
+        result[name] = float(total / stat_count) if stat_count else None
     return result

@@ -1,0 +1,79 @@
+"""evaluation.play: an unbiased estimate of the return (every agent's first k episodes, started
+together, not the first N episodes to end) with the env's statistics over exactly those episodes."""
+
+import numpy as np
+import pytest
+
+import jaxlab
+from jaxlab.config import load_config
+from jaxlab.train.evaluation import play
+from jaxlab.train.trainer import Trainer
+
+
+def trainer_for(env, *flags):
+    config, _ = load_config(env, flags=["--vec.num-envs", "8", "--train.bptt-horizon", "8",
+                                        "--train.minibatch-size", "16", "--policy.hidden-size", "16",
+                                        "--train.total-timesteps", "64", *flags])
+    return Trainer(config)
+
+
+def random_cartpole_mean_length(episodes: int = 20_000) -> float:
+    """The mean episode length of CartPole under uniformly random actions, from the env alone."""
+    rng = np.random.default_rng(7)
+    with jaxlab.make("cartpole", num_envs=episodes, seed=7) as env:
+        env.reset()
+        length = np.zeros(episodes)
+        done = np.zeros(episodes, bool)
+        while not done.all():
+            _, _, terminals, truncations, _ = env.step(rng.integers(0, 2, episodes, dtype=np.int32))
+            length += ~done
+            done |= terminals | truncations
+    return float(length.mean())
+
+
+def test_cartpole_return_is_estimated_without_favouring_short_episodes():
+    """CartPole's return is its length, so taking the first N episodes to end (the short ones) biases
+    the return down. An untrained policy acts nearly uniformly at random: its kept episodes must
+    average what random play averages, while the N shortest first episodes fall far below it."""
+    reference = random_cartpole_mean_length()
+    with trainer_for("cartpole") as trainer:
+        result = play(trainer, episodes=128, num_envs=256, deterministic=False, seed=3)
+        first_episodes = play(trainer, episodes=256, num_envs=256, deterministic=False, seed=3)
+    assert result["episodes"] == 128 and len(result["returns"]) == 128
+    np.testing.assert_array_equal(result["returns"], result["lengths"])  # correlated by construction
+    assert abs(result["returns"].mean() - reference) < 3.5, (result["returns"].mean(), reference)
+    shortest_half = np.sort(first_episodes["lengths"])[:128]  # what "the first 128 to end" would keep
+    assert shortest_half.mean() < reference - 6
+    # the kept episodes are the first episodes of agents 0..127: the same as in the 256-episode run
+    np.testing.assert_array_equal(result["returns"], first_episodes["returns"][:128])
+    # the env's own statistics are over exactly the kept episodes
+    assert result["episode_return"] == pytest.approx(result["returns"].mean(), rel=1e-6)
+    assert result["episode_length"] == pytest.approx(result["lengths"].mean(), rel=1e-6)
+
+
+def test_every_agent_plays_the_same_number_of_episodes_and_statistics_match():
+    with trainer_for("cartpole") as trainer:
+        result = play(trainer, episodes=20, num_envs=8, deterministic=False, seed=1)
+    assert result["episodes"] == 20  # 8 agents x 2 rounds, then the third episode of agents 0..3
+    assert result["episode_length"] == pytest.approx(result["lengths"].mean(), rel=1e-6)
+
+
+def test_multi_agent_episodes_are_kept_in_whole_envs():
+    with trainer_for("target", "--env.agents-per-env", "4", "--env.max-steps", "12", "--vec.num-envs", "2",
+                     "--train.minibatch-size", "64") as trainer:
+        result = play(trainer, episodes=10, num_envs=3, seed=2)
+    # 12 agents: one round, kept in whole envs of 4 agents: 12 >= 10
+    assert result["episodes"] == 12 and set(result["lengths"]) == {12.0}
+    assert result["episode_return"] == pytest.approx(result["returns"].mean(), rel=1e-5, abs=1e-6)
+    with trainer_for("target", "--env.agents-per-env", "4", "--env.max-steps", "12", "--vec.num-envs", "2",
+                     "--train.minibatch-size", "64") as trainer:
+        result = play(trainer, episodes=14, num_envs=3, seed=2)
+    assert result["episodes"] == 16  # a second round for the first env only
+    assert result["episode_return"] == pytest.approx(result["returns"].mean(), rel=1e-5, abs=1e-6)
+
+
+def test_steps_alone_keeps_the_episodes_complete_by_then():
+    with trainer_for("memory", "--env.delay", "2") as trainer:  # episodes of 4 steps
+        result = play(trainer, steps=10, num_envs=3, seed=0)
+    assert result["episodes"] == 6 and set(result["lengths"]) == {4.0}
+    assert result["success"] == pytest.approx(result["returns"].mean())
