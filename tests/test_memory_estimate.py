@@ -189,3 +189,33 @@ def test_config_prints_the_estimate_in_its_header():
     line = result.stdout.splitlines()[2]
     assert line.startswith("# memory: about ") and "for JAX (params 518.0 KiB, optimizer 1.0 MiB" in line
     assert "available" in line or "for JAX on" in line
+
+
+def test_an_out_of_memory_during_training_is_one_line_and_keeps_what_was_saved(tmp_path, monkeypatch, capsys):
+    """An allocation failure the estimate did not foresee (XLA's RESOURCE_EXHAUSTED) ends `jaxlab train`
+    with exit 1 and one line naming the estimate and a fix, no traceback; the checkpoints written
+    before it stay, and summary.json records the error."""
+    import json
+
+    from jaxlab import checkpoint, cli
+    from jaxlab.train.trainer import Trainer
+
+    real_train = Trainer.train
+
+    def train_then_fail(self):
+        if self.update_index == 3:
+            raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 372.53GiB.")
+        return real_train(self)
+
+    monkeypatch.setattr(Trainer, "train", train_then_fail)
+    run = tmp_path / "run"
+    code = cli.main(["train", "cartpole", "--vec.num-envs", "8", "--train.minibatch-size", "64",
+                     "--policy.hidden-size", "16", "--train.total-timesteps", "1280", "--checkpoint.interval", "2",
+                     "--log.dashboard", "none", "--run-dir", str(run)])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    line = next(line for line in err.splitlines() if line.startswith("jaxlab train: error: out of memory"))
+    assert "RESOURCE_EXHAUSTED" in line and "the config needs about" in line and f"are in {run}" in line
+    assert [p.name for p in checkpoint.step_dirs(run / "checkpoints")] == ["2"]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["error"].startswith("RuntimeError: RESOURCE_EXHAUSTED") and summary["updates"] == 3

@@ -39,6 +39,7 @@ def train_command(args: argparse.Namespace) -> int:
     if sizes.num_updates < 10:
         print(f"note: only {sizes.num_updates} update(s) of {sizes.batch_size:,} steps; PPO needs tens of "
               f"updates: raise --train.total-timesteps (e.g. {50 * sizes.batch_size}) or use fewer envs")
+    from jaxlab.config.memory import out_of_memory_message
     from jaxlab.run.lock import RunDirInUse
     from jaxlab.run.loop import train_run
 
@@ -53,6 +54,13 @@ def train_command(args: argparse.Namespace) -> int:
     except (ConfigError, CheckpointError, RunDirInUse) as err:
         observers.close()
         return fail("train", err)
+    except Exception as err:  # an out-of-memory the estimate did not foresee: one line; the rest propagates
+        observers.close()
+        message = out_of_memory_message(err, config)
+        if message is None:
+            raise
+        print(f"jaxlab train: error: {message}; the run's records and checkpoints are in {run_dir}", file=sys.stderr)
+        return 1
     observers.close()
     where = f"checkpoint {result.checkpoint}" if result.checkpoint else "no checkpoint"
     if result.error:

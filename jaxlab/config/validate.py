@@ -8,6 +8,7 @@ from dataclasses import dataclass, fields
 
 from jaxlab.config.schema import (DASHBOARDS, MATMUL_PRECISIONS, PRECISIONS, SCHEDULES, SECTIONS, Config,
                                   ConfigError)
+from jaxlab.env.library import constant
 
 
 @dataclass(frozen=True)
@@ -102,9 +103,10 @@ def derive_sizes(config: Config, agents_per_env: int) -> Sizes:
         raise ConfigError(f"checkpoint.minutes={config.checkpoint.minutes} must be >= 0 (0: off)")
     if not config.log.interval > 0:
         raise ConfigError(f"log.interval={config.log.interval} must be positive (seconds), e.g. 1")
-    num_chunks = min(v.num_envs, 64)
+    max_chunks = constant("MAX_CHUNKS")
+    num_chunks = min(v.num_envs, max_chunks)
     if v.num_threads > num_chunks:
-        raise ConfigError(f"vec.num_threads={v.num_threads} exceeds min(vec.num_envs, 64)={num_chunks}; "
+        raise ConfigError(f"vec.num_threads={v.num_threads} exceeds min(vec.num_envs, {max_chunks})={num_chunks}; "
                           f"use at most {num_chunks} threads")
     agents = v.num_envs * agents_per_env
     segment = agents * t.bptt_horizon

@@ -155,6 +155,9 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
             result.error = str(err)
             result.checkpoint = saves.last_good
             result.unsaved = (checkpoint.host_copy(trainer.checkpoint_state()), trainer.checkpoint_meta())
+        except BaseException as err:  # recorded in summary.json, then raised to the caller
+            result.error = f"{type(err).__name__}: {err}".splitlines()[0]
+            raise
         finally:
             try:
                 saves.close()
