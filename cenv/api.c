@@ -2,7 +2,9 @@
  * Envs are split into at most CENV_MAX_CHUNKS chunks of consecutive envs; episode statistics are
  * summed per chunk and merged in chunk order, and threads take whole chunks, so results are the same
  * for every thread count. */
+#ifndef _POSIX_C_SOURCE /* an SDK build defines it first, before the env headers include anything */
 #define _POSIX_C_SOURCE 200809L
+#endif
 #include "api.h"
 
 #include <math.h>
@@ -11,7 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core.h"
+#ifndef CENV_REGISTRY /* an SDK build (jaxlab build-env) defines its own list before including this file */
 #include "registry.h"
+#endif
 
 #define CENV_STATE_MAGIC "CENVSTAT"
 
@@ -33,6 +38,7 @@ static const cenv_constant cenv_constants[] = {
     CENV_CONSTANT(ERR_NOT_RESET),
     CENV_CONSTANT(ERR_BUSY),
     CENV_CONSTANT(ERR_ENV),
+    CENV_CONSTANT(ERR_MASK),
     CENV_CONSTANT(DTYPE_FLOAT32),
     CENV_CONSTANT(DTYPE_UINT8),
     CENV_CONSTANT(ACTION_DISCRETE),
@@ -44,6 +50,11 @@ static const cenv_constant cenv_constants[] = {
     CENV_CONSTANT(MAX_LOG),
     CENV_CONSTANT(MAX_OBS_DIMS),
     CENV_CONSTANT(MAX_ACTION_DIMS),
+    CENV_CONSTANT(ENV_MASK),
+    CENV_CONSTANT(ENV_RESET_AGENT),
+    CENV_CONSTANT(ENV_AGENTS_WAIT),
+    CENV_CONSTANT(ENV_RENDER),
+    CENV_CONSTANT(ENV_SET_STATE),
 };
 
 enum { JOB_STEP = 0, JOB_RESET = 1, JOB_QUIT = 2 };
@@ -52,6 +63,15 @@ typedef struct {
     double sums[CENV_MAX_LOG];
     int64_t count;
 } cenv_chunk_log;
+
+/* How an env broke the step contract (kind != BREACH_NONE), found while stepping a chunk. */
+enum { BREACH_NONE = 0, BREACH_COUNT, BREACH_BOTH_FLAGS, BREACH_PARTIAL_END };
+typedef struct {
+    int kind;
+    int64_t env;
+    int ended;   /* what its step returned */
+    int flagged; /* agents with a terminal or truncation flag (or the agent with both) */
+} cenv_breach;
 
 typedef struct {
     cenv_vec *vec;
@@ -72,21 +92,25 @@ struct cenv_vec {
     unsigned char *envs; /* num_envs * spec->env_size bytes; NULL for a cenv_describe handle */
     unsigned char *observations; /* bound buffers */
     unsigned char *actions;
+    float *rewards;
     uint8_t *terminals;
     uint8_t *truncations;
+    uint8_t *action_mask;        /* NULL: the env has none */
+    uint8_t *active;             /* [num_agents], only for option agents_wait: 0 while an agent waits */
     unsigned char *final_obs;    /* NULL: not requested */
     float *env_stats;            /* [num_envs, num_log] or NULL: per-env statistics of this step */
     int32_t *env_ended;          /* [num_envs] or NULL: agent-episodes each env ended in this step */
     int bound;
     int was_reset;               /* cenv_reset or cenv_load_state ran: cenv_step may run */
+    int mask_check;              /* 1 (default): refuse an action outside its mask, or a mask with none */
+    int64_t steps;               /* cenv_step calls that stepped, for messages */
     pthread_mutex_t call_mutex;  /* held during every call that touches the envs (trylock: BUSY) */
     /* chunks */
     int num_chunks;
     int64_t chunk_begin[CENV_MAX_CHUNKS + 1];
     cenv_chunk_log chunk_log[CENV_MAX_CHUNKS];
     int64_t chunk_episodes[CENV_MAX_CHUNKS];
-    int64_t chunk_bad_env[CENV_MAX_CHUNKS]; /* first env of the chunk that broke the step contract, or -1 */
-    int chunk_bad_ended[CENV_MAX_CHUNKS];   /* what its step returned */
+    cenv_breach chunk_breach[CENV_MAX_CHUNKS]; /* the first env of each chunk that broke the contract */
     /* threads: thread t runs chunks [thread_chunk[t], thread_chunk[t + 1]) */
     int num_threads;
     int thread_chunk[CENV_MAX_CHUNKS + 1];
@@ -162,61 +186,100 @@ typedef struct {
     int chunk;
 } cenv_end_ctx;
 
-/* Whether env `index`'s step, which returned `ended`, kept the contract: every agent of the env ended
- * (terminal or truncation set) and ended == agents_per_env. */
-static int episode_end_is_whole(const cenv_vec *vec, int64_t index, int ended) {
-    int apa = vec->spaces.agents_per_env;
-    const uint8_t *terminals = vec->terminals + index * apa, *truncations = vec->truncations + index * apa;
-    int all = ended == apa;
-    for (int a = 0; a < apa; a++) all &= (terminals[a] | truncations[a]) != 0;
-    return all;
+static int breach(cenv_vec *vec, int chunk, int kind, int64_t env, int ended, int flagged) {
+    cenv_breach *b = &vec->chunk_breach[chunk];
+    if (b->kind == BREACH_NONE) {
+        b->kind = kind;
+        b->env = env;
+        b->ended = ended;
+        b->flagged = flagged;
+    }
+    return 1;
 }
 
-/* Records an ended episode of env `index`: its last observation (if asked) and its statistics; or,
- * when the env broke the step contract, remembers the first such env of the chunk and refuses. */
-static int record_episode_end(void *ctx, int64_t index, int ended) {
+/* After env `index` stepped (its step returned `ended`): overrides the rows of agents that wait
+ * (option agents_wait), checks the step contract, records each ending agent's final observation and
+ * the env's statistics, then resets the env (every agent ended or waits), respawns the ending agents
+ * (option reset_agent) or lets them wait (option agents_wait). Returns 0, or 1 after recording a
+ * breach of the contract (the env is then neither reset nor respawned). */
+static int after_step(void *ctx, int64_t index, int ended) {
     cenv_end_ctx *end = (cenv_end_ctx *)ctx;
     cenv_vec *vec = end->vec;
-    if (!episode_end_is_whole(vec, index, ended)) {
-        if (vec->chunk_bad_env[end->chunk] < 0) {
-            vec->chunk_bad_env[end->chunk] = index;
-            vec->chunk_bad_ended[end->chunk] = ended;
+    const cenv_spec *spec = vec->spec;
+    int apa = vec->spaces.agents_per_env;
+    int64_t a0 = index * apa;
+    uint8_t *terminals = vec->terminals + a0, *truncations = vec->truncations + a0;
+    uint8_t *active = vec->active == NULL ? NULL : vec->active + a0;
+    int flagged = 0, waiting = 0;
+    for (int a = 0; a < apa; a++) {
+        if (active != NULL && !active[a]) { /* waits for the env's reset: its rows are not the env's */
+            vec->rewards[a0 + a] = 0.0f;
+            terminals[a] = 1;
+            truncations[a] = 0;
+            if (vec->action_mask != NULL) memset(vec->action_mask + (a0 + a) * vec->mask_width, 1, (size_t)vec->mask_width);
+            waiting++;
+            continue;
         }
-        return 1;
+        if (terminals[a] && truncations[a]) return breach(vec, end->chunk, BREACH_BOTH_FLAGS, index, ended, a);
+        flagged += (terminals[a] | truncations[a]) != 0;
     }
-    cenv_chunk_log *log = &vec->chunk_log[end->chunk];
+    if (flagged != ended) return breach(vec, end->chunk, BREACH_COUNT, index, ended, flagged);
+    if (ended == 0) return 0;
+    if (flagged + waiting < apa && spec->reset_agent == NULL && !spec->agents_wait)
+        return breach(vec, end->chunk, BREACH_PARTIAL_END, index, ended, flagged);
     if (vec->final_obs != NULL) {
-        size_t env_obs_bytes = (size_t)(vec->obs_bytes * vec->spaces.agents_per_env);
-        memcpy(vec->final_obs + (size_t)index * env_obs_bytes,
-               vec->observations + (size_t)index * env_obs_bytes, env_obs_bytes);
+        for (int a = 0; a < apa; a++) {
+            if (active != NULL && !active[a]) continue;
+            if (!(terminals[a] | truncations[a])) continue;
+            size_t at = (size_t)((a0 + a) * vec->obs_bytes);
+            memcpy(vec->final_obs + at, vec->observations + at, (size_t)vec->obs_bytes);
+        }
     }
-    const float *stats = vec->spec->log(env_at(vec, index));
-    for (int f = 0; f < vec->spec->num_log; f++) log->sums[f] += (double)stats[f];
+    void *env = env_at(vec, index);
+    const float *stats = spec->log(env);
+    cenv_chunk_log *log = &vec->chunk_log[end->chunk];
+    for (int f = 0; f < spec->num_log; f++) log->sums[f] += (double)stats[f];
     log->count += ended;
+    vec->chunk_episodes[end->chunk] += ended;
     if (vec->env_ended != NULL) {
-        memcpy(vec->env_stats + (size_t)index * (size_t)vec->spec->num_log, stats,
-               sizeof(float) * (size_t)vec->spec->num_log);
+        memcpy(vec->env_stats + (size_t)index * (size_t)spec->num_log, stats, sizeof(float) * (size_t)spec->num_log);
         vec->env_ended[index] = ended;
+    }
+    if (flagged + waiting == apa) {
+        spec->reset(env);
+        if (active != NULL) memset(active, 1, (size_t)apa);
+    } else {
+        for (int a = 0; a < apa; a++) {
+            if ((active != NULL && !active[a]) || !(terminals[a] | truncations[a])) continue;
+            if (spec->reset_agent != NULL) {
+                spec->reset_agent(env, a);
+            } else {
+                active[a] = 0;
+            }
+        }
     }
     return 0;
 }
 
 static void step_chunk(cenv_vec *vec, int c) {
     cenv_end_ctx ctx = {vec, c};
-    vec->chunk_bad_env[c] = -1;
+    vec->chunk_breach[c].kind = BREACH_NONE;
+    vec->chunk_episodes[c] = 0;
     if (vec->env_ended != NULL) {
         memset(vec->env_ended + vec->chunk_begin[c], 0,
                sizeof(int32_t) * (size_t)(vec->chunk_begin[c + 1] - vec->chunk_begin[c]));
     }
-    vec->chunk_episodes[c] = vec->spec->step_range(vec->envs, vec->chunk_begin[c], vec->chunk_begin[c + 1],
-                                                   record_episode_end, &ctx);
+    vec->spec->step_range(vec->envs, vec->chunk_begin[c], vec->chunk_begin[c + 1], vec->spec->agents_wait,
+                          after_step, &ctx);
 }
 
 static void reset_chunk(cenv_vec *vec, int c) {
+    int apa = vec->spaces.agents_per_env;
     for (int64_t i = vec->chunk_begin[c]; i < vec->chunk_begin[c + 1]; i++) {
         void *env = env_at(vec, i);
         if (vec->reset_reseed) cenv_rng_seed(vec->spec->rng(env), vec->reset_seed, (uint64_t)i);
         vec->spec->reset(env);
+        if (vec->active != NULL) memset(vec->active + i * apa, 1, (size_t)apa);
     }
 }
 
@@ -319,11 +382,18 @@ static cenv_vec *new_vec(int type, const double *params, int num_params, char *e
     cenv_spaces spaces;
     memset(&spaces, 0, sizeof(spaces));
     spec->spaces(params, &spaces);
-    if (spaces.has_mask != spec->has_mask) {
+    if (spaces.has_mask != spec->has_mask || spec->num_pointers != 5 + spec->has_mask) {
         set_error(err, err_len,
-                  "env '%s' says has_mask=%d in its spaces but was defined with %s: define an env "
-                  "with an action mask with CENV_DEFINE_MASKED (and `action_mask` after `truncations`)",
-                  spec->name, spaces.has_mask, spec->has_mask ? "CENV_DEFINE_MASKED" : "CENV_DEFINE");
+                  "env '%s' says has_mask=%d in its spaces, has %d buffer pointers before `log` and %s the "
+                  "`mask` option of CENV_ENV: an env with an action mask sets has_mask = 1, has "
+                  "`uint8_t *action_mask` after `truncations` and names `mask` in CENV_ENV; one without "
+                  "has none of the three",
+                  spec->name, spaces.has_mask, spec->num_pointers, spec->has_mask ? "names" : "does not name");
+        return NULL;
+    }
+    if (spec->reset_agent != NULL && spec->agents_wait) {
+        set_error(err, err_len, "env '%s' names both reset_agent and agents_wait in CENV_ENV: an agent "
+                  "whose episode ends either respawns at once or waits; keep one", spec->name);
         return NULL;
     }
     cenv_vec *vec = (cenv_vec *)calloc(1, sizeof(cenv_vec));
@@ -341,6 +411,7 @@ static cenv_vec *new_vec(int type, const double *params, int num_params, char *e
     if (vec->spaces.has_mask) {
         for (int d = 0; d < vec->spaces.action_ndim; d++) vec->mask_width += vec->spaces.action_nvec[d];
     }
+    vec->mask_check = 1;
     pthread_mutex_init(&vec->call_mutex, NULL);
     return vec;
 }
@@ -445,39 +516,45 @@ int64_t cenv_mask_width(const cenv_vec *vec) { return vec->mask_width; }
 
 static int bind_locked(cenv_vec *vec, void *observations, void *actions, float *rewards,
                        uint8_t *terminals, uint8_t *truncations, uint8_t *action_mask,
-                       void *final_observations) {
+                       void *final_observations, uint8_t *active) {
     if (observations == NULL || actions == NULL || rewards == NULL || terminals == NULL ||
-        truncations == NULL || (vec->spaces.has_mask && action_mask == NULL)) {
-        set_error(vec->error, CENV_ERROR_LEN, "cenv_bind: a required buffer is NULL");
+        truncations == NULL || (vec->spaces.has_mask && action_mask == NULL) ||
+        (vec->spec->agents_wait && active == NULL)) {
+        set_error(vec->error, CENV_ERROR_LEN, "cenv_bind: a required buffer is NULL (env '%s'%s%s)",
+                  vec->spec->name, vec->spaces.has_mask ? " needs action_mask" : "",
+                  vec->spec->agents_wait ? " needs active" : "");
         return CENV_ERR_ARGUMENT;
     }
     int apa = vec->spaces.agents_per_env;
     size_t action_bytes = (size_t)vec->spaces.action_ndim * 4;
     vec->observations = (unsigned char *)observations;
     vec->actions = (unsigned char *)actions;
+    vec->rewards = rewards;
     vec->terminals = terminals;
     vec->truncations = truncations;
+    vec->action_mask = vec->spaces.has_mask ? action_mask : NULL;
+    vec->active = vec->spec->agents_wait ? active : NULL;
     vec->final_obs = (unsigned char *)final_observations;
     for (int64_t i = 0; i < vec->num_envs; i++) {
         int64_t a = i * apa;
-        cenv_io io = {(unsigned char *)observations + (size_t)(a * vec->obs_bytes),
-                      (unsigned char *)actions + (size_t)a * action_bytes,
-                      rewards + a,
-                      terminals + a,
-                      truncations + a,
-                      action_mask == NULL ? NULL : action_mask + (size_t)(a * vec->mask_width)};
-        vec->spec->bind(env_at(vec, i), &io);
+        /* The env struct starts with its borrowed pointers in this order (checked by CENV_ENV). */
+        void *pointers[6] = {(unsigned char *)observations + (size_t)(a * vec->obs_bytes),
+                             (unsigned char *)actions + (size_t)a * action_bytes, rewards + a, terminals + a,
+                             truncations + a,
+                             vec->action_mask == NULL ? NULL : vec->action_mask + (size_t)(a * vec->mask_width)};
+        memcpy(env_at(vec, i), pointers, sizeof(void *) * (size_t)vec->spec->num_pointers);
     }
+    if (vec->active != NULL) memset(vec->active, 1, (size_t)vec->num_agents);
     vec->bound = 1;
     return 0;
 }
 
 int cenv_bind(cenv_vec *vec, void *observations, void *actions, float *rewards, uint8_t *terminals,
-              uint8_t *truncations, uint8_t *action_mask, void *final_observations) {
+              uint8_t *truncations, uint8_t *action_mask, void *final_observations, uint8_t *active) {
     int rc = enter(vec, "cenv_bind");
     if (rc != 0) return rc;
     rc = bind_locked(vec, observations, actions, rewards, terminals, truncations, action_mask,
-                     final_observations);
+                     final_observations, active);
     leave(vec);
     return rc;
 }
@@ -550,39 +627,92 @@ static int validate_actions(cenv_vec *vec) {
     return 0;
 }
 
-/* Writes the message for env `index` of this vector, whose step returned `ended` without ending every
- * one of its agents (see episode_end_is_whole). */
-static void describe_broken_end(cenv_vec *vec, int64_t index, int ended) {
-    int apa = vec->spaces.agents_per_env;
-    const uint8_t *terminals = vec->terminals + index * apa, *truncations = vec->truncations + index * apa;
-    char agents[200]; /* the first 24 agents without a flag, then "..." */
+/* The legal actions of component `d` of a mask row, as "0, 3, 7" (at most about 40 listed). */
+static void legal_list(const cenv_vec *vec, const uint8_t *row, int d, char *out, size_t size) {
+    int64_t offset = 0;
+    for (int k = 0; k < d; k++) offset += vec->spaces.action_nvec[k];
     size_t used = 0;
-    int missing = 0;
-    agents[0] = '\0';
-    for (int a = 0; a < apa; a++) {
-        if (terminals[a] | truncations[a]) continue;
-        missing++;
-        if (missing <= 24) {
-            int n = snprintf(agents + used, sizeof(agents) - used, "%s%d", missing > 1 ? ", " : "", a);
-            if (n > 0) used += (size_t)n;
-        } else if (missing == 25) {
-            snprintf(agents + used, sizeof(agents) - used, ", ...");
+    int listed = 0;
+    out[0] = '\0';
+    for (int64_t k = 0; k < vec->spaces.action_nvec[d] && used + 16 < size; k++) {
+        if (!row[offset + k]) continue;
+        if (listed == 40) {
+            snprintf(out + used, size - used, ", ...");
+            return;
+        }
+        int w = snprintf(out + used, size - used, "%s%lld", listed ? ", " : "", (long long)k);
+        if (w > 0) used += (size_t)w;
+        listed++;
+    }
+}
+
+/* Strict masks: every acting agent has a legal action in each component of its mask row, and takes
+ * one. Returns 0, or CENV_ERR_MASK / CENV_ERR_ACTION with a message naming the env, the agent, the
+ * step and the mask. Actions are already in range. */
+static int validate_mask(cenv_vec *vec) {
+    const cenv_spaces *sp = &vec->spaces;
+    int ndim = sp->action_ndim, apa = sp->agents_per_env;
+    const int32_t *actions = (const int32_t *)vec->actions;
+    for (int64_t agent = 0; agent < vec->num_agents; agent++) {
+        if (vec->active != NULL && !vec->active[agent]) continue;
+        const uint8_t *row = vec->action_mask + agent * vec->mask_width;
+        int64_t offset = 0;
+        for (int d = 0; d < ndim; d++) {
+            int32_t act = actions[agent * ndim + d];
+            if (!row[offset + act]) {
+                int any = 0;
+                for (int64_t k = 0; k < sp->action_nvec[d]; k++) any |= row[offset + k];
+                char legal[256];
+                legal_list(vec, row, d, legal, sizeof(legal));
+                char component[32] = "";
+                if (ndim > 1) snprintf(component, sizeof(component), " component %d", d);
+                vec->bad_agent = agent;
+                vec->bad_component = d;
+                vec->bad_value = (double)act;
+                if (!any) {
+                    set_error(vec->error, CENV_ERROR_LEN,
+                              "env '%s' #%lld agent %d (row %lld) at step %lld: its action mask allows no "
+                              "action%s (the row is all 0); the env must leave every acting agent at "
+                              "least one legal action",
+                              vec->spec->name, (long long)(agent / apa), (int)(agent % apa), (long long)agent,
+                              (long long)vec->steps, component);
+                    return CENV_ERR_MASK;
+                }
+                set_error(vec->error, CENV_ERROR_LEN,
+                          "env '%s' #%lld agent %d (row %lld) at step %lld: action %d%s is not legal under "
+                          "its mask; legal: %s",
+                          vec->spec->name, (long long)(agent / apa), (int)(agent % apa), (long long)agent,
+                          (long long)vec->steps, act, component, legal);
+                return CENV_ERR_ACTION;
+            }
+            offset += sp->action_nvec[d];
         }
     }
-    if (missing > 0) {
+    return 0;
+}
+
+/* The message of the first breach of the step contract found in the last step (see after_step). */
+static void describe_breach(cenv_vec *vec, const cenv_breach *b) {
+    const char *name = vec->spec->name;
+    int apa = vec->spaces.agents_per_env;
+    if (b->kind == BREACH_BOTH_FLAGS) {
         set_error(vec->error, CENV_ERROR_LEN,
-                  "env '%s' (type %d) broke the step contract at env index %lld: its step returned "
-                  "ended=%d but agent%s %s (of %d; buffer rows from %lld) %s neither terminal nor "
-                  "truncation set. A step that ends episodes must end every agent of the env (per-agent "
-                  "episode ends are not supported yet); see BUILD.md, 'Adding an environment'",
-                  vec->spec->name, vec->type, (long long)index, ended, missing > 1 ? "s" : "", agents,
-                  apa, (long long)(index * apa), missing > 1 ? "have" : "has");
+                  "env '%s' #%lld broke the step contract at step %lld: agent %d (row %lld) has both "
+                  "terminal and truncation set; an ending episode is one or the other (see BUILD.md)",
+                  name, (long long)b->env, (long long)vec->steps, b->flagged, (long long)(b->env * apa + b->flagged));
+    } else if (b->kind == BREACH_COUNT) {
+        set_error(vec->error, CENV_ERROR_LEN,
+                  "env '%s' #%lld broke the step contract at step %lld: its step returned %d but %d of its "
+                  "acting agents have a terminal or truncation flag; it must return how many agents' "
+                  "episodes ended (see BUILD.md)",
+                  name, (long long)b->env, (long long)vec->steps, b->ended, b->flagged);
     } else {
         set_error(vec->error, CENV_ERROR_LEN,
-                  "env '%s' (type %d) broke the step contract at env index %lld: every one of its %d "
-                  "agents ended but its step returned ended=%d; it must return the number of "
-                  "agent-episodes that ended, %d. See BUILD.md, 'Adding an environment'",
-                  vec->spec->name, vec->type, (long long)index, apa, ended, apa);
+                  "env '%s' #%lld broke the step contract at step %lld: it ended %d of its %d agents' "
+                  "episodes while the others go on, but names neither reset_agent (respawn at once) nor "
+                  "agents_wait (wait for the env's reset) in CENV_ENV; end all agents together or name one "
+                  "(see BUILD.md)",
+                  name, (long long)b->env, (long long)vec->steps, b->flagged, apa);
     }
 }
 
@@ -595,12 +725,18 @@ static int64_t step_locked(cenv_vec *vec) {
                   vec->spec->name);
         return CENV_ERR_NOT_RESET;
     }
+    vec->error[0] = '\0';
     if (validate_actions(vec)) return CENV_ERR_ACTION;
+    if (vec->action_mask != NULL && vec->mask_check) {
+        int rc = validate_mask(vec);
+        if (rc != 0) return rc;
+    }
     run_job(vec, JOB_STEP);
+    vec->steps += 1;
     int64_t episodes = 0;
     for (int c = 0; c < vec->num_chunks; c++) {
-        if (vec->chunk_bad_env[c] >= 0) {
-            describe_broken_end(vec, vec->chunk_bad_env[c], vec->chunk_bad_ended[c]);
+        if (vec->chunk_breach[c].kind != BREACH_NONE) {
+            describe_breach(vec, &vec->chunk_breach[c]);
             return CENV_ERR_ENV;
         }
         episodes += vec->chunk_episodes[c];
@@ -795,6 +931,38 @@ int cenv_set_state(cenv_vec *vec, int64_t index, const double *state, int n) {
     rc = set_state_locked(vec, index, state, n);
     leave(vec);
     return rc;
+}
+
+int cenv_env_flags(int type) {
+    const cenv_spec *spec = spec_at(type);
+    if (spec == NULL) return CENV_ERR_ARGUMENT;
+    return (spec->has_mask ? CENV_ENV_MASK : 0) | (spec->reset_agent != NULL ? CENV_ENV_RESET_AGENT : 0) |
+           (spec->agents_wait ? CENV_ENV_AGENTS_WAIT : 0) | (spec->render != NULL ? CENV_ENV_RENDER : 0) |
+           (spec->set_state != NULL ? CENV_ENV_SET_STATE : 0);
+}
+
+int cenv_set_mask_check(cenv_vec *vec, int strict) {
+    int rc = enter(vec, "cenv_set_mask_check");
+    if (rc != 0) return rc;
+    vec->mask_check = strict != 0;
+    leave(vec);
+    return 0;
+}
+
+int64_t cenv_render(cenv_vec *vec, int64_t index, char *out, int64_t size) {
+    int rc = enter(vec, "cenv_render");
+    if (rc != 0) return rc;
+    int64_t written;
+    if (vec->spec->render == NULL || index < 0 || index >= vec->num_envs || out == NULL || size < 1 ||
+        size > INT32_MAX) {
+        set_error(vec->error, CENV_ERROR_LEN, "cenv_render: env '%s' %s", vec->spec->name,
+                  vec->spec->render == NULL ? "has no render option" : "index or buffer out of range");
+        written = CENV_ERR_ARGUMENT;
+    } else {
+        written = vec->spec->render(env_at(vec, index), out, (int)size);
+    }
+    leave(vec);
+    return written;
 }
 
 void cenv_close(cenv_vec *vec) {

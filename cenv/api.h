@@ -15,7 +15,7 @@
 
 #include <stdint.h>
 
-#define CENV_ABI_VERSION 3
+#define CENV_ABI_VERSION 4
 
 #define CENV_ERR_NULL -1       /* NULL handle: closed or never created */
 #define CENV_ERR_UNBOUND -2    /* step/reset before cenv_bind */
@@ -24,6 +24,7 @@
 #define CENV_ERR_NOT_RESET -5  /* cenv_step before cenv_reset or cenv_load_state */
 #define CENV_ERR_BUSY -6       /* the handle is in a call from another thread; no message is written */
 #define CENV_ERR_ENV -7        /* an env broke its contract (see BUILD.md); see cenv_error */
+#define CENV_ERR_MASK -8       /* an acting agent's action mask allows no action; see cenv_error */
 
 #define CENV_DTYPE_FLOAT32 0   /* observation dtypes */
 #define CENV_DTYPE_UINT8 1
@@ -38,6 +39,12 @@
 #define CENV_MAX_LOG 32         /* statistics (log fields) per env type */
 #define CENV_MAX_OBS_DIMS 4     /* dimensions of an observation (per agent) */
 #define CENV_MAX_ACTION_DIMS 16 /* components of an action (per agent) */
+
+#define CENV_ENV_MASK 1         /* cenv_env_flags bits: the CENV_ENV options of an env type */
+#define CENV_ENV_RESET_AGENT 2
+#define CENV_ENV_AGENTS_WAIT 4
+#define CENV_ENV_RENDER 8
+#define CENV_ENV_SET_STATE 16
 
 #define CENV_EXPORT __attribute__((visibility("default")))
 
@@ -62,6 +69,8 @@ CENV_EXPORT int cenv_param_info(int type, int index, const char **name, const ch
                                 int *is_int);
 CENV_EXPORT int cenv_num_log_fields(int type);
 CENV_EXPORT const char *cenv_log_field_name(int type, int index);
+/* The CENV_ENV options of env type `type` as CENV_ENV_* bits, or CENV_ERR_ARGUMENT. */
+CENV_EXPORT int cenv_env_flags(int type);
 
 /* Creates num_envs envs of registry type `type` with params (num_params doubles in declared order),
  * split across num_threads threads. Returns NULL on failure with a message written into err. */
@@ -91,12 +100,24 @@ CENV_EXPORT int64_t cenv_mask_width(const cenv_vec *vec);
 
 /* Hands the vector its buffers (owned by the caller, alive until close): observations[A, obs...],
  * actions[A, ndim] (int32 or float32), rewards[A] float32, terminals[A] and truncations[A] uint8,
- * action_mask[A, sum(nvec)] uint8 or NULL when the env has none, final_observations[A, obs...] or
- * NULL: when given, an agent whose episode ended in a step gets its last observation (the one before
- * the automatic reset) written there. */
+ * action_mask[A, sum(nvec)] uint8 (required when the env has a mask, else ignored),
+ * final_observations[A, obs...] or NULL: when given, an agent whose episode ended in a step gets its
+ * last observation (the one before its reset or respawn) written there; active[A] uint8 (required
+ * for an env with option agents_wait, else ignored): 1 when the agent acts in the step, 0 while it
+ * waits for its env's reset (its rows then read reward 0, terminal 1). */
 CENV_EXPORT int cenv_bind(cenv_vec *vec, void *observations, void *actions, float *rewards,
                           uint8_t *terminals, uint8_t *truncations, uint8_t *action_mask,
-                          void *final_observations);
+                          void *final_observations, uint8_t *active);
+
+/* Strict masks (the default, strict != 0): cenv_step refuses an action outside its agent's mask
+ * (CENV_ERR_ACTION) and a mask row that allows no action (CENV_ERR_MASK), naming the env, the agent,
+ * the step and the legal actions, before stepping anything. strict == 0 checks neither. */
+CENV_EXPORT int cenv_set_mask_check(cenv_vec *vec, int strict);
+
+/* Writes a text frame of env `index` into out (size bytes, NUL-terminated) when its type has the
+ * render option: returns the frame's length (which may exceed size - 1: it was cut), or
+ * CENV_ERR_ARGUMENT when it has none or index is out of range. */
+CENV_EXPORT int64_t cenv_render(cenv_vec *vec, int64_t index, char *out, int64_t size);
 
 /* Calls that touch a vector's envs (bind, reset, step, log, set_state, save/load state) must not
  * overlap: a call made while another thread is inside one returns CENV_ERR_BUSY at once (and writes
@@ -111,12 +132,14 @@ CENV_EXPORT int cenv_bind_episode_stats(cenv_vec *vec, float *env_stats, int32_t
 /* Starts new episodes in every env. reseed != 0: first seed env i's RNG from (seed, i). */
 CENV_EXPORT int cenv_reset(cenv_vec *vec, uint64_t seed, int reseed);
 
-/* Steps every agent of every env with the actions in the actions buffer, resetting any env whose
- * episode ended in the same call. Validates every action first and steps nothing if one is bad.
- * Returns the number of agent-episodes that ended, or a negative CENV_ERR_*: CENV_ERR_NOT_RESET
- * before the first cenv_reset or cenv_load_state; CENV_ERR_ENV when an env reported ended episodes
- * without ending every one of its agents (terminal or truncation flag on each; the message in
- * cenv_error names the env and the agents; that env is not reset). */
+/* Steps every agent of every env with the actions in the actions buffer. Each agent whose episode
+ * ends gets its final observation recorded; an env whose agents have all ended is reset, and an agent
+ * that ends while others go on respawns (option reset_agent) or waits for that reset (option
+ * agents_wait), all in the same call. Validates every action (and strict masks) first and steps
+ * nothing if one is bad. Returns the number of agent-episodes that ended, or a negative CENV_ERR_*:
+ * CENV_ERR_NOT_RESET before the first cenv_reset or cenv_load_state; CENV_ERR_ACTION / CENV_ERR_MASK
+ * for a bad action or mask; CENV_ERR_ENV when an env broke the step contract (core.h; the message
+ * names the env; that env is neither reset nor respawned). */
 CENV_EXPORT int64_t cenv_step(cenv_vec *vec);
 
 /* After CENV_ERR_ACTION: the offending agent, action component and value. */

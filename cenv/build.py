@@ -1,5 +1,6 @@
-"""Compiles cenv/ into one shared library. Used by setup.py (the package build) and by the tests
-(the sanitizer build); run it directly to build by hand: ``python cenv/build.py OUT.so [--sanitize]``.
+"""Compiles cenv/ into one shared library. Used by setup.py (the package build), by the SDK
+(jaxlab.env.sdk: `jaxlab build-env`, which ships this file inside the package) and by the tests (the
+sanitizer build); run it directly to build by hand: ``python cenv/build.py OUT.so [--sanitize]``.
 
 Needs only a C compiler and libc/libm/pthreads; it downloads nothing.
 """
@@ -47,13 +48,20 @@ def extra_flags() -> list[str]:
     return shlex.split(os.environ.get("CENV_CFLAGS", ""))
 
 
-def compile_command(output: Path, sanitize: bool = False, shared: bool = True,
-                    sources: list[Path] | None = None) -> list[str]:
-    """The compiler command line that builds ``sources`` (default: the library) into ``output``."""
+def compile_flags(sanitize: bool = False) -> list[str]:
+    """The flags every cenv build uses (release, or the sanitizer's), $CENV_CFLAGS included."""
     flags = list(RELEASE_FLAGS)
     if sanitize:
         flags = [f for f in flags if not f.startswith("-O")] + SANITIZE_FLAGS
-    cmd = [*shlex.split(find_compiler()), *flags, *extra_flags()]
+    return [*flags, *extra_flags()]
+
+
+def compile_command(output: Path, sanitize: bool = False, shared: bool = True,
+                    sources: list[Path] | None = None, include: list[Path] | None = None) -> list[str]:
+    """The compiler command line that builds ``sources`` (default: the library) into ``output``, with
+    ``include`` directories on the header search path."""
+    cmd = [*shlex.split(find_compiler()), *compile_flags(sanitize)]
+    cmd += [f"-I{directory}" for directory in include or []]
     if shared:
         cmd.append("-shared")
     cmd += [str(s) for s in (sources or SOURCES)]
@@ -62,11 +70,12 @@ def compile_command(output: Path, sanitize: bool = False, shared: bool = True,
 
 
 def build(output: Path, sanitize: bool = False, shared: bool = True,
-          sources: list[Path] | None = None, verbose: bool = True) -> Path:
-    """Compiles into ``output``; raises RuntimeError with the compiler's messages on failure."""
+          sources: list[Path] | None = None, verbose: bool = True, include: list[Path] | None = None) -> Path:
+    """Compiles into ``output``; raises RuntimeError with the command and the compiler's messages on
+    failure."""
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    cmd = compile_command(output, sanitize=sanitize, shared=shared, sources=sources)
+    cmd = compile_command(output, sanitize=sanitize, shared=shared, sources=sources, include=include)
     if verbose:
         print(" ".join(cmd), file=sys.stderr)
     result = subprocess.run(cmd, capture_output=True, text=True)

@@ -1,23 +1,55 @@
-/* What every environment header includes: the spec types that describe an environment to the
- * vectorized layer (api.c), and CENV_DEFINE, which turns an env's functions into its spec.
+/* What every environment header includes (the SDK's contract, versioned by CENV_ABI_VERSION; see
+ * BUILD.md "The env contract"): the spec types that describe an environment to the vectorized layer
+ * (api.c) and CENV_ENV, which turns an env's functions into its spec.
  *
- * Conventions an environment struct must follow (see BUILD.md, "Adding an environment"):
- *   borrowed buffer pointers first, named observations, actions, rewards, terminals, truncations
- *   (and then action_mask when the env has one: define it with CENV_DEFINE_MASKED); then `log` (a
- *   floats-only struct holding the sums of the statistics of the episodes that ended in the current
- *   step); then config; then state, which includes `cenv_rng rng`. No pointers other than the
- *   borrowed buffers: everything from `log` to the end of the struct is saved and loaded as plain
- *   bytes (cenv_save_state / cenv_load_state). CENV_DEFINE checks at compile time that `log` follows
- *   the buffer pointers immediately, so no pointer lies in the saved bytes.
- * The step contract: a step that returns ended > 0 ends the episode of every agent of the env (each
- *   has its terminal or truncation flag set) and returns ended == agents_per_env; the vectorized
- *   layer then resets the whole env. Anything else fails the step with CENV_ERR_ENV.
+ * An env is one header:
+ *   typedef struct { float episode_return; ... } NameLog;      floats only, one per statistic: the SUMS
+ *                                                              over the agent-episodes that end in a step
+ *   typedef struct {
+ *       float *observations; int32_t *actions; float *rewards;  the borrowed buffer pointers, first,
+ *       uint8_t *terminals; uint8_t *truncations;              in this order (actions may be float *;
+ *       uint8_t *action_mask;                                  observations uint8_t *); action_mask only
+ *                                                              with the `mask` option
+ *       NameLog log;                                           right after the pointers (checked when
+ *       ... config, state, cenv_rng rng ...                    it compiles); no other pointer: from `log`
+ *   } Name;                                                    on, the struct is what checkpoints save
+ *   static const cenv_param name_params[] = {...};             at least one
+ *   static const char *const name_log_names[] = {...};         one per Log field, same order
+ *   static void name_spaces(const double *params, cenv_spaces *out);
+ *   static void name_init(Name *env, const double *params);    memory arrives zeroed
+ *   static void name_reset(Name *env);                         a new episode for every agent
+ *   static int name_step(Name *env);                           see "The step" below
+ *   CENV_ENV(name, Name, NameLog, "one-line description"[, option ...])
+ *
+ * Options (words after the description, any order):
+ *   mask          the env writes action_mask[agent, sum(nvec)] (1 legal, 0 illegal) in reset, step
+ *                 (and reset_agent) for the next step; its spaces set has_mask = 1
+ *   reset_agent   an agent whose episode ends while others go on respawns at once:
+ *                 static void name_reset_agent(Name *env, int agent) starts its new episode (writes
+ *                 its observation, and mask row)
+ *   agents_wait   an agent whose episode ends while others go on waits for the env's reset: until
+ *                 then its rows are ignored (the vectorized layer reports reward 0, terminal 1 and
+ *                 active 0 for it, whatever the env writes) and the env must not end it again
+ *   render        static int name_render(const Name *env, char *out, int size): a text frame of the
+ *                 env (snprintf-style: returns the length it wrote or would write)
+ *   set_state     static int name_set_state(Name *env, const double *state, int n): a test hook that
+ *                 overwrites the physical state (0 on success)
+ *
+ * The step: read `actions` (already validated: in range, not NaN, legal under the mask), write every
+ * agent's observation, reward and flags (terminals: the episode ended for good; truncations: a time
+ * limit cut it; never both), and return the number of agents whose episode ended in this step (0
+ * mostly), after adding their statistics to `log` (sums). Do not reset anything yourself: the
+ * vectorized layer records each ending agent's observation as its final observation, then resets
+ * the whole env when every agent has ended (or waits), else calls reset_agent for each ending agent
+ * (option reset_agent) or lets it wait (option agents_wait); an env with neither option must end
+ * all its agents together. A step that breaks this fails with CENV_ERR_ENV and a message.
  */
 #ifndef CENV_CORE_H
 #define CENV_CORE_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "api.h" /* CENV_DTYPE_*, CENV_ACTION_*, CENV_MAX_OBS_DIMS, CENV_MAX_ACTION_DIMS */
@@ -44,131 +76,126 @@ typedef struct {
     int64_t action_nvec[CENV_MAX_ACTION_DIMS]; /* discrete sizes per component */
     float action_low[CENV_MAX_ACTION_DIMS];    /* continuous bounds per component */
     float action_high[CENV_MAX_ACTION_DIMS];
-    int has_mask;                         /* 1: writes action_mask[agent, sum(nvec)] */
+    int has_mask;                         /* 1: writes action_mask[agent, sum(nvec)] (option `mask`) */
 } cenv_spaces;
 
-/* The buffers of one env (its slice of the vectorized buffers). */
-typedef struct {
-    void *observations;
-    void *actions;
-    float *rewards;
-    uint8_t *terminals;
-    uint8_t *truncations;
-    uint8_t *action_mask;
-} cenv_io;
-
-/* Called by an env's step loop for env `index` whose step returned `ended` != 0 (agent-episodes ended,
- * statistics in its log), before it is reset. Returns 0, or non-zero when the env broke the step
- * contract: the env is then not reset (the caller reports the error). */
-typedef int (*cenv_on_episode_end)(void *ctx, int64_t index, int ended);
-
-/* Everything the vectorized layer needs to know about one env type. */
+/* Everything the vectorized layer needs to know about one env type (made by CENV_ENV). */
 typedef struct {
     const char *name;
     const char *description;
     size_t env_size;
     size_t state_offset; /* offsetof(TYPE, log): bytes [state_offset, env_size) are what the env owns */
-    int has_mask;        /* defined with CENV_DEFINE_MASKED: binds action_mask */
+    int num_pointers;    /* borrowed buffer pointers before `log`: 5, or 6 with option mask */
+    int has_mask;
+    int agents_wait;
     const cenv_param *params;
     int num_params;
     const char *const *log_names;
     int num_log;
-    /* Fills the spaces for these parameters (in declared order). */
     void (*spaces)(const double *params, cenv_spaces *out);
-    /* Zeroes nothing itself: env memory arrives zeroed; stores config from params. */
     void (*init)(void *env, const double *params);
-    void (*bind)(void *env, const cenv_io *io);
     cenv_rng *(*rng)(void *env);
     float *(*log)(void *env);
-    /* Starts an episode: writes the initial observation (and mask). */
     void (*reset)(void *env);
-    /* Steps envs [begin, end) of the array `envs` (the env's own step, inlined): for each, applies the
-     * actions and writes observation, rewards, terminals, truncations; an env whose step returns
-     * non-zero (agent-episodes ended, statistics summed into its `log`) is reported to on_end and then,
-     * unless on_end refuses it, reset in the same call. Returns the number of agent-episodes that
-     * ended in the envs that were reset. */
-    int64_t (*step_range)(void *envs, int64_t begin, int64_t end, cenv_on_episode_end on_end,
-                          void *ctx);
-    /* Optional, for tests: overwrite the physical state with n doubles. Returns 0 on success. */
-    int (*set_state)(void *env, const double *state, int n);
+    /* Steps envs [begin, end) of the array `envs` (the env's own step, inlined) and calls
+     * after_step(ctx, i, ended) for each env whose step ended agents' episodes, or for every env when
+     * `every` is set. Returns 0, or the first non-zero after_step returned (the rest of the range is
+     * then still stepped). */
+    int (*step_range)(void *envs, int64_t begin, int64_t end, int every,
+                      int (*after_step)(void *ctx, int64_t index, int ended), void *ctx);
+    void (*reset_agent)(void *env, int agent);                   /* option reset_agent, or NULL */
+    int (*render)(const void *env, char *out, int size);         /* option render, or NULL */
+    int (*set_state)(void *env, const double *state, int n);     /* option set_state, or NULL */
 } cenv_spec;
 
 #define CENV_COUNT(array) ((int)(sizeof(array) / sizeof((array)[0])))
 
-/* Binds the standard buffer fields (every env). */
-#define CENV_BIND_FIELDS(env, io)                                                      \
-    do {                                                                               \
-        (env)->observations = (io)->observations;                                      \
-        (env)->actions = (io)->actions;                                                \
-        (env)->rewards = (io)->rewards;                                                \
-        (env)->terminals = (io)->terminals;                                            \
-        (env)->truncations = (io)->truncations;                                        \
-    } while (0)
+/* ---- CENV_ENV's machinery: one wrapper and one initializer per option word ---- */
 
-/* Binds the action mask (envs defined with CENV_DEFINE_MASKED, whose struct has `action_mask` right
- * after `truncations`). CENV_BIND_MASK_0 / _1 are what CENV_DEFINE_FULL picks for HAS_MASK 0 / 1. */
-#define CENV_BIND_MASK(env, io) ((env)->action_mask = (io)->action_mask)
-#define CENV_BIND_MASK_0(env, io) ((void)(env), (void)(io))
-#define CENV_BIND_MASK_1(env, io) CENV_BIND_MASK(env, io)
-
-#define CENV_LAYOUT_RULE(TYPE)                                                                   \
-    #TYPE " breaks the env struct layout rule (cenv/core.h, BUILD.md): it must start with the "   \
-          "borrowed buffer pointers observations, actions, rewards, terminals, truncations (then " \
-          "action_mask, only with CENV_DEFINE_MASKED), followed immediately by `log`; move every " \
+#define CENV__LAYOUT_RULE(TYPE)                                                                   \
+    #TYPE " breaks the env struct layout rule (cenv/core.h, BUILD.md): it must start with the "    \
+          "borrowed buffer pointers observations, actions, rewards, terminals, truncations (then "  \
+          "action_mask, only with the `mask` option), followed immediately by `log`; move every "   \
           "other field after `log` (no pointer may lie in the saved bytes from `log` on)"
-#define CENV_CHECK_MASK_0(TYPE) _Static_assert(1, "")
-#define CENV_CHECK_MASK_1(TYPE) \
-    _Static_assert(offsetof(TYPE, action_mask) == 5 * sizeof(void *), CENV_LAYOUT_RULE(TYPE))
 
-/* Defines `<name>_spec` from the functions <name>_spaces, <name>_init, <name>_reset, <name>_step,
- * the arrays <name>_params and <name>_log_names, and the types TYPE (env) and LOGTYPE (its Log).
- * SET_STATE is a function or NULL; HAS_MASK is 0, or 1 for an env that writes an action mask (its
- * struct then has `action_mask` after `truncations`). Use CENV_DEFINE or CENV_DEFINE_MASKED. */
-#define CENV_DEFINE_FULL(NAME, TYPE, LOGTYPE, DESCRIPTION, SET_STATE, HAS_MASK)                  \
-    _Static_assert(sizeof(LOGTYPE) == sizeof(float) * CENV_COUNT(NAME##_log_names),              \
-                   #LOGTYPE " must hold exactly one float per name in " #NAME "_log_names");     \
+/* CENV__MASK_<word> is + 1 for `mask` and nothing for the other words: the option count of `mask`. */
+#define CENV__MASK_none(NAME, TYPE)
+#define CENV__MASK_mask(NAME, TYPE) +1
+#define CENV__MASK_agents_wait(NAME, TYPE)
+#define CENV__MASK_reset_agent(NAME, TYPE)
+#define CENV__MASK_render(NAME, TYPE)
+#define CENV__MASK_set_state(NAME, TYPE)
+#define CENV__WRAP_none(NAME, TYPE)
+#define CENV__INIT_none(NAME, TYPE)
+#define CENV__WRAP_mask(NAME, TYPE) \
+    _Static_assert(offsetof(TYPE, action_mask) == 5 * sizeof(void *), CENV__LAYOUT_RULE(TYPE));
+#define CENV__INIT_mask(NAME, TYPE) .has_mask = 1,
+#define CENV__WRAP_agents_wait(NAME, TYPE)
+#define CENV__INIT_agents_wait(NAME, TYPE) .agents_wait = 1,
+#define CENV__WRAP_reset_agent(NAME, TYPE) \
+    static void NAME##_reset_agent_v(void *e, int agent) { NAME##_reset_agent((TYPE *)e, agent); }
+#define CENV__INIT_reset_agent(NAME, TYPE) .reset_agent = NAME##_reset_agent_v,
+#define CENV__WRAP_render(NAME, TYPE)                                        \
+    static int NAME##_render_v(const void *e, char *out, int size) {         \
+        return NAME##_render((const TYPE *)e, out, size);                    \
+    }
+#define CENV__INIT_render(NAME, TYPE) .render = NAME##_render_v,
+#define CENV__WRAP_set_state(NAME, TYPE)                                     \
+    static int NAME##_set_state_v(void *e, const double *state, int n) {     \
+        return NAME##_set_state((TYPE *)e, state, n);                        \
+    }
+#define CENV__INIT_set_state(NAME, TYPE) .set_state = NAME##_set_state_v,
+
+/* CENV__EACH(M, NAME, TYPE, w1, ..., wk) expands M##_wi(NAME, TYPE) for up to 6 words. */
+#define CENV__EACH(M, NAME, TYPE, ...) \
+    CENV__EACH_N(__VA_ARGS__, 6, 5, 4, 3, 2, 1, 0)(M, NAME, TYPE, __VA_ARGS__)
+#define CENV__EACH_N(_1, _2, _3, _4, _5, _6, N, ...) CENV__EACH_##N
+#define CENV__EACH_1(M, N, T, a) M##_##a(N, T)
+#define CENV__EACH_2(M, N, T, a, ...) M##_##a(N, T) CENV__EACH_1(M, N, T, __VA_ARGS__)
+#define CENV__EACH_3(M, N, T, a, ...) M##_##a(N, T) CENV__EACH_2(M, N, T, __VA_ARGS__)
+#define CENV__EACH_4(M, N, T, a, ...) M##_##a(N, T) CENV__EACH_3(M, N, T, __VA_ARGS__)
+#define CENV__EACH_5(M, N, T, a, ...) M##_##a(N, T) CENV__EACH_4(M, N, T, __VA_ARGS__)
+#define CENV__EACH_6(M, N, T, a, ...) M##_##a(N, T) CENV__EACH_5(M, N, T, __VA_ARGS__)
+
+/* Defines `<NAME>_spec` from <NAME>_spaces, _init, _reset, _step, the arrays <NAME>_params and
+ * <NAME>_log_names, the env struct TYPE and its Log LOGTYPE, and the option words that follow
+ * (mask, reset_agent, agents_wait, render, set_state; see the top of this file). */
+#define CENV_ENV(NAME, TYPE, LOGTYPE, DESCRIPTION, ...)                                           \
+    _Static_assert(sizeof(LOGTYPE) == sizeof(float) * CENV_COUNT(NAME##_log_names),               \
+                   #LOGTYPE " must hold exactly one float per name in " #NAME "_log_names");      \
     _Static_assert(offsetof(TYPE, observations) == 0 && offsetof(TYPE, actions) == sizeof(void *) && \
-                       offsetof(TYPE, rewards) == 2 * sizeof(void *) &&                          \
-                       offsetof(TYPE, terminals) == 3 * sizeof(void *) &&                        \
-                       offsetof(TYPE, truncations) == 4 * sizeof(void *),                        \
-                   CENV_LAYOUT_RULE(TYPE));                                                      \
-    CENV_CHECK_MASK_##HAS_MASK(TYPE);                                                            \
-    _Static_assert(offsetof(TYPE, log) == (5 + HAS_MASK) * sizeof(void *), CENV_LAYOUT_RULE(TYPE)); \
-    static void NAME##_init_v(void *e, const double *p) { NAME##_init((TYPE *)e, p); }           \
-    static void NAME##_bind_v(void *e, const cenv_io *io) {                                      \
-        TYPE *env = (TYPE *)e;                                                                   \
-        CENV_BIND_FIELDS(env, io);                                                               \
-        CENV_BIND_MASK_##HAS_MASK(env, io);                                                      \
-    }                                                                                            \
-    static cenv_rng *NAME##_rng_v(void *e) { return &((TYPE *)e)->rng; }                         \
-    static float *NAME##_log_v(void *e) { return (float *)&((TYPE *)e)->log; }                   \
-    static void NAME##_reset_v(void *e) { NAME##_reset((TYPE *)e); }                             \
-    static int64_t NAME##_step_range_v(void *envs, int64_t begin, int64_t end,                   \
-                                       cenv_on_episode_end on_end, void *ctx) {                  \
-        TYPE *env = (TYPE *)envs;                                                                \
-        int64_t episodes = 0;                                                                    \
-        for (int64_t i = begin; i < end; i++) {                                                  \
-            int ended = NAME##_step(&env[i]);                                                    \
-            if (ended == 0) continue;                                                            \
-            if (on_end(ctx, i, ended) != 0) continue; /* contract broken: reported, not reset */ \
-            NAME##_reset(&env[i]);                                                               \
-            episodes += ended;                                                                   \
-        }                                                                                        \
-        return episodes;                                                                         \
-    }                                                                                            \
-    static const cenv_spec NAME##_spec = {                                                       \
-        #NAME, DESCRIPTION, sizeof(TYPE), offsetof(TYPE, log), HAS_MASK, NAME##_params,          \
-        CENV_COUNT(NAME##_params), NAME##_log_names, CENV_COUNT(NAME##_log_names), NAME##_spaces, \
-        NAME##_init_v, NAME##_bind_v, NAME##_rng_v, NAME##_log_v, NAME##_reset_v,                \
-        NAME##_step_range_v, SET_STATE};
-
-/* An env without an action mask. */
-#define CENV_DEFINE(NAME, TYPE, LOGTYPE, DESCRIPTION, SET_STATE) \
-    CENV_DEFINE_FULL(NAME, TYPE, LOGTYPE, DESCRIPTION, SET_STATE, 0)
-
-/* An env that writes an action mask (its spaces set has_mask; its struct has `uint8_t *action_mask`
- * right after `truncations`). */
-#define CENV_DEFINE_MASKED(NAME, TYPE, LOGTYPE, DESCRIPTION, SET_STATE) \
-    CENV_DEFINE_FULL(NAME, TYPE, LOGTYPE, DESCRIPTION, SET_STATE, 1)
+                       offsetof(TYPE, rewards) == 2 * sizeof(void *) &&                           \
+                       offsetof(TYPE, terminals) == 3 * sizeof(void *) &&                         \
+                       offsetof(TYPE, truncations) == 4 * sizeof(void *),                         \
+                   CENV__LAYOUT_RULE(TYPE));                                                      \
+    enum { NAME##_mask_option = 0 CENV__EACH(CENV__MASK, NAME, TYPE, none, ##__VA_ARGS__) };        \
+    _Static_assert(offsetof(TYPE, log) == (5 + NAME##_mask_option) * sizeof(void *),             \
+                   CENV__LAYOUT_RULE(TYPE));                                                      \
+    static void NAME##_init_v(void *e, const double *p) { NAME##_init((TYPE *)e, p); }            \
+    static cenv_rng *NAME##_rng_v(void *e) { return &((TYPE *)e)->rng; }                          \
+    static float *NAME##_log_v(void *e) { return (float *)&((TYPE *)e)->log; }                    \
+    static void NAME##_reset_v(void *e) { NAME##_reset((TYPE *)e); }                              \
+    static int NAME##_step_range_v(void *envs, int64_t begin, int64_t end, int every,             \
+                                   int (*after_step)(void *, int64_t, int), void *ctx) {          \
+        TYPE *env = (TYPE *)envs;                                                                 \
+        int failed = 0;                                                                           \
+        for (int64_t i = begin; i < end; i++) {                                                   \
+            int ended = NAME##_step(&env[i]);                                                     \
+            if (ended == 0 && !every) continue;                                                   \
+            int rc = after_step(ctx, i, ended);                                                   \
+            if (failed == 0) failed = rc;                                                         \
+        }                                                                                         \
+        return failed;                                                                            \
+    }                                                                                             \
+    CENV__EACH(CENV__WRAP, NAME, TYPE, none, ##__VA_ARGS__)                                       \
+    static const cenv_spec NAME##_spec = {                                                        \
+        .name = #NAME, .description = DESCRIPTION, .env_size = sizeof(TYPE),                      \
+        .state_offset = offsetof(TYPE, log), .num_pointers = (int)(offsetof(TYPE, log) / sizeof(void *)), \
+        .params = NAME##_params,                                                                  \
+        .num_params = CENV_COUNT(NAME##_params), .log_names = NAME##_log_names,                   \
+        .num_log = CENV_COUNT(NAME##_log_names), .spaces = NAME##_spaces, .init = NAME##_init_v,  \
+        .rng = NAME##_rng_v, .log = NAME##_log_v, .reset = NAME##_reset_v,                        \
+        .step_range = NAME##_step_range_v,                                                        \
+        CENV__EACH(CENV__INIT, NAME, TYPE, none, ##__VA_ARGS__)};
 
 #endif

@@ -1,18 +1,23 @@
-"""The env contract the vectorized layer enforces, tested with purpose-built envs compiled into a
-library of their own (loaded in a subprocess through $JAXLAB_CENV_LIB):
+"""The env contract the vectorized layer enforces (cenv/core.h, BUILD.md), tested with purpose-built
+envs built by the SDK into a library of their own:
 
-- a step that reports ended episodes must end every agent of the env (per-agent ends do not exist
-  yet): otherwise the step fails with a message naming the env type, the env index and the agents;
-- an env with an action mask is defined with CENV_DEFINE_MASKED, which binds `action_mask`.
+- a step returns how many agents' episodes ended, and flags exactly those agents (never both flags);
+- an env that ends some of its agents while others go on must name reset_agent or agents_wait;
+- an env with an action mask names `mask` and gets its mask bound; strict masks refuse an action
+  outside the mask and a mask that allows none, naming the env, agent, step and legal actions.
 """
 
+import numpy as np
 import pytest
-from conftest import compile_cenv_with, run_with_library
+
+import jaxlab
+from jaxlab.env.sdk import build_library
 
 # `partial`: `agents` agents per env; env i ends at the tick given to it by set_state (never by
-# default), flagging the first `flagged` agents terminal and returning `returned`.
+# default), flagging the first `flagged` agents (terminal, or terminal and truncated with `both`)
+# and returning `returned`.
 PARTIAL_H = r"""
-#include "../core.h"
+#include "core.h"
 typedef struct { float episode_length; } PartialLog;
 typedef struct {
     float *observations;
@@ -21,13 +26,14 @@ typedef struct {
     uint8_t *terminals;
     uint8_t *truncations;
     PartialLog log;
-    int agents, flagged, returned, end_at, tick;
+    int agents, flagged, returned, both, end_at, tick;
     cenv_rng rng;
 } Partial;
 static const cenv_param partial_params[] = {
     {"agents", 3, 1, 8, 1, "agents per env"},
     {"flagged", 1, 0, 8, 1, "agents flagged at the end"},
     {"returned", 1, 0, 8, 1, "what the step returns at the end"},
+    {"both", 0, 0, 1, 1, "flag terminal and truncation"},
 };
 static const char *const partial_log_names[] = {"episode_length"};
 static void partial_spaces(const double *params, cenv_spaces *out) {
@@ -43,6 +49,7 @@ static void partial_init(Partial *env, const double *params) {
     env->agents = (int)params[0];
     env->flagged = (int)params[1];
     env->returned = (int)params[2];
+    env->both = (int)params[3];
     env->end_at = -1;
 }
 static void partial_reset(Partial *env) {
@@ -56,24 +63,25 @@ static int partial_step(Partial *env) {
         env->observations[a] = (float)env->tick;
         env->rewards[a] = 1.0f;
         env->terminals[a] = (uint8_t)(end && a < env->flagged);
-        env->truncations[a] = 0;
+        env->truncations[a] = (uint8_t)(end && a < env->flagged && env->both);
     }
     if (!end) return 0;
     env->log.episode_length = (float)(env->tick * env->returned);
     return env->returned;
 }
-static int partial_set_state(void *e, const double *state, int n) {
+static int partial_set_state(Partial *env, const double *state, int n) {
     if (n != 1) return -1;
-    ((Partial *)e)->end_at = (int)state[0];
+    env->end_at = (int)state[0];
     return 0;
 }
-CENV_DEFINE(partial, Partial, PartialLog, "ends some of its agents", partial_set_state)
+CENV_ENV(partial, Partial, PartialLog, "ends some of its agents", set_state)
 """
 
-# `masked`: Discrete(3) with a mask that allows action tick % 3 only; reward 1 for that action.
-MASKED_H = r"""
-#include "../core.h"
-typedef struct { float episode_length; } MaskedLog;
+# `gated`: Discrete(3) with a mask that allows action tick % 3 only (none at all from tick `closed`);
+# reward 1 for the allowed action.
+GATED_H = r"""
+#include "core.h"
+typedef struct { float episode_length; } GatedLog;
 typedef struct {
     float *observations;
     int32_t *actions;
@@ -81,13 +89,13 @@ typedef struct {
     uint8_t *terminals;
     uint8_t *truncations;
     uint8_t *action_mask;
-    MaskedLog log;
-    int tick;
+    GatedLog log;
+    int closed, tick;
     cenv_rng rng;
-} Masked;
-static const cenv_param masked_params[] = {{"unused", 0, 0, 1, 1, "nothing"}};
-static const char *const masked_log_names[] = {"episode_length"};
-static void masked_spaces(const double *params, cenv_spaces *out) {
+} Gated;
+static const cenv_param gated_params[] = {{"closed", 1000, 0, 1000, 1, "tick from which nothing is legal"}};
+static const char *const gated_log_names[] = {"episode_length"};
+static void gated_spaces(const double *params, cenv_spaces *out) {
     (void)params;
     out->agents_per_env = 1;
     out->obs_ndim = 1;
@@ -98,83 +106,108 @@ static void masked_spaces(const double *params, cenv_spaces *out) {
     out->action_nvec[0] = 3;
     out->has_mask = 1;
 }
-static void masked_init(Masked *env, const double *params) { (void)env; (void)params; }
-static void masked_observe(Masked *env) {
+static void gated_init(Gated *env, const double *params) { env->closed = (int)params[0]; }
+static void gated_observe(Gated *env) {
     env->observations[0] = (float)env->tick;
-    for (int i = 0; i < 3; i++) env->action_mask[i] = (uint8_t)(i == env->tick % 3);
+    for (int i = 0; i < 3; i++) env->action_mask[i] = (uint8_t)(i == env->tick % 3 && env->tick < env->closed);
 }
-static void masked_reset(Masked *env) {
+static void gated_reset(Gated *env) {
     env->tick = 0;
-    masked_observe(env);
+    gated_observe(env);
 }
-static int masked_step(Masked *env) {
+static int gated_step(Gated *env) {
     env->rewards[0] = env->actions[0] == env->tick % 3 ? 1.0f : 0.0f;
     env->tick += 1;
     env->terminals[0] = 0;
     env->truncations[0] = 0;
-    masked_observe(env);
+    gated_observe(env);
     return 0;
 }
-CENV_DEFINE_MASKED(masked, Masked, MaskedLog, "writes an action mask", NULL)
-"""
-
-SCRIPT = r"""
-import json
-import numpy as np
-import jaxlab
-
-out = {}
-for flagged, returned in [(1, 1), (3, 1), (2, 3), (3, 3)]:
-    with jaxlab.make("partial", num_envs=4, num_threads=2, agents=3, flagged=flagged, returned=returned) as env:
-        env.reset()
-        env.set_state(2, [3])  # env 2 ends at its third step
-        try:
-            infos = [env.step(np.zeros(12, dtype=np.int32))[4] for _ in range(3)]
-            out[f"{flagged},{returned}"] = {"infos": infos}
-        except RuntimeError as err:
-            out[f"{flagged},{returned}"] = {"error": str(err), "obs": env.observations[6:9].tolist()}
-with jaxlab.make("masked", num_envs=2) as env:
-    masks = [env.reset().tolist() and env.action_mask.tolist()]
-    rewards = []
-    for t in range(4):
-        allowed = env.action_mask.argmax(axis=1).astype(np.int32)
-        _, r, _, _, _ = env.step(allowed)
-        rewards.append(r.tolist())
-        masks.append(env.action_mask.tolist())
-    out["masked"] = {"masks": masks, "rewards": rewards, "spaces": str(jaxlab.env.spaces_of("masked"))}
-print(json.dumps(out))
+CENV_ENV(gated, Gated, GatedLog, "writes an action mask", mask)
 """
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    result, library = compile_cenv_with(tmp_path_factory.mktemp("contract"),
-                                        {"partial": PARTIAL_H, "masked": MASKED_H})
-    assert result.returncode == 0, result.stderr
-    return run_with_library(library, SCRIPT)
+def library(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("contract")
+    (folder / "partial.h").write_text(PARTIAL_H)
+    (folder / "gated.h").write_text(GATED_H)
+    return str(build_library([folder / "partial.h", folder / "gated.h"], folder / "libcontract.so"))
 
 
-def test_a_step_that_ends_some_agents_but_not_all_fails_naming_env_and_agents(results):
-    error = results["1,1"]["error"]
-    assert "env 'partial' (type 0) broke the step contract at env index 2" in error
-    assert "its step returned ended=1 but agents 1, 2 (of 3; buffer rows from 6) have neither terminal nor truncation set" in error
-    assert "every agent of the env" in error and "BUILD.md" in error
-    assert results["1,1"]["obs"] == [[3.0]] * 3  # the broken env was not reset
+def end_env_2_at_step_3(library, **params):
+    """Steps 4 partial envs of 3 agents, env 2 ending at its third step; returns the step infos, or
+    the RuntimeError and env 2's observations (not reset when it broke the contract)."""
+    with jaxlab.make("partial", num_envs=4, num_threads=2, library=library, agents=3, **params) as env:
+        env.reset()
+        env.set_state(2, [3])
+        try:
+            return [env.step(np.zeros(12, dtype=np.int32))[4] for _ in range(3)], None
+        except RuntimeError as err:
+            return str(err), env.observations[6:9].tolist()
 
 
-def test_a_step_that_ends_every_agent_must_count_them(results):
-    assert "every one of its 3 agents ended but its step returned ended=1; it must return" in results["3,1"]["error"]
-    assert "ended=3 but agent 2 (of 3; buffer rows from 6) has neither" in results["2,3"]["error"]
+def test_a_step_that_ends_some_agents_needs_reset_agent_or_agents_wait(library):
+    error, obs = end_env_2_at_step_3(library, flagged=1, returned=1)
+    assert "env 'partial' #2 broke the step contract at step 3: it ended 1 of its 3 agents' episodes" in error
+    assert "names neither reset_agent (respawn at once) nor agents_wait" in error and "BUILD.md" in error
+    assert obs == [[3.0]] * 3  # the broken env was not reset
 
 
-def test_a_step_that_ends_every_agent_is_accepted(results):
-    infos = results["3,3"]["infos"]
+def test_a_step_must_return_how_many_agents_it_flagged(library):
+    error, _ = end_env_2_at_step_3(library, flagged=3, returned=1)
+    assert "its step returned 1 but 3 of its acting agents have a terminal or truncation flag" in error
+    error, _ = end_env_2_at_step_3(library, flagged=2, returned=3)
+    assert "its step returned 3 but 2 of its acting agents" in error
+
+
+def test_an_agent_is_never_both_terminal_and_truncated(library):
+    error, _ = end_env_2_at_step_3(library, flagged=3, returned=3, both=1)
+    assert "agent 0 (row 6) has both terminal and truncation set" in error
+
+
+def test_a_step_that_ends_every_agent_is_accepted(library):
+    infos, _ = end_env_2_at_step_3(library, flagged=3, returned=3)
     assert infos[:2] == [{}, {}] and infos[2] == {"episodes": 3, "episode_length": 3.0}
 
 
-def test_a_masked_env_gets_its_mask_bound(results):
-    masked = results["masked"]
+def test_a_masked_env_gets_its_mask_bound(library):
+    with jaxlab.make("gated", num_envs=2, library=library) as env:
+        env.reset()
+        masks, rewards = [env.action_mask.tolist()], []
+        for _ in range(4):
+            rewards.append(env.step(env.action_mask.argmax(axis=1).astype(np.int32))[1].tolist())
+            masks.append(env.action_mask.tolist())
     expected = [[[1, 0, 0]] * 2, [[0, 1, 0]] * 2, [[0, 0, 1]] * 2, [[1, 0, 0]] * 2, [[0, 1, 0]] * 2]
-    assert masked["masks"] == [[[bool(v) for v in row] for row in m] for m in expected]
-    assert masked["rewards"] == [[1.0, 1.0]] * 4
-    assert "has_mask=True, mask_width=3" in masked["spaces"]
+    assert masks == [[[bool(v) for v in row] for row in m] for m in expected]
+    assert rewards == [[1.0, 1.0]] * 4
+    assert "has_mask=True, mask_width=3" in str(jaxlab.env.spaces_of("gated", library=library))
+
+
+def test_strict_masks_refuse_an_illegal_action_and_step_nothing(library):
+    with jaxlab.make("gated", num_envs=2, library=library) as env:
+        env.reset()
+        env.step(np.zeros(2, np.int32))  # tick 0: action 0 is the legal one
+        before = env.save_state()["cenv"]
+        with pytest.raises(ValueError) as caught:
+            env.step(np.array([1, 0], np.int32))  # tick 1: only 1 is legal
+        message = str(caught.value)
+        assert message == "env 'gated' #1 agent 0 (row 1) at step 1: action 0 is not legal under its mask; legal: 1"
+        np.testing.assert_array_equal(env.save_state()["cenv"], before)  # nothing was stepped
+
+
+def test_strict_masks_refuse_a_mask_that_allows_no_action(library):
+    with jaxlab.make("gated", num_envs=1, library=library, closed=2) as env:
+        env.reset()
+        env.step(np.zeros(1, np.int32))
+        env.step(np.ones(1, np.int32))
+        with pytest.raises(ValueError, match=r"env 'gated' #0 agent 0 \(row 0\) at step 2: its action mask allows "
+                                             r"no action \(the row is all 0\)"):
+            env.step(np.zeros(1, np.int32))
+
+
+def test_mask_check_off_steps_whatever_it_is_given(library):
+    with jaxlab.make("gated", num_envs=1, library=library, closed=2, mask_check="off") as env:
+        env.reset()
+        rewards = [float(env.step(np.full(1, a, np.int32))[1][0]) for a in (2, 2, 2)]
+    assert rewards == [0.0, 0.0, 1.0]  # illegal actions stepped (and not rewarded)

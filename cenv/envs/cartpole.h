@@ -111,8 +111,7 @@ static int cartpole_step(Cartpole *env) {
 }
 
 /* Test hook: state = (x, x_dot, theta, theta_dot[, tick]). */
-static int cartpole_set_state(void *e, const double *state, int n) {
-    Cartpole *env = (Cartpole *)e;
+static int cartpole_set_state(Cartpole *env, const double *state, int n) {
     if (n != 4 && n != 5) return -1;
     env->x = state[0];
     env->x_dot = state[1];
@@ -123,7 +122,18 @@ static int cartpole_set_state(void *e, const double *state, int n) {
     return 0;
 }
 
-CENV_DEFINE(cartpole, Cartpole, CartpoleLog, "Gymnasium CartPole-v1: balance a pole on a cart",
-            cartpole_set_state)
+/* The track from x = -2.4 to 2.4 with the cart [#] where it is, the pole's lean and the state. */
+static int cartpole_render(const Cartpole *env, char *out, int size) {
+    char track[42];
+    memset(track, '-', 41);
+    track[41] = '\0';
+    double x = env->x < -CARTPOLE_X_LIMIT ? -CARTPOLE_X_LIMIT : (env->x > CARTPOLE_X_LIMIT ? CARTPOLE_X_LIMIT : env->x);
+    track[(int)((x + CARTPOLE_X_LIMIT) / (2 * CARTPOLE_X_LIMIT) * 40.0 + 0.5)] = '#';
+    char lean = env->theta > 0.02 ? '/' : (env->theta < -0.02 ? '\\' : '|');
+    return snprintf(out, (size_t)size, "|%s| pole %c  x %+.2f  v %+.2f  angle %+.3f  spin %+.2f  step %d", track,
+                    lean, env->x, env->x_dot, env->theta, env->theta_dot, env->tick);
+}
+
+CENV_ENV(cartpole, Cartpole, CartpoleLog, "Gymnasium CartPole-v1: balance a pole on a cart", set_state, render)
 
 #endif

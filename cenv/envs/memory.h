@@ -89,7 +89,13 @@ static int memory_step(Memory *env) {
     return 0;
 }
 
-CENV_DEFINE(memory, Memory, MemoryLog, "Recall a cue shown D steps before the query (needs memory)",
-            NULL)
+/* What the agent sees now: the cue, a blank step or the query. */
+static int memory_render(const Memory *env, char *out, int size) {
+    if (env->tick == 0) return snprintf(out, (size_t)size, "cue %d    (step 0 of %d)", env->cue, env->delay + 2);
+    if (env->tick == env->delay + 1) return snprintf(out, (size_t)size, "query?   (step %d: name the cue)", env->tick);
+    return snprintf(out, (size_t)size, "blank    (step %d)", env->tick);
+}
+
+CENV_ENV(memory, Memory, MemoryLog, "Recall a cue shown D steps before the query (needs memory)", render)
 
 #endif

@@ -103,8 +103,7 @@ static int pendulum_step(Pendulum *env) {
 }
 
 /* Test hook: state = (th, thdot[, tick]). */
-static int pendulum_set_state(void *e, const double *state, int n) {
-    Pendulum *env = (Pendulum *)e;
+static int pendulum_set_state(Pendulum *env, const double *state, int n) {
     if (n != 2 && n != 3) return -1;
     env->th = state[0];
     env->thdot = state[1];
@@ -113,7 +112,6 @@ static int pendulum_set_state(void *e, const double *state, int n) {
     return 0;
 }
 
-CENV_DEFINE(pendulum, Pendulum, PendulumLog, "Gymnasium Pendulum-v1: swing a pendulum up (continuous)",
-            pendulum_set_state)
+CENV_ENV(pendulum, Pendulum, PendulumLog, "Gymnasium Pendulum-v1: swing a pendulum up (continuous)", set_state)
 
 #endif

@@ -201,6 +201,6 @@ static int target_step(Target *env) {
     return n;
 }
 
-CENV_DEFINE(target, Target, TargetLog, "Multi-agent: each agent chases its own drifting goal", NULL)
+CENV_ENV(target, Target, TargetLog, "Multi-agent: each agent chases its own drifting goal")
 
 #endif

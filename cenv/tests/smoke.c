@@ -19,7 +19,7 @@ typedef struct {
     int continuous;
     void *obs, *actions, *final_obs;
     float *rewards;
-    uint8_t *terminals, *truncations, *mask;
+    uint8_t *terminals, *truncations, *mask, *active;
 } run;
 
 static int open_run(run *r, int type, int threads) {
@@ -53,8 +53,9 @@ static int open_run(run *r, int type, int threads) {
     r->terminals = calloc((size_t)r->agents, 1);
     r->truncations = calloc((size_t)r->agents, 1);
     r->mask = calloc((size_t)(r->agents * cenv_mask_width(r->vec)) + 1, 1);
+    r->active = calloc((size_t)r->agents, 1);
     if (cenv_bind(r->vec, r->obs, r->actions, r->rewards, r->terminals, r->truncations, r->mask,
-                  r->final_obs) != 0)
+                  r->final_obs, r->active) != 0)
         return 1;
     if (cenv_step(r->vec) != CENV_ERR_NOT_RESET) { /* never reset: refused */
         fprintf(stderr, "step before reset was not refused\n");
@@ -72,6 +73,7 @@ static void close_run(run *r) {
     free(r->terminals);
     free(r->truncations);
     free(r->mask);
+    free(r->active);
 }
 
 /* A describe-only handle has the spaces of a created vector and refuses everything else. */
@@ -97,7 +99,7 @@ static int check_describe(const run *r, int type) {
               cenv_mask_width(d) != cenv_mask_width(r->vec);
     bad |= cenv_step(d) != CENV_ERR_ARGUMENT || cenv_reset(d, 0, 0) != CENV_ERR_ARGUMENT ||
            cenv_bind(d, r->obs, r->actions, r->rewards, r->terminals, r->truncations, r->mask,
-                     NULL) != CENV_ERR_ARGUMENT ||
+                     NULL, NULL) != CENV_ERR_ARGUMENT ||
            cenv_state_size(d) != CENV_ERR_ARGUMENT || strstr(cenv_error(d), "cenv_describe") == NULL;
     cenv_close(d);
     params[0] = -1e300; /* out of every range */
@@ -114,8 +116,24 @@ static void fill_actions(run *r, cenv_rng *rng) {
         return;
     }
     cenv_action_nvec(r->vec, nvec);
-    for (int64_t i = 0; i < r->agents * r->action_items; i++)
-        ((int32_t *)r->actions)[i] = cenv_rng_below(rng, (int)nvec[i % r->action_items]);
+    int64_t width = cenv_mask_width(r->vec);
+    for (int64_t agent = 0; agent < r->agents; agent++) {
+        int64_t offset = 0;
+        for (int d = 0; d < r->action_items; d++) {
+            int32_t *act = &((int32_t *)r->actions)[agent * r->action_items + d];
+            *act = cenv_rng_below(rng, (int)nvec[d]);
+            if (width > 0) { /* strict masks: a random legal action (the mask always allows one) */
+                const uint8_t *row = r->mask + agent * width + offset;
+                int legal = 0;
+                for (int k = 0; k < nvec[d]; k++) legal += row[k] != 0;
+                int pick = cenv_rng_below(rng, legal > 0 ? legal : 1);
+                for (int k = 0; k < nvec[d]; k++) {
+                    if (row[k] && pick-- == 0) *act = k;
+                }
+            }
+            offset += nvec[d];
+        }
+    }
 }
 
 int main(void) {

@@ -47,33 +47,50 @@ class LossTerms(NamedTuple):
     clip_fraction: jax.Array
 
 
+def _mean(x, weights):
+    """The mean of x, or its weighted mean (weights 0/1: over the entries that count) when given."""
+    if weights is None:
+        return x.mean()
+    return (x * weights).sum() / jnp.maximum(weights.sum(), 1.0)
+
+
 def ppo_loss(new_logp, entropy, new_values, old_logp, old_values, advantages, returns, *, clip_coef: float,
-             vf_coef: float, vf_clip_coef: float, ent_coef: float, norm_adv: bool) -> LossTerms:
+             vf_coef: float, vf_clip_coef: float, ent_coef: float, norm_adv: bool, weights=None) -> LossTerms:
     """The clipped PPO objective on one minibatch; every input has the same shape (e.g. [T, B]).
 
     policy = mean(max(-adv * ratio, -adv * clip(ratio, 1 - c, 1 + c)))
     value  = 0.5 * mean(max((V - R)^2, (V_old + clip(V - V_old, -vc, vc) - R)^2))  (unclipped if vc = 0)
     total  = policy + vf_coef * value - ent_coef * mean(entropy)
-    With norm_adv the advantages are normalised over this minibatch first.
+    With norm_adv the advantages are normalised over this minibatch first. ``weights`` (same shape,
+    1.0 or 0.0): every mean, the normalisation's included, is over the entries of weight 1 only (the
+    steps in which an agent acted; see Segment.active).
     """
+    w = None if weights is None else weights.astype(jnp.float32)
     if norm_adv:
-        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        mean = _mean(advantages, w)
+        std = jnp.sqrt(_mean((advantages - mean) ** 2, w))
+        advantages = (advantages - mean) / (std + 1e-8)
     log_ratio = new_logp - old_logp
     ratio = jnp.exp(log_ratio)
-    policy = jnp.maximum(-advantages * ratio, -advantages * jnp.clip(ratio, 1 - clip_coef, 1 + clip_coef)).mean()
+    policy = _mean(jnp.maximum(-advantages * ratio, -advantages * jnp.clip(ratio, 1 - clip_coef, 1 + clip_coef)), w)
     value_error = (new_values - returns) ** 2
     if vf_clip_coef > 0:
         clipped = old_values + jnp.clip(new_values - old_values, -vf_clip_coef, vf_clip_coef)
         value_error = jnp.maximum(value_error, (clipped - returns) ** 2)
-    value = 0.5 * value_error.mean()
-    mean_entropy = entropy.mean()
+    value = 0.5 * _mean(value_error, w)
+    mean_entropy = _mean(entropy, w)
     total = policy + vf_coef * value - ent_coef * mean_entropy
-    approx_kl = ((ratio - 1) - log_ratio).mean()
-    clip_fraction = (jnp.abs(ratio - 1) > clip_coef).astype(jnp.float32).mean()
+    approx_kl = _mean((ratio - 1) - log_ratio, w)
+    clip_fraction = _mean((jnp.abs(ratio - 1) > clip_coef).astype(jnp.float32), w)
     return LossTerms(total, policy, value, mean_entropy, approx_kl, clip_fraction)
 
 
-def explained_variance(values, returns):
-    """1 - Var(returns - values) / Var(returns); 0 when returns are constant."""
-    var = returns.var()
-    return jnp.where(var > 0, 1.0 - (returns - values).var() / jnp.maximum(var, 1e-12), 0.0)
+def explained_variance(values, returns, weights=None):
+    """1 - Var(returns - values) / Var(returns); 0 when returns are constant. ``weights`` as in ppo_loss."""
+    w = None if weights is None else weights.astype(jnp.float32)
+
+    def var(x):
+        return _mean((x - _mean(x, w)) ** 2, w)
+
+    var_returns = var(returns)
+    return jnp.where(var_returns > 0, 1.0 - var(returns - values) / jnp.maximum(var_returns, 1e-12), 0.0)

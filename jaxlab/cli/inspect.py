@@ -28,8 +28,7 @@ def envs_command(args: argparse.Namespace) -> int:
 def config_command(args: argparse.Namespace) -> int:
     """Prints the resolved config as TOML, each value with the layer that set it, the sizes and the
     memory estimate."""
-    from jaxlab.config import to_toml
-    from jaxlab.env import env_type
+    from jaxlab.config import env_kind, to_toml
 
     resolved = resolve(args)
     print(f"# {resolved.config.env_name}, preset {resolved.config.preset} ({resolved.preset_reason})")
@@ -41,7 +40,7 @@ def config_command(args: argparse.Namespace) -> int:
             section = line.strip("[]")
             print(line)
             if section == "env":
-                for param in env_type(resolved.config.env_name).params:
+                for param in env_kind(resolved.config.env_name, resolved.config.env_library or None).params:
                     if param.name not in resolved.config.env:
                         print(f"# {param.name} = {param.default_value:g}".ljust(40) + " # the env's C default")
         elif section and " = " in line:

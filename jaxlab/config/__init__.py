@@ -4,7 +4,8 @@ against the device's and the host's memory (memory.py). Nothing here imports JAX
 presets.current_devices (and memory.current_limit and memory.out_of_memory_message, through it)."""
 
 from jaxlab.config.layers import (apply_layer, as_layer, build_config, coerce, coerce_key,
-                                  config_from_toml, configs_dir, load_config, parse_bool, parse_flags,
+                                  config_from_toml, configs_dir, env_args, env_kind, load_config,
+                                  parse_bool, parse_flags,
                                   preset_names, read_preset, read_toml, to_toml, toml_value)
 from jaxlab.config.schema import (DASHBOARDS, MATMUL_PRECISIONS, PRECISIONS, SCHEDULE_ALIASES, SCHEDULES,
                                   SECTIONS, CheckpointConfig, Config, ConfigError, DeviceConfig, LogConfig,
@@ -14,6 +15,6 @@ from jaxlab.config.validate import Sizes, check_choice, check_finite, derive_siz
 __all__ = ["CheckpointConfig", "Config", "ConfigError", "DASHBOARDS", "DeviceConfig", "LogConfig",
            "MATMUL_PRECISIONS", "PRECISIONS", "PolicyConfig", "SCHEDULE_ALIASES", "SCHEDULES", "SECTIONS",
            "Sizes", "TrainConfig", "VecConfig", "apply_layer", "as_layer", "build_config", "check_choice",
-           "check_finite", "coerce", "coerce_key", "config_from_toml", "configs_dir", "derive_sizes",
+           "check_finite", "coerce", "coerce_key", "config_from_toml", "configs_dir", "env_args", "env_kind", "derive_sizes",
            "field_help", "load_config", "parse_bool", "parse_flags", "preset_names", "read_preset",
            "read_toml", "to_toml", "toml_value"]

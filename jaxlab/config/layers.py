@@ -14,7 +14,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from jaxlab.config.schema import SCHEDULE_ALIASES, SECTIONS, Config, ConfigError
+from jaxlab.config.schema import ENV_KEYS, SCHEDULE_ALIASES, SECTIONS, Config, ConfigError
 
 
 def configs_dir() -> Path:
@@ -111,16 +111,20 @@ def _unknown_key(section: str, key: str, known) -> ConfigError:
 
 
 def apply_layer(values: dict, layer: dict, source: str, sources: dict, env_params: dict) -> None:
-    """Merges a {section: {key: value}} layer into ``values``, recording ``source`` per key."""
+    """Merges a {section: {key: value}} layer into ``values``, recording ``source`` per key. In [env],
+    ``library`` and ``mask_check`` (ENV_KEYS) go to values["env_keys"], the rest are env parameters."""
     for section, entries in layer.items():
         if section == "env":
             if not isinstance(entries, dict):
                 raise ConfigError(f"[env] in {source} must be a table of env parameters")
             for key, value in entries.items():
                 key = key.replace("-", "_")
-                if key not in env_params:
-                    raise _unknown_key("env", key, env_params)
-                values["env"][key] = value
+                if key in ENV_KEYS:
+                    values.setdefault("env_keys", {})[key] = value
+                elif key not in env_params:
+                    raise _unknown_key("env", key, [*env_params, *ENV_KEYS])
+                else:
+                    values["env"][key] = value
                 sources[f"env.{key}"] = source
             continue
         if section not in SECTIONS:
@@ -136,6 +140,30 @@ def apply_layer(values: dict, layer: dict, source: str, sources: dict, env_param
                 raise _unknown_key(section, key, types)
             values[section][key] = value
             sources[f"{section}.{key}"] = source
+
+
+def _env_library(layers: list[tuple[str, dict]], library: str | None) -> str | None:
+    """The env library the layers name (their last [env] library), else ``library``; "" is none."""
+    for _, layer in layers:
+        entries = layer.get("env")
+        if isinstance(entries, dict):
+            for key, value in entries.items():
+                if key.replace("-", "_") == "library":
+                    library = coerce(value, str, "env.library")
+    return library or None
+
+
+def env_kind(env_name: str, library: str | None):
+    """The env type ``env_name`` of ``library`` (jaxlab.env.registry), as a ConfigError when it
+    cannot be had (an unknown env, a missing or unusable library, a header that does not compile)."""
+    from jaxlab.env import env_type
+    from jaxlab.env.library import LibraryError
+    from jaxlab.env.sdk import BuildError
+
+    try:
+        return env_type(env_name, library)
+    except (ValueError, LibraryError, BuildError) as err:
+        raise ConfigError(str(err)) from None
 
 
 def parse_flags(flags: list[str]) -> dict:
@@ -178,26 +206,31 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
                 extra_layers: list[tuple[str, dict]] | None = None,
                 preset: str | None = None) -> tuple[Config, dict]:
     """Resolves the layers for ``env_name``; returns (config, {"section.key": layer that set it}).
+    ``env_name`` is a built-in env's name, an env of the library the layers name (``--env.library``),
+    or the path of an env header (path/to/NAME.h: its env, the header as env.library).
     ``preset`` is a preset's name (``auto`` is resolved by jaxlab.presets before this) or None for none."""
-    from jaxlab.env import env_type
+    header = None
+    if env_name.endswith(".h"):
+        from jaxlab.env.sdk import BuildError, header_env
 
-    try:
-        kind = env_type(env_name)
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-    env_params = {p.name: p for p in kind.params}
-    values: dict[str, dict] = {"env": {}, **{s: {} for s in SECTIONS}}
-    sources: dict[str, str] = {}
+        header = str(Path(env_name).expanduser().absolute())
+        try:
+            env_name = header_env(header)
+        except BuildError as err:
+            raise ConfigError(str(err)) from None
     base = configs_dir()
-    layers = [("configs/default.toml", base / "default.toml"),
-              (f"configs/envs/{env_name}.toml", base / "envs" / f"{env_name}.toml")]
-    for label, path in layers:
-        if path.is_file():
-            apply_layer(values, read_toml(path), label, sources, env_params)
+    layers = [("configs/default.toml", read_toml(base / "default.toml"))]
+    env_file = base / "envs" / f"{env_name}.toml"
+    if header is None and env_file.is_file():
+        layers.append((f"configs/envs/{env_name}.toml", read_toml(env_file)))
+    if header is not None:  # a header's own defaults sit beside it: path/to/NAME.toml
+        beside = Path(header).with_suffix(".toml")
+        layers.append(("header", {"env": {"library": header}}))
+        if beside.is_file():
+            layers.append((str(beside), read_toml(beside)))
     if preset is not None:
-        apply_layer(values, read_preset(preset)[1], f"configs/presets/{preset}.toml", sources, env_params)
-    for label, layer in extra_layers or []:
-        apply_layer(values, layer, label, sources, env_params)
+        layers.append((f"configs/presets/{preset}.toml", read_preset(preset)[1]))
+    layers += list(extra_layers or [])
     if config_file is not None:
         path = Path(config_file)
         if not path.is_file():
@@ -209,22 +242,26 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
         if file_env != env_name:
             raise ConfigError(f"--config {path} is a config for env {file_env!r}, not {env_name!r}; "
                               f"run `jaxlab train {file_env} --config {path}` or remove its env_name line")
-        apply_layer(values, layer, str(path), sources, env_params)
-    apply_layer(values, parse_flags(flags or []), "command line", sources, env_params)
+        layers.append((str(path), layer))
+    layers.append(("command line", parse_flags(flags or [])))
+    kind = env_kind(env_name, _env_library(layers, None))
+    env_params = {p.name: p for p in kind.params}
+    values: dict[str, dict] = {"env": {}, **{s: {} for s in SECTIONS}}
+    sources: dict[str, str] = {}
+    for label, layer in layers:
+        apply_layer(values, layer, label, sources, env_params)
     config = build_config(env_name, values, env_params, preset or "none")
     return config, sources
 
 
 def config_from_toml(text: str) -> Config:
     """The Config that to_toml wrote (no layers: every value is in the text)."""
-    from jaxlab.env import env_type
-
     try:
         layer = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"a saved config is not valid TOML: {err}") from None
     env_name, preset = layer.pop("env_name"), layer.pop("preset", "none")
-    env_params = {p.name: p for p in env_type(env_name).params}
+    env_params = {p.name: p for p in env_kind(env_name, _env_library([("saved", layer)], None)).params}
     values: dict[str, dict] = {"env": {}, **{s: {} for s in SECTIONS}}
     apply_layer(values, layer, "saved config", {}, env_params)
     return build_config(env_name, values, env_params, preset)
@@ -248,7 +285,10 @@ def build_config(env_name: str, values: dict, env_params: dict, preset: str = "n
     for key, value in values["env"].items():
         param = env_params[key]
         env[key] = coerce(value, int if param.is_int else float, f"env.{key}")
-    return Config(env_name=env_name, env=env, preset=preset, **sections)
+    env_keys = {ENV_KEYS[k]: coerce(v, str, f"env.{k}") for k, v in values.get("env_keys", {}).items()}
+    if env_keys.get("env_library"):
+        env_keys["env_library"] = str(Path(env_keys["env_library"]).expanduser().absolute())
+    return Config(env_name=env_name, env=env, preset=preset, **env_keys, **sections)
 
 
 def _type(annotation) -> type | str:
@@ -256,9 +296,16 @@ def _type(annotation) -> type | str:
 
 
 def as_layer(config: Config) -> dict[str, dict]:
-    """The config's values as a layer {section: {key: value}} ([env] first), e.g. to layer flags over a
-    saved config or to hand to a logger."""
-    return {"env": dict(config.env), **{s: dataclasses.asdict(getattr(config, s)) for s in SECTIONS}}
+    """The config's values as a layer {section: {key: value}} ([env] first: library and mask_check, then
+    the env's parameters), e.g. to layer flags over a saved config or to hand to a logger."""
+    env = {key: getattr(config, field_name) for key, field_name in ENV_KEYS.items()}
+    return {"env": {**env, **config.env}, **{s: dataclasses.asdict(getattr(config, s)) for s in SECTIONS}}
+
+
+def env_args(config: Config) -> dict:
+    """What jaxlab.make needs besides the name, num_envs, seed and threads: the library, the mask
+    check and the env's parameters."""
+    return {"library": config.env_library or None, "mask_check": config.env_mask_check, **config.env}
 
 
 def to_toml(config: Config) -> str:

@@ -88,7 +88,7 @@ def env_shape(config: Config) -> EnvShape:
     from jaxlab.env import spaces_of
 
     try:
-        return EnvShape.of(spaces_of(config.env_name, **config.env))
+        return EnvShape.of(spaces_of(config.env_name, library=config.env_library or None, **config.env))
     except (ValueError, TypeError) as err:
         raise ConfigError(str(err)) from None
 

@@ -116,7 +116,12 @@ class LogConfig:
 @dataclass(frozen=True)
 class Config:
     env_name: str
-    env: dict = field(default_factory=dict)
+    env: dict = field(default_factory=dict)  # the env's own (C) parameters
+    env_library: str = ""
+    """[env] library: where the env comes from: "" jaxlab's built-in envs, else an env header (.h, built
+    on first use into a cache) or an env library (.so, from `jaxlab build-env`)"""
+    env_mask_check: str = "strict"
+    """[env] mask_check: strict (refuse an action outside its mask, or a mask with none) or off"""
     vec: VecConfig = VecConfig()
     policy: PolicyConfig = PolicyConfig()
     train: TrainConfig = TrainConfig()
@@ -129,6 +134,9 @@ class Config:
 SECTIONS = {"vec": VecConfig, "policy": PolicyConfig, "train": TrainConfig, "device": DeviceConfig,
             "checkpoint": CheckpointConfig, "log": LogConfig}
 SCHEDULES = ("linear", "cosine", "none")
+MASK_CHECKS = ("strict", "off")
+#: [env] keys that are not the env's own parameters: key -> Config field.
+ENV_KEYS = {"library": "env_library", "mask_check": "env_mask_check"}
 #: train.anneal_lr also takes a boolean, as PufferLib writes it (--train.anneal-lr False).
 SCHEDULE_ALIASES = {"true": "linear", "yes": "linear", "1": "linear", "false": "none", "no": "none", "0": "none"}
 PRECISIONS = ("float32", "bfloat16")

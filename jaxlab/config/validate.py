@@ -6,7 +6,7 @@ import difflib
 import math
 from dataclasses import dataclass, fields
 
-from jaxlab.config.schema import (DASHBOARDS, MATMUL_PRECISIONS, PRECISIONS, SCHEDULES, SECTIONS, Config,
+from jaxlab.config.schema import (DASHBOARDS, MASK_CHECKS, MATMUL_PRECISIONS, PRECISIONS, SCHEDULES, SECTIONS, Config,
                                   ConfigError)
 from jaxlab.env.library import constant
 
@@ -93,6 +93,7 @@ def derive_sizes(config: Config, agents_per_env: int) -> Sizes:
     check_choice("device.precision", config.device.precision, PRECISIONS)
     check_choice("device.matmul_precision", config.device.matmul_precision, MATMUL_PRECISIONS)
     check_choice("log.dashboard", config.log.dashboard, DASHBOARDS)
+    check_choice("env.mask_check", config.env_mask_check, MASK_CHECKS)
     if not 0 <= config.device.memory_fraction <= 1:
         raise ConfigError(f"device.memory_fraction={config.device.memory_fraction} must be in [0, 1] "
                           "(0 leaves XLA's default), e.g. 0.3 to fit three runs on one GPU")

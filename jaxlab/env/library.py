@@ -1,8 +1,10 @@
-"""Loads libcenv with ctypes and declares every exported function's signature. The only module that
-touches ctypes' loader; everything else goes through ``load()`` and ``constants()``.
+"""Loads env libraries with ctypes and declares every exported function's signature. The only module
+that touches ctypes' loader; everything else goes through ``load()`` and ``constants()``.
 
-The library is found at $JAXLAB_CENV_LIB if set (the tests point it at a sanitizer build), else
-next to the package as ``jaxlab/_cenv*.so`` (built by ``pip install``).
+The built-in library (``load()``, path None) is found at $JAXLAB_CENV_LIB if set (the tests point it
+at a sanitizer build), else next to the package as ``jaxlab/_cenv*.so`` (built by ``pip install``).
+``load(path)`` loads a user's library (built with `jaxlab build-env`) that exports the same API;
+it is refused with LibraryError when it is missing, exports another ABI version or lacks a function.
 
 One source of truth: every number the C API defines (error codes, dtype and action-kind codes, limits
 such as MAX_CHUNKS) is read from the library's constant table by ``constants()``, never typed here.
@@ -19,7 +21,7 @@ import importlib.machinery
 import os
 from pathlib import Path
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 c_int, c_int64, c_uint64, c_double = ctypes.c_int, ctypes.c_int64, ctypes.c_uint64, ctypes.c_double
 c_float, c_uint8, c_int32 = ctypes.c_float, ctypes.c_uint8, ctypes.c_int32
@@ -40,6 +42,7 @@ SIGNATURES = {
                                 P(c_double), P(c_int)]),
     "cenv_num_log_fields": (c_int, [c_int]),
     "cenv_log_field_name": (c_char_p, [c_int, c_int]),
+    "cenv_env_flags": (c_int, [c_int]),
     "cenv_create": (c_void_p, [c_int, c_int64, c_uint64, P(c_double), c_int, c_int, c_char_p, c_int64]),
     "cenv_describe": (c_void_p, [c_int, P(c_double), c_int, c_char_p, c_int64]),
     "cenv_agents_per_env": (c_int, [c_void_p]),
@@ -53,7 +56,9 @@ SIGNATURES = {
     "cenv_has_mask": (c_int, [c_void_p]),
     "cenv_mask_width": (c_int64, [c_void_p]),
     "cenv_bind": (c_int, [c_void_p, c_void_p, c_void_p, P(c_float), P(c_uint8), P(c_uint8), P(c_uint8),
-                          c_void_p]),
+                          c_void_p, P(c_uint8)]),
+    "cenv_set_mask_check": (c_int, [c_void_p, c_int]),
+    "cenv_render": (c_int64, [c_void_p, c_int64, c_char_p, c_int64]),
     "cenv_bind_episode_stats": (c_int, [c_void_p, P(c_float), P(c_int32)]),
     "cenv_reset": (c_int, [c_void_p, c_uint64, c_int]),
     "cenv_step": (c_int64, [c_void_p]),
@@ -86,21 +91,45 @@ def library_path() -> Path:
     )
 
 
+class LibraryError(ImportError):
+    """An env library that cannot be used: missing, of another ABI version, or not a jaxlab env
+    library. The message names the file and the fix."""
+
+
+def load(path: str | Path | None = None) -> ctypes.CDLL:
+    """The library at ``path`` (None: the built-in one) with every signature declared; its ABI version
+    is checked when it is first loaded. Each file is loaded once per process."""
+    return _load(None if path is None else str(Path(path).absolute()))
+
+
 @functools.lru_cache(maxsize=None)
-def load() -> ctypes.CDLL:
-    """The loaded library with every signature declared; checks the ABI version once."""
-    path = library_path()
-    lib = ctypes.CDLL(str(path))
-    lib.cenv_abi_version.restype = c_int
-    lib.cenv_abi_version.argtypes = []
+def _load(path: str | None) -> ctypes.CDLL:
+    builtin = path is None
+    file = library_path() if builtin else Path(path)
+    rebuild = ("the library is stale. Rebuild it with `pip install -e .`" if builtin else
+               "rebuild it with `jaxlab build-env HEADER.h -o " + str(file) + "` (or train from the header: "
+               "`jaxlab train HEADER.h` builds and caches it)")
+    if not file.is_file():
+        raise LibraryError(f"env library {file} does not exist; build one with `jaxlab build-env HEADER.h -o {file}`")
+    try:
+        lib = ctypes.CDLL(str(file))
+    except OSError as err:
+        raise LibraryError(f"cannot load env library {file}: {err}") from None
+    try:
+        lib.cenv_abi_version.restype = c_int
+        lib.cenv_abi_version.argtypes = []
+    except AttributeError:
+        raise LibraryError(f"{file} is not a jaxlab env library: it exports no cenv_abi_version; build "
+                           "one with `jaxlab build-env HEADER.h`") from None
     found = lib.cenv_abi_version()
     if found != ABI_VERSION:
-        raise ImportError(
-            f"{path} has C ABI version {found} but this jaxlab expects {ABI_VERSION}: the library is "
-            "stale. Rebuild it with `pip install -e .`."
-        )
+        raise LibraryError(f"{file} has C ABI version {found} but this jaxlab expects {ABI_VERSION}: {rebuild}.")
     for name, (restype, argtypes) in SIGNATURES.items():
-        fn = getattr(lib, name)
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            raise LibraryError(f"{file} does not export {name} although it says ABI {found}: it is not a "
+                               f"complete jaxlab env library; {rebuild}") from None
         fn.restype = restype
         fn.argtypes = argtypes
     return lib

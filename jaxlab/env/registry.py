@@ -1,6 +1,11 @@
-"""What the C registry holds: env names, descriptions, parameters and statistic names, read from C
-once. Also turns user keyword parameters into the C parameter vector, with clear errors, and tells
-the spaces of an env type for given parameters without creating envs (``spaces_of``)."""
+"""What an env library's C registry holds: env names, descriptions, parameters, statistic names and
+options, read from C once per library. Also turns user keyword parameters into the C parameter
+vector, with clear errors, and tells the spaces of an env type for given parameters without
+creating envs (``spaces_of``).
+
+``library`` everywhere: None for jaxlab's built-in envs, the path of an env library (.so, built with
+`jaxlab build-env`), or the path of an env header (.h), which is built on first use into a cache
+(jaxlab.env.sdk.cached_library)."""
 
 from __future__ import annotations
 
@@ -9,8 +14,10 @@ import difflib
 import functools
 from dataclasses import dataclass
 
-from jaxlab.env import library
-from jaxlab.env.library import load
+from pathlib import Path
+
+from jaxlab.env import library as library_module
+from jaxlab.env.library import LibraryError, load
 from jaxlab.env.spaces import EnvSpaces, describe_handle
 
 
@@ -33,19 +40,43 @@ class Param:
 
 @dataclass(frozen=True)
 class EnvType:
-    """One registered env type."""
+    """One registered env type of a library (``library``: the .so file, None for the built-in one)."""
 
     index: int
     name: str
     description: str
     params: tuple[Param, ...]
     log_names: tuple[str, ...]
+    flags: int = 0
+    library: str | None = None
+
+    def has(self, option: str) -> bool:
+        """Whether its CENV_ENV names ``option``: mask, reset_agent, agents_wait, render, set_state."""
+        return bool(self.flags & library_module.constant("ENV_" + option.upper()))
+
+
+def library_file(library: str | Path | None) -> str | None:
+    """The env library file that ``library`` names (see the module docstring), absolute; None for the
+    built-in one. A header is built into the cache first (when it changed)."""
+    if library is None or str(library) == "":
+        return None
+    path = Path(library).expanduser().absolute()
+    if path.suffix == ".h":
+        from jaxlab.env.sdk import cached_library
+
+        return str(cached_library(path))
+    return str(path)
+
+
+def env_types(library: str | Path | None = None) -> dict[str, EnvType]:
+    """Every env type of ``library`` (default: the built-in envs), by name, in registry order.
+    LibraryError for a library that cannot be used, or one whose env has a built-in env's name."""
+    return _env_types(library_file(library))
 
 
 @functools.lru_cache(maxsize=None)
-def env_types() -> dict[str, EnvType]:
-    """Every registered env type, by name, in registry order."""
-    lib = load()
+def _env_types(file: str | None) -> dict[str, EnvType]:
+    lib = load(file)
     types = {}
     for t in range(lib.cenv_num_env_types()):
         params = []
@@ -59,17 +90,24 @@ def env_types() -> dict[str, EnvType]:
                                 bool(is_int.value), help_.value.decode()))
         log_names = tuple(lib.cenv_log_field_name(t, i).decode() for i in range(lib.cenv_num_log_fields(t)))
         name = lib.cenv_env_name(t).decode()
-        types[name] = EnvType(t, name, lib.cenv_env_description(t).decode(), tuple(params), log_names)
+        types[name] = EnvType(t, name, lib.cenv_env_description(t).decode(), tuple(params), log_names,
+                              int(lib.cenv_env_flags(t)), file)
+    if file is not None:
+        clash = sorted(set(types) & set(_env_types(None)))
+        if clash:
+            raise LibraryError(f"env library {file} defines {', '.join(map(repr, clash))}, the name of a built-in "
+                               "env; rename it (the first argument of CENV_ENV) and rebuild")
     return types
 
 
-def env_type(name: str) -> EnvType:
-    """The env type called ``name``; ValueError listing the known ones otherwise."""
-    types = env_types()
+def env_type(name: str, library: str | Path | None = None) -> EnvType:
+    """The env type called ``name`` in ``library``; ValueError listing the known ones otherwise."""
+    types = env_types(library)
     if name not in types:
         close = difflib.get_close_matches(str(name), types, n=1)
         hint = f" Did you mean '{close[0]}'?" if close else ""
-        raise ValueError(f"unknown env {name!r}; known envs: {', '.join(types)}.{hint}")
+        where = "known envs" if library is None else f"envs in {library}"
+        raise ValueError(f"unknown env {name!r}; {where}: {', '.join(types)}.{hint}")
     return types[name]
 
 
@@ -103,20 +141,20 @@ def resolve_params(kind: EnvType, params: dict) -> list[float]:
     return values
 
 
-def spaces_of(name: str, **params) -> EnvSpaces:
-    """The spaces of env ``name`` with env parameters ``params`` (defaults filled), without creating
-    envs or threads: agents_per_env, observation_space, action_space, has_mask, mask_width (see
-    EnvSpaces). Raises like ``jaxlab.make``: ValueError for an unknown env or a value out of range,
-    TypeError for an unknown parameter or one of the wrong type."""
-    kind = env_type(name)
+def spaces_of(name: str, library: str | Path | None = None, **params) -> EnvSpaces:
+    """The spaces of env ``name`` of ``library`` with env parameters ``params`` (defaults filled),
+    without creating envs or threads: agents_per_env, observation_space, action_space, has_mask,
+    mask_width (see EnvSpaces). Raises like ``jaxlab.make``: ValueError for an unknown env or a value
+    out of range, TypeError for an unknown parameter or one of the wrong type."""
+    kind = env_type(name, library)
     values = resolve_params(kind, params)
-    lib = load()
+    lib = load(kind.library)
     c_params = (ctypes.c_double * max(1, len(values)))(*values)
-    err = ctypes.create_string_buffer(library.constant("ERROR_LEN"))
+    err = ctypes.create_string_buffer(library_module.constant("ERROR_LEN"))
     handle = lib.cenv_describe(kind.index, c_params, len(values), err, len(err))
     if not handle:
         raise ValueError(f"cannot describe env '{name}': {err.value.decode()}")
     try:
-        return describe_handle(handle)
+        return describe_handle(lib, handle, kind)
     finally:
         lib.cenv_close(handle)

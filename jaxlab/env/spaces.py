@@ -83,6 +83,8 @@ class EnvSpaces:
     action_space: Discrete, MultiDiscrete or Box (per agent)
     has_mask: whether the env writes an action mask
     mask_width: entries of the per-agent action mask, sum(nvec) (0 without a mask)
+    agents_wait: whether an agent whose episode ends waits for its env's reset (option agents_wait:
+        the env has an ``active`` buffer; the rows of waiting agents are not to be learned from)
     """
 
     agents_per_env: int
@@ -90,11 +92,12 @@ class EnvSpaces:
     action_space: Space
     has_mask: bool
     mask_width: int
+    agents_wait: bool = False
 
 
-def describe_handle(handle) -> EnvSpaces:
-    """The spaces of a C handle (from cenv_create or cenv_describe), read through its accessors."""
-    lib = library.load()
+def describe_handle(lib, handle, env_type) -> EnvSpaces:
+    """The spaces of a C handle of library ``lib`` (from cenv_create or cenv_describe) of ``env_type``
+    (registry.EnvType), read through its accessors."""
     limits = library.constants()
     ndim = lib.cenv_obs_ndim(handle)
     shape = (ctypes.c_int64 * limits["MAX_OBS_DIMS"])()
@@ -123,4 +126,4 @@ def describe_handle(handle) -> EnvSpaces:
             raise ValueError(f"cenv reports action kind {kind}, which this jaxlab does not know; "
                              "rebuild the library with `pip install -e .`")
     return EnvSpaces(int(lib.cenv_agents_per_env(handle)), observation_space, action_space,
-                     bool(lib.cenv_has_mask(handle)), int(lib.cenv_mask_width(handle)))
+                     bool(lib.cenv_has_mask(handle)), int(lib.cenv_mask_width(handle)), env_type.has("agents_wait"))

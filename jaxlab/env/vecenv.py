@@ -22,7 +22,7 @@ import threading
 
 import numpy as np
 
-from jaxlab.env import library
+from jaxlab.env import library as libcenv
 from jaxlab.env.registry import env_type, resolve_params
 from jaxlab.env.spaces import Box, Discrete, describe_handle
 
@@ -40,24 +40,31 @@ def aligned_empty(shape: tuple[int, ...], dtype, alignment: int = PAGE) -> np.nd
 
 
 class VecEnv:
-    """``num_envs`` copies of the C env ``name``, each seeded from (seed, env index).
+    """``num_envs`` copies of the C env ``name`` of ``library`` (None: the built-in envs; or an env
+    library .so or an env header .h, see jaxlab.env.registry), each seeded from (seed, env index).
 
     The arrays returned by ``reset`` and ``step`` are views of buffers that the next call overwrites:
     copy them if you keep them. Use it as a context manager, or call ``close()``.
+    ``mask_check``: "strict" (the default) refuses an action outside its agent's action mask and a
+    mask that allows no action, naming the env, agent, step and mask, before stepping anything;
+    "off" checks neither (envs without a mask ignore it).
     """
 
-    def __init__(self, name: str, num_envs: int = 1, seed: int = 0, num_threads: int = 1, **params):
+    def __init__(self, name: str, num_envs: int = 1, seed: int = 0, num_threads: int = 1,
+                 library: str | None = None, mask_check: str = "strict", **params):
         self._handle = None
         self._lock = threading.Lock()  # held around every C call that touches the envs
-        kind = env_type(name)
+        if mask_check not in ("strict", "off"):
+            raise ValueError(f"mask_check={mask_check!r} must be 'strict' or 'off'")
+        kind = env_type(name, library)
         values = resolve_params(kind, params)
         for label, value, low in (("num_envs", num_envs, 1), ("num_threads", num_threads, 1)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
                 raise ValueError(f"{label}={value!r} must be an integer >= {low}")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
             raise ValueError(f"seed={seed!r} must be an integer in [0, 2**64)")
-        self._lib = lib = library.load()
-        self._codes = library.constants()
+        self._lib = lib = libcenv.load(kind.library)
+        self._codes = libcenv.constants()
         self.name = name
         self.kind = kind
         self.params = {p.name: (int(v) if p.is_int else v) for p, v in zip(kind.params, values)}
@@ -74,6 +81,7 @@ class VecEnv:
         try:
             self._describe()
             self._allocate()
+            self._check(lib.cenv_set_mask_check(handle, int(mask_check == "strict")), "set_mask_check")
         except BaseException:
             self.close()
             raise
@@ -84,7 +92,7 @@ class VecEnv:
     # ---- set-up ----
 
     def _describe(self) -> None:
-        self.spaces = spaces = describe_handle(self._handle)
+        self.spaces = spaces = describe_handle(self._lib, self._handle, self.kind)
         self.agents_per_env = spaces.agents_per_env
         self.num_agents = self.num_envs * self.agents_per_env
         self.observation_space = spaces.observation_space
@@ -108,14 +116,18 @@ class VecEnv:
         if self.has_mask:
             self.action_mask = aligned_empty((A, self.spaces.mask_width), np.bool_)
             self.action_mask.fill(1)
+        self.active = None
+        if self.spaces.agents_wait:
+            self.active = aligned_empty((A,), np.bool_)
+            self.active.fill(1)
         as_float, as_u8 = ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_uint8)
-        mask = None if self.action_mask is None else self.action_mask.ctypes.data_as(as_u8)
+        optional = lambda a: None if a is None else a.ctypes.data_as(as_u8)  # noqa: E731
         with self._lock:
             rc = self._lib.cenv_bind(self._handle, self.observations.ctypes.data, self.actions.ctypes.data,
                                      self.rewards.ctypes.data_as(as_float),
                                      self.terminals.ctypes.data_as(as_u8),
-                                     self.truncations.ctypes.data_as(as_u8), mask,
-                                     self.final_observations.ctypes.data)
+                                     self.truncations.ctypes.data_as(as_u8), optional(self.action_mask),
+                                     self.final_observations.ctypes.data, optional(self.active))
         self._check(rc, "bind")
         self._action_shape = self.actions.shape
         self._action_dtype = self.actions.dtype
@@ -223,6 +235,8 @@ class VecEnv:
         if rc == codes["ERR_BUSY"]:
             raise RuntimeError(f"cenv {what} failed: VecEnv '{self.name}''s C handle was used from two "
                                "threads at once; go through the VecEnv's methods, which take turns")
+        if rc in (codes["ERR_ACTION"], codes["ERR_MASK"]) and self._lib.cenv_error(self._handle):
+            raise ValueError(self._lib.cenv_error(self._handle).decode())  # strict masks: C names it all
         if rc == codes["ERR_ACTION"]:
             agent, comp, value = ctypes.c_int64(), ctypes.c_int(), ctypes.c_double()
             self._lib.cenv_bad_action(self._handle, ctypes.byref(agent), ctypes.byref(comp),
@@ -237,6 +251,17 @@ class VecEnv:
                              f"{self.action_space}: it must be in [0, {n - 1}]")
         raise RuntimeError(f"cenv {what} failed ({rc}): {self._lib.cenv_error(self._handle).decode()}")
 
+    def render(self, index: int = 0) -> str | None:
+        """A text frame of env ``index`` as its C render hook draws it, or None when the env has no
+        render option."""
+        if not self.kind.has("render"):
+            return None
+        buffer = ctypes.create_string_buffer(4096)
+        with self._lock:
+            n = self._lib.cenv_render(self._handle, int(index), buffer, len(buffer))
+        self._check(n, "render")
+        return buffer.value.decode(errors="replace")
+
     # ---- test hook and lifecycle ----
 
     def set_state(self, index: int, state) -> None:
@@ -247,31 +272,33 @@ class VecEnv:
         with self._lock:
             self._check(self._lib.cenv_set_state(self._handle, index, c_values, values.size), "set_state")
 
+    def _state_buffers(self) -> dict[str, np.ndarray]:
+        """The buffers the C side wrote last that a saved state holds besides the C bytes."""
+        buffers = {"observations": self.observations, "final_observations": self.final_observations}
+        if self.action_mask is not None:
+            buffers["action_mask"] = self.action_mask
+        if self.active is not None:
+            buffers["active"] = self.active
+        return buffers
+
     def save_state(self) -> dict[str, np.ndarray]:
         """Everything that shapes the envs' future, as copies: "cenv" (uint8, the C envs' own bytes
         with a header, see cenv_save_state) and the buffers the C side wrote last ("observations",
-        "final_observations", and "action_mask" when the env has one)."""
+        "final_observations", and "action_mask" / "active" when the env has them)."""
         with self._lock:
             size = self._lib.cenv_state_size(self._handle)
             self._check(size, "state_size")
             blob = np.empty(size, np.uint8)
             self._check(self._lib.cenv_save_state(self._handle, blob.ctypes.data, size), "save_state")
-            state = {"cenv": blob, "observations": self.observations.copy(),
-                     "final_observations": self.final_observations.copy()}
-            if self.action_mask is not None:
-                state["action_mask"] = self.action_mask.copy()
+            state = {"cenv": blob, **{name: buffer.copy() for name, buffer in self._state_buffers().items()}}
         return state
 
     def state_shapes(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         """{name: (shape, dtype)} of what save_state returns, without copying anything."""
         size = self._lib.cenv_state_size(self._handle)
         self._check(size, "state_size")
-        shapes = {"cenv": ((size,), np.dtype(np.uint8)),
-                  "observations": (self.observations.shape, self.observations.dtype),
-                  "final_observations": (self.final_observations.shape, self.final_observations.dtype)}
-        if self.action_mask is not None:
-            shapes["action_mask"] = (self.action_mask.shape, self.action_mask.dtype)
-        return shapes
+        return {"cenv": ((size,), np.dtype(np.uint8)),
+                **{name: (buffer.shape, buffer.dtype) for name, buffer in self._state_buffers().items()}}
 
     def load_state(self, state: dict[str, np.ndarray]) -> None:
         """Restores what save_state returned, from a VecEnv of the same env, num_envs and params;
@@ -281,9 +308,7 @@ class VecEnv:
 
     def _load_state(self, state: dict[str, np.ndarray]) -> None:
         self._check(self._lib.cenv_state_size(self._handle), "load_state")  # a closed env raises here
-        buffers = {"observations": self.observations, "final_observations": self.final_observations}
-        if self.action_mask is not None:
-            buffers["action_mask"] = self.action_mask
+        buffers = self._state_buffers()
         blob = np.ascontiguousarray(state["cenv"], dtype=np.uint8)
         rc = self._lib.cenv_check_state(self._handle, blob.ctypes.data, blob.size)  # every check first
         if rc == self._codes["ERR_ARGUMENT"]:
@@ -331,7 +356,15 @@ class VecEnv:
                 f"obs={self.observation_space}, action={self.action_space})")
 
 
-def make(name: str, num_envs: int = 1, seed: int = 0, num_threads: int = 1, **params) -> VecEnv:
-    """Creates a VecEnv of ``num_envs`` copies of the C env ``name`` with env parameters ``params``
-    (see ``jaxlab envs``), split over ``num_threads`` C threads."""
-    return VecEnv(name, num_envs=num_envs, seed=seed, num_threads=num_threads, **params)
+def make(name: str, num_envs: int = 1, seed: int = 0, num_threads: int = 1, library: str | None = None,
+         mask_check: str = "strict", **params) -> VecEnv:
+    """Creates a VecEnv of ``num_envs`` copies of the env ``name`` with env parameters ``params`` (see
+    ``jaxlab envs``), split over ``num_threads`` C threads. ``name`` is a built-in env, an env of
+    ``library`` (an env library .so built with `jaxlab build-env`, or an env header .h, built on first
+    use into a cache), or the path of an env header itself ("path/to/drone.h": its env)."""
+    if library is None and str(name).endswith(".h"):
+        from jaxlab.env.sdk import header_env
+
+        library, name = str(name), header_env(name)
+    return VecEnv(name, num_envs=num_envs, seed=seed, num_threads=num_threads, library=library,
+                  mask_check=mask_check, **params)

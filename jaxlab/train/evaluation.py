@@ -10,6 +10,7 @@ import jax
 import numpy as np
 
 import jaxlab
+from jaxlab.config import env_args
 from jaxlab.agent.policy import zero_carry
 from jaxlab.train.rollout import Rollout, make_act
 
@@ -56,7 +57,8 @@ def play(trainer, steps: int | None = None, num_envs: int | None = None, seed: i
     config = trainer.config
     act = jax.jit(make_act(trainer.policy, trainer.spec, deterministic=deterministic))
     names = trainer.env.kind.log_names
-    with jaxlab.make(config.env_name, num_envs=num_envs or config.vec.num_envs, seed=seed, **config.env) as env:
+    with jaxlab.make(config.env_name, num_envs=num_envs or config.vec.num_envs, seed=seed,
+                     **env_args(config)) as env:
         A, per_env = env.num_agents, env.agents_per_env
         rounds = None if episodes is None else -(-episodes // A)
         # agents kept in the last round: those of the first whole envs that bring the total to N
@@ -75,10 +77,12 @@ def play(trainer, steps: int | None = None, num_envs: int | None = None, seed: i
             seen = env.observations.copy() if on_step is not None else None
             out = rollout.step(trainer.state.params)
             ended = out.terminals | out.truncations
+            if out.active is not None:  # a waiting agent's rows are not episodes
+                ended &= out.active
             if on_step is not None:
                 on_step(t, seen, out.host_action, out.rewards, ended)
             running_return += out.rewards
-            running_length += 1
+            running_length += 1 if out.active is None else out.active
             keep = ended if quota is None else ended & (finished < quota)
             for agent in np.flatnonzero(keep):
                 kept.append((finished[agent], agent, running_return[agent], running_length[agent]))

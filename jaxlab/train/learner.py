@@ -5,7 +5,8 @@ Segment shapes (T = horizon, A = agents, H = hidden):
     obs [T, A, ...], resets [T, A] bool (obs[t] starts an episode), actions [T, A, ...],
     logp, values, rewards, bootstrap_values [T, A] float32, terminals, truncations [T, A] bool,
     next_values [A], start_carry (c [A, H], h [A, H]): the carry the rollout had before step 0,
-    masks [T, A, n] bool or None.
+    masks [T, A, n] bool or None, active [T, A] bool or None: whether the agent acted in the step (None:
+    always; an env with waiting agents reports it, and the loss counts only those steps).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class Segment(NamedTuple):
     next_values: jax.Array
     start_carry: Any
     masks: Any = None
+    active: Any = None
 
 
 def concat_segments(segments: list[Segment]) -> Segment:
@@ -87,7 +89,7 @@ def _take_agents(tree, index):
                         next_values=tree.next_values[index])
     time_major = {k: jax.tree.map(lambda x: x[:, index], getattr(seg, k))
                   for k in ("obs", "resets", "actions", "logp", "values", "rewards", "terminals",
-                            "truncations", "bootstrap_values", "masks") if getattr(seg, k) is not None}
+                            "truncations", "bootstrap_values", "masks", "active") if getattr(seg, k) is not None}
     return seg._replace(**time_major)
 
 
@@ -104,7 +106,7 @@ def make_update(policy, spec: distributions.ActionSpec, optimizer: optax.Gradien
         logp, entropy = distributions.log_prob_entropy(spec, head, log_std, mb.actions, mb.masks)
         terms = ppo.ppo_loss(logp, entropy, values, mb.logp, mb.values, advantages, returns,
                              clip_coef=clip_coef, vf_coef=vf_coef, vf_clip_coef=vf_clip_coef,
-                             ent_coef=ent_coef, norm_adv=norm_adv)
+                             ent_coef=ent_coef, norm_adv=norm_adv, weights=mb.active)
         return terms.total, terms
 
     grad_fn = jax.grad(loss_fn, has_aux=True)
@@ -132,7 +134,7 @@ def make_update(policy, spec: distributions.ActionSpec, optimizer: optax.Gradien
 
         state, metrics = jax.lax.scan(epoch, state, jax.random.split(key, update_epochs))
         metrics = jax.tree.map(jnp.mean, metrics)
-        metrics["explained_variance"] = ppo.explained_variance(segment.values, returns)
+        metrics["explained_variance"] = ppo.explained_variance(segment.values, returns, segment.active)
         return state, metrics
 
     return update

@@ -86,6 +86,7 @@ class StepOutput(NamedTuple):
     observation the action was taken on), ``action`` [A, ...], ``logp`` and ``value`` [A], ``boot`` [A]
     (the value of the observation an episode was truncated at in the step before; zeros elsewhere) and
     ``mask`` [A, n] or None. Host arrays: ``reset`` [A] bool (the carry was zeroed before this step),
+    ``active`` [A] bool or None (whether the agent acted in this step, for envs with waiting agents),
     ``host_action``, and the env's ``rewards``, ``terminals``, ``truncations`` [A] (views of its
     buffers, overwritten by the next step) and ``info`` (episode statistics, empty when none ended)."""
 
@@ -96,6 +97,7 @@ class StepOutput(NamedTuple):
     value: jax.Array
     boot: jax.Array
     mask: jax.Array | None
+    active: np.ndarray | None
     host_action: np.ndarray
     rewards: np.ndarray
     terminals: np.ndarray
@@ -148,6 +150,7 @@ class Rollout:
         tic = time.perf_counter()
         self.timing["copy"] += tic - toc
         obs, reset = self.obs, self.reset_flags
+        active = None if env.active is None else env.active.copy()  # who acts in this step
         _, rewards, terminals, truncations, info = env.step(host_action)
         self.carry = carry
         self.step_count += 1
@@ -159,7 +162,7 @@ class Rollout:
         if self.truncated.any():
             self.final_obs = to_device(env.final_observations)
         self.timing["copy"] += time.perf_counter() - toc
-        return StepOutput(obs, reset, action, logp, value, boot, mask, host_action, rewards, terminals,
+        return StepOutput(obs, reset, action, logp, value, boot, mask, active, host_action, rewards, terminals,
                           truncations, info)
 
     def bootstrap(self, params) -> tuple[jax.Array, jax.Array]:
@@ -191,6 +194,7 @@ class Rollout:
             terminals=to_device(self.terminals), truncations=to_device(self.truncations),
             bootstrap_values=jnp.stack([s.boot for s in steps[1:]] + [last_boot]), next_values=next_values,
             start_carry=start_carry,
-            masks=None if steps[0].mask is None else jnp.stack([s.mask for s in steps]))
+            masks=None if steps[0].mask is None else jnp.stack([s.mask for s in steps]),
+            active=None if steps[0].active is None else jnp.asarray(np.stack([s.active for s in steps])))
         self.timing["copy"] += time.perf_counter() - tic
         return segment, infos

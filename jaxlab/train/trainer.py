@@ -47,7 +47,7 @@ class Trainer:
         self.config = config
         c, t = config, config.train
         self.env = jaxlab.make(c.env_name, num_envs=c.vec.num_envs, seed=t.seed,
-                               num_threads=c.vec.num_threads, **c.env)
+                               num_threads=c.vec.num_threads, **config_lib.env_args(c))
         try:
             self.sizes = config_lib.derive_sizes(c, self.env.agents_per_env)
         except config_lib.ConfigError:
