@@ -1,7 +1,7 @@
 /* Corridor: a small example env written with the jaxlab SDK (`jaxlab new-env NAME` copies it under
  * your env's name). Replace its dynamics with yours; keep the shape.
  *
- * The agent walks a corridor of `length` cells from cell 0 towards the goal at the far end. Actions:
+ * The agent walks a line of `length` cells from cell 0 towards the goal at the far end. Actions:
  * Discrete(3), 0 left, 1 stay, 2 right. Reward: +1 on reaching the goal (the episode terminates) and
  * -`step_cost` for every other step. Episodes are truncated at `max_steps`.
  * Observation float32[2]: (position / length, steps taken / max_steps).
@@ -98,7 +98,7 @@ static int corridor_step(Corridor *env) {
     return 1; /* agents whose episode ended in this step */
 }
 
-/* A text frame for `jaxlab eval ... --render`: the corridor with the agent (@) and the goal (G). */
+/* A text frame for `jaxlab eval ... --render`: the cells with the agent (@) and the goal (G). */
 static int corridor_render(const Corridor *env, char *out, int size) {
     char cells[64];
     int shown = env->length < 60 ? env->length : 60;
@@ -109,6 +109,6 @@ static int corridor_render(const Corridor *env, char *out, int size) {
     return snprintf(out, (size_t)size, "|%s|  step %d  return %+.2f", cells, env->tick, env->episode_return);
 }
 
-CENV_ENV(corridor, Corridor, CorridorLog, "Walk a corridor to the goal at its far end (SDK example)", render)
+CENV_ENV(corridor, Corridor, CorridorLog, "Walk to the goal at the far end of a line of cells (SDK example)", render)
 
 #endif

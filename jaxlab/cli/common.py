@@ -45,7 +45,8 @@ def config_help() -> str:
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """ENV, --preset and --config, shared by every command that resolves a config."""
-    parser.add_argument("env", metavar="ENV", help="environment name (see `jaxlab envs`)")
+    parser.add_argument("env", metavar="ENV", help="an env name (see `jaxlab envs`), or the path of an env "
+                        "header (path/to/NAME.h: built on first use and cached)")
     parser.add_argument("--preset", default="auto", metavar="NAME",
                         help="accelerator preset: auto (default: picked from the devices), "
                         "cpu, gpu, a100, h100 (see `jaxlab presets`)")
@@ -63,6 +64,20 @@ class Resolved(NamedTuple):
     memory: Any = None           # config.memory.MemoryEstimate: what the config needs
     memory_limit: Any = None     # config.memory.MemoryLimit: what there is
     resume_meta: dict = {}       # {checkpoint path: its meta} for those read already
+
+
+def env_name_of(env: str) -> str:
+    """The env name an ENV argument means: itself, or for a header path (path/to/NAME.h) the env that
+    header defines; ConfigError when the header has none or cannot be read."""
+    if not env.endswith(".h"):
+        return env
+    from jaxlab.config import ConfigError
+    from jaxlab.env.sdk import BuildError, header_env
+
+    try:
+        return header_env(env)
+    except BuildError as err:
+        raise ConfigError(str(err)) from None
 
 
 def warn(message: str) -> None:
@@ -84,12 +99,16 @@ def resolve(args: argparse.Namespace) -> Resolved:
         if args.preset != "auto":
             raise ConfigError("--preset cannot be combined with --resume (the checkpoint's config is the base); "
                               "pass the values you want to change as flags")
-        resume = find_checkpoint(args.resume, args.env)
+        name = env_name_of(args.env)
+        resume = find_checkpoint(args.resume, name)
         first, meta = newest_usable(resume, read_meta, warn)
         resume_meta = {first: meta}
-        config, changes = resume_config(first, args.config, args.flags, meta)
-        if config.env_name != args.env:
-            raise ConfigError(f"--resume {args.resume} is a run of {config.env_name!r}, not {args.env!r}; "
+        flags = list(args.flags)
+        if args.env.endswith(".h"):  # the header named on the command line is the env's source now
+            flags = ["--env.library", str(Path(args.env).expanduser().absolute()), *flags]
+        config, changes = resume_config(first, args.config, flags, meta)
+        if config.env_name != name:
+            raise ConfigError(f"--resume {args.resume} is a run of {config.env_name!r}, not {name!r}; "
                               f"run `jaxlab train {config.env_name} --resume {args.resume}`")
         backend = presets.prepare_backend(config.device.memory_fraction)
         reason, sources = "as saved in the checkpoint", {}

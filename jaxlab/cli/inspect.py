@@ -9,15 +9,24 @@ from jaxlab.cli.common import LAYERS, fail, resolve
 
 
 def envs_command(args: argparse.Namespace) -> int:
-    """Prints every C env with its spaces, parameters and episode statistics."""
+    """Prints the envs (jaxlab's, or those of --library LIB.so / HEADER.h) with their spaces, options,
+    parameters and episode statistics."""
+    from jaxlab.config import ConfigError
     from jaxlab.env import env_types, spaces_of
+    from jaxlab.env.library import LibraryError
+    from jaxlab.env.sdk import BuildError
 
-    for kind in env_types().values():
-        spaces = spaces_of(kind.name)
+    try:
+        kinds = env_types(args.library)
+    except (LibraryError, BuildError) as err:
+        raise ConfigError(str(err)) from None
+    for kind in kinds.values():
+        spaces = spaces_of(kind.name, library=kind.library)
         agents = f", {spaces.agents_per_env} agents per env by default" if spaces.agents_per_env > 1 else ""
+        options = [o for o in ("mask", "reset_agent", "agents_wait", "render") if kind.has(o)]
         print(f"{kind.name}: {kind.description}")
         print(f"  observation {spaces.observation_space}  action {spaces.action_space}{agents}"
-              f"{'  (action mask)' if spaces.has_mask else ''}")
+              f"{'  options: ' + ', '.join(options) if options else ''}")
         for p in kind.params:
             kind_name = "int" if p.is_int else "float"
             print(f"  --env.{p.name} {kind_name} = {p.default_value:g}  in [{p.low:g}, {p.high:g}]  {p.help}")
@@ -87,8 +96,11 @@ def plot_command(args: argparse.Namespace) -> int:
 
 def add_commands(add) -> None:
     """Registers this family's subcommands with ``add`` (see common.command_adder)."""
-    add("envs", "list the environments, their spaces and parameters",
-        "List the C environments, their spaces and parameters.", envs_command)
+    envs = add("envs", "list the environments, their spaces and parameters",
+               "List the C environments (jaxlab's, or those of an env library or header), their spaces, "
+               "options, parameters and statistics.", envs_command)
+    envs.add_argument("--library", metavar="LIB", help="an env library (.so from `jaxlab build-env`) or an env "
+                      "header (.h, built on first use): list its envs instead of jaxlab's")
     add("config", "print the resolved config, where each value came from, and the sizes",
         f"Print the resolved config of ENV as TOML (usable with --config), each value commented "
         f"with the layer that set it, and the derived sizes. {LAYERS}", config_command, with_config=True)

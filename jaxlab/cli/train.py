@@ -7,7 +7,9 @@ import sys
 import time
 from pathlib import Path
 
-from jaxlab.cli.common import LAYERS, fail, resolve, warn
+import numpy as np
+
+from jaxlab.cli.common import LAYERS, env_name_of, fail, resolve, warn
 
 
 def train_command(args: argparse.Namespace) -> int:
@@ -46,7 +48,8 @@ def train_command(args: argparse.Namespace) -> int:
     observers = RunObservers(config, sizes, run_dir)
     try:
         result = train_run(config, run_dir, resume=resolved.resume, on_log=observers, warn=warn,
-                           notes=args.notes, on_start=observers.start, resume_meta=resolved.resume_meta)
+                           notes=args.notes, on_start=observers.start, resume_meta=resolved.resume_meta,
+                           resume_any_env=args.resume_any_env)
     except KeyboardInterrupt:
         observers.close()
         print(f"interrupted; the metrics so far are in {run_dir}/metrics.jsonl", file=sys.stderr)
@@ -145,54 +148,54 @@ class RunObservers:
 
 def eval_command(args: argparse.Namespace) -> int:
     """Plays the policy of a checkpoint (its config is read from the checkpoint) and prints mean ± std
-    of return and length and the env's statistics; --render / --save-frames show agent 0's first
-    episode as text."""
+    of return and length and the env's statistics; --render / --save-frames show the first episode
+    of env 0 as text (the env's render hook)."""
     from jaxlab.config import ConfigError
-    from jaxlab.train.evaluation import load_trainer, play
-    from jaxlab.observe.render import RENDERERS
     from jaxlab.run.resume import find_checkpoint, newest_usable
+    from jaxlab.train.evaluation import load_trainer, play
 
     if args.episodes < 1:
         raise ConfigError(f"--episodes {args.episodes} must be at least 1")
-    path, trainer = newest_usable(find_checkpoint(args.checkpoint, args.env), load_trainer, warn)
-    if trainer.config.env_name != args.env:
+    name = env_name_of(args.env)
+    path, trainer = newest_usable(find_checkpoint(args.checkpoint, name), load_trainer, warn)
+    if trainer.config.env_name != name:
         trainer.close()
-        raise ConfigError(f"{path} is a checkpoint of {trainer.config.env_name!r}, not {args.env!r}; "
+        raise ConfigError(f"{path} is a checkpoint of {trainer.config.env_name!r}, not {name!r}; "
                           f"run `jaxlab eval {trainer.config.env_name} --checkpoint {args.checkpoint}`")
-    renderer = RENDERERS.get(args.env)
-    if (args.render or args.save_frames) and renderer is None:
+    watching = bool(args.render or args.save_frames)
+    if watching and not trainer.env.kind.has("render"):
         trainer.close()
-        raise ConfigError(f"env {args.env!r} has no text rendering; envs with one: {', '.join(RENDERERS)}")
+        raise ConfigError(f"env {name!r} has no text rendering (no `render` option in its CENV_ENV); "
+                          "drop --render/--save-frames, or give the env a render hook (see BUILD.md)")
     frames: list[str] = []
 
-    def record_frame(t, observations, actions, rewards, ended):
-        """Agent 0's first episode, one line per step."""
+    def record_frame(t, observations, actions, rewards, ended, frame):
+        """The first episode of env 0's first agent, one frame per step with the action and reward."""
         if frames and frames[-1].endswith("(episode ended)"):
             return
-        frame = f"{t:5d}  {renderer(observations[0], actions[0], float(rewards[0]))}"
-        frames.append(frame + ("  (episode ended)" if ended[0] else ""))
+        action = " ".join(str(a) for a in np.asarray(actions[0]).reshape(-1))
+        line = f"{t:5d}  {frame}  action {action}  reward {float(rewards[0]):g}"
+        frames.append(line + ("  (episode ended)" if ended[0] else ""))
         if args.render:
             print(frames[-1], flush=True)
 
-    watching = renderer is not None and (args.render or args.save_frames)
     with trainer:
         result = play(trainer, num_envs=args.num_envs or min(args.episodes, 64), seed=args.seed,
                       deterministic=args.deterministic, episodes=args.episodes,
-                      on_step=record_frame if watching else None)
+                      on_step=record_frame if watching else None, render=watching)
     if args.save_frames:
         Path(args.save_frames).write_text("\n".join(frames) + "\n")
     returns, lengths = result["returns"], result["lengths"]
     mode = "deterministic" if args.deterministic else "sampled"
-    print(f"{args.env} from {path}: {len(returns)} episodes, {mode} actions, seed {args.seed}")
+    print(f"{name} from {path}: {len(returns)} episodes, {mode} actions, seed {args.seed}")
     print(f"  return {returns.mean():.2f} ± {returns.std():.2f}   length {lengths.mean():.1f} ± {lengths.std():.1f}")
     stats = {k: v for k, v in result.items() if k not in ("returns", "lengths", "episodes") and v is not None}
     if stats:
         print("  " + "   ".join(f"{k} {v:.3f}" for k, v in stats.items()) +
               f"   (the env's statistics over {result['episodes']} episodes)")
     if args.save_frames:
-        print(f"  {len(frames)} frames of agent 0's first episode in {args.save_frames}")
+        print(f"  {len(frames)} frames of env 0's first episode in {args.save_frames}")
     return 0
-
 
 
 def add_commands(add) -> None:
@@ -205,6 +208,8 @@ def add_commands(add) -> None:
                        "and shown by `jaxlab runs`")
     train.add_argument("--resume", metavar="WHAT", help="continue a run: latest (the newest run of ENV "
                        "under runs/), a run dir, or one checkpoint directory; flags change allowed values")
+    train.add_argument("--resume-any-env", action="store_true", help="resume even when the env's source (its "
+                       "header or library) changed since the checkpoint")
     evaluate = add("eval", "play a checkpoint's policy and report returns",
                    "Play the policy saved in a checkpoint (its config is read from the checkpoint) on new "
                    "envs and print mean ± std of return and length and the env's statistics.", eval_command)
@@ -215,6 +220,6 @@ def add_commands(add) -> None:
     evaluate.add_argument("--deterministic", action="store_true", help="take the most likely action (default: sample)")
     evaluate.add_argument("--num-envs", type=int, default=0, help="envs played at once (default min(episodes, 64))")
     evaluate.add_argument("--seed", type=int, default=12345, help="seed of the new envs and of sampling")
-    evaluate.add_argument("--render", action="store_true", help="print agent 0's first episode as text "
-                          "(cartpole, memory)")
-    evaluate.add_argument("--save-frames", metavar="FILE", help="write agent 0's first episode as text to FILE")
+    evaluate.add_argument("--render", action="store_true", help="print env 0's first episode as text (envs "
+                          "with a render hook: `jaxlab envs` lists their options)")
+    evaluate.add_argument("--save-frames", metavar="FILE", help="write env 0's first episode as text to FILE")

@@ -142,6 +142,11 @@ def apply_layer(values: dict, layer: dict, source: str, sources: dict, env_param
             sources[f"{section}.{key}"] = source
 
 
+def flags_library(flags: list[str] | None) -> str | None:
+    """The env library that command-line flags name (--env.library), or None."""
+    return _env_library([("command line", parse_flags(flags or []))], None)
+
+
 def _env_library(layers: list[tuple[str, dict]], library: str | None) -> str | None:
     """The env library the layers name (their last [env] library), else ``library``; "" is none."""
     for _, layer in layers:
@@ -254,13 +259,16 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
     return config, sources
 
 
-def config_from_toml(text: str) -> Config:
-    """The Config that to_toml wrote (no layers: every value is in the text)."""
+def config_from_toml(text: str, library: str | None = None) -> Config:
+    """The Config that to_toml wrote (no layers: every value is in the text); ``library`` instead of
+    the saved env library when given (the env's source moved since)."""
     try:
         layer = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"a saved config is not valid TOML: {err}") from None
     env_name, preset = layer.pop("env_name"), layer.pop("preset", "none")
+    if library:
+        layer.setdefault("env", {})["library"] = library
     env_params = {p.name: p for p in env_kind(env_name, _env_library([("saved", layer)], None)).params}
     values: dict[str, dict] = {"env": {}, **{s: {} for s in SECTIONS}}
     apply_layer(values, layer, "saved config", {}, env_params)

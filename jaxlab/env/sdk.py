@@ -59,6 +59,11 @@ def _builder():
     return module
 
 
+def compile_flags(sanitize: bool = False) -> list[str]:
+    """The flags jaxlab compiles env libraries with ($CENV_CFLAGS included), -I of the SDK included."""
+    return [*_builder().compile_flags(sanitize), f"-I{include_dir()}"]
+
+
 def header_envs(header: str | Path) -> list[str]:
     """The names of the envs a header defines with CENV_ENV, in order (comments not stripped: keep a
     commented-out definition out of column 0)."""

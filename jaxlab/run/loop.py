@@ -112,14 +112,16 @@ class SaveCheckpoints:
 def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | None = None,
               on_log: Callable[[dict], None] | None = None, warn: Callable[[str], None] = print,
               trainer_hook: Callable | None = None, notes: str | None = None,
-              on_start: Callable | None = None, resume_meta: dict | None = None) -> RunResult:
+              on_start: Callable | None = None, resume_meta: dict | None = None,
+              resume_any_env: bool = False) -> RunResult:
     """Trains ``config`` to its last update in ``run_dir`` with checkpoints; see the module docstring.
     Holds the run dir's lock for the whole run (RunDirInUse when another process holds it), sends
     library log lines (absl, Orbax) to RUN_DIR/run.log, writes run.json (and notes.md from ``notes``)
     at the start and summary.json at the end (see jaxlab.observe.records). ``on_start(trainer)`` is
     called once the trainer is built and restored; ``trainer_hook(trainer, saves)`` once the
     checkpoints are set up too (tests inject faults with it). ``resume_meta``: {checkpoint path: its
-    meta} for checkpoints whose meta the caller has read already (each is read once)."""
+    meta} for checkpoints whose meta the caller has read already (each is read once);
+    ``resume_any_env`` resumes even when the env's source changed since the checkpoint (a warning)."""
     import jax
 
     from jaxlab.observe import records
@@ -135,7 +137,7 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
         if resume is not None:
             known = resume_meta or {}
             result.resumed_from, _ = newest_usable(
-                Path(resume), lambda path: trainer.load_checkpoint(path, known.get(path)), warn)
+                Path(resume), lambda path: trainer.load_checkpoint(path, known.get(path), resume_any_env, warn), warn)
             keep_metrics_until(run_dir / "metrics.jsonl", trainer.update_index)
             for path in set_aside_after(run_dir / "checkpoints", trainer.update_index):
                 warn(f"moved {path.name} aside to {path} (newer than the checkpoint resumed from)")

@@ -12,6 +12,7 @@ from typing import TypeVar
 
 from jaxlab import checkpoint
 from jaxlab import config as config_lib
+from jaxlab.config.layers import flags_library
 from jaxlab.observe.records import run_env_name
 
 T = TypeVar("T")
@@ -25,7 +26,7 @@ def resume_config(checkpoint_path: Path, config_file=None, flags=None,
     from jaxlab.train.trainer import check_compatible
 
     meta = checkpoint.read_meta(checkpoint_path) if meta is None else meta
-    saved = config_lib.config_from_toml(meta["config"])
+    saved = config_lib.config_from_toml(meta["config"], library=flags_library(flags))
     config, _ = config_lib.load_config(saved.env_name, config_file=config_file, flags=flags, preset=None,
                                        extra_layers=[(f"checkpoint {checkpoint_path}", config_lib.as_layer(saved))])
     config = dataclasses.replace(config, preset=saved.preset)

@@ -7,7 +7,7 @@ import json
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import chex
 import jax
@@ -17,6 +17,7 @@ import numpy as np
 import jaxlab
 from jaxlab import config as config_lib
 from jaxlab.agent.distributions import ActionSpec
+from jaxlab.env.sdk import source_hash
 from jaxlab.train.learner import TrainState, concat_segments, lr_schedule, make_optimizer, make_update
 from jaxlab.agent.policy import ActorCritic, zero_carry
 from jaxlab.train.rollout import EpisodeStats, Rollout, make_act
@@ -53,6 +54,7 @@ class Trainer:
         except config_lib.ConfigError:
             self.env.close()
             raise
+        self.env_source = {"library": c.env_library or None, "source_hash": source_hash(c.env_library)}
         self.spec = ActionSpec.from_space(self.env.action_space)
         self.policy = ActorCritic(self.spec, c.policy.hidden_size, c.policy.lstm, c.policy.actor_init_scale,
                                   dtype=c.device.precision)
@@ -173,7 +175,8 @@ class Trainer:
     def checkpoint_meta(self, metadata: dict | None = None) -> dict:
         from jaxlab.checkpoint import FORMAT_VERSION
 
-        return {"format": FORMAT_VERSION, "env_name": self.config.env_name, "config": config_lib.to_toml(self.config),
+        return {"format": FORMAT_VERSION, "env_name": self.config.env_name, "env_source": self.env_source,
+                "config": config_lib.to_toml(self.config),
                 "global_step": self.global_step, "update": self.update_index, "rollout_steps": self.rollout.step_count,
                 "wall_time": time.perf_counter() - self.start_time, "timing": self.timing,
                 "metadata": metadata or {}}
@@ -189,7 +192,11 @@ class Trainer:
         r.reset_flags = np.asarray(saved["reset_flags"]).astype(bool)
         r.truncated = np.asarray(saved["truncated"]).astype(bool)
         r.step_count = int(meta["rollout_steps"])
-        self.env.load_state({k: np.asarray(v) for k, v in state["env"].items()})
+        try:
+            self.env.load_state({k: np.asarray(v) for k, v in state["env"].items()})
+        except ValueError as err:  # the env's code or parameters changed (see check_env_source)
+            raise config_lib.ConfigError(f"cannot load the checkpoint's env state into this env: {err}; "
+                                         "resume with the env as it was, or start a new run") from None
         self.global_step, self.update_index = int(meta["global_step"]), int(meta["update"])
         self.start_time = time.perf_counter() - float(meta["wall_time"])
         r.timing.update({k: v for k, v in meta["timing"].items() if k in r.timing})
@@ -211,14 +218,20 @@ class Trainer:
         template["env"] = {k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in self.env.state_shapes().items()}
         return template
 
-    def load_checkpoint(self, path: str | Path, meta: dict | None = None) -> dict:
+    def load_checkpoint(self, path: str | Path, meta: dict | None = None, any_env: bool = False,
+                        warn: Callable[[str], None] = print) -> dict:
         """Restores the checkpoint at ``path`` (written by save_checkpoint or a run); returns its meta
         (``meta``: the checkpoint's meta when the caller has read it already). The checkpoint must
-        come from the same env, env params, agent count and network."""
+        come from the same env, env params, agent count and network, and from the same env source
+        (see check_env_source; ``any_env`` accepts another, with a warning)."""
         from jaxlab import checkpoint
 
         meta = checkpoint.read_meta(Path(path)) if meta is None else meta
-        check_compatible(config_lib.config_from_toml(meta["config"]), self.config)
+        check_compatible(config_lib.config_from_toml(meta["config"], library=self.config.env_library or None),
+                         self.config)
+        changed = check_env_source(meta.get("env_source"), self.env_source, any_env)
+        if changed:
+            warn(changed)
         state, meta = checkpoint.read(Path(path), self.checkpoint_template(), meta)
         self.restore_state(state, meta)
         return meta
@@ -236,6 +249,23 @@ class Trainer:
         self.close()
 
 
+def check_env_source(saved: dict | None, current: dict, any_env: bool = False) -> str | None:
+    """Compares where a checkpoint's env came from (its meta's env_source: library and source_hash, see
+    jaxlab.env.sdk.source_hash) with this trainer's. ConfigError naming both when the source changed,
+    unless ``any_env``: then the warning to show. None when they match (or the checkpoint predates the
+    record)."""
+    if not saved or saved.get("source_hash") == current.get("source_hash"):
+        return None
+    before = f"{saved.get('library') or 'the built-in envs'} (source {str(saved.get('source_hash'))[:12]})"
+    now = f"{current.get('library') or 'the built-in envs'} (source {str(current.get('source_hash'))[:12]})"
+    if any_env:
+        return (f"resuming with a changed env: the checkpoint's env came from {before}, this run's from {now}; "
+                "its saved env state is loaded into the new code (--resume-any-env)")
+    raise config_lib.ConfigError(f"cannot resume: the env's source changed since the checkpoint: it came from "
+                                 f"{before}, now from {now}; resume anyway with --resume-any-env (the saved env "
+                                 "state must still fit the new code) or start a new run")
+
+
 #: Config fields a checkpoint's arrays depend on: resuming with another value is refused.
 SHAPING = ("env_name", "env", "vec.num_envs", "policy.hidden_size", "policy.lstm")
 
@@ -249,7 +279,8 @@ def _get(config, name: str):
 
 def config_changes(saved: config_lib.Config, new: config_lib.Config) -> list[tuple[str, Any, Any]]:
     """(key, saved value, new value) for every config value that differs."""
-    changes = [(name, _get(saved, name), _get(new, name)) for name in ("env_name", "env", "preset")
+    changes = [(name, _get(saved, name), _get(new, name))
+               for name in ("env_name", "env", "env_library", "env_mask_check", "preset")
                if _get(saved, name) != _get(new, name)]
     new_values = config_lib.as_layer(new)
     for section, table in config_lib.as_layer(saved).items():

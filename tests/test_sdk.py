@@ -1,0 +1,192 @@
+"""The full life of a user's env outside the repo: `jaxlab new-env`, its own tests, `jaxlab build-env`,
+training from the header on the command line, a checkpoint and a bit-exact resume, evaluation with a
+render; the build cache; and every bad input of the SDK with its one clear line."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import jaxlab
+from jaxlab import checkpoint
+from jaxlab.env import sdk
+
+SMALL = ["--vec.num-envs", "8", "--train.bptt-horizon", "8", "--train.minibatch-size", "32",
+         "--policy.hidden-size", "16", "--log.dashboard", "plain"]
+
+
+def jaxlab_cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "jaxlab.cli", *args], capture_output=True, text=True,
+                          timeout=300, cwd=cwd, env={**os.environ, "PYTHONPATH": str(Path(jaxlab.__file__).parents[1])})
+
+
+@pytest.fixture(scope="module")
+def user_env(tmp_path_factory):
+    """A user's env written by `jaxlab new-env` in a folder outside the repo."""
+    folder = tmp_path_factory.mktemp("my_env")
+    result = jaxlab_cli("new-env", "stroll", str(folder))
+    assert result.returncode == 0, result.stderr
+    assert (folder / "stroll.h").is_file() and (folder / "test_stroll.py").is_file()
+    return folder
+
+
+def test_the_skeleton_passes_its_own_tests(user_env):
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_stroll.py"],
+                            capture_output=True, text=True, cwd=user_env, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(Path(jaxlab.__file__).parents[1])})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "4 passed" in result.stdout
+
+
+def test_build_env_makes_a_library_that_lists_and_steps_like_the_header(user_env, tmp_path):
+    library = tmp_path / "libstroll.so"
+    result = jaxlab_cli("build-env", str(user_env / "stroll.h"), "-o", str(library))
+    assert result.returncode == 0, result.stderr
+    assert f"built {library}: stroll" in result.stdout
+    listing = jaxlab_cli("envs", "--library", str(library))
+    assert listing.returncode == 0 and listing.stdout.startswith("stroll: ") and "options: render" in listing.stdout
+    rng = np.random.default_rng(0)
+    with jaxlab.make("stroll", num_envs=5, seed=2, library=str(library)) as built, \
+            jaxlab.make(str(user_env / "stroll.h"), num_envs=5, seed=2) as cached:
+        built.reset()
+        cached.reset()
+        for _ in range(100):
+            actions = built.action_space.sample(rng, 5)
+            for x, y in zip(built.step(actions)[:4], cached.step(actions)[:4]):
+                np.testing.assert_array_equal(x, y)
+
+
+def test_train_checkpoint_resume_bit_exactly_and_evaluate_from_the_header(user_env, tmp_path):
+    header = str(user_env / "stroll.h")
+    steps = ["--checkpoint.interval", "3", "--train.anneal-lr", "false"]  # the same LR in a shorter run
+    straight = jaxlab_cli("train", header, *SMALL, *steps, "--train.total-timesteps", "1536", "--run-dir",
+                          str(tmp_path / "straight"))
+    assert straight.returncode == 0, straight.stderr
+    cut = jaxlab_cli("train", header, *SMALL, *steps, "--train.total-timesteps", "768", "--run-dir", str(tmp_path / "cut"))
+    assert cut.returncode == 0, cut.stderr
+    resumed = jaxlab_cli("train", header, "--resume", str(tmp_path / "cut"), "--train.total-timesteps", "1536")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resumed from {tmp_path / 'cut/checkpoints/12'} at update 12" in resumed.stderr
+    a = checkpoint.read(tmp_path / "straight/checkpoints/24", None)[0]
+    b = checkpoint.read(tmp_path / "cut/checkpoints/24", None)[0]
+    for x, y in zip(jax_leaves(a), jax_leaves(b), strict=True):
+        np.testing.assert_array_equal(x, y)  # params, optimizer, env state: bit for bit
+    meta = checkpoint.read_meta(tmp_path / "cut/checkpoints/24")
+    assert meta["env_source"] == {"library": header, "source_hash": sdk.source_hash(header)}
+    frames = tmp_path / "frames.txt"
+    evaluated = jaxlab_cli("eval", header, "--checkpoint", str(tmp_path / "cut"), "--episodes", "4",
+                           "--save-frames", str(frames))
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert "stroll from" in evaluated.stdout and "reached_goal" in evaluated.stdout
+    lines = frames.read_text().splitlines()
+    assert lines and all("@" in line and "G|" in line for line in lines)
+    assert lines[-1].endswith("(episode ended)")
+
+
+def jax_leaves(tree):
+    import jax
+
+    return [np.asarray(x) for x in jax.tree.leaves(tree)]
+
+
+def test_a_changed_header_is_rebuilt_and_refused_on_resume_unless_asked(user_env, tmp_path):
+    folder = tmp_path / "env"
+    folder.mkdir()
+    (folder / "stroll.h").write_text((user_env / "stroll.h").read_text()
+                                     .replace('#include "core.h"', '#include "core.h"\n#include "costs.h"')
+                                     .replace('{"step_cost", 0.01,', '{"step_cost", STROLL_COST,'))
+    (folder / "costs.h").write_text("#define STROLL_COST 0.01\n")
+    first = sdk.cached_library(folder / "stroll.h")
+    assert sdk.cached_library(folder / "stroll.h") == first  # cached
+    run = tmp_path / "run"
+    result = jaxlab_cli("train", str(folder / "stroll.h"), *SMALL, "--train.total-timesteps", "256",
+                        "--run-dir", str(run))
+    assert result.returncode == 0, result.stderr
+    (folder / "costs.h").write_text("#define STROLL_COST 0.01 /* the same cost, another source */\n")
+    second = sdk.cached_library(folder / "stroll.h")
+    assert second != first and second.is_file()  # an included file changed: rebuilt
+    refused = jaxlab_cli("train", str(folder / "stroll.h"), "--resume", str(run), "--train.total-timesteps", "512")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "cannot resume: the env's source changed since the checkpoint" in refused.stderr
+    assert "--resume-any-env" in refused.stderr
+    accepted = jaxlab_cli("train", str(folder / "stroll.h"), "--resume", str(run), "--train.total-timesteps", "512",
+                          "--resume-any-env")
+    assert accepted.returncode == 0, accepted.stderr
+    assert "resuming with a changed env" in accepted.stderr
+
+
+BROKEN_H = """
+#include "core.h"
+typedef struct { float episode_return; } BrokenLog;
+this is not C;
+"""
+
+
+def test_a_header_that_does_not_compile_shows_the_compiler_and_the_command(tmp_path):
+    (tmp_path / "broken.h").write_text(BROKEN_H + 'CENV_ENV(broken, Broken, BrokenLog, "x")\n')
+    result = jaxlab_cli("train", str(tmp_path / "broken.h"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"{tmp_path / 'broken.h'} does not compile" in result.stderr
+    assert "-Werror" in result.stderr and "error:" in result.stderr  # the command and the compiler's message
+
+
+def tiny_library(folder: Path, abi: int, exports_step: bool) -> Path:
+    """A shared library that says ABI ``abi`` and maybe little else."""
+    source = folder / "fake.c"
+    source.write_text("int cenv_abi_version(void) { return %d; }\n" % abi
+                      + ("long cenv_step(void *v) { (void)v; return 0; }\n" if exports_step else ""))
+    library = folder / f"libfake{abi}.so"
+    subprocess.run(["cc", "-shared", "-fPIC", str(source), "-o", str(library)], check=True)
+    return library
+
+
+@pytest.mark.parametrize("case", ["other abi", "missing symbol", "no such env", "built-in name", "no such file"])
+def test_bad_libraries_get_one_clear_line_and_exit_2(case, tmp_path, user_env):
+    if case == "other abi":
+        library, expect = tiny_library(tmp_path, 2, True), "has C ABI version 2 but this jaxlab expects"
+    elif case == "missing symbol":
+        library, expect = tiny_library(tmp_path, jaxlab.env.library.ABI_VERSION, False), "does not export cenv_"
+    elif case == "no such env":
+        library, expect = sdk.cached_library(user_env / "stroll.h"), "unknown env 'strol'"
+    elif case == "built-in name":
+        (tmp_path / "cartpole.h").write_text((user_env / "stroll.h").read_text().replace("stroll", "cartpole")
+                                             .replace("Stroll", "Cartpole2"))
+        library, expect = sdk.build_library([tmp_path / "cartpole.h"], tmp_path / "libclash.so"), \
+            "defines 'cartpole', the name of a built-in env; rename it"
+    else:
+        library, expect = tmp_path / "nothing.so", "does not exist"
+    env = "strol" if case == "no such env" else "stroll"
+    result = jaxlab_cli("train", env, "--env.library", str(library), "--train.total-timesteps", "256")
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and expect in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_new_env_refuses_bad_names_and_existing_files(tmp_path, user_env):
+    for name, message in [("Bad-Name", "must be a lower-case C identifier"), ("int", "lower-case C identifier"),
+                          ("cartpole", "is a built-in env")]:
+        result = jaxlab_cli("new-env", name, str(tmp_path))
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+    result = jaxlab_cli("new-env", "stroll", str(user_env))
+    assert result.returncode == 2 and "exists already" in result.stderr
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_sdk_include_points_at_the_headers():
+    result = jaxlab_cli("sdk", "--include")
+    folder = Path(result.stdout.strip())
+    assert result.returncode == 0 and (folder / "core.h").is_file() and folder == sdk.include_dir()
+    flags = jaxlab_cli("sdk", "--cflags").stdout.split()
+    assert "-Werror" in flags and f"-I{folder}" in flags
+
+
+def test_an_env_library_holds_several_envs(tmp_path, user_env):
+    for name in ("amble", "saunter"):
+        assert jaxlab_cli("new-env", name, str(tmp_path)).returncode == 0
+    result = jaxlab_cli("build-env", str(tmp_path / "amble.h"), str(tmp_path / "saunter.h"), "-o",
+                        str(tmp_path / "libwalks.so"))
+    assert result.returncode == 0, result.stderr
+    assert list(jaxlab.env.env_types(tmp_path / "libwalks.so")) == ["amble", "saunter"]
