@@ -190,3 +190,19 @@ def test_an_env_library_holds_several_envs(tmp_path, user_env):
                         str(tmp_path / "libwalks.so"))
     assert result.returncode == 0, result.stderr
     assert list(jaxlab.env.env_types(tmp_path / "libwalks.so")) == ["amble", "saunter"]
+
+
+def test_an_env_on_the_env_path_trains_by_name(user_env, tmp_path, monkeypatch):
+    """NAME.h in a folder of $JAXLAB_ENV_PATH is found by name (jaxlab's example envs are on the path
+    the same way), and the resolved config records the header."""
+    from jaxlab.config import load_config
+
+    monkeypatch.setenv("JAXLAB_ENV_PATH", str(user_env))
+    config, sources = load_config("stroll")
+    assert config.env_library == str(user_env / "stroll.h") and sources["env.library"] == "env path"
+    with jaxlab.make("stroll", num_envs=2) as env:
+        assert env.kind.library == str(sdk.cached_library(user_env / "stroll.h"))
+    listing = subprocess.run([sys.executable, "-m", "jaxlab.cli", "envs"], capture_output=True, text=True,
+                             timeout=120, env={**os.environ, "JAXLAB_ENV_PATH": str(user_env),
+                                               "PYTHONPATH": str(Path(jaxlab.__file__).parents[1])})
+    assert f"stroll: {user_env / 'stroll.h'} (on the env path" in listing.stdout

@@ -31,6 +31,14 @@ def envs_command(args: argparse.Namespace) -> int:
             kind_name = "int" if p.is_int else "float"
             print(f"  --env.{p.name} {kind_name} = {p.default_value:g}  in [{p.low:g}, {p.high:g}]  {p.help}")
         print(f"  statistics: {', '.join(kind.log_names)}")
+    if args.library is None:
+        from jaxlab.env.sdk import env_path
+
+        found = sorted({h.stem: h for folder in reversed(env_path()) for h in folder.glob("*.h")}.items())
+        for name, header in found:
+            if name not in kinds:
+                print(f"{name}: {header} (on the env path: `jaxlab train {name}` builds it; "
+                      f"`jaxlab envs --library {header}` for its spaces)")
     return 0
 
 

@@ -158,6 +158,14 @@ def _env_library(layers: list[tuple[str, dict]], library: str | None) -> str | N
     return library or None
 
 
+def _header_on_env_path(env_name: str) -> Path | None:
+    """NAME.h on the env path when NAME is not a built-in env (jaxlab.env.sdk.find_header)."""
+    from jaxlab.env import env_types
+    from jaxlab.env.sdk import find_header
+
+    return None if env_name in env_types() else find_header(env_name)
+
+
 def env_kind(env_name: str, library: str | None):
     """The env type ``env_name`` of ``library`` (jaxlab.env.registry), as a ConfigError when it
     cannot be had (an unknown env, a missing or unusable library, a header that does not compile)."""
@@ -249,7 +257,15 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
                               f"run `jaxlab train {file_env} --config {path}` or remove its env_name line")
         layers.append((str(path), layer))
     layers.append(("command line", parse_flags(flags or [])))
-    kind = env_kind(env_name, _env_library(layers, None))
+    library = _env_library(layers, None)
+    if library is None and header is None:  # not a built-in env: NAME.h on the env path, if any
+        found = _header_on_env_path(env_name)
+        if found is not None:
+            layers.insert(1, ("env path", {"env": {"library": str(found)}}))
+            if found.with_suffix(".toml").is_file():
+                layers.insert(2, (str(found.with_suffix(".toml")), read_toml(found.with_suffix(".toml"))))
+            library = str(found)
+    kind = env_kind(env_name, library)
     env_params = {p.name: p for p in kind.params}
     values: dict[str, dict] = {"env": {}, **{s: {} for s in SECTIONS}}
     sources: dict[str, str] = {}

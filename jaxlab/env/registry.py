@@ -101,7 +101,13 @@ def _env_types(file: str | None) -> dict[str, EnvType]:
 
 
 def env_type(name: str, library: str | Path | None = None) -> EnvType:
-    """The env type called ``name`` in ``library``; ValueError listing the known ones otherwise."""
+    """The env type called ``name`` in ``library``; without a library, a built-in env or else the env of
+    NAME.h on the env path (jaxlab.env.sdk.find_header: $JAXLAB_ENV_PATH, jaxlab's example envs).
+    ValueError listing the known ones otherwise."""
+    if library is None and name not in env_types():
+        from jaxlab.env.sdk import find_header
+
+        library = find_header(name)
     types = env_types(library)
     if name not in types:
         close = difflib.get_close_matches(str(name), types, n=1)

@@ -8,6 +8,9 @@ loads (no rebuild of jaxlab), the build cache, and the skeleton of a new env.
     header_env(h)                        the env a header defines (for `jaxlab train path/to/NAME.h`)
     source_hash(library)                 what a checkpoint records of where its env came from
     new_env(name, folder)                write NAME.h and test_NAME.py (`jaxlab new-env`)
+    find_header(name)                    NAME.h on the env path: $JAXLAB_ENV_PATH's folders, then
+                                         jaxlab's example envs (examples/envs: drone, cards), so
+                                         that `jaxlab train drone` builds and trains that header
 
 The cache lives in $JAXLAB_CACHE_DIR, else $XDG_CACHE_HOME/jaxlab, else ~/.cache/jaxlab, under envs/;
 a library there is keyed by the contents of the header and of every file it includes, the compiler
@@ -130,6 +133,26 @@ def build_library(headers: list[str | Path], output: str | Path, sanitize: bool 
         except RuntimeError as err:
             raise BuildError(f"{', '.join(map(str, headers))} does not compile:\n{err}") from None
     return output
+
+
+def env_path() -> list[Path]:
+    """The folders searched for NAME.h when NAME is not a built-in env: $JAXLAB_ENV_PATH (separated
+    by os.pathsep), then jaxlab's example envs (installed in the package, or the checkout's
+    examples/envs)."""
+    folders = [Path(f).expanduser() for f in os.environ.get("JAXLAB_ENV_PATH", "").split(os.pathsep) if f]
+    here = Path(__file__).resolve().parent.parent  # the jaxlab package
+    folders += [d for d in (here / "examples" / "envs", here.parent / "examples" / "envs") if d.is_dir()]
+    return folders
+
+
+def find_header(name: str) -> Path | None:
+    """The first NAME.h on the env path (see env_path), or None."""
+    if not _NAME.match(name):
+        return None
+    for folder in env_path():
+        if (folder / f"{name}.h").is_file():
+            return (folder / f"{name}.h").absolute()
+    return None
 
 
 def cache_dir() -> Path:
