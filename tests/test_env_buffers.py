@@ -13,7 +13,14 @@ def test_buffers_are_page_aligned_views_that_never_move():
         buffers = [env.observations, env.actions, env.rewards, env.terminals, env.truncations,
                    env.final_observations]
         addresses = [b.ctypes.data for b in buffers]
-        assert all(a % mmap.PAGESIZE == 0 for a in addresses)
+        # the step's outputs are blocks of one page-aligned buffer (one transfer to the device);
+        # actions and final observations are buffers of their own
+        for b in (env.buffers.outputs, env.actions, env.final_observations):
+            assert b.ctypes.data % mmap.PAGESIZE == 0
+        start = env.buffers.outputs.ctypes.data
+        blocks = {name: offset for name, offset, _, _ in env.buffers.layout}
+        for name in ("observations", "rewards", "terminals", "truncations"):
+            assert getattr(env, name).ctypes.data == start + blocks[name] and blocks[name] % 64 == 0
         assert all(b.flags.c_contiguous for b in buffers)
         obs = env.reset()
         assert obs is env.observations

@@ -61,8 +61,8 @@ def test_a_state_with_wrong_buffers_changes_nothing():
         other.reset()
         state = env.save_state()
         before = other.save_state()
-        with pytest.raises(ValueError, match=r"observations has shape \(3, 4\), this env \(4, 4\)"):
-            other.load_state(dict(state, observations=state["observations"][:3]))
+        with pytest.raises(ValueError, match=r"final_observations has shape \(3, 4\), this env \(4, 4\)"):
+            other.load_state(dict(state, final_observations=state["final_observations"][:3]))
         after = other.save_state()
         for name in before:
             np.testing.assert_array_equal(after[name], before[name])

@@ -22,7 +22,7 @@ def test_cartpole_is_solved_with_the_default_config():
     config, _ = load_config("cartpole")
     records = train(config)
     assert final_mean(records, "episode_return", 10) >= 475
-    assert records[-1]["compiles"] == 2
+    assert records[-1]["compiles"] == 3  # the rollout's step and finish, the update
 
 
 def test_memory_needs_the_lstm():

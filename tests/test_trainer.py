@@ -27,7 +27,7 @@ def test_each_jitted_function_compiles_once():
             trainer.train()
             records.append(trainer.mean_and_log())
     assert len(records) == 10
-    assert {r["compiles"] for r in records} == {2}  # act + update, traced in the first update only
+    assert {r["compiles"] for r in records} == {3}  # step, finish, update: traced in the first update only
     for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance",
                 "grad_norm", "learning_rate", "sps", "global_step", "wall_time"):
         assert all(np.isfinite(r[key]) for r in records), key
@@ -51,6 +51,7 @@ def test_segment_resets_and_start_carries():
     config = small_config("memory", "--env.delay", "2")  # episodes of 4 steps
     with Trainer(config) as trainer:
         first, _ = trainer.rollout.collect(trainer.state.params)
+        first = jax.tree.map(np.asarray, first)  # the batch is the rollout's buffers: valid until the next one
         carry_after_first = trainer.rollout.carry
         second, _ = trainer.rollout.collect(trainer.state.params)
     assert bool(first.resets[0].all())  # every agent starts an episode
@@ -123,7 +124,7 @@ def test_truncation_bootstrap_is_the_value_of_the_cut_observation(lstm):
     config = small_config("cartpole", "--env.max_steps", "5", "--policy.lstm", lstm)
     with Trainer(config) as trainer:
         recording = RecordingEnv(trainer.env)
-        trainer.rollout.env = recording
+        trainer.rollout.envs[0] = recording
         segment, _ = trainer.rollout.collect(trainer.state.params)
         truncated = np.asarray(segment.truncations)
         assert truncated[4].sum() >= 6 and not np.delete(truncated, 4, axis=0).any()
@@ -193,7 +194,7 @@ def test_a_batch_of_several_segments_is_consecutive_segments_side_by_side():
     with Trainer(one) as single, Trainer(two, max_traces=1) as double:
         assert (double.sizes.segments, double.sizes.num_updates, double.sizes.num_minibatches) == (2, 5, 2)
         single.evaluate()
-        first = single.segment
+        first = jax.tree.map(np.asarray, single.segment)  # the rollout's buffers: copied before the next batch
         single.evaluate()
         second = single.segment
         double.evaluate()

@@ -104,10 +104,16 @@ def derive_sizes(config: Config, agents_per_env: int) -> Sizes:
         raise ConfigError(f"checkpoint.minutes={config.checkpoint.minutes} must be >= 0 (0: off)")
     if not config.log.interval > 0:
         raise ConfigError(f"log.interval={config.log.interval} must be positive (seconds), e.g. 1")
+    if v.groups < 1 or v.num_envs % v.groups:
+        fix = max(g for g in range(1, min(v.groups, v.num_envs) + 1) if v.num_envs % g == 0) if v.groups >= 1 else 1
+        raise ConfigError(f"vec.groups={v.groups} must divide vec.num_envs={v.num_envs:,} (each group steps an equal "
+                          f"slice of the envs); e.g. --vec.groups {fix}")
     max_chunks = constant("MAX_CHUNKS")
-    num_chunks = min(v.num_envs, max_chunks)
+    per_group = v.num_envs // v.groups
+    num_chunks = min(per_group, max_chunks)
     if v.num_threads > num_chunks:
-        raise ConfigError(f"vec.num_threads={v.num_threads} exceeds min(vec.num_envs, {max_chunks})={num_chunks}; "
+        where = f"vec.num_envs / vec.groups = {per_group:,}" if v.groups > 1 else f"vec.num_envs = {v.num_envs:,}"
+        raise ConfigError(f"vec.num_threads={v.num_threads} exceeds min({where}, {max_chunks})={num_chunks}; "
                           f"use at most {num_chunks} threads")
     agents = v.num_envs * agents_per_env
     segment = agents * t.bptt_horizon

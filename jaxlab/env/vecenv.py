@@ -9,6 +9,10 @@ Shapes (A = num_agents = num_envs * agents_per_env):
     final_observations [A, *obs_shape]  for agents whose episode ended this step: the observation
                        before the automatic reset (observations already holds the next episode's first)
     action_mask        [A, sum(nvec)] bool, or None when the env has no mask
+    active             [A] bool, or None unless the env lets agents wait (option agents_wait): 0 while
+                       an agent waits for its env's reset
+Everything the env writes in a step lives in one block, ``outputs`` (see jaxlab.env.buffers), which
+the rollout moves to the device in one transfer.
 
 A VecEnv may be shared between Python threads: every call into C that touches the envs holds the
 VecEnv's lock, so concurrent calls take turns (the arrays they return are still the shared buffers).
@@ -17,26 +21,15 @@ VecEnv's lock, so concurrent calls take turns (the arrays they return are still 
 from __future__ import annotations
 
 import ctypes
-import mmap
 import threading
 
 import numpy as np
 
 from jaxlab.env import library as libcenv
+from jaxlab.env.buffers import aligned_empty, allocate
 from jaxlab.env.registry import env_type, resolve_params
 from jaxlab.env.spaces import Box, Discrete, describe_handle
 
-PAGE = mmap.PAGESIZE
-
-
-def aligned_empty(shape: tuple[int, ...], dtype, alignment: int = PAGE) -> np.ndarray:
-    """An uninitialised C-contiguous array whose data starts on an ``alignment`` boundary (page-aligned
-    by default, so that it can be registered as pinned host memory)."""
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = np.empty(nbytes + alignment, dtype=np.uint8)
-    offset = (-raw.ctypes.data) % alignment
-    return raw[offset:offset + nbytes].view(dtype).reshape(shape)
 
 
 class VecEnv:
@@ -100,26 +93,13 @@ class VecEnv:
         self.has_mask = spaces.has_mask
 
     def _allocate(self) -> None:
-        A = self.num_agents
-        obs = self.observation_space
-        act = self.action_space
-        self.observations = aligned_empty((A, *obs.shape), obs.dtype)
-        self.final_observations = aligned_empty((A, *obs.shape), obs.dtype)
-        self.actions = aligned_empty((A, *act.shape), act.dtype)
-        self.rewards = aligned_empty((A,), np.float32)
-        self.terminals = aligned_empty((A,), np.bool_)
-        self.truncations = aligned_empty((A,), np.bool_)
-        for buf in (self.observations, self.final_observations, self.actions, self.rewards,
-                    self.terminals, self.truncations):
-            buf.fill(0)
-        self.action_mask = None
-        if self.has_mask:
-            self.action_mask = aligned_empty((A, self.spaces.mask_width), np.bool_)
-            self.action_mask.fill(1)
-        self.active = None
-        if self.spaces.agents_wait:
-            self.active = aligned_empty((A,), np.bool_)
-            self.active.fill(1)
+        obs, act = self.observation_space, self.action_space
+        self.buffers = b = allocate(self.num_agents, obs.shape, obs.dtype, act.shape, act.dtype,
+                                    self.spaces.mask_width if self.has_mask else 0, self.spaces.agents_wait)
+        self.observations, self.rewards, self.terminals, self.truncations = (
+            b.observations, b.rewards, b.terminals, b.truncations)
+        self.action_mask, self.active = b.action_mask, b.active
+        self.final_observations, self.actions = b.final_observations, b.actions
         as_float, as_u8 = ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_uint8)
         optional = lambda a: None if a is None else a.ctypes.data_as(as_u8)  # noqa: E731
         with self._lock:
@@ -273,18 +253,14 @@ class VecEnv:
             self._check(self._lib.cenv_set_state(self._handle, index, c_values, values.size), "set_state")
 
     def _state_buffers(self) -> dict[str, np.ndarray]:
-        """The buffers the C side wrote last that a saved state holds besides the C bytes."""
-        buffers = {"observations": self.observations, "final_observations": self.final_observations}
-        if self.action_mask is not None:
-            buffers["action_mask"] = self.action_mask
-        if self.active is not None:
-            buffers["active"] = self.active
-        return buffers
+        """The buffers the C side wrote last that a saved state holds besides the C bytes: the step's
+        outputs block (observations, rewards, flags, mask, active) and the final observations."""
+        return {"outputs": self.buffers.outputs, "final_observations": self.final_observations}
 
     def save_state(self) -> dict[str, np.ndarray]:
         """Everything that shapes the envs' future, as copies: "cenv" (uint8, the C envs' own bytes
-        with a header, see cenv_save_state) and the buffers the C side wrote last ("observations",
-        "final_observations", and "action_mask" / "active" when the env has them)."""
+        with a header, see cenv_save_state) and the buffers the C side wrote last ("outputs": the
+        step's outputs block, see jaxlab.env.buffers; "final_observations")."""
         with self._lock:
             size = self._lib.cenv_state_size(self._handle)
             self._check(size, "state_size")

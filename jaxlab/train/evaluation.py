@@ -12,7 +12,7 @@ import numpy as np
 import jaxlab
 from jaxlab.config import env_args
 from jaxlab.agent.policy import zero_carry
-from jaxlab.train.rollout import Rollout, make_act
+from jaxlab.train.rollout import Rollout, make_step
 
 
 def load_trainer(path: str | Path):
@@ -56,18 +56,18 @@ def play(trainer, steps: int | None = None, num_envs: int | None = None, seed: i
     if steps is None and episodes is None:
         raise ValueError("play needs steps or episodes")
     config = trainer.config
-    act = jax.jit(make_act(trainer.policy, trainer.spec, deterministic=deterministic))
     names = trainer.env.kind.log_names
     with jaxlab.make(config.env_name, num_envs=num_envs or config.vec.num_envs, seed=seed,
                      **env_args(config)) as env:
         A, per_env = env.num_agents, env.agents_per_env
+        step, finish = make_step(trainer.policy, trainer.spec, env.buffers.layout, deterministic=deterministic)
         rounds = None if episodes is None else -(-episodes // A)
         # agents kept in the last round: those of the first whole envs that bring the total to N
         last_round_agents = None if episodes is None else -(-(episodes - (rounds - 1) * A) // per_env) * per_env
         quota = None if rounds is None else np.where(np.arange(A) < last_round_agents, rounds, rounds - 1)
         env.track_episodes()
-        rollout = Rollout(env, act, horizon=1, carry=zero_carry(A, config.policy.hidden_size),
-                          key=jax.random.PRNGKey(seed))
+        rollout = Rollout([env], jax.jit(step, donate_argnums=(2,)), jax.jit(finish, donate_argnums=(2,)),
+                          horizon=1, carries=[zero_carry(A, config.policy.hidden_size)], key=jax.random.PRNGKey(seed))
         running_return = np.zeros(A)
         running_length = np.zeros(A, np.int64)
         finished = np.zeros(A, np.int64)          # complete episodes per agent
@@ -77,14 +77,16 @@ def play(trainer, steps: int | None = None, num_envs: int | None = None, seed: i
         while (steps is None or t < steps) and (quota is None or (finished < quota).any()):
             seen = env.observations.copy() if on_step is not None else None
             frame = env.render(0) if render else None
-            out = rollout.step(trainer.state.params)
-            ended = out.terminals | out.truncations
-            if out.active is not None:  # a waiting agent's rows are not episodes
-                ended &= out.active
+            active = None if env.active is None else env.active.copy()  # who acts in this step
+            host_action, _ = rollout.step_once(trainer.state.params)
+            rewards = env.rewards
+            ended = env.terminals | env.truncations
+            if active is not None:  # a waiting agent's rows are not episodes
+                ended &= active
             if on_step is not None:
-                on_step(t, seen, out.host_action, out.rewards, ended, **({"frame": frame} if render else {}))
-            running_return += out.rewards
-            running_length += 1 if out.active is None else out.active
+                on_step(t, seen, host_action, rewards, ended, **({"frame": frame} if render else {}))
+            running_return += rewards
+            running_length += 1 if active is None else active
             keep = ended if quota is None else ended & (finished < quota)
             for agent in np.flatnonzero(keep):
                 kept.append((finished[agent], agent, running_return[agent], running_length[agent]))

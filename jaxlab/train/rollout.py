@@ -1,49 +1,127 @@
-"""Collects one segment: T steps of all A agents, one jitted policy call and one C call per step.
+"""Collects a batch: T steps of all agents, one jitted policy call and one C call per step and group,
+written straight into segment buffers on the device.
 
-Per step t (see learner.Segment for shapes):
-    act(params, carry, obs_t, reset_t, final_obs_{t-1}, truncated_{t-1}, key, t)
-        -> carry, action_t, logp_t, value_t, bootstrap_{t-1}
-where reset_t = the env step before ended the episode (the carry is zeroed first) and bootstrap_{t-1}
-is the value of the observation an episode was truncated at in step t-1, computed with the carry the
-agent had then (only when some agent was truncated; zeros otherwise). After the T steps one more act
-call gives next_values and the last step's bootstrap; its action is discarded, so the next segment
-starts with the new parameters.
+The agents are split into G groups (vec.groups), each with its own VecEnv (its slice of the envs)
+and its own LSTM carry. The segment buffers ([T, N, ...] device arrays, N = segments x agents) are
+allocated once and threaded through every step call, donated, so each call writes its rows in place.
+Per step t of group g (offset = the group's first row in N):
+
+    packed  = the env's outputs of the step before (observations, rewards, flags, mask, active: one
+              host block, jaxlab.env.buffers), moved to the device in one transfer
+    step(params, carry, seg, packed, final_obs, t, offset, key, n)
+        -> carry, action, seg    writes obs/resets/actions/logp/values/masks/active at row t, and
+                                 rewards/terminals/truncations/bootstrap of the step before at t - 1
+    action -> host -> one C call steps the group's envs, writing their next outputs block
+
+where reset (the carry is zeroed first) is the step before's terminal or truncation flag, and the
+bootstrap value is that of the observation an episode was truncated at in the step before, computed
+with the carry the agent had then (only when some agent was truncated). After the T steps,
+``finish`` writes the last step's rewards, flags and bootstrap and returns the values of the
+observations after it (next_values). With overlap, the policy call of one group runs (JAX dispatch
+is asynchronous) while the C threads step another group: the calls are the same, in the same order,
+so results are bit for bit those of the groups stepped one after the other.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxlab.agent import distributions
+from jaxlab.env.buffers import decode
 from jaxlab.train.learner import Segment
 
 
-def make_act(policy, spec: distributions.ActionSpec, deterministic: bool = False,
-             on_trace: Callable[[], None] = lambda: None) -> Callable:
-    """The per-step policy function (not yet jitted)."""
+class SegmentBuffers(NamedTuple):
+    """The device rows of a batch, N = segments x agents: obs [T, N, ...] (the env's dtype), resets,
+    terminals, truncations [T, N] bool, actions [T, N, ...], logp, values, rewards, bootstrap_values
+    [T, N] float32, masks [T, N, n] bool or None, active [T, N] bool or None."""
 
-    def act(params, carry, obs, reset, final_obs, truncated, key, t, mask=None):
-        on_trace()
+    obs: jax.Array
+    resets: jax.Array
+    actions: jax.Array
+    logp: jax.Array
+    values: jax.Array
+    rewards: jax.Array
+    terminals: jax.Array
+    truncations: jax.Array
+    bootstrap_values: jax.Array
+    masks: Any = None
+    active: Any = None
+
+
+def segment_buffers(horizon: int, rows: int, env) -> SegmentBuffers:
+    """Zeroed segment buffers of ``horizon`` x ``rows`` for the spaces of ``env``."""
+    obs_space, act = env.observation_space, env.action_space
+    zeros = lambda *shape, dtype=jnp.float32: jnp.zeros((horizon, rows, *shape), dtype)  # noqa: E731
+    flags = lambda: zeros(dtype=bool)  # noqa: E731
+    return SegmentBuffers(
+        obs=zeros(*obs_space.shape, dtype=obs_space.dtype), resets=flags(),
+        actions=zeros(*act.shape, dtype=act.dtype), logp=zeros(), values=zeros(), rewards=zeros(),
+        terminals=flags(), truncations=flags(), bootstrap_values=zeros(),
+        masks=None if env.action_mask is None else zeros(env.action_mask.shape[1], dtype=bool),
+        active=None if env.active is None else flags())
+
+
+def _write(buffer: jax.Array, row: jax.Array, t, offset) -> jax.Array:
+    """``buffer`` [T, N, ...] with ``row`` [n, ...] written at time t, rows offset..offset+n."""
+    index = (t, offset) + (0,) * (buffer.ndim - 2)
+    return jax.lax.dynamic_update_slice(buffer, row[None].astype(buffer.dtype), index)
+
+
+def make_step(policy, spec: distributions.ActionSpec, layout, deterministic: bool = False,
+              on_trace: Callable[[], None] = lambda: None) -> tuple[Callable, Callable]:
+    """(step, finish) for envs whose outputs block has ``layout`` (see the module docstring); not yet
+    jitted. ``key``: the group's sampling key, into which ``n``, the global step count, is folded."""
+
+    def previous(params, carry, seg: SegmentBuffers, out: dict, final_obs, t, offset) -> SegmentBuffers:
+        """Writes the step before's rewards, flags and truncation bootstrap at row t - 1."""
+        truncated = out["truncations"] & ~out["terminals"]
 
         def bootstrap():
-            _, _, value, _ = policy.apply(params, carry, final_obs, jnp.zeros_like(reset))
+            _, _, value, _ = policy.apply(params, carry, final_obs, jnp.zeros_like(truncated))
             return jnp.where(truncated, value, 0.0)
 
-        boot = jax.lax.cond(jnp.any(truncated), bootstrap, lambda: jnp.zeros(reset.shape, jnp.float32))
+        boot = jax.lax.cond(jnp.any(truncated), bootstrap, lambda: jnp.zeros(truncated.shape, jnp.float32))
+        before = jnp.maximum(t - 1, 0)  # at t = 0 the step before belongs to the last batch: row 0 is rewritten
+        return seg._replace(rewards=_write(seg.rewards, out["rewards"], before, offset),
+                            terminals=_write(seg.terminals, out["terminals"], before, offset),
+                            truncations=_write(seg.truncations, out["truncations"], before, offset),
+                            bootstrap_values=_write(seg.bootstrap_values, boot, before, offset))
+
+    def step(params, carry, seg: SegmentBuffers, packed, final_obs, t, offset, key, n):
+        on_trace()
+        out = decode(packed, layout)
+        seg = previous(params, carry, seg, out, final_obs, t, offset)
+        obs, mask = out["observations"], out.get("action_mask")
+        reset = out["terminals"] | out["truncations"]
         carry, head, value, log_std = policy.apply(params, carry, obs, reset)
         if deterministic:
             action = distributions.deterministic(spec, head, mask)
         else:
-            action = distributions.sample(spec, head, log_std, jax.random.fold_in(key, t), mask)
+            action = distributions.sample(spec, head, log_std, jax.random.fold_in(key, n), mask)
         logp, _ = distributions.log_prob_entropy(spec, head, log_std, action, mask)
-        return carry, action, logp, value, boot
+        seg = seg._replace(obs=_write(seg.obs, obs, t, offset), resets=_write(seg.resets, reset, t, offset),
+                           actions=_write(seg.actions, action, t, offset), logp=_write(seg.logp, logp, t, offset),
+                           values=_write(seg.values, value, t, offset))
+        if mask is not None:
+            seg = seg._replace(masks=_write(seg.masks, mask, t, offset))
+        if "active" in out:
+            seg = seg._replace(active=_write(seg.active, out["active"], t, offset))
+        return carry, action, seg
 
-    return act
+    def finish(params, carry, seg: SegmentBuffers, packed, final_obs, t, offset):
+        on_trace()
+        out = decode(packed, layout)
+        seg = previous(params, carry, seg, out, final_obs, t, offset)
+        _, _, value, _ = policy.apply(params, carry, out["observations"], out["terminals"] | out["truncations"])
+        return seg, value
+
+    return step, finish
 
 
 class EpisodeStats:
@@ -76,125 +154,127 @@ def to_device(array: np.ndarray) -> jax.Array:
     return jnp.array(array, copy=True)
 
 
-def device_mask(env) -> jax.Array | None:
-    """The env's action mask as a device copy, or None when the env has no mask."""
-    return None if env.action_mask is None else to_device(env.action_mask)
-
-
-class StepOutput(NamedTuple):
-    """What one step of the protocol produced (A = agents). Device arrays: ``obs`` [A, ...] (the
-    observation the action was taken on), ``action`` [A, ...], ``logp`` and ``value`` [A], ``boot`` [A]
-    (the value of the observation an episode was truncated at in the step before; zeros elsewhere) and
-    ``mask`` [A, n] or None. Host arrays: ``reset`` [A] bool (the carry was zeroed before this step),
-    ``active`` [A] bool or None (whether the agent acted in this step, for envs with waiting agents),
-    ``host_action``, and the env's ``rewards``, ``terminals``, ``truncations`` [A] (views of its
-    buffers, overwritten by the next step) and ``info`` (episode statistics, empty when none ended)."""
-
-    obs: jax.Array
-    reset: np.ndarray
-    action: jax.Array
-    logp: jax.Array
-    value: jax.Array
-    boot: jax.Array
-    mask: jax.Array | None
-    active: np.ndarray | None
-    host_action: np.ndarray
-    rewards: np.ndarray
-    terminals: np.ndarray
-    truncations: np.ndarray
-    info: dict
-
-
 class Rollout:
-    """The per-step protocol over one VecEnv, and the recurrent state it carries between steps and
-    segments. Training (``collect``) and evaluation (jaxlab.train.evaluation.play) both step with it.
+    """Steps the groups' envs with the jitted ``step`` / ``finish`` (see the module docstring) and holds
+    what runs on between batches: each group's carry, the sampling key, the step count.
 
-    One step: the env's mask to the device, one jitted policy call (act) on the current observation
-    with the carry zeroed where the previous step ended an episode (and, when some agent was truncated
-    in the previous step, the value of its cut observation), the action to the host, one C step, the
-    new observation (and final observations after a truncation) to the device."""
+    ``envs``: one VecEnv per group (the same spaces, the same agent count); ``carries``: one per group;
+    ``segments``: segments per batch (the batch's rows are segments x agents); ``overlap``: dispatch a
+    group's policy call before stepping the group before it in C (False: one group after the other)."""
 
-    def __init__(self, env, act: Callable, horizon: int, carry, key: jax.Array):
-        self.env = env
-        self.act = act
-        self.horizon = horizon
-        self.carry = carry
-        self.key = key
+    def __init__(self, envs: list, step: Callable, finish: Callable, horizon: int, carries: list, key: jax.Array,
+                 segments: int = 1, overlap: bool = True):
+        self.envs, self._step, self._finish = envs, step, finish
+        self.horizon, self.segments, self.overlap = horizon, segments, overlap
+        self.carries = list(carries)
+        self.key = key  # each group samples with fold_in(key, group), then the step count
         self.step_count = 0
-        A = env.num_agents
-        self.rewards = np.zeros((horizon, A), np.float32)
-        self.terminals = np.zeros((horizon, A), bool)
-        self.truncations = np.zeros((horizon, A), bool)
-        self.obs = to_device(env.reset())
-        self.reset_flags = np.ones(A, bool)           # every agent starts an episode
-        self.final_obs = to_device(env.final_observations)
-        self.truncated = np.zeros(A, bool)
-        self.timing = {"env": 0.0, "policy": 0.0, "copy": 0.0}  # seconds: C env steps, policy calls,
-        # host<->device copies (actions out, observations in, the segment's arrays)
+        self.group_size = envs[0].num_agents
+        self.rows = segments * len(envs) * self.group_size
+        self.buffers = segment_buffers(horizon, self.rows, envs[0])
+        for env in envs:
+            env.reset()
+            env.terminals.fill(True)  # every agent starts an episode: its carry is reset at the first step
+        self.timing = {"env": 0.0, "policy": 0.0, "copy": 0.0}  # seconds: C env steps, waiting for policy
+        # calls, host<->device copies (actions out, env outputs in)
+        self._final = [to_device(env.final_observations) for env in envs]
 
-    def _policy(self, params):
-        """The policy call on the current state: (carry, action, logp, value, boot, mask)."""
-        mask = device_mask(self.env)
-        return (*self.act(params, self.carry, self.obs, self.reset_flags, self.final_obs, self.truncated,
-                          self.key, self.step_count, mask), mask)
+    @property
+    def carry(self):
+        """The carry of every agent, groups in order: (c [A, H], h [A, H])."""
+        return jax.tree.map(lambda *parts: jnp.concatenate(parts), *self.carries) if len(self.carries) > 1 \
+            else self.carries[0]
 
-    def step(self, params) -> StepOutput:
-        """One step of every agent with ``params`` (see the class docstring)."""
-        env = self.env
+    def set_carry(self, carry) -> None:
+        """Splits ``carry`` (c [A, H], h [A, H]) into the groups' carries."""
+        size = self.group_size
+        self.carries = [jax.tree.map(lambda x, g=g: x[g * size:(g + 1) * size], carry) for g in range(len(self.envs))]
+
+    def _inputs(self, g: int) -> tuple[jax.Array, jax.Array]:
+        """Group g's last outputs block and final observations, on the device (one transfer each; the
+        final observations only after a truncation)."""
+        env = self.envs[g]
         tic = time.perf_counter()
-        carry, action, logp, value, boot, mask = self._policy(params)
+        packed = jax.device_put(env.buffers.outputs)
+        if env.truncations.any():
+            self._final[g] = to_device(env.final_observations)
+        self.timing["copy"] += time.perf_counter() - tic
+        return packed, self._final[g]
+
+    def _env_step(self, g: int, action: jax.Array) -> dict:
+        """Waits for group g's action, steps its envs in C; returns the step's info."""
+        tic = time.perf_counter()
         action.block_until_ready()
         toc = time.perf_counter()
         self.timing["policy"] += toc - tic
-        host_action = np.asarray(action)
+        host = np.asarray(action)
         tic = time.perf_counter()
         self.timing["copy"] += tic - toc
-        obs, reset = self.obs, self.reset_flags
-        active = None if env.active is None else env.active.copy()  # who acts in this step
-        _, rewards, terminals, truncations, info = env.step(host_action)
-        self.carry = carry
+        info = self.envs[g].step(host)[4]
+        self.timing["env"] += time.perf_counter() - tic
+        return info
+
+    def step_once(self, params) -> tuple[np.ndarray, dict]:
+        """One step of the first group into row 0 (evaluation: the segment is not kept); returns the
+        action taken (host) and the step's info. The env's buffers then hold the step's outputs."""
+        packed, final = self._inputs(0)
+        self.carries[0], action, self.buffers = self._step(params, self.carries[0], self.buffers, packed, final,
+                                                           jnp.int32(0), jnp.int32(0), jax.random.fold_in(self.key, 0),
+                                                           jnp.int32(self.step_count))
+        info = self._env_step(0, action)
         self.step_count += 1
-        self.reset_flags = terminals | truncations
-        self.truncated = truncations.copy()
-        toc = time.perf_counter()
-        self.timing["env"] += toc - tic
-        self.obs = to_device(env.observations)
-        if self.truncated.any():
-            self.final_obs = to_device(env.final_observations)
-        self.timing["copy"] += time.perf_counter() - toc
-        return StepOutput(obs, reset, action, logp, value, boot, mask, active, host_action, rewards, terminals,
-                          truncations, info)
+        return np.asarray(action), info
 
-    def bootstrap(self, params) -> tuple[jax.Array, jax.Array]:
-        """The policy call after a segment's last step, stepping nothing: (next_values [A], boot [A] of
-        the last step's truncations). Its action is discarded, so the next segment starts afresh."""
-        tic = time.perf_counter()
-        _, _, _, value, boot, _ = self._policy(params)
-        self.timing["policy"] += time.perf_counter() - tic
-        return value, boot
+    def collect(self, params, segment: int = 0) -> tuple[Segment | None, list[dict]]:
+        """Runs T steps of every group with ``params`` into segment ``segment`` of the batch's rows; after
+        the last segment (``segment`` = segments - 1) returns the batch as a learner Segment (start
+        carries and next values of every segment included), else None; and the env infos."""
+        G, T, size = len(self.envs), self.horizon, self.group_size
+        offsets = [jnp.int32((segment * G + g) * size) for g in range(G)]
+        if segment == 0:
+            self._start, self._next = [], []
+        self._start.append(self.carry)
+        infos, actions = [], [None] * G
+        inputs = [self._inputs(g) for g in range(G)]
+        group_keys = [jax.random.fold_in(self.key, g) for g in range(G)]
 
-    def collect(self, params) -> tuple[Segment, list[dict]]:
-        """Runs T steps with ``params``; returns the segment (device arrays) and the env infos."""
-        start_carry = self.carry
-        steps, infos = [], []
-        for t in range(self.horizon):
-            out = self.step(params)
-            steps.append(out)
-            self.rewards[t] = out.rewards
-            self.terminals[t] = out.terminals
-            self.truncations[t] = out.truncations
-            if out.info:
-                infos.append(out.info)
-        next_values, last_boot = self.bootstrap(params)
-        tic = time.perf_counter()
-        segment = Segment(
-            obs=jnp.stack([s.obs for s in steps]), resets=jnp.asarray(np.stack([s.reset for s in steps])),
-            actions=jnp.stack([s.action for s in steps]), logp=jnp.stack([s.logp for s in steps]),
-            values=jnp.stack([s.value for s in steps]), rewards=to_device(self.rewards),
-            terminals=to_device(self.terminals), truncations=to_device(self.truncations),
-            bootstrap_values=jnp.stack([s.boot for s in steps[1:]] + [last_boot]), next_values=next_values,
-            start_carry=start_carry,
-            masks=None if steps[0].mask is None else jnp.stack([s.mask for s in steps]),
-            active=None if steps[0].active is None else jnp.asarray(np.stack([s.active for s in steps])))
-        self.timing["copy"] += time.perf_counter() - tic
-        return segment, infos
+        def dispatch(g: int, t: int) -> None:
+            tic = time.perf_counter()
+            packed, final = inputs[g]
+            self.carries[g], actions[g], self.buffers = self._step(
+                params, self.carries[g], self.buffers, packed, final, jnp.int32(t), offsets[g], group_keys[g],
+                jnp.int32(self.step_count))
+            self.timing["policy"] += time.perf_counter() - tic
+
+        if self.overlap:
+            for g in range(G):
+                dispatch(g, 0)
+        for t in range(T):
+            for g in range(G):
+                if not self.overlap:
+                    dispatch(g, t)
+                info = self._env_step(g, actions[g])
+                if info:
+                    infos.append(info)
+                inputs[g] = self._inputs(g)
+                if self.overlap and t + 1 < T:
+                    dispatch(g, t + 1)  # runs on the device while the next group steps in C
+            self.step_count += 1
+        values = []
+        for g in range(G):
+            packed, final = inputs[g]
+            self.buffers, value = self._finish(params, self.carries[g], self.buffers, packed, final, jnp.int32(T),
+                                               offsets[g])
+            values.append(value)
+        self._next.append(jnp.concatenate(values) if G > 1 else values[0])
+        if segment < self.segments - 1:
+            return None, infos
+        b = self.buffers
+        start = self._start[0] if len(self._start) == 1 else \
+            jax.tree.map(lambda *parts: jnp.concatenate(parts), *self._start)
+        next_values = self._next[0] if len(self._next) == 1 else jnp.concatenate(self._next)
+        batch = Segment(obs=b.obs, resets=b.resets, actions=b.actions, logp=b.logp, values=b.values,
+                        rewards=b.rewards, terminals=b.terminals, truncations=b.truncations,
+                        bootstrap_values=b.bootstrap_values, next_values=next_values, start_carry=start,
+                        masks=b.masks, active=b.active)
+        return batch, infos

@@ -18,9 +18,35 @@ import jaxlab
 from jaxlab import config as config_lib
 from jaxlab.agent.distributions import ActionSpec
 from jaxlab.env.sdk import source_hash
-from jaxlab.train.learner import TrainState, concat_segments, lr_schedule, make_optimizer, make_update
+from jaxlab.train.learner import TrainState, lr_schedule, make_optimizer, make_update
 from jaxlab.agent.policy import ActorCritic, zero_carry
-from jaxlab.train.rollout import EpisodeStats, Rollout, make_act
+from jaxlab.train.rollout import EpisodeStats, Rollout, make_step
+
+
+def group_seed(seed: int, group: int) -> int:
+    """The env seed of group ``group``: the run's seed for group 0, a distinct 64-bit seed for the others."""
+    return seed if group == 0 else (seed * 0x9E3779B97F4A7C15 + group * 0xD1B54A32D192ED03) % 2**64
+
+
+def make_group_envs(config: config_lib.Config) -> list:
+    """One VecEnv per group (vec.groups), each with vec.num_envs / groups envs and vec.num_threads
+    threads, seeded by group_seed."""
+    c = config
+    groups = c.vec.groups
+    if groups < 1 or c.vec.num_envs % groups:
+        raise config_lib.ConfigError(f"vec.groups={groups} must be at least 1 and divide vec.num_envs={c.vec.num_envs}; "
+                                     f"e.g. --vec.groups 1")
+    envs = []
+    try:
+        for g in range(groups):
+            envs.append(jaxlab.make(c.env_name, num_envs=c.vec.num_envs // groups, seed=group_seed(c.train.seed, g),
+                                    num_threads=min(c.vec.num_threads, c.vec.num_envs // groups),
+                                    **config_lib.env_args(c)))
+    except BaseException:
+        for env in envs:
+            env.close()
+        raise
+    return envs
 
 
 def with_matmul_precision(fn, precision: str):
@@ -47,12 +73,13 @@ class Trainer:
                  max_traces: int | None = None):
         self.config = config
         c, t = config, config.train
-        self.env = jaxlab.make(c.env_name, num_envs=c.vec.num_envs, seed=t.seed,
-                               num_threads=c.vec.num_threads, **config_lib.env_args(c))
+        self._metrics_file = None
+        self.envs = make_group_envs(c)
+        self.env = self.envs[0]  # the spaces, statistics and options of every group's env
         try:
             self.sizes = config_lib.derive_sizes(c, self.env.agents_per_env)
         except config_lib.ConfigError:
-            self.env.close()
+            self.close()
             raise
         self.env_source = {"library": c.env_library or None, "source_hash": source_hash(c.env_library)}
         self.spec = ActionSpec.from_space(self.env.action_space)
@@ -61,9 +88,8 @@ class Trainer:
         A, H = self.sizes.num_agents, c.policy.hidden_size
         key = jax.random.PRNGKey(t.seed)
         init_key, rollout_key, self.update_key = jax.random.split(key, 3)
-        carry = zero_carry(A, H)
         obs = jnp.zeros((A, *self.env.observation_space.shape), jnp.float32)
-        params = self.policy.init(init_key, carry, obs, jnp.ones(A, bool))
+        params = self.policy.init(init_key, zero_carry(A, H), obs, jnp.ones(A, bool))
         total_opt_steps = self.sizes.num_updates * t.update_epochs * self.sizes.num_minibatches
         self.schedule = lr_schedule(t.learning_rate, t.anneal_lr, total_opt_steps, t.min_lr_ratio)
         optimizer = make_optimizer(self.schedule, t.max_grad_norm)
@@ -71,20 +97,21 @@ class Trainer:
         self.num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
 
         self.traces = defaultdict(int)
-        act = make_act(self.policy, self.spec, on_trace=lambda: self._traced("act"))
+        step, finish = make_step(self.policy, self.spec, self.env.buffers.layout,
+                                 on_trace=lambda: self._traced("rollout"))
         update = make_update(self.policy, self.spec, optimizer, self.schedule,
                              num_minibatches=self.sizes.num_minibatches, update_epochs=t.update_epochs,
                              gamma=t.gamma, lam=t.gae_lambda, reward_scale=t.reward_scale,
                              clip_coef=t.clip_coef, vf_coef=t.vf_coef, vf_clip_coef=t.vf_clip_coef, ent_coef=t.ent_coef, norm_adv=t.norm_adv,
                              on_trace=lambda: self._traced("update"))
-        act = with_matmul_precision(act, c.device.matmul_precision)
-        update = with_matmul_precision(update, c.device.matmul_precision)
+        step, finish, update = (with_matmul_precision(f, c.device.matmul_precision) for f in (step, finish, update))
         if max_traces is not None:
-            act = chex.assert_max_traces(act, n=max_traces)
-            update = chex.assert_max_traces(update, n=max_traces)
-        self._act = jax.jit(act)
+            step, finish, update = (chex.assert_max_traces(f, n=max_traces) for f in (step, finish, update))
         self._update = jax.jit(update, donate_argnums=(0,))
-        self.rollout = Rollout(self.env, self._act, self.sizes.horizon, carry, rollout_key)
+        group = self.env.num_agents
+        self.rollout = Rollout(self.envs, jax.jit(step, donate_argnums=(2,)), jax.jit(finish, donate_argnums=(2,)),
+                               self.sizes.horizon, [zero_carry(group, H) for _ in self.envs], rollout_key,
+                               segments=self.sizes.segments)
 
         self.global_step = 0
         self.update_index = 0
@@ -96,7 +123,6 @@ class Trainer:
         self._last_log_time = self.start_time
         self._last_log_step = 0
         self.run_dir = Path(run_dir) if run_dir is not None else None
-        self._metrics_file = None
         if self.run_dir is not None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "config.toml").write_text(config_lib.to_toml(config))
@@ -118,14 +144,13 @@ class Trainer:
 
     def evaluate(self) -> None:
         """Collects the update's batch with the current parameters: ``sizes.segments`` segments of T
-        steps of every agent, one after the other, trained on as segments x agents sequences."""
-        segments = []
-        for _ in range(self.sizes.segments):
-            segment, infos = self.rollout.collect(self.state.params)
-            segments.append(segment)
+        steps of every agent, one after the other, trained on as segments x agents sequences. The
+        batch's arrays are the rollout's device buffers: valid until the next evaluate()."""
+        for s in range(self.sizes.segments):
+            segment, infos = self.rollout.collect(self.state.params, s)
             for info in infos:
                 self.episode_stats.add(info)
-        self.segment = concat_segments(segments)
+        self.segment = segment
         self.global_step += self.sizes.batch_size
 
     def train(self) -> dict:
@@ -162,14 +187,12 @@ class Trainer:
 
     def checkpoint_state(self, with_env: bool = True) -> dict:
         """Every array that shapes the rest of the run (taken between updates); the C envs' state
-        ("env", a host copy) only ``with_env``."""
+        ("env": one host copy per group, see VecEnv.save_state) only ``with_env``."""
         r = self.rollout
         state = {"train": {"params": self.state.params, "opt_state": self.state.opt_state, "step": self.state.step},
-                 "update_key": self.update_key,
-                 "rollout": {"key": r.key, "carry": r.carry, "obs": r.obs, "final_obs": r.final_obs,
-                             "reset_flags": r.reset_flags.astype(np.uint8), "truncated": r.truncated.astype(np.uint8)}}
+                 "update_key": self.update_key, "rollout": {"key": r.key, "carry": r.carry}}
         if with_env:
-            state["env"] = self.env.save_state()
+            state["env"] = [env.save_state() for env in self.envs]
         return state
 
     def checkpoint_meta(self, metadata: dict | None = None) -> dict:
@@ -188,12 +211,12 @@ class Trainer:
         self.state = TrainState(to_jax(train["params"]), to_jax(train["opt_state"]), jnp.asarray(train["step"]))
         self.update_key = jnp.asarray(state["update_key"])
         r, saved = self.rollout, state["rollout"]
-        r.key, r.carry, r.obs, r.final_obs = (to_jax(saved[k]) for k in ("key", "carry", "obs", "final_obs"))
-        r.reset_flags = np.asarray(saved["reset_flags"]).astype(bool)
-        r.truncated = np.asarray(saved["truncated"]).astype(bool)
+        r.key = jnp.asarray(saved["key"])
+        r.set_carry(to_jax(saved["carry"]))
         r.step_count = int(meta["rollout_steps"])
         try:
-            self.env.load_state({k: np.asarray(v) for k, v in state["env"].items()})
+            for env, env_state in zip(self.envs, state["env"], strict=True):
+                env.load_state({k: np.asarray(v) for k, v in env_state.items()})
         except ValueError as err:  # the env's code or parameters changed (see check_env_source)
             raise config_lib.ConfigError(f"cannot load the checkpoint's env state into this env: {err}; "
                                          "resume with the env as it was, or start a new run") from None
@@ -215,7 +238,8 @@ class Trainer:
         any array (the restore target of a checkpoint)."""
         state = {k: v for k, v in self.checkpoint_state(with_env=False).items()}
         template = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), state)
-        template["env"] = {k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in self.env.state_shapes().items()}
+        template["env"] = [{k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in env.state_shapes().items()}
+                           for env in self.envs]
         return template
 
     def load_checkpoint(self, path: str | Path, meta: dict | None = None, any_env: bool = False,
@@ -237,7 +261,8 @@ class Trainer:
         return meta
 
     def close(self) -> None:
-        self.env.close()
+        for env in getattr(self, "envs", []):
+            env.close()
         if self._metrics_file is not None:
             self._metrics_file.close()
             self._metrics_file = None
