@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -19,7 +20,7 @@ from jaxlab import config as config_lib
 from jaxlab.agent.distributions import ActionSpec
 from jaxlab.train.learner import TrainState, concat_segments, lr_schedule, make_optimizer, make_update
 from jaxlab.agent.policy import ActorCritic, zero_carry
-from jaxlab.train.rollout import EpisodeStats, Rollout, make_act
+from jaxlab.train.rollout import EpisodeStats, Rollout, make_act, to_device
 
 
 def with_matmul_precision(fn, precision: str):
@@ -93,6 +94,7 @@ class Trainer:
         self._last_metrics: dict = {}
         self._last_log_time = self.start_time
         self._last_log_step = 0
+        self._warned_env_state = False
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self._metrics_file = None
         if self.run_dir is not None:
@@ -160,14 +162,19 @@ class Trainer:
 
     def checkpoint_state(self, with_env: bool = True) -> dict:
         """Every array that shapes the rest of the run (taken between updates); the C envs' state
-        ("env", a host copy) only ``with_env``."""
+        ("env", a host copy) only ``with_env`` and only for an env that has one (a Python env has
+        ``has_state`` False: its checkpoints hold no env state, said once per trainer on stderr)."""
         r = self.rollout
         state = {"train": {"params": self.state.params, "opt_state": self.state.opt_state, "step": self.state.step},
                  "update_key": self.update_key,
                  "rollout": {"key": r.key, "carry": r.carry, "obs": r.obs, "final_obs": r.final_obs,
                              "reset_flags": r.reset_flags.astype(np.uint8), "truncated": r.truncated.astype(np.uint8)}}
-        if with_env:
+        if with_env and getattr(self.env, "has_state", True):
             state["env"] = self.env.save_state()
+        elif with_env and not self._warned_env_state:
+            self._warned_env_state = True
+            print(f"jaxlab: warning: this checkpoint holds no env state: {self.config.env_name} is a Python env, "
+                  "whose state jaxlab cannot save; resuming from it starts new episodes", file=sys.stderr, flush=True)
         return state
 
     def checkpoint_meta(self, metadata: dict | None = None) -> dict:
@@ -189,7 +196,12 @@ class Trainer:
         r.reset_flags = np.asarray(saved["reset_flags"]).astype(bool)
         r.truncated = np.asarray(saved["truncated"]).astype(bool)
         r.step_count = int(meta["rollout_steps"])
-        self.env.load_state({k: np.asarray(v) for k, v in state["env"].items()})
+        if getattr(self.env, "has_state", True):
+            self.env.load_state({k: np.asarray(v) for k, v in state["env"].items()})
+        else:  # no env state saved: new episodes, seeded from the run's seed and step
+            seed = int(np.random.SeedSequence([self.config.train.seed, r.step_count]).generate_state(1)[0])
+            r.obs, r.final_obs = to_device(self.env.reset(seed=seed)), to_device(self.env.final_observations)
+            r.reset_flags, r.truncated = np.ones_like(r.reset_flags), np.zeros_like(r.truncated)
         self.global_step, self.update_index = int(meta["global_step"]), int(meta["update"])
         self.start_time = time.perf_counter() - float(meta["wall_time"])
         r.timing.update({k: v for k, v in meta["timing"].items() if k in r.timing})
@@ -208,7 +220,8 @@ class Trainer:
         any array (the restore target of a checkpoint)."""
         state = {k: v for k, v in self.checkpoint_state(with_env=False).items()}
         template = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), state)
-        template["env"] = {k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in self.env.state_shapes().items()}
+        if getattr(self.env, "has_state", True):
+            template["env"] = {k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in self.env.state_shapes().items()}
         return template
 
     def load_checkpoint(self, path: str | Path, meta: dict | None = None) -> dict:
