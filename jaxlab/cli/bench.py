@@ -10,15 +10,13 @@ from jaxlab.cli.common import LAYERS, resolve
 
 def bench_command(args: argparse.Namespace) -> int:
     """C env stepping and steady training SPS for ENV with the resolved config."""
-    from jaxlab.run.bench import env_steps_per_second, report_training
+    from jaxlab.run.bench import report_env, report_training
 
     resolved = resolve(args)
     config, sizes = resolved.config, resolved.sizes
     print(f"device preset {config.preset} ({resolved.preset_reason}); {resolved.backend}")
-    for threads in sorted({1, config.vec.num_threads}):
-        sps, per_call = env_steps_per_second(config.env_name, sizes.num_agents, args.seconds, threads, config.env)
-        print(f"env {config.env_name}: {sizes.num_agents:,} agents, {threads} C thread(s): "
-              f"{sps / 1e6:,.2f}M agent-steps/s, {per_call * 1e6:,.1f} us per step call (random actions)")
+    for line in report_env(config.env_name, sizes.num_agents, args.seconds, config.vec.num_threads, config.env):
+        print(line)
     timed = replace(config, train=replace(config.train, total_timesteps=sizes.batch_size * (args.updates + 1)))
     print(report_training(timed, args.updates))
     return 0

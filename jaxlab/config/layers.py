@@ -168,11 +168,20 @@ def _header_on_env_path(env_name: str) -> Path | None:
 
 def env_kind(env_name: str, library: str | None):
     """The env type ``env_name`` of ``library`` (jaxlab.env.registry), as a ConfigError when it
-    cannot be had (an unknown env, a missing or unusable library, a header that does not compile)."""
-    from jaxlab.env import env_type
+    cannot be had (an unknown env, a missing or unusable library, a header that does not compile).
+    A Python env (gymnasium:ID, pettingzoo:MODULE) is checked without the C registry and has no params."""
+    from jaxlab.env import env_type, python_envs
     from jaxlab.env.library import LibraryError
     from jaxlab.env.sdk import BuildError
 
+    if python_envs.is_python_env(env_name):
+        if library:
+            raise ConfigError(f"env.library={library!r} names a C env library; {env_name!r} is a Python env "
+                              "and takes none: remove env.library")
+        try:
+            return python_envs.python_env_type(env_name)
+        except (ValueError, ImportError) as err:
+            raise ConfigError(str(err)) from None
     try:
         return env_type(env_name, library)
     except (ValueError, LibraryError, BuildError) as err:
@@ -220,8 +229,12 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
                 preset: str | None = None) -> tuple[Config, dict]:
     """Resolves the layers for ``env_name``; returns (config, {"section.key": layer that set it}).
     ``env_name`` is a built-in env's name, an env of the library the layers name (``--env.library``),
-    or the path of an env header (path/to/NAME.h: its env, the header as env.library).
+    the path of an env header (path/to/NAME.h: its env, the header as env.library), or a Python env
+    (gymnasium:ID, pettingzoo:MODULE: no env parameters; gymnasium:CartPole-v1 and Pendulum-v1 take the
+    defaults of the built-in C env that steps like them, configs/envs/cartpole.toml and pendulum.toml).
     ``preset`` is a preset's name (``auto`` is resolved by jaxlab.presets before this) or None for none."""
+    from jaxlab.env.python_envs import C_TWINS, is_python_env
+
     header = None
     if env_name.endswith(".h"):
         from jaxlab.env.sdk import BuildError, header_env
@@ -233,9 +246,10 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
             raise ConfigError(str(err)) from None
     base = configs_dir()
     layers = [("configs/default.toml", read_toml(base / "default.toml"))]
-    env_file = base / "envs" / f"{env_name}.toml"
-    if header is None and env_file.is_file():
-        layers.append((f"configs/envs/{env_name}.toml", read_toml(env_file)))
+    defaults = C_TWINS.get(env_name) if is_python_env(env_name) else env_name  # Python env: its C twin's
+    env_file = base / "envs" / f"{defaults}.toml"
+    if header is None and defaults is not None and env_file.is_file():
+        layers.append((f"configs/envs/{defaults}.toml", read_toml(env_file)))
     if header is not None:  # a header's own defaults sit beside it: path/to/NAME.toml
         beside = Path(header).with_suffix(".toml")
         layers.append(("header", {"env": {"library": header}}))

@@ -43,6 +43,8 @@ class VecEnv:
     "off" checks neither (envs without a mask ignore it).
     """
 
+    has_state = True  # save_state / load_state hold the envs' whole state (a Python env's cannot)
+
     def __init__(self, name: str, num_envs: int = 1, seed: int = 0, num_threads: int = 1,
                  library: str | None = None, mask_check: str = "strict", **params):
         self._handle = None
@@ -337,7 +339,14 @@ def make(name: str, num_envs: int = 1, seed: int = 0, num_threads: int = 1, libr
     """Creates a VecEnv of ``num_envs`` copies of the env ``name`` with env parameters ``params`` (see
     ``jaxlab envs``), split over ``num_threads`` C threads. ``name`` is a built-in env, an env of
     ``library`` (an env library .so built with `jaxlab build-env`, or an env header .h, built on first
-    use into a cache), or the path of an env header itself ("path/to/drone.h": its env)."""
+    use into a cache), or the path of an env header itself ("path/to/drone.h": its env).
+    ``gymnasium:ID`` and ``pettingzoo:MODULE`` wrap Python envs in the same interface (``params`` go to
+    their constructor; see jaxlab.env.python_envs)."""
+    from jaxlab.env import python_envs  # imports this module: not at the top
+
+    if python_envs.is_python_env(name):
+        return python_envs.make_python_env(name, num_envs=num_envs, seed=seed, num_threads=num_threads,
+                                           library=library, mask_check=mask_check, **params)
     if library is None and str(name).endswith(".h"):
         from jaxlab.env.sdk import header_env
 

@@ -1,7 +1,8 @@
-"""Benchmarks that print figures (never asserted): C env stepping and steady training SPS.
+"""Benchmarks that print figures (never asserted): env stepping and steady training SPS.
 
-`jaxlab bench ENV` runs both for one env with the resolved config; scripts/bench_env.py sweeps every
-env and agent count, scripts/bench_train.py adds time-to-threshold.
+`jaxlab bench ENV` runs both for one env with the resolved config (a Python env is compared with the
+built-in C env that steps like it, in the same run); scripts/bench_env.py sweeps every env and agent
+count, scripts/bench_train.py adds time-to-threshold.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import time
 import numpy as np
 
 import jaxlab
-from jaxlab.env import spaces_of
+from jaxlab.env import is_python_env, spaces_of
 from jaxlab.env.library import constant
+from jaxlab.env.python_envs import C_TWINS
 
 
 def env_steps_per_second(name: str, agents: int, seconds: float, threads: int = 1,
@@ -38,6 +40,29 @@ def env_steps_per_second(name: str, agents: int, seconds: float, threads: int = 
             elapsed = time.perf_counter() - start
             if elapsed >= seconds:
                 return calls * env.num_agents / elapsed, elapsed / calls
+
+
+def report_env(name: str, agents: int, seconds: float, num_threads: int = 1, params: dict | None = None) -> list[str]:
+    """The env-stepping lines of `jaxlab bench`: ``name`` with 1 and ``num_threads`` C threads; a Python
+    env in its one thread and, when a built-in C env steps like it (python_envs.C_TWINS), that C env
+    with as many agents and 1 thread, with how many times slower the Python env is."""
+    if not is_python_env(name):
+        lines = []
+        for threads in sorted({1, num_threads}):
+            sps, per_call = env_steps_per_second(name, agents, seconds, threads, params)
+            lines.append(f"env {name}: {agents:,} agents, {threads} C thread(s): {sps / 1e6:,.2f}M agent-steps/s, "
+                         f"{per_call * 1e6:,.1f} us per step call (random actions)")
+        return lines
+    sps, per_call = env_steps_per_second(name, agents, seconds, 1, params)
+    lines = [f"env {name}: {agents:,} agents, Python env (one thread): {sps / 1e6:,.3f}M agent-steps/s, "
+             f"{per_call * 1e6:,.1f} us per step call (random actions)"]
+    twin = C_TWINS.get(name)
+    if twin is not None:
+        c_sps, c_per_call = env_steps_per_second(twin, agents, seconds, 1)
+        lines.append(f"env {twin} (built-in C, steps like {name}): {agents:,} agents, 1 C thread: "
+                     f"{c_sps / 1e6:,.2f}M agent-steps/s, {c_per_call * 1e6:,.1f} us per step call; "
+                     f"the Python env is {c_sps / sps:,.0f}x slower")
+    return lines
 
 
 def steady_training(config, updates: int) -> dict:

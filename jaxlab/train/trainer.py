@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -122,6 +123,7 @@ class Trainer:
         self._last_metrics: dict = {}
         self._last_log_time = self.start_time
         self._last_log_step = 0
+        self._warned_env_state = False
         self.run_dir = Path(run_dir) if run_dir is not None else None
         if self.run_dir is not None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -187,12 +189,18 @@ class Trainer:
 
     def checkpoint_state(self, with_env: bool = True) -> dict:
         """Every array that shapes the rest of the run (taken between updates); the C envs' state
-        ("env": one host copy per group, see VecEnv.save_state) only ``with_env``."""
+        ("env": one host copy per group, see VecEnv.save_state) only ``with_env`` and only for an env
+        that has one (a Python env has ``has_state`` False: its checkpoints hold no env state, said once
+        per trainer on stderr)."""
         r = self.rollout
         state = {"train": {"params": self.state.params, "opt_state": self.state.opt_state, "step": self.state.step},
                  "update_key": self.update_key, "rollout": {"key": r.key, "carry": r.carry}}
-        if with_env:
+        if with_env and self.env.has_state:
             state["env"] = [env.save_state() for env in self.envs]
+        elif with_env and not self._warned_env_state:
+            self._warned_env_state = True
+            print(f"jaxlab: warning: this checkpoint holds no env state: {self.config.env_name} is a Python env, "
+                  "whose state jaxlab cannot save; resuming from it starts new episodes", file=sys.stderr, flush=True)
         return state
 
     def checkpoint_meta(self, metadata: dict | None = None) -> dict:
@@ -214,12 +222,17 @@ class Trainer:
         r.key = jnp.asarray(saved["key"])
         r.set_carry(to_jax(saved["carry"]))
         r.step_count = int(meta["rollout_steps"])
-        try:
-            for env, env_state in zip(self.envs, state["env"], strict=True):
-                env.load_state({k: np.asarray(v) for k, v in env_state.items()})
-        except ValueError as err:  # the env's code or parameters changed (see check_env_source)
-            raise config_lib.ConfigError(f"cannot load the checkpoint's env state into this env: {err}; "
-                                         "resume with the env as it was, or start a new run") from None
+        if self.env.has_state:
+            try:
+                for env, env_state in zip(self.envs, state["env"], strict=True):
+                    env.load_state({k: np.asarray(v) for k, v in env_state.items()})
+            except ValueError as err:  # the env's code or parameters changed (see check_env_source)
+                raise config_lib.ConfigError(f"cannot load the checkpoint's env state into this env: {err}; "
+                                             "resume with the env as it was, or start a new run") from None
+        else:  # no env state saved: new episodes, seeded from the run's seed, the step and the group
+            for g, env in enumerate(self.envs):
+                env.reset(seed=int(np.random.SeedSequence([self.config.train.seed, r.step_count, g]).generate_state(1)[0]))
+                env.terminals.fill(True)  # every agent starts an episode
         self.global_step, self.update_index = int(meta["global_step"]), int(meta["update"])
         self.start_time = time.perf_counter() - float(meta["wall_time"])
         r.timing.update({k: v for k, v in meta["timing"].items() if k in r.timing})
@@ -238,8 +251,9 @@ class Trainer:
         any array (the restore target of a checkpoint)."""
         state = {k: v for k, v in self.checkpoint_state(with_env=False).items()}
         template = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), state)
-        template["env"] = [{k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in env.state_shapes().items()}
-                           for env in self.envs]
+        if self.env.has_state:
+            template["env"] = [{k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in env.state_shapes().items()}
+                               for env in self.envs]
         return template
 
     def load_checkpoint(self, path: str | Path, meta: dict | None = None, any_env: bool = False,

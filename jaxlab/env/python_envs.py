@@ -1,0 +1,625 @@
+"""Python envs behind the VecEnv interface: Gymnasium vector envs and PettingZoo parallel envs.
+
+    jaxlab.make("gymnasium:CartPole-v1", num_envs=64)      # gymnasium.make_vec(ID, 64, "sync", SAME_STEP)
+    jaxlab.make("pettingzoo:pettingzoo.butterfly.pistonball_v6", num_envs=2, continuous=False)
+                                                           # MODULE.parallel_env(**kwargs), once per env
+
+The name is a prefix and what follows it: ``gymnasium:ID`` (any id gymnasium.make_vec takes, also
+"module:Id" ids that import their module first) or ``pettingzoo:MODULE`` (an importable module with a
+``parallel_env(**kwargs)`` factory of a PettingZoo ParallelEnv: one of PettingZoo's or your own).
+Keyword arguments besides num_envs, seed, num_threads, library and mask_check go to the env's
+constructor. Buffers, shapes and flags are those of jaxlab.env.vecenv (A = num_envs * agents_per_env):
+
+    observations       [A, *obs_shape]  uint8 for a uint8 Box, else float32 (other dtypes are cast)
+    actions            [A] int32 (Discrete), [A, k] int32 (MultiDiscrete), [A, k] float32 (Box, clipped
+                       to its bounds before the env sees it, as the C envs clip)
+    rewards            [A] float32
+    terminals          [A] bool   the episode ended for good in this step
+    truncations        [A] bool   a time limit cut it; never both: a step that Gymnasium reports as
+                       terminated and truncated (TimeLimit on the step the pole falls) is a terminal
+    final_observations [A, *obs_shape]  rows whose episode ended in this step: the last observation of
+                       that episode (observations already holds the next one's first)
+    action_mask        [A, sum(nvec)] bool (PettingZoo envs whose observations are Dicts with
+                       "observation" and "action_mask", or whose infos hold "action_mask"), else None
+    active             [A] bool, PettingZoo envs with more than one agent per env, else None: 0 while an
+                       agent whose episode ended waits for its env's reset (its rows: reward 0,
+                       terminal 1, an all-True mask row; not to be learned from), as C option agents_wait
+
+Rows are env-major: row e * agents_per_env + j is agent j of env e, j in the order of the env's
+possible_agents. Every env resets within the step in which its episode ends: Gymnasium's vector env
+is made with autoreset_mode SAME_STEP (the final observation comes in its info; NEXT_STEP vector envs
+are refused), a PettingZoo env is reset when no agent is left in ``env.agents``.
+Statistics are the adapter's own, per agent-episode: ``episode_return`` (sum of the agent's rewards)
+and ``episode_length`` (steps it acted), in the info format of the C envs.
+
+What the C envs have and these do not: env state in checkpoints (save_state raises EnvStateError:
+jaxlab cannot copy a Python object's state), threads (num_threads is accepted and ignored: the envs
+step one after the other in the calling thread), env parameters in config files (keyword arguments
+to jaxlab.make only) and text rendering (render() returns None). They are slower: `jaxlab bench ID`.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import threading
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from jaxlab.env.spaces import Box, Discrete, EnvSpaces, MultiDiscrete
+from jaxlab.env.buffers import aligned_empty, allocate
+from jaxlab.env.vecenv import VecEnv
+
+PREFIXES = ("gymnasium:", "pettingzoo:")
+#: Built-in C envs that step exactly like a Python env (tests/test_env_dynamics.py checks it): their
+#: config file (configs/envs/NAME.toml) gives the Python env's defaults, and `jaxlab bench` compares.
+C_TWINS = {"gymnasium:CartPole-v1": "cartpole", "gymnasium:Pendulum-v1": "pendulum"}
+LOG_NAMES = ("episode_return", "episode_length")
+
+
+class EnvStateError(NotImplementedError):
+    """A Python env's state cannot be saved or loaded."""
+
+
+def is_python_env(name) -> bool:
+    """Whether ``name`` names a Python env (``gymnasium:ID`` or ``pettingzoo:MODULE``)."""
+    return isinstance(name, str) and name.startswith(PREFIXES)
+
+
+@dataclass(frozen=True)
+class PythonEnvType:
+    """What jaxlab knows of a Python env without creating it; the ``kind`` of its VecEnv (the same
+    fields as registry.EnvType that the trainer and config read: no parameters, two statistics)."""
+
+    name: str
+    description: str
+    params: tuple = ()
+    log_names: tuple[str, ...] = LOG_NAMES
+    options: frozenset = frozenset()
+    library: None = None
+
+    def has(self, option: str) -> bool:
+        """Whether the env has ``option`` (mask, agents_wait; never render or set_state)."""
+        return option in self.options
+
+
+def _split(name: str) -> tuple[str, str]:
+    prefix, _, target = name.partition(":")
+    if not target.strip():
+        example = "gymnasium:CartPole-v1" if prefix == "gymnasium" else "pettingzoo:pettingzoo.butterfly.pistonball_v6"
+        raise ValueError(f"env name {name!r} names no env after '{prefix}:'; write e.g. {example!r}")
+    return prefix, target
+
+
+def _import_package(package: str, name: str):
+    try:
+        return importlib.import_module(package)
+    except ModuleNotFoundError as err:
+        if err.name != package:
+            raise
+        raise ImportError(f"env {name!r} needs the {package} package, which is not installed; install it "
+                          f"with pip install 'jaxlab[{package}]'") from None
+
+
+def _gymnasium(name: str):
+    gym = _import_package("gymnasium", name)
+    if not hasattr(gym.vector, "AutoresetMode"):
+        raise ImportError(f"env {name!r} needs gymnasium >= 1.1 (its SAME_STEP autoreset mode), found "
+                          f"{gym.__version__}; upgrade with pip install 'jaxlab[gymnasium]'")
+    return gym
+
+
+def _parallel_env_factory(name: str, module_name: str):
+    """MODULE.parallel_env, with errors that name the module and a fix; for a PettingZoo registry id
+    (one with a "/", PettingZoo >= 1.27: "butterfly/pistonball-v6"), pettingzoo.make("parallel", id)."""
+    if "/" in module_name:
+        pettingzoo = _import_package("pettingzoo", name)
+        if not hasattr(pettingzoo, "spec"):
+            raise ImportError(f"env {name!r} is a PettingZoo registry id, which needs pettingzoo >= 1.27 (found "
+                              f"{pettingzoo.__version__}); upgrade it, or name the env's module instead "
+                              "(pettingzoo:pettingzoo.butterfly.pistonball_v6)")
+        try:
+            pettingzoo.spec("parallel", module_name)
+        except Exception as err:  # noqa: BLE001 (pettingzoo's registry errors, its list of ids included)
+            raise ValueError(f"unknown PettingZoo parallel env {module_name!r}: {err}") from None
+        return functools.partial(pettingzoo.make, "parallel", module_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        missing = err.name or ""
+        if missing == "pettingzoo":
+            raise ImportError(f"env {name!r} needs the pettingzoo package, which is not installed; install "
+                              "it with pip install 'jaxlab[pettingzoo]'") from None
+        if module_name == missing or module_name.startswith(missing + "."):
+            raise ValueError(f"env {name!r}: no module named {missing!r}; check the module path (e.g. "
+                             "pettingzoo:pettingzoo.butterfly.pistonball_v6) or put the directory that holds "
+                             "your module on PYTHONPATH") from None
+        raise ImportError(f"env {name!r}: importing {module_name} failed: {err}; install {missing!r} "
+                          f"(PettingZoo's env families have extras, e.g. pip install 'pettingzoo[butterfly]')") from None
+    factory = getattr(module, "parallel_env", None)
+    if not callable(factory):
+        raise ValueError(f"env {name!r}: module {module_name} has no parallel_env(); pettingzoo:MODULE needs a "
+                         "module with a parallel_env(**kwargs) factory of a PettingZoo ParallelEnv (an AEC env "
+                         "converts with pettingzoo.utils.conversions.aec_to_parallel)")
+    return factory
+
+
+def python_env_type(name: str) -> PythonEnvType:
+    """The PythonEnvType of ``name`` after checking, without creating an env, that it can be made:
+    ImportError (a package to install) or ValueError (an unknown env) naming the fix otherwise."""
+    prefix, target = _split(name)
+    if prefix == "gymnasium":
+        gym = _gymnasium(name)
+        try:
+            gym.spec(target)
+        except gym.error.Error as err:
+            raise ValueError(f"unknown Gymnasium env {target!r} ({err}); list the ids with python -c "
+                             "'import gymnasium; gymnasium.pprint_registry()'") from None
+        return PythonEnvType(name, f"Gymnasium vector env {target} (synchronous, same-step autoreset)")
+    _parallel_env_factory(name, target)
+    return PythonEnvType(name, f"PettingZoo parallel env {target}")
+
+
+# ---- spaces ----
+
+def _box_obs(space, name: str) -> Box:
+    """The jaxlab observation space of a Gymnasium Box (uint8 kept, other dtypes as float32)."""
+    import gymnasium
+
+    if not isinstance(space, gymnasium.spaces.Box):
+        raise ValueError(f"env {name!r} has observation space {space}; jaxlab takes Box observations: wrap "
+                         "the env (gymnasium.wrappers.FlattenObservation, or for PettingZoo "
+                         "supersuit.flatten_v0) in your own module")
+    dtype = np.dtype(np.uint8) if space.dtype == np.uint8 else np.dtype(np.float32)
+    low = tuple(float(x) for x in np.broadcast_to(space.low, space.shape).ravel())
+    high = tuple(float(x) for x in np.broadcast_to(space.high, space.shape).ravel())
+    return Box(low, high, tuple(space.shape), dtype)
+
+
+def _action(space, name: str) -> tuple:
+    """(jaxlab action space, start offsets added before the env sees an action, or None)."""
+    import gymnasium
+
+    spaces = gymnasium.spaces
+    if isinstance(space, spaces.Discrete):
+        return Discrete(int(space.n)), int(space.start)
+    if isinstance(space, spaces.MultiDiscrete) and space.nvec.ndim == 1:
+        return MultiDiscrete(tuple(int(n) for n in space.nvec)), np.asarray(space.start, np.int64)
+    if isinstance(space, spaces.Box) and len(space.shape) == 1:
+        return Box(tuple(float(x) for x in space.low), tuple(float(x) for x in space.high), tuple(space.shape)), None
+    raise ValueError(f"env {name!r} has action space {space}; jaxlab takes Discrete, 1-D MultiDiscrete and "
+                     "1-D Box actions: wrap the env so that it has one of these")
+
+
+def _mask_width(action) -> int:
+    return action.n if isinstance(action, Discrete) else sum(action.nvec) if isinstance(action, MultiDiscrete) else 0
+
+
+# ---- the shared part ----
+
+class PythonVecEnv:
+    """The VecEnv interface (buffers, flags, statistics, errors) over Python envs; subclasses step them.
+
+    Subclasses set ``spaces`` and call ``_setup()``, then implement ``_reset(seed)`` and
+    ``_step(actions)``, which write the buffers (see the module docstring) and return the rows whose
+    episode ended in the step (bool [A]), and ``_close()``."""
+
+    has_state = False  # the trainer's checkpoints leave out "env" for such an env
+
+    def _setup(self, name: str, kind: PythonEnvType, num_envs: int, seed: int, mask_check: str) -> None:
+        self.name, self.num_envs, self.seed, self.num_threads = name, int(num_envs), int(seed), 1
+        self.params: dict = {}
+        self.mask_check = mask_check
+        sp = self.spaces
+        self.kind = replace(kind, options=frozenset({"mask"} if sp.has_mask else set())
+                            | ({"agents_wait"} if sp.agents_wait else set()))
+        self.agents_per_env, self.has_mask = sp.agents_per_env, sp.has_mask
+        self.num_agents = A = self.num_envs * sp.agents_per_env
+        self.observation_space, self.action_space = sp.observation_space, sp.action_space
+        obs, act = sp.observation_space, sp.action_space
+        self.buffers = b = allocate(A, obs.shape, obs.dtype, act.shape, act.dtype,
+                                    sp.mask_width if sp.has_mask else 0, sp.agents_wait)
+        self.observations, self.rewards, self.terminals, self.truncations = (
+            b.observations, b.rewards, b.terminals, b.truncations)
+        self.action_mask, self.active = b.action_mask, b.active
+        self.final_observations, self.actions = b.final_observations, b.actions
+        self._action_shape, self._action_dtype = self.actions.shape, self.actions.dtype
+        if isinstance(act, Box):
+            self._low, self._high = np.asarray(act.low, np.float32), np.asarray(act.high, np.float32)
+        self._returns = np.zeros(A)                 # running return and length of every agent's episode
+        self._lengths = np.zeros(A, np.int64)
+        self.episode_ends = self.episode_stats = None
+        self._lock = threading.Lock()
+        self._steps = 0
+        self._started = False
+        self._closed = False
+
+    # ---- the VecEnv interface ----
+
+    def reset(self, seed: int | None = None) -> np.ndarray:
+        """Starts a new episode in every env; returns observations [A, *obs_shape] (the buffer).
+        ``seed``: reseed env i with seed + i first; None continues each env's random stream (the first
+        reset of a new VecEnv uses the seed it was made with)."""
+        _check_seed(seed, allow_none=True)
+        with self._lock:
+            self._check_open()
+            self._reset(self.seed if seed is None and not self._started else seed)
+            self._started = True
+            for buffer in (self.rewards, self.terminals, self.truncations, self._returns, self._lengths):
+                buffer.fill(0)
+            if self.active is not None:
+                self.active.fill(1)
+        return self.observations
+
+    def step(self, actions=None):
+        """Steps every agent once; envs whose episode ended are reset within the same call. Same
+        arguments, return value and errors as VecEnv.step: (observations, rewards, terminals,
+        truncations, info), info {} or {"episodes": n, "episode_return": mean, "episode_length": mean}
+        over the n agent-episodes that ended."""
+        with self._lock:
+            self._check_open()
+            if not self._started:
+                raise RuntimeError(f"VecEnv '{self.name}' was stepped before any reset: its envs have no "
+                                   "episode yet; call reset() first")
+            if actions is not None and actions is not self.actions:
+                if (type(actions) is not np.ndarray or actions.dtype != self._action_dtype
+                        or actions.shape != self._action_shape or not actions.flags.c_contiguous):
+                    actions = VecEnv._check_actions(self, actions)  # the C envs' checks and messages
+                np.copyto(self.actions, actions)
+            self._check_action_values()
+            acting = None if self.active is None else self.active.copy()
+            ended = self._step(self._env_actions())
+            if acting is not None:
+                ended &= acting  # a waiting agent's rows (terminal 1) are not episodes
+            self._steps += 1
+            info = self._statistics(ended, acting)
+        return self.observations, self.rewards, self.terminals, self.truncations, info
+
+    def track_episodes(self) -> None:
+        """From now on, after every step ``episode_ends`` [num_envs] int32 holds how many agent-episodes
+        each env ended in it and ``episode_stats`` [num_envs, 2] float32 the sums of episode_return and
+        episode_length over them (as VecEnv.track_episodes)."""
+        if self.episode_ends is None:
+            self.episode_ends = aligned_empty((self.num_envs,), np.int32)
+            self.episode_stats = aligned_empty((self.num_envs, len(LOG_NAMES)), np.float32)
+            self.episode_ends.fill(0)
+            self.episode_stats.fill(0)
+
+    def _statistics(self, ended: np.ndarray, acting: np.ndarray | None) -> dict:
+        """Adds the step to every acting agent's running return and length; returns the step's info
+        and fills episode_ends / episode_stats when tracked."""
+        if acting is None:
+            self._returns += self.rewards
+            self._lengths += 1
+        else:
+            self._returns += np.where(acting, self.rewards, 0.0)
+            self._lengths += acting
+        if self.episode_ends is not None:
+            self.episode_ends.fill(0)
+        if not ended.any():
+            return {}
+        rows = np.flatnonzero(ended)
+        returns, lengths = self._returns[rows], self._lengths[rows].astype(np.float64)
+        self._returns[rows] = 0.0
+        self._lengths[rows] = 0
+        if self.episode_ends is not None:
+            envs = rows // self.agents_per_env
+            self.episode_ends[:] = np.bincount(envs, minlength=self.num_envs)
+            self.episode_stats[:, 0] = np.bincount(envs, returns, minlength=self.num_envs)
+            self.episode_stats[:, 1] = np.bincount(envs, lengths, minlength=self.num_envs)
+        return {"episodes": int(rows.size), "episode_return": float(returns.mean()),
+                "episode_length": float(lengths.mean())}
+
+    def _check_action_values(self) -> None:
+        """Actions in range (Discrete, MultiDiscrete), not NaN (Box), and legal under the mask when
+        mask_check is strict; ValueError naming the agent otherwise, before any env is stepped."""
+        space, actions = self.action_space, self.actions
+        if isinstance(space, Box):
+            if np.isnan(actions).any():
+                agent = int(np.flatnonzero(np.isnan(actions).any(axis=1))[0])
+                raise ValueError(f"agent {agent} has a NaN action; actions for '{self.name}' must be finite "
+                                 f"numbers (they are clipped to {space})")
+            return
+        nvec = np.asarray([space.n] if isinstance(space, Discrete) else space.nvec)
+        columns = actions.reshape(self.num_agents, -1)
+        bad = (columns < 0) | (columns >= nvec)
+        if bad.any():
+            agent, comp = (int(i) for i in np.argwhere(bad)[0])
+            where = f"agent {agent}" + (f" component {comp}" if actions.ndim > 1 else "")
+            raise ValueError(f"{where} has action {int(columns[agent, comp])}, out of range for {space}: it "
+                             f"must be in [0, {nvec[comp] - 1}]")
+        if self.action_mask is not None and self.mask_check == "strict":
+            self._check_mask(columns, nvec)
+
+    def _check_mask(self, columns: np.ndarray, nvec: np.ndarray) -> None:
+        acting = np.ones(self.num_agents, bool) if self.active is None else self.active
+        offsets = np.concatenate([[0], np.cumsum(nvec)[:-1]])
+        rows = np.arange(self.num_agents)
+        for comp, (offset, n) in enumerate(zip(offsets, nvec)):
+            block = self.action_mask[:, offset:offset + n]
+            part = f" component {comp}" if len(nvec) > 1 else ""
+            empty = np.flatnonzero(acting & ~block.any(axis=1))
+            illegal = np.flatnonzero(acting & ~block[rows, columns[:, comp]])
+            if empty.size:
+                agent = int(empty[0])
+                what = (f"its action mask allows no action{part} (the row is all 0); the env must leave every "
+                        "acting agent at least one legal action")
+            elif illegal.size:
+                agent = int(illegal[0])
+                legal = ", ".join(str(k) for k in np.flatnonzero(block[agent]))
+                what = f"action {int(columns[agent, comp])}{part} is not legal under its mask; legal: {legal}"
+            else:
+                continue
+            raise ValueError(f"env '{self.name}' #{agent // self.agents_per_env} agent {agent % self.agents_per_env} "
+                             f"(row {agent}) at step {self._steps}: {what} (mask_check='off' skips this check)")
+
+    def _env_actions(self) -> np.ndarray:
+        """The actions as the env takes them: Discrete and MultiDiscrete shifted by the space's start,
+        Box clipped to its bounds."""
+        if isinstance(self.action_space, Box):
+            return np.clip(self.actions, self._low, self._high)
+        return self.actions + self._start if np.any(self._start) else self.actions
+
+    def render(self, index: int = 0) -> None:
+        """None: Python envs have no text rendering in jaxlab."""
+        return None
+
+    # ---- no env state in checkpoints ----
+
+    def _no_state(self):
+        return EnvStateError(f"jaxlab cannot save or load the state of the Python env '{self.name}' (a Python "
+                             "object, not C memory): a checkpoint of a run with it holds no env state, and a "
+                             "resumed run starts new episodes; use a C env for bit-exact resumes")
+
+    def save_state(self):
+        """Raises EnvStateError: a Python env's state cannot be saved (see the module docstring)."""
+        raise self._no_state()
+
+    def state_shapes(self):
+        """Raises EnvStateError, as save_state."""
+        raise self._no_state()
+
+    def load_state(self, state) -> None:
+        """Raises EnvStateError, as save_state."""
+        raise self._no_state()
+
+    # ---- lifecycle ----
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"VecEnv '{self.name}' is closed; create a new one with "
+                               f"jaxlab.make('{self.name}', ...)")
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Closes the Python envs. Safe to call twice."""
+        lock = getattr(self, "_lock", None)
+        if lock is None:
+            return
+        with lock:
+            if not self._closed:
+                self._closed = True
+                self._close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}('{self.name}', num_envs={self.num_envs}, agents={self.num_agents}, "
+                f"obs={self.observation_space}, action={self.action_space})")
+
+
+def _check_args(num_envs, seed, num_threads, mask_check) -> None:
+    """The checks VecEnv makes of its arguments, with its messages."""
+    if mask_check not in ("strict", "off"):
+        raise ValueError(f"mask_check={mask_check!r} must be 'strict' or 'off'")
+    for label, value in (("num_envs", num_envs), ("num_threads", num_threads)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{label}={value!r} must be an integer >= 1")
+    _check_seed(seed, allow_none=False)
+
+
+def _check_seed(seed, allow_none: bool) -> None:
+    if seed is None and allow_none:
+        return
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
+        raise ValueError(f"seed={seed!r} must be {'None or ' if allow_none else ''}an integer in [0, 2**64)")
+
+
+# ---- Gymnasium ----
+
+class GymnasiumVecEnv(PythonVecEnv):
+    """``num_envs`` copies of the Gymnasium env ``env_id`` in one synchronous vector env with
+    autoreset_mode SAME_STEP; env i is seeded with seed + i (Gymnasium's rule). One agent per env."""
+
+    def __init__(self, env_id: str, num_envs: int = 1, seed: int = 0, num_threads: int = 1,
+                 mask_check: str = "strict", **kwargs):
+        name = f"gymnasium:{env_id}"
+        _check_args(num_envs, seed, num_threads, mask_check)
+        kind = python_env_type(name)
+        gym = _gymnasium(name)
+        mode = gym.vector.AutoresetMode.SAME_STEP
+        self._vec = vec = gym.make_vec(env_id, num_envs=int(num_envs), vectorization_mode="sync",
+                                       vector_kwargs={"autoreset_mode": mode, "copy": False}, **kwargs)
+        try:
+            if vec.metadata.get("autoreset_mode") != mode:
+                raise ValueError(f"env {name!r}: the vector env autoresets in mode "
+                                 f"{vec.metadata.get('autoreset_mode')}, jaxlab needs SAME_STEP")
+            action, self._start = _action(vec.single_action_space, name)
+            self.spaces = EnvSpaces(1, _box_obs(vec.single_observation_space, name), action, False, 0)
+            self._setup(name, kind, num_envs, seed, mask_check)
+        except BaseException:
+            vec.close()
+            raise
+
+    def _reset(self, seed: int | None) -> None:
+        obs, _ = self._vec.reset(seed=seed)
+        self.observations[...] = obs
+
+    def _step(self, actions: np.ndarray) -> np.ndarray:
+        obs, rewards, terminated, truncated, info = self._vec.step(actions)
+        self.observations[...] = obs
+        self.rewards[...] = rewards
+        self.terminals[...] = terminated
+        np.logical_and(truncated, ~self.terminals, out=self.truncations)  # both: a terminal
+        ended = self.terminals | self.truncations
+        if ended.any():
+            if not np.array_equal(info.get("_final_obs", np.zeros_like(ended)), ended):
+                raise RuntimeError(f"env '{self.name}': the vector env ended episodes without final "
+                                   "observations in its info; jaxlab needs autoreset_mode SAME_STEP")
+            for row in np.flatnonzero(ended):
+                self.final_observations[row] = info["final_obs"][row]
+        return ended
+
+    def _close(self) -> None:
+        self._vec.close()
+
+
+# ---- PettingZoo ----
+
+class PettingZooVecEnv(PythonVecEnv):
+    """``num_envs`` PettingZoo parallel envs from ``MODULE.parallel_env(**kwargs)``, stepped one after
+    the other; env e is seeded with seed + e. Every agent of ``possible_agents`` has a row; all must
+    share one observation space and one action space. An agent whose episode ends before its env's
+    waits (``active``) until the env resets, which happens when ``env.agents`` is empty."""
+
+    def __init__(self, module: str, num_envs: int = 1, seed: int = 0, num_threads: int = 1,
+                 mask_check: str = "strict", **kwargs):
+        name = f"pettingzoo:{module}"
+        _check_args(num_envs, seed, num_threads, mask_check)
+        factory = _parallel_env_factory(name, module)
+        self._envs = []
+        try:
+            self._envs = [factory(**kwargs) for _ in range(int(num_envs))]
+            self._describe(name, int(seed))
+            self._setup(name, PythonEnvType(name, f"PettingZoo parallel env {module}"), num_envs, seed, mask_check)
+        except BaseException:
+            self._close()
+            raise
+
+    def _describe(self, name: str, seed: int) -> None:
+        import gymnasium
+
+        env = self._envs[0]
+        self.agent_names = agents = tuple(env.possible_agents)
+        if not agents:
+            raise ValueError(f"env {name!r} has no possible_agents")
+        obs_spaces = [env.observation_space(a) for a in agents]
+        act_spaces = [env.action_space(a) for a in agents]
+        for kind, spaces in (("observation", obs_spaces), ("action", act_spaces)):
+            for agent, space in zip(agents, spaces):
+                if space != spaces[0]:
+                    raise ValueError(f"env {name!r}: agent {agent!r} has {kind} space {space}, agent "
+                                     f"{agents[0]!r} {spaces[0]}; jaxlab needs one space for all agents (pad "
+                                     "them, e.g. with supersuit.pad_observations_v0 / pad_action_space_v0)")
+        obs_space = obs_spaces[0]
+        self._dict_obs = isinstance(obs_space, gymnasium.spaces.Dict) and "observation" in obs_space.spaces
+        if self._dict_obs:
+            obs_space = obs_space["observation"]
+        action, self._start = _action(act_spaces[0], name)
+        self._info_mask = False
+        has_mask = False
+        if not isinstance(action, Box):
+            has_mask = self._dict_obs and "action_mask" in obs_spaces[0].spaces
+            if not has_mask:  # masks in the infos show only there: look at one reset
+                _, infos = env.reset(seed=int(seed))
+                has_mask = self._info_mask = any("action_mask" in (infos or {}).get(a, {}) for a in agents)
+        width = _mask_width(action) if has_mask else 0
+        self.spaces = EnvSpaces(len(agents), _box_obs(obs_space, name), action, has_mask, width,
+                                agents_wait=len(agents) > 1)
+        self._index = {agent: j for j, agent in enumerate(agents)}
+
+    def _write(self, row: int, observation, info) -> None:
+        """Writes one agent's observation (and mask row) from what its env returned."""
+        if self._dict_obs:
+            if self.action_mask is not None and not self._info_mask:
+                self.action_mask[row] = np.asarray(observation["action_mask"]).astype(bool)
+            observation = observation["observation"]
+        self.observations[row] = observation
+        if self._info_mask:
+            mask = (info or {}).get("action_mask")
+            self.action_mask[row] = True if mask is None else np.asarray(mask).astype(bool)
+
+    def _reset_env(self, e: int, seed: int | None) -> None:
+        observations, infos = self._envs[e].reset(seed=seed)
+        base = e * self.agents_per_env
+        for agent, observation in observations.items():
+            self._write(base + self._index[agent], observation, (infos or {}).get(agent))
+        if self.active is not None:
+            self.active[base:base + self.agents_per_env] = [a in self._envs[e].agents for a in self.agent_names]
+
+    def _reset(self, seed: int | None) -> None:
+        for e in range(self.num_envs):
+            self._reset_env(e, None if seed is None else seed + e)
+
+    def _step(self, actions: np.ndarray) -> np.ndarray:
+        apa, index = self.agents_per_env, self._index
+        discrete = isinstance(self.action_space, Discrete)
+        for e, env in enumerate(self._envs):
+            base = e * apa
+            live = list(env.agents)
+            step = {agent: (int(actions[base + index[agent]]) if discrete else actions[base + index[agent]].copy())
+                    for agent in live}
+            observations, rewards, terminations, truncations, infos = env.step(step)
+            infos = infos or {}
+            for j, agent in enumerate(self.agent_names):
+                row = base + j
+                if agent not in step:  # waiting for this env's reset (as C option agents_wait)
+                    self.rewards[row], self.terminals[row], self.truncations[row] = 0.0, True, False
+                    if self.action_mask is not None:
+                        self.action_mask[row] = True
+                    continue
+                terminal = bool(terminations.get(agent, False))
+                self.terminals[row] = terminal
+                self.truncations[row] = bool(truncations.get(agent, False)) and not terminal
+                self.rewards[row] = rewards.get(agent, 0.0)
+                if agent in observations:
+                    self._write(row, observations[agent], infos.get(agent))
+                if self.terminals[row] or self.truncations[row]:
+                    self.final_observations[row] = self.observations[row]
+                elif agent not in env.agents:
+                    raise RuntimeError(f"env '{self.name}' #{e} removed agent {agent!r} from env.agents at step "
+                                       f"{self._steps} without a termination or truncation; a ParallelEnv "
+                                       "must flag an agent's end")
+            if not env.agents:
+                self._reset_env(e, None)
+            elif self.active is not None:
+                self.active[base:base + apa] = [a in env.agents for a in self.agent_names]
+        return self.terminals | self.truncations
+
+    def _close(self) -> None:
+        for env in self._envs:
+            try:
+                env.close()
+            except Exception:  # noqa: BLE001 (a half-made env may not close)
+                pass
+
+
+def make_python_env(name: str, num_envs: int = 1, seed: int = 0, num_threads: int = 1,
+                    library: str | None = None, mask_check: str = "strict", **kwargs) -> PythonVecEnv:
+    """The Python env ``name`` (``gymnasium:ID`` or ``pettingzoo:MODULE``) as a VecEnv; ``kwargs`` go to
+    the env's constructor. ``library`` must be None (it names C env libraries)."""
+    if library:
+        raise ValueError(f"library={library!r} names a C env library; {name!r} is a Python env and takes "
+                         "none: leave library (env.library) unset")
+    prefix, target = _split(name)
+    cls = GymnasiumVecEnv if prefix == "gymnasium" else PettingZooVecEnv
+    return cls(target, num_envs=num_envs, seed=seed, num_threads=num_threads, mask_check=mask_check, **kwargs)
+
+
+def spaces_of(name: str, library=None, **params) -> EnvSpaces:
+    """registry.spaces_of for every env name: for a Python env, the spaces of one env made with
+    ``params`` as keyword arguments (and closed again)."""
+    if not is_python_env(name):
+        from jaxlab.env.registry import spaces_of as c_spaces_of
+
+        return c_spaces_of(name, library=library, **params)
+    with make_python_env(name, num_envs=1, library=library, **params) as env:
+        return env.spaces

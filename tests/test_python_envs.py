@@ -1,0 +1,487 @@
+"""Python envs through jaxlab.make: Gymnasium vector envs and PettingZoo parallel envs in the VecEnv
+interface, checked by value against the envs stepped by hand (flags, final observations, statistics,
+layout, masks, seeds), their errors, checkpoints without env state, bench, and learning CartPole-v1."""
+
+import json
+import subprocess
+import sys
+
+import gymnasium as gym
+import jax
+import numpy as np
+import pytest
+
+import jaxlab
+from jaxlab.config import ConfigError, load_config
+from jaxlab.env import spaces_of
+from jaxlab.env.python_envs import EnvStateError, GymnasiumVecEnv, PettingZooVecEnv
+from jaxlab.run.loop import train, train_loop, train_run
+from jaxlab.train.evaluation import play
+from jaxlab.train.trainer import Trainer
+
+pettingzoo = pytest.importorskip("pettingzoo")  # in the test extra: CI has it
+
+
+class Countdown(gym.Env):
+    """Observation [t, the action the env received] (float64, cast by the adapter); reward: that
+    action; terminates at step ``end``, drawn in [2, 5] at every reset. Registered with a TimeLimit
+    of 4 steps, so an episode with end 4 is both terminated and truncated at step 4, one with end 5
+    truncated. Discrete(3, start=-1) actions, or Box(-1, 1, (1,)) with continuous=True."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float64)
+
+    def __init__(self, continuous=False):
+        self.action_space = (gym.spaces.Box(-1.0, 1.0, (1,), np.float32) if continuous
+                             else gym.spaces.Discrete(3, start=-1))
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.end = 0, int(self.np_random.integers(2, 6))
+        return np.array([0.0, 0.0]), {}
+
+    def step(self, action):
+        self.t += 1
+        received = float(np.asarray(action).reshape(-1)[0])
+        return np.array([self.t, received]), received, self.t == self.end, False, {}
+
+
+COUNTDOWN = "JaxlabTest/Countdown-v0"
+if COUNTDOWN not in gym.registry:
+    gym.register(COUNTDOWN, entry_point=Countdown, max_episode_steps=4, disable_env_checker=True)
+
+
+def reference_steps(env_id, num_envs, seed, actions, **kwargs):
+    """Steps ``num_envs`` single Gymnasium envs by hand (env i reset with seed + i, then reset without
+    a seed when its episode ends, in the same step): per step the observations, rewards, raw
+    terminated and truncated flags, and {env: final observation}."""
+    envs = [gym.make(env_id, **kwargs) for _ in range(num_envs)]
+    obs = [env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]
+    steps = []
+    for step_actions in actions:
+        out = {"obs": [], "rewards": [], "terminated": [], "truncated": [], "final": {}}
+        for i, env in enumerate(envs):
+            o, r, te, tr, _ = env.step(step_actions[i])
+            if te or tr:
+                out["final"][i] = o
+                o, _ = env.reset()
+            for key, value in zip(("obs", "rewards", "terminated", "truncated"), (o, r, te, tr)):
+                out[key].append(value)
+        steps.append({k: (v if k == "final" else np.array(v)) for k, v in out.items()})
+    return np.array(obs), steps
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", COUNTDOWN])
+def test_gymnasium_steps_like_its_envs_stepped_by_hand(env_id):
+    """Observations, rewards, flags and final observations equal single Gymnasium envs stepped by hand
+    with the same seeds and actions; terminated and truncated together (TimeLimit) is a terminal."""
+    num_envs, steps = 5, 120
+    env = jaxlab.make(f"gymnasium:{env_id}", num_envs=num_envs, seed=7)
+    rng = np.random.default_rng(0)
+    actions = [env.action_space.sample(rng, num_envs) for _ in range(steps)]
+    shift = -1 if env_id == COUNTDOWN else 0  # Discrete(3, start=-1): jaxlab's action 0 is the env's -1
+    first, reference = reference_steps(env_id, num_envs, 7, [a + shift for a in actions])
+    both = 0
+    with env:
+        np.testing.assert_array_equal(env.reset(), first.astype(np.float32))
+        for t, (step_actions, ref) in enumerate(zip(actions, reference)):
+            obs, rewards, terminals, truncations, info = env.step(step_actions)
+            np.testing.assert_array_equal(obs, ref["obs"].astype(np.float32), err_msg=f"step {t}")
+            np.testing.assert_array_equal(rewards, ref["rewards"].astype(np.float32))
+            np.testing.assert_array_equal(terminals, ref["terminated"])
+            np.testing.assert_array_equal(truncations, ref["truncated"] & ~ref["terminated"])
+            assert not (terminals & truncations).any()
+            both += int((ref["terminated"] & ref["truncated"]).sum())
+            assert sorted(ref["final"]) == list(np.flatnonzero(terminals | truncations))
+            for i, final in ref["final"].items():
+                np.testing.assert_array_equal(env.final_observations[i], final.astype(np.float32))
+            assert bool(info) == bool(ref["final"])
+    if env_id == COUNTDOWN:
+        assert both > 0  # the both-flags step was seen, and reported as a terminal
+
+
+def test_gymnasium_statistics_are_per_episode_sums_of_rewards_and_steps():
+    """Countdown's return is the sum of the actions the env received, its length the steps: computed
+    here from the observations, they match the info means and the tracked per-env sums."""
+    with jaxlab.make(f"gymnasium:{COUNTDOWN}", num_envs=4, seed=3) as env:
+        env.track_episodes()
+        env.reset()
+        rng = np.random.default_rng(1)
+        running = np.zeros(4)
+        ended_returns, ended_lengths = [], []
+        for _ in range(60):
+            _, rewards, terminals, truncations, info = env.step(env.action_space.sample(rng, 4))
+            running += rewards
+            ended = terminals | truncations
+            returns, lengths = running[ended], env.final_observations[ended, 0]
+            if ended.any():
+                assert info["episodes"] == ended.sum()
+                assert info["episode_return"] == pytest.approx(returns.mean())
+                assert info["episode_length"] == pytest.approx(lengths.mean())
+                np.testing.assert_array_equal(env.episode_ends, ended.astype(np.int32))
+                np.testing.assert_allclose(env.episode_stats[ended], np.stack([returns, lengths], 1))
+                ended_returns += list(returns)
+                ended_lengths += list(lengths)
+            else:
+                assert info == {} and not env.episode_ends.any()
+            running[ended] = 0
+        assert set(ended_lengths) == {2, 3, 4}  # end 5 is cut at 4 by the TimeLimit
+
+
+def test_gymnasium_spaces_seeds_and_continuous_actions():
+    spaces = spaces_of("gymnasium:CartPole-v1")
+    c_spaces = spaces_of("cartpole")
+    assert (spaces.agents_per_env, spaces.action_space, spaces.has_mask) == (1, c_spaces.action_space, False)
+    assert spaces.observation_space.shape == (4,) and spaces.observation_space.dtype == np.float32
+    with jaxlab.make("gymnasium:CartPole-v1", num_envs=3, seed=5) as a, \
+            jaxlab.make("gymnasium:CartPole-v1", num_envs=3, seed=5) as b:
+        np.testing.assert_array_equal(a.reset(), b.reset())
+        first = a.observations.copy()
+        a.step(np.ones(3, np.int32))
+        np.testing.assert_array_equal(a.reset(seed=5), first)            # reseeded: the same starts
+        assert not np.array_equal(a.reset(), first)                      # None: the stream goes on
+    with jaxlab.make(f"gymnasium:{COUNTDOWN}", num_envs=2, continuous=True) as env:
+        assert str(env.action_space) == "Box(-1, 1, (1,), float32)"
+        env.reset()
+        env.step(np.array([[5.0], [-0.25]], np.float32))
+        np.testing.assert_array_equal(env.observations[:, 1], [1.0, -0.25])  # clipped as the C envs clip
+        with pytest.raises(ValueError, match="agent 1 has a NaN action"):
+            env.step(np.array([[0.0], [np.nan]], np.float32))
+    with jaxlab.make("gymnasium:CartPole-v1", max_episode_steps=3) as env:   # keyword arguments pass through
+        env.reset()
+        flags = [env.step(np.zeros(1, np.int32))[3][0] for _ in range(3)]
+        assert flags == [False, False, True]
+
+
+def test_gymnasium_errors_name_the_value_and_a_fix():
+    with pytest.raises(ValueError, match=r"unknown Gymnasium env 'CartPol-v1'.*Did you mean.*pprint_registry"):
+        jaxlab.make("gymnasium:CartPol-v1")
+    with pytest.raises(ValueError, match="names no env after 'gymnasium:'; write e.g. 'gymnasium:CartPole-v1'"):
+        jaxlab.make("gymnasium:")
+    with pytest.raises(ValueError, match="library='x.so' names a C env library.*leave library"):
+        jaxlab.make("gymnasium:CartPole-v1", library="x.so")
+    with pytest.raises(ValueError, match="observation space Discrete.*FlattenObservation"):
+        jaxlab.make("gymnasium:FrozenLake-v1")
+    with pytest.raises(ValueError, match="num_envs=0 must be an integer >= 1"):
+        jaxlab.make("gymnasium:CartPole-v1", num_envs=0)
+    with jaxlab.make("gymnasium:CartPole-v1", num_envs=2) as env:
+        with pytest.raises(RuntimeError, match="stepped before any reset.*call reset"):
+            env.step(np.zeros(2, np.int32))
+        env.reset()
+        with pytest.raises(ValueError, match=r"agent 1 has action 2, out of range for Discrete\(2\): it must be in \[0, 1\]"):
+            env.step(np.array([0, 2], np.int32))
+        with pytest.raises(TypeError, match="must have dtype int32, got float64; convert with"):
+            env.step(np.zeros(2))
+        with pytest.raises(ValueError, match=r"must have shape \(2,\) \(2 agents\), got \(3,\)"):
+            env.step(np.zeros(3, np.int32))
+        assert env.render() is None
+    with pytest.raises(RuntimeError, match="is closed; create a new one with jaxlab.make"):
+        env.step(np.zeros(2, np.int32))
+
+
+class Blocker:
+    """A meta-path finder that makes ``package`` look not installed."""
+
+    def __init__(self, package):
+        self.package = package
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == self.package or fullname.startswith(self.package + "."):
+            raise ModuleNotFoundError(f"No module named {fullname!r}", name=self.package)
+        return None
+
+
+@pytest.mark.parametrize("package, name", [("gymnasium", "gymnasium:CartPole-v1"),
+                                           ("pettingzoo", "pettingzoo:pettingzoo.butterfly.pistonball_v6")])
+def test_a_missing_package_says_what_to_install(monkeypatch, package, name):
+    for module in [m for m in sys.modules if m == package or m.startswith(package + ".")]:
+        monkeypatch.delitem(sys.modules, module)
+    monkeypatch.setattr(sys, "meta_path", [Blocker(package), *sys.meta_path])
+    fix = f"needs the {package} package, which is not installed; install it with pip install 'jaxlab\\[{package}\\]'"
+    with pytest.raises(ImportError, match=fix):
+        jaxlab.make(name)
+    with pytest.raises(ConfigError, match=fix):
+        load_config(name)
+
+
+def test_python_envs_take_cartpoles_defaults_and_no_env_parameters():
+    config, sources = load_config("gymnasium:CartPole-v1")
+    assert sources["train.reward_scale"] == "configs/envs/cartpole.toml"
+    assert config.train.total_timesteps == load_config("cartpole")[0].train.total_timesteps
+    assert load_config("pettingzoo:pettingzoo.butterfly.pistonball_v6")[0].env == {}
+    with pytest.raises(ConfigError, match="unknown config key 'env.max_steps'"):
+        load_config("gymnasium:CartPole-v1", flags=["--env.max-steps", "10"])
+    with pytest.raises(ConfigError, match="is a Python env and takes none: remove env.library"):
+        load_config("gymnasium:CartPole-v1", flags=["--env.library", "x.so"])
+    with pytest.raises(ConfigError, match="unknown Gymnasium env 'Nope-v0'"):
+        load_config("gymnasium:Nope-v0")
+
+
+# ---- PettingZoo: a tiny parallel env of the test's own, in a module of its own ----
+
+RELAY = '''
+"""Three agents whose episodes end at different, known steps: a0 terminates at step 2, a1 is
+truncated at step 3, a2 terminates at step 4 (then the env is over and resets). Observation of agent
+j: [j, t, draw] with draw a number from the env's RNG at reset; reward: action + 10 j. The action mask
+(in the observation, a Dict) forbids action 2 to a1."""
+import numpy as np
+from gymnasium import spaces
+from pettingzoo import ParallelEnv
+
+ENDS = {"a0": (2, "term"), "a1": (3, "trunc"), "a2": (4, "term")}
+
+
+class Relay(ParallelEnv):
+    metadata = {"name": "relay_v0"}
+
+    def __init__(self, masked=True):
+        self.possible_agents = ["a0", "a1", "a2"]
+        self.masked = masked
+        self.rng = np.random.default_rng()
+
+    def observation_space(self, agent):
+        box = spaces.Box(-np.inf, np.inf, (3,), np.float64)
+        return spaces.Dict({"observation": box, "action_mask": spaces.MultiBinary(3)}) if self.masked else box
+
+    def action_space(self, agent):
+        return spaces.Discrete(3)
+
+    def _obs(self, agent):
+        o = np.array([self.possible_agents.index(agent), self.t, self.draw], np.float64)
+        if not self.masked:
+            return o
+        return {"observation": o, "action_mask": np.array([1, 1, agent != "a1"], np.int8)}
+
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.draw, self.t = float(self.rng.integers(1000)), 0
+        self.agents = list(self.possible_agents)
+        return {a: self._obs(a) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        self.t += 1
+        obs, rew, term, trunc, info = {}, {}, {}, {}, {}
+        for agent, action in actions.items():
+            end, how = ENDS[agent]
+            obs[agent], info[agent] = self._obs(agent), {}
+            rew[agent] = float(action) + 10 * self.possible_agents.index(agent)
+            term[agent] = self.t == end and how == "term"
+            trunc[agent] = self.t == end and how == "trunc"
+        self.agents = [a for a in self.agents if not (term[a] or trunc[a])]
+        return obs, rew, term, trunc, info
+
+
+parallel_env = Relay
+'''
+
+
+@pytest.fixture
+def relay(tmp_path, monkeypatch):
+    """The name of the Relay env: a user's own module on the path."""
+    (tmp_path / "relay_env.py").write_text(RELAY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "pettingzoo:relay_env"
+    sys.modules.pop("relay_env", None)
+
+
+def test_pettingzoo_per_agent_ends_by_value(relay):
+    """Layout (row = env * 3 + agent), per-agent flags, final observations, waiting rows (reward 0,
+    terminal 1, active 0, an all-True mask), the env's reset when its last agent ends, statistics per
+    agent-episode, and each env seeded with seed + env."""
+    with jaxlab.make(relay, num_envs=2, seed=11) as env:
+        assert (env.agents_per_env, env.num_agents, env.kind.has("agents_wait"), env.kind.has("mask")) == (3, 6, True, True)
+        draws = [float(np.random.default_rng(11 + e).integers(1000)) for e in range(2)]
+        obs = env.reset()
+        np.testing.assert_array_equal(obs, [[j, 0, draws[e]] for e in range(2) for j in range(3)])
+        np.testing.assert_array_equal(env.action_mask, [[1, 1, 0 if j == 1 else 1] for _ in range(2) for j in range(3)])
+        env.track_episodes()
+        ones = np.ones(6, np.int32)
+        seen = []
+        for t in range(1, 6):
+            _, rewards, terminals, truncations, info = env.step(ones)
+            seen.append((rewards.copy(), terminals.copy(), truncations.copy(), env.active.copy(), info,
+                         env.episode_ends.copy(), env.episode_stats.copy(), env.observations.copy(),
+                         env.final_observations.copy(), env.action_mask.copy()))
+        per_env = lambda row: np.tile(row, 2)  # noqa: E731  both envs do the same
+        # step 1: everyone acts
+        r, te, tr, active, info, *_ = seen[0]
+        np.testing.assert_array_equal(r, per_env([1, 11, 21]))
+        assert not te.any() and not tr.any() and active.all() and info == {}
+        # step 2: a0 terminates (its final observation kept), then waits
+        r, te, tr, active, info, ends, stats, _, final, _ = seen[1]
+        np.testing.assert_array_equal(te, per_env([1, 0, 0]))
+        np.testing.assert_array_equal(active, per_env([0, 1, 1]))
+        np.testing.assert_array_equal(final[[0, 3]], [[0, 2, draws[0]], [0, 2, draws[1]]])
+        assert info == {"episodes": 2, "episode_return": 2.0, "episode_length": 2.0}
+        np.testing.assert_array_equal(ends, [1, 1])
+        np.testing.assert_array_equal(stats, [[2, 2], [2, 2]])
+        # step 3: a0 waits (reward 0, terminal 1, mask all True), a1 is truncated
+        r, te, tr, active, info, ends, stats, _, final, mask = seen[2]
+        np.testing.assert_array_equal(r, per_env([0, 11, 21]))
+        np.testing.assert_array_equal(te, per_env([1, 0, 0]))
+        np.testing.assert_array_equal(tr, per_env([0, 1, 0]))
+        np.testing.assert_array_equal(active, per_env([0, 0, 1]))
+        np.testing.assert_array_equal(mask[[0, 3]], np.ones((2, 3), bool))
+        np.testing.assert_array_equal(final[[1, 4]], [[1, 3, draws[0]], [1, 3, draws[1]]])
+        assert info == {"episodes": 2, "episode_return": 33.0, "episode_length": 3.0}
+        # step 4: a2 terminates, the env resets in the same step: new episode, everyone active again
+        r, te, tr, active, info, ends, stats, obs, final, _ = seen[3]
+        np.testing.assert_array_equal(te, per_env([1, 1, 1]))
+        assert not tr.any() and active.all()
+        np.testing.assert_array_equal(final[[2, 5]], [[2, 4, draws[0]], [2, 4, draws[1]]])
+        np.testing.assert_array_equal(obs[:, :2], [[j, 0] for _ in range(2) for j in range(3)])
+        assert info == {"episodes": 2, "episode_return": 84.0, "episode_length": 4.0}  # waiting rows don't count
+        np.testing.assert_array_equal(stats, [[84, 4], [84, 4]])
+        # step 5: the new episode runs
+        r, te, tr, active, info, *_ = seen[4]
+        np.testing.assert_array_equal(r, per_env([1, 11, 21]))
+        assert not te.any() and info == {}
+
+
+def test_pettingzoo_masks_are_strict(relay):
+    with jaxlab.make(relay, num_envs=2) as env:
+        env.reset()
+        actions = np.zeros(6, np.int32)
+        actions[4] = 2  # env 1's a1 may not take action 2
+        with pytest.raises(ValueError, match=r"env 'pettingzoo:relay_env' #1 agent 1 \(row 4\) at step 0: action 2 "
+                                             r"is not legal under its mask; legal: 0, 1"):
+            env.step(actions)
+        env.action_mask[0] = False
+        with pytest.raises(ValueError, match=r"#0 agent 0 \(row 0\) at step 0: its action mask allows no action"):
+            env.step(np.zeros(6, np.int32))
+    with jaxlab.make(relay, num_envs=2, mask_check="off") as env:
+        env.reset()
+        _, rewards, *_ = env.step(actions)
+        assert rewards[4] == 12.0
+    with jaxlab.make(relay, masked=False) as env:  # keyword arguments go to parallel_env
+        assert env.action_mask is None and env.observation_space.shape == (3,)
+
+
+def test_pettingzoo_errors_name_the_module_and_a_fix(relay, tmp_path):
+    with pytest.raises(ValueError, match="no module named 'no_such_module'; check the module path"):
+        jaxlab.make("pettingzoo:no_such_module.envs")
+    with pytest.raises(ValueError, match="module json has no parallel_env\\(\\); pettingzoo:MODULE needs"):
+        jaxlab.make("pettingzoo:json")
+    (tmp_path / "needs_dep.py").write_text("import jaxlab_missing_dependency\n")
+    with pytest.raises(ImportError, match="importing needs_dep failed: No module named 'jaxlab_missing_dependency'"):
+        jaxlab.make("pettingzoo:needs_dep")
+    with jaxlab.make(relay) as env:
+        for call in (env.save_state, env.state_shapes, lambda: env.load_state({})):
+            with pytest.raises(EnvStateError, match="cannot save or load the state of the Python env "
+                                                    "'pettingzoo:relay_env'.*resumed run starts new episodes"):
+                call()
+
+
+def test_pistonball_steps_like_the_parallel_env_stepped_by_hand():
+    """A real PettingZoo env: rows in possible_agents order per env, uint8 observations as the env's,
+    every agent truncated at max_cycles with its final observation, and the next episode seeded on."""
+    from pettingzoo.butterfly import pistonball_v6
+
+    kwargs = dict(n_pistons=3, max_cycles=6, continuous=False)
+    env = jaxlab.make("pettingzoo:pettingzoo.butterfly.pistonball_v6", num_envs=2, seed=4, **kwargs)
+    refs = [pistonball_v6.parallel_env(**kwargs) for _ in range(2)]
+    rng = np.random.default_rng(0)
+    with env:
+        assert isinstance(env, PettingZooVecEnv) and env.observations.dtype == np.uint8
+        obs = env.reset()
+        for e, ref in enumerate(refs):
+            ref_obs, _ = ref.reset(seed=4 + e)
+            np.testing.assert_array_equal(obs[3 * e:3 * e + 3], [ref_obs[a] for a in ref.possible_agents])
+        for t in range(6):
+            actions = env.action_space.sample(rng, 6)
+            obs, rewards, terminals, truncations, info = env.step(actions)
+            for e, ref in enumerate(refs):
+                ref_obs, ref_rew, _, ref_trunc, _ = ref.step({a: int(actions[3 * e + j]) for j, a in enumerate(ref.possible_agents)})
+                rows = slice(3 * e, 3 * e + 3)
+                np.testing.assert_allclose(rewards[rows], [ref_rew[a] for a in ref.possible_agents], rtol=1e-6)
+                np.testing.assert_array_equal(truncations[rows], [ref_trunc[a] for a in ref.possible_agents])
+                if t == 5:
+                    np.testing.assert_array_equal(env.final_observations[rows], [ref_obs[a] for a in ref.possible_agents])
+                    ref_obs, _ = ref.reset()
+                np.testing.assert_array_equal(obs[rows], [ref_obs[a] for a in ref.possible_agents])
+        assert truncations.all() and not terminals.any()
+        assert info["episodes"] == 6 and info["episode_length"] == 6.0
+
+
+@pytest.mark.skipif(not hasattr(pettingzoo, "make"), reason="PettingZoo's registry came in 1.27")
+def test_a_pettingzoo_registry_id_makes_the_same_env():
+    kwargs = dict(n_pistons=3, max_cycles=6, continuous=False)
+    with jaxlab.make("pettingzoo:butterfly/pistonball-v6", num_envs=2, seed=1, **kwargs) as by_id, \
+            jaxlab.make("pettingzoo:pettingzoo.butterfly.pistonball_v6", num_envs=2, seed=1, **kwargs) as by_module:
+        np.testing.assert_array_equal(by_id.reset(), by_module.reset())
+    with pytest.raises(ValueError, match="unknown PettingZoo parallel env 'butterfly/pistonbal-v6'"):
+        jaxlab.make("pettingzoo:butterfly/pistonbal-v6")
+
+
+# ---- training, checkpoints, evaluation, bench ----
+
+SMALL = ["--vec.num-envs", "8", "--train.bptt-horizon", "8", "--train.minibatch-size", "16", "--policy.hidden-size", "16"]
+
+
+def test_checkpoints_of_a_python_env_hold_no_env_state_and_say_so(tmp_path, capsys):
+    config, _ = load_config("gymnasium:CartPole-v1", flags=[*SMALL, "--train.total-timesteps", "384"])
+    with Trainer(config) as trainer:
+        train_loop(trainer, updates=2)
+        trainer.save_checkpoint(tmp_path / "a")
+        trainer.save_checkpoint(tmp_path / "b")
+        assert "env" not in trainer.checkpoint_state()
+        params = trainer.state.params
+    err = capsys.readouterr().err
+    assert err.count("warning: this checkpoint holds no env state: gymnasium:CartPole-v1 is a Python env") == 1
+    assert "resuming from it starts new episodes" in err
+    with Trainer(config) as resumed:
+        meta = resumed.load_checkpoint(tmp_path / "b")
+        assert meta["update"] == 2 and resumed.global_step == 128
+        for saved, loaded in zip(jax.tree.leaves(params), jax.tree.leaves(resumed.state.params), strict=True):
+            np.testing.assert_array_equal(np.asarray(saved), np.asarray(loaded))
+        assert resumed.rollout.reset_flags.all() and not resumed.rollout.truncated.any()  # new episodes
+        np.testing.assert_array_equal(np.asarray(resumed.rollout.obs), resumed.env.observations)
+        train_loop(resumed)
+        assert resumed.update_index == 6
+        result = play(resumed, episodes=6, num_envs=3)
+    assert result["episodes"] == 6
+    assert result["episode_return"] == pytest.approx(result["returns"].mean())  # CartPole: return = length
+    np.testing.assert_array_equal(result["returns"], result["lengths"])
+
+
+def test_train_cli_with_a_python_env_warns_once_over_several_checkpoints(tmp_path):
+    run_dir = tmp_path / "run"
+    result = subprocess.run([sys.executable, "-m", "jaxlab.cli", "train", "gymnasium:CartPole-v1", *SMALL,
+                             "--train.total-timesteps", "512", "--checkpoint.interval", "2", "--run-dir", str(run_dir)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert len(list((run_dir / "checkpoints").iterdir())) >= 3
+    assert result.stderr.count("this checkpoint holds no env state") == 1
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(records) == 8 and records[-1]["episodes"] > 0
+
+
+def test_bench_compares_a_python_env_with_its_c_twin():
+    from jaxlab.run.bench import report_env
+
+    lines = report_env("gymnasium:CartPole-v1", 8, seconds=0.05)
+    assert lines[0].startswith("env gymnasium:CartPole-v1: 8 agents, Python env (one thread):")
+    assert lines[1].startswith("env cartpole (built-in C, steps like gymnasium:CartPole-v1): 8 agents")
+    assert lines[1].endswith("x slower")
+
+
+@pytest.mark.slow
+def test_gymnasium_cartpole_is_solved_with_cartpoles_defaults():
+    """Gymnasium's own CartPole-v1 through the adapter, with configs/envs/cartpole.toml's settings."""
+    config, _ = load_config("gymnasium:CartPole-v1")
+    records = train(config)
+    recent = [r for r in records if r["episodes"]][-10:]
+    mean_return = sum(r["episode_return"] * r["episodes"] for r in recent) / sum(r["episodes"] for r in recent)
+    assert mean_return >= 475
+    assert records[-1]["compiles"] == 2
+
+
+def test_gymnasium_adapter_type():
+    with jaxlab.make("gymnasium:CartPole-v1", num_envs=2, num_threads=4) as env:  # threads: ignored
+        assert isinstance(env, GymnasiumVecEnv) and env.num_threads == 1
+        assert env.observations.ctypes.data % 4096 == 0 and env.kind.log_names == ("episode_return", "episode_length")
+        buffers = [env.observations, env.rewards, env.terminals, env.truncations, env.final_observations]
+        env.reset()
+        for _ in range(30):
+            out = env.step(np.ones(2, np.int32))
+        assert all(a is b for a, b in zip(out[:4], buffers))  # the same buffers, never reallocated
