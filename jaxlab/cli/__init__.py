@@ -1,5 +1,5 @@
 """The `jaxlab` command: one module per command family (train.py: train/eval; inspect.py: envs, config,
-presets, runs, plot; bench.py: bench), common.py for what they share."""
+presets, runs, plot; bench.py: bench; sweep.py: sweep), common.py for what they share."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import argparse
 import os
 import sys
 
-from jaxlab.cli import bench, inspect, train
+from jaxlab.cli import bench, inspect, sweep, train
 from jaxlab.cli.common import command_adder, fail
 
-FAMILIES = (inspect, train, bench)
+FAMILIES = (inspect, train, bench, sweep)
 
 
 def build_parser() -> argparse.ArgumentParser:
