@@ -38,7 +38,7 @@ def storage_for(url: str | None, study_dir: Path):
     several processes on one machine); postgresql://, mysql:// and sqlite:// URLs are RDB storages (many
     machines on one database). postgresql:// is given to SQLAlchemy as postgresql+psycopg:// (psycopg 3)."""
     import optuna
-    from optuna.storages import JournalStorage, RDBStorage
+    from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
     if url is None:
@@ -50,7 +50,7 @@ def storage_for(url: str | None, study_dir: Path):
         raise ConfigError(f"--storage {url!r} is not a database URL; use postgresql://USER:PASSWORD@HOST/DB, "
                           "mysql+pymysql://..., or leave it out for the study's journal file")
     try:
-        return RDBStorage(url, heartbeat_interval=None)
+        return _rdb_storage(url)
     except (ImportError, ModuleNotFoundError) as err:
         raise ConfigError(f"--storage {url.split('://')[0]}: its database driver is missing ({err}); "
                           "pip install 'jaxlab[sweep]' (psycopg for PostgreSQL) or pymysql for MySQL") from None
@@ -60,6 +60,24 @@ def storage_for(url: str | None, study_dir: Path):
     except Exception as err:  # noqa: BLE001 - SQLAlchemy's OperationalError and friends: one line
         raise ConfigError(f"--storage: cannot connect ({type(err).__name__}: {str(err).splitlines()[0]}); "
                           "check the URL and that the server runs") from None
+
+
+def _rdb_storage(url: str, tries: int = 5):
+    """RDBStorage(url). Sweeps started together on a new database race to create Optuna's tables (the
+    loser's CREATE TABLE fails on a duplicate key); the loser tries again once the tables exist."""
+    import time
+
+    from optuna.storages import RDBStorage
+    from sqlalchemy.exc import IntegrityError, ProgrammingError
+
+    for attempt in range(tries):
+        try:
+            return RDBStorage(url)
+        except (IntegrityError, ProgrammingError):
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def make_sampler(spec: SweepSpec, seed: int | None = None):

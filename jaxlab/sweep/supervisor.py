@@ -291,8 +291,8 @@ class Sweep:
             seed_run.state = "pruned"
         elif seed_run.stop_reason == "trial failed":
             seed_run.state = "cancelled"
-        elif code == 0 and summary and not summary.get("stopped") and not summary.get("error"):
-            self._score(seed_run, run.total_steps)
+        elif summary and not summary.get("stopped") and not summary.get("error"):
+            self._score(seed_run, run.total_steps)  # it trained to the end (a stop that came after is moot)
         elif seed_run.stop_reason == "sweep" or (summary.get("stopped") and code in (0, 130)):
             seed_run.state = "stopped"
             seed_run.resume = bool(summary)  # it saved a checkpoint; without a summary it was still starting
