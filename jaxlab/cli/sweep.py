@@ -19,7 +19,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     from jaxlab.config import ConfigError
 
     try:
-        import optuna  # noqa: F401
+        import optuna
     except ImportError:
         raise ConfigError("jaxlab sweep needs Optuna; install it with pip install 'jaxlab[sweep]'") from None
     from jaxlab.sweep import study as study_lib
@@ -38,13 +38,23 @@ def sweep_command(args: argparse.Namespace) -> int:
         raise ConfigError(f"no study {name!r} in {args.root} (no {study_dir / study_lib.JOURNAL}); pass the "
                           "--study NAME (and --root DIR or --storage URL) of a sweep that ran")
     storage = study_lib.storage_for(args.storage, study_dir)
-    import optuna
-
     exists = name in optuna.study.get_all_study_names(storage)
     if args.show or args.plot:
         return show_results(args, name, storage, study_dir)
     overrides = {"trials": args.trials, "seeds": args.seeds, "sampler": args.sampler, "pruner": args.pruner,
                  "objective": args.objective}
+    try:
+        return prepare_and_run(args, name, storage, study_dir, exists, overrides, environment)
+    except KeyboardInterrupt:  # before the sweep's own signal handling started: nothing runs yet
+        print("jaxlab sweep: interrupted before any trial started", file=sys.stderr)
+        return 130
+
+
+def prepare_and_run(args, name: str, storage, study_dir: Path, exists: bool, overrides: dict,
+                    environment: dict) -> int:
+    """Opens (or creates) the study, then runs the sweep."""
+    from jaxlab.sweep import study as study_lib
+
     explicit = bool(args.sweep or args.config or args.flags or args.preset != "auto" or
                     any(v is not None for k, v in overrides.items() if k != "trials"))
     if exists and not explicit:
@@ -107,7 +117,7 @@ def run_sweep(args, study, storage, spec, base_toml: str, study_dir: Path, platf
     for t in study.get_trials(deepcopy=False):
         counts[t.state.name.lower()] = counts.get(t.state.name.lower(), 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    again = f"jaxlab sweep {args.env} --study {study.study_name}" + (f" --storage URL" if args.storage else "")
+    again = f"jaxlab sweep {args.env} --study {study.study_name}" + (" --storage URL" if args.storage else "")
     if stopped:
         print(f"stopped by {stopped}: {summary}; every running trial saved a checkpoint; continue with "
               f"`{again}`", file=sys.stderr)

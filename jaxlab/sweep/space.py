@@ -29,11 +29,11 @@ from __future__ import annotations
 import difflib
 import math
 import tomllib
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from jaxlab.config import SECTIONS, Config, ConfigError, as_layer, build_config, coerce_key, derive_sizes
+from jaxlab.config import SECTIONS, Config, ConfigError, as_layer, build_config, coerce, coerce_key, derive_sizes
 
 #: Keys that are not hyperparameters: set per trial by the sweep, or by --seeds, or bookkeeping.
 NOT_SWEPT = {"train.seed": "seeds are --seeds S (each trial runs S seeds and averages them)",
@@ -271,7 +271,7 @@ def parse_param(name: str, value: Any, env_name: str, source: str) -> Param:
         for choice in choices:
             if isinstance(choice, (dict, list)):
                 raise ConfigError(f"{where}: choice {choice!r} must be a number, a string or a boolean")
-            coerced.append(coerce_key(section, key, choice, kind) if section != "env" else _coerce_env(choice, kind, name))
+            coerced.append(coerce(choice, kind, name) if section == "env" else coerce_key(section, key, choice, kind))
         if len(set(map(repr, coerced))) != len(coerced):
             raise ConfigError(f"{where}: choices {choices!r} repeat a value; list each once")
         return Param(name, "categorical", choices=tuple(coerced))
@@ -304,12 +304,6 @@ def parse_param(name: str, value: Any, env_name: str, source: str) -> Param:
                               f"e.g. high = {low + (high - low) // step * step}")
     return Param(name, "int" if kind is int else "float", low=kind(low), high=kind(high), log=log,
                  step=None if step is None else kind(step))
-
-
-def _coerce_env(value, kind, name: str):
-    from jaxlab.config import coerce
-
-    return coerce(value, kind, name)
 
 
 def apply_params(base: Config, params: dict[str, Any], seed: int | None = None) -> Config:
@@ -349,7 +343,3 @@ def check_space(spec: SweepSpec, base: Config) -> None:
             except ConfigError as err:
                 raise ConfigError(f"sweep key {param.name!r} = {value!r} (in {spec.source}) gives a config that "
                                   f"cannot run: {err}") from None
-
-
-def with_settings(spec: SweepSpec, **changes) -> SweepSpec:
-    return replace(spec, **{k: v for k, v in changes.items() if v is not None})

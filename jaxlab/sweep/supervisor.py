@@ -244,7 +244,8 @@ class Sweep:
     # ---- processes ----
 
     def launch(self, run: TrialRun, seed_run: SeedRun, slot: Slot) -> None:
-        notes = f"sweep {self.study.study_name} trial {run.number} seed {seed_run.seed}: {describe_params(run.params)}"
+        short = " ".join(f"{k.split('.', 1)[1]}={_value(v)}" for k, v in run.params.items())
+        notes = f"{short} (sweep {self.study.study_name} trial {run.number} seed {seed_run.seed})"
         args = train_command(self.base.env_name, seed_run.run_dir, self.base_path, param_flags(run.params),
                              seed_run.seed, slot, notes, seed_run.resume)
         seed_run.run_dir.mkdir(parents=True, exist_ok=True)
@@ -317,17 +318,17 @@ class Sweep:
             return
         width = self.spec.average_last * run.total_steps
         step = max(run.reported, default=0) + 1
+        records = {id(r): r.follower.ordered() for r in run.runs if r.state != "cancelled"}
         while step <= self.spec.reports:
             values = []
             for seed_run in run.runs:
                 if seed_run.state == "cancelled":
                     continue
-                record = next((r for r in seed_run.follower.ordered()
+                record = next((r for r in records[id(seed_run)]
                                if study_lib.report_step(r, run.total_steps, self.spec.reports) >= step), None)
                 if record is None:
                     return
-                value = study_lib.window_mean(seed_run.follower.ordered(), self.spec.metric,
-                                              record["global_step"], width)
+                value = study_lib.window_mean(records[id(seed_run)], self.spec.metric, record["global_step"], width)
                 if value is not None:
                     values.append(value)
             if values:
@@ -348,7 +349,7 @@ class Sweep:
         """Tells Optuna how a trial ended (unless the sweep stopped it: then it stays RUNNING, to be
         adopted by the next sweep) and releases it."""
         runs = run.runs
-        dirs = ", ".join(str(r.run_dir) for r in runs)
+        dirs = ", ".join(os.path.relpath(r.run_dir) for r in runs)
         if run.failed:
             run.trial.set_user_attr("error", run.failed)
             self.study.tell(run.trial, state=_state("FAIL"))
@@ -365,8 +366,7 @@ class Sweep:
             self.study.tell(run.trial, [score, cost] if self.spec.multi_objective else score)
             self.counts["complete"] += 1
             seeds = f" (seeds {', '.join(f'{r.score:.4g}' for r in runs)})" if len(runs) > 1 else ""
-            self.say(f"trial {run.number} done: {self.spec.metric} {score:.4g}{seeds}, {cost:.1f} s; "
-                     f"{describe_params(run.params)}; {dirs}")
+            self.say(f"trial {run.number} done: {self.spec.metric} {score:.4g}{seeds}, {cost:.1f} s; {dirs}")
         else:
             self.counts["stopped"] += 1
             self.say(f"trial {run.number} stopped; it continues with the next `jaxlab sweep ... --study "
@@ -410,25 +410,30 @@ class Sweep:
         stop signal; returns the name of the signal that stopped it (None when it completed). Every
         child has exited when it returns."""
         with StopRequests() as stops:
-            self.adopt()
-            stopping = False
-            while True:
-                while stops.pending:
-                    sig = stops.pending.pop(0)
-                    if not stopping:
-                        waiting = len(self.running())
-                        self.say(f"{signal.Signals(sig).name}: stopping {waiting} running trial(s); each finishes its "
-                                 "update and saves a checkpoint")
-                    stopping = True
-                    for _, seed_run in self.running():
-                        self._stop(seed_run, "sweep", sig)
-                if not self.step(stopping):
-                    break
-                time.sleep(POLL_SECONDS)
-            for run in list(self.trials):  # trials whose runs the stop left pending or stopped
-                self._finish(run)
-            self.trials.clear()
-            return stops.first
+            try:
+                self.adopt()
+                stopping = False
+                while True:
+                    while stops.pending:
+                        sig = stops.pending.pop(0)
+                        if not stopping:
+                            self.say(f"{signal.Signals(sig).name}: stopping {len(self.running())} running trial(s); "
+                                     "each finishes its update and saves a checkpoint")
+                        stopping = True
+                        for _, seed_run in self.running():
+                            self._stop(seed_run, "sweep", sig)
+                    if not self.step(stopping):
+                        break
+                    time.sleep(POLL_SECONDS)
+                for run in list(self.trials):  # trials whose runs the stop left pending or stopped
+                    self._finish(run)
+                self.trials.clear()
+                return stops.first
+            finally:  # an error in the sweep itself: its trials stop with a checkpoint before it goes
+                for _, seed_run in self.running():
+                    self._stop(seed_run, "sweep")
+                for _, seed_run in self.running():
+                    seed_run.process.wait()
 
 
 def _state(name: str):
