@@ -197,3 +197,48 @@ def test_two_sweeps_share_a_study_on_postgresql_for_score_and_cost(tmp_path):
         assert all((tmp_path / "a" / "shared" / f"pareto-trial-{n}.toml").is_file() for n in front)
     finally:
         server.cleanup()
+
+
+def test_seeds_are_averaged_and_trials_outlive_no_sweep_killed_with_sigkill(tmp_path):
+    """kill -9 of the sweep: its trials get SIGTERM from Linux (PR_SET_PDEATHSIG), save and exit; the
+    next sweep adopts the trial and continues both seeds; the trial's value is their mean."""
+    import optuna
+
+    root, updates = tmp_path / "sweeps", 150
+    study_dir = root / "seeds"
+    command = ["sweep", "cartpole", "--sweep", str(sweep_file(tmp_path, trials=1)), "--seeds", "2", "--parallel",
+               "2", "--study", "seeds", "--root", str(root), *SMALL, "--train.total-timesteps", str(512 * updates)]
+    process = subprocess.Popen([sys.executable, "-m", "jaxlab.cli", *command], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    runs = [study_dir / f"trial-0-seed-{s}" for s in (0, 1)]
+    deadline = time.monotonic() + 300
+    while not all((r / "metrics.jsonl").is_file() and len((r / "metrics.jsonl").read_text().splitlines()) >= 2
+                  for r in runs):
+        assert process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    process.kill()
+    process.wait()
+    while processes_mentioning(str(tmp_path)):  # the orphaned trials save and exit by themselves
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    for run in runs:
+        summary = json.loads((run / "summary.json").read_text())
+        assert summary["stopped"] == "SIGTERM" and summary["updates"] < updates
+        assert summary["checkpoint"].endswith(f"checkpoints/{summary['updates']}")
+    resumed = jaxlab(*command)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "seed 0 pending (resumes from its checkpoint), seed 1 pending (resumes from its checkpoint)" \
+        in resumed.stdout
+    (trial,) = load_study(study_dir).trials
+    assert trial.state == optuna.trial.TrialState.COMPLETE
+    spec = SweepSpec.from_dict(load_study(study_dir).user_attrs["sweep"])
+    scores, returns = [], []
+    for seed, run in enumerate(runs):
+        assert f"seed = {seed}" in (run / "config.toml").read_text()
+        assert updates_of(run) == list(range(1, updates + 1))
+        records = [json.loads(line) for line in (run / "metrics.jsonl").open()]
+        scores.append(study_lib.run_score(records, spec, 512 * updates))
+        returns.append([r["episode_return"] for r in records])
+    assert returns[0] != returns[1]  # two seeds, two runs
+    assert trial.value == sum(scores) / 2
+    assert trial.user_attrs["scores"] == scores

@@ -190,3 +190,14 @@ def test_samplers_suggest_values_inside_the_space(sampler):
         assert values["train.bptt_horizon"] in (8, 16, 24, 32) and values["policy.hidden_size"] in (32, 64)
         study.tell(trial, values["train.update_epochs"] + values["train.learning_rate"])
     assert isinstance(study.sampler, optuna.samplers.CmaEsSampler if sampler == "cmaes" else optuna.samplers.TPESampler)
+
+
+def test_pruners_follow_the_settings():
+    import optuna
+
+    hyperband = study_lib.make_pruner(spec_of({**GOOD, "pruner": "hyperband", "reports": 9}))
+    assert isinstance(hyperband, optuna.pruners.HyperbandPruner) and hyperband._max_resource == 9
+    median = study_lib.make_pruner(spec_of({**GOOD, "reports": 10, "warmup": 0.25, "startup_trials": 3}))
+    assert (median._n_warmup_steps, median._n_startup_trials) == (3, 3)  # from report 3 of 10 (30% >= 25%)
+    multi = study_lib.make_pruner(spec_of({**GOOD, "objective": "score,cost"}))
+    assert isinstance(multi, optuna.pruners.NopPruner)  # Optuna prunes on one value only

@@ -141,7 +141,6 @@ class Sweep:
         self.locks = self.study_dir / "locks"
         self.locks.mkdir(parents=True, exist_ok=True)
         self.exhausted = False
-        self.counts = {"complete": 0, "pruned": 0, "failed": 0, "stopped": 0}
 
     # ---- ownership ----
 
@@ -164,7 +163,6 @@ class Sweep:
             os.close(fd)
             trial.set_user_attr("error", str(err))
             self.study.tell(trial, state=_state("FAIL"))
-            self.counts["failed"] += 1
             self.say(f"trial {number} failed before it ran: {err} ({describe_params(params)})")
             return None
         seeds = [self.base.train.seed + i for i in range(self.spec.seeds)]
@@ -231,9 +229,9 @@ class Sweep:
             if sum(t.state != optuna.trial.TrialState.WAITING for t in trials) >= self.target:
                 return False, None
             trial = self.study.ask()
+            fd = self._lock_trial(trial.number)  # before the marks that let a sweep of this host adopt it
             trial.set_user_attr("host", self.host)
             trial.set_user_attr("study_dir", str(self.study_dir))
-        fd = self._lock_trial(trial.number)
         params = study_lib.suggest(trial, self.spec)
         run = self._new_trial_run(trial, trial.number, params, fd)
         if run is not None:
@@ -353,22 +351,18 @@ class Sweep:
         if run.failed:
             run.trial.set_user_attr("error", run.failed)
             self.study.tell(run.trial, state=_state("FAIL"))
-            self.counts["failed"] += 1
             self.say(f"trial {run.number} failed: {run.failed}")
         elif run.pruned_at is not None or any(r.state == "pruned" for r in runs):
             self.study.tell(run.trial, state=_state("PRUNED"))
-            self.counts["pruned"] += 1
         elif all(r.state == "done" for r in runs):
             score = sum(r.score for r in runs) / len(runs)
             cost = sum(r.wall_time for r in runs) / len(runs)
             run.trial.set_user_attr("scores", [r.score for r in runs])
             run.trial.set_user_attr("wall_times", [r.wall_time for r in runs])
             self.study.tell(run.trial, [score, cost] if self.spec.multi_objective else score)
-            self.counts["complete"] += 1
             seeds = f" (seeds {', '.join(f'{r.score:.4g}' for r in runs)})" if len(runs) > 1 else ""
             self.say(f"trial {run.number} done: {self.spec.metric} {score:.4g}{seeds}, {cost:.1f} s; {dirs}")
         else:
-            self.counts["stopped"] += 1
             self.say(f"trial {run.number} stopped; it continues with the next `jaxlab sweep ... --study "
                      f"{self.study.study_name}` ({dirs})")
         os.close(run.lock_fd)
