@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import ENV_NAMES
 
 from jaxlab.config import ConfigError, load_config, to_toml
 from jaxlab.sweep import study as study_lib
@@ -47,8 +48,6 @@ def test_a_good_file_parses_to_typed_distributions(tmp_path):
 
 
 def test_every_env_has_a_default_sweep_file_that_passes_the_checks():
-    from tests.conftest import ENV_NAMES
-
     for env in ENV_NAMES:
         spec = spec_of(read_sweep_file(default_sweep_file(env)), env)
         check_space(spec, load_config(env, preset="cpu")[0])

@@ -2,8 +2,10 @@
 trial's run, starting it as a child process, and following its metrics.jsonl.
 
 On a CPU the cores the sweep may use are split into K disjoint sets, one per slot; a child is pinned
-to its slot's cores (sched_setaffinity, right after it starts and before it imports JAX) and gets as
-many C threads (vec.num_threads) as it has cores, and XLA_FLAGS that keep Eigen single-threaded. On
+to its slot's cores (sched_setaffinity, right after it starts, long before it imports JAX) and gets
+as many C threads (vec.num_threads) as it has cores, and XLA_FLAGS with that thread count and Eigen
+single-threaded. The pinning is what bounds a child here: with jaxlib 0.10 on this CPU those flags
+changed neither the thread count (17 threads either way) nor any result (measured). On
 a GPU every child gets device.memory_fraction = 0.9 / K (XLA_PYTHON_CLIENT_MEM_FRACTION before JAX
 starts) and a 1/K share of the cores for its C threads.
 """
