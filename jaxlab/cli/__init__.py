@@ -1,5 +1,6 @@
 """The `jaxlab` command: one module per command family (train.py: train/eval; inspect.py: envs, config,
-presets, runs, plot; bench.py: bench; sdk.py: sdk, new-env, build-env), common.py for what they share."""
+presets, runs, plot; bench.py: bench; sdk.py: sdk, new-env, build-env; sweep.py: sweep), common.py for
+what they share."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ import argparse
 import os
 import sys
 
-from jaxlab.cli import bench, inspect, sdk, train
+from jaxlab.cli import bench, inspect, sdk, sweep, train
 from jaxlab.cli.common import command_adder, fail
 
-FAMILIES = (inspect, train, bench, sdk)
+FAMILIES = (inspect, train, bench, sdk, sweep)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,171 @@
+"""`jaxlab sweep ENV`: hyperparameter sweeps on Optuna (jaxlab/sweep/), and their results (--show, --plot)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+from jaxlab.cli.common import LAYERS, resolve
+
+
+def sweep_command(args: argparse.Namespace) -> int:
+    """Runs (or resumes) a sweep, or shows / plots its results. Exit status: 0 done or stopped by
+    SIGTERM (every trial saved), 130 stopped by SIGINT, 2 bad input (sweep file, config, storage)."""
+    environment = dict(os.environ)  # what trials start from: before JAX is set up in this process
+    from jaxlab.config import ConfigError
+
+    try:
+        import optuna
+    except ImportError:
+        raise ConfigError("jaxlab sweep needs Optuna; install it with pip install 'jaxlab[sweep]'") from None
+    from jaxlab.sweep import study as study_lib
+
+    study_lib.quiet_optuna()
+    if args.parallel < 1:
+        raise ConfigError(f"--parallel {args.parallel} must be at least 1")
+    if args.trials is not None and args.trials < 0:
+        raise ConfigError(f"--trials {args.trials} must be at least 0")
+    name = args.study or f"{args.env}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+        raise ConfigError(f"--study {name!r} must be letters, digits, '.', '_' or '-' (it names a folder), "
+                          "e.g. --study cartpole-lr")
+    study_dir = Path(args.root) / name
+    if (args.show or args.plot) and args.storage is None and not (study_dir / study_lib.JOURNAL).is_file():
+        raise ConfigError(f"no study {name!r} in {args.root} (no {study_dir / study_lib.JOURNAL}); pass the "
+                          "--study NAME (and --root DIR or --storage URL) of a sweep that ran")
+    storage = study_lib.storage_for(args.storage, study_dir)
+    exists = name in optuna.study.get_all_study_names(storage)
+    if args.show or args.plot:
+        return show_results(args, name, storage, study_dir)
+    overrides = {"trials": args.trials, "seeds": args.seeds, "sampler": args.sampler, "pruner": args.pruner,
+                 "objective": args.objective}
+    try:
+        return prepare_and_run(args, name, storage, study_dir, exists, overrides, environment)
+    except KeyboardInterrupt:  # before the sweep's own signal handling started: nothing runs yet
+        print("jaxlab sweep: interrupted before any trial started", file=sys.stderr)
+        return 130
+
+
+def prepare_and_run(args, name: str, storage, study_dir: Path, exists: bool, overrides: dict,
+                    environment: dict) -> int:
+    """Opens (or creates) the study, then runs the sweep."""
+    from jaxlab.sweep import study as study_lib
+
+    explicit = bool(args.sweep or args.config or args.flags or args.preset != "auto" or
+                    any(v is not None for k, v in overrides.items() if k != "trials"))
+    if exists and not explicit:
+        from jaxlab.config import presets
+
+        study, spec, base_toml = study_lib.open_study(name, storage, None, None, args.env)
+        presets.prepare_backend(None)
+        platform = presets.current_devices()[0].platform
+    else:
+        study, spec, base_toml, platform = create_or_check(args, name, storage, overrides)
+    return run_sweep(args, study, storage, spec, base_toml, study_dir, platform, environment, existed=exists)
+
+
+def create_or_check(args, name: str, storage, overrides: dict):
+    """Resolves the base config (preset, --config, flags) and the sweep file, checks the search space
+    against the config, and creates the study or checks them against the one stored in it."""
+    from jaxlab.config import presets, to_toml
+    from jaxlab.sweep import study as study_lib
+    from jaxlab.sweep.space import check_space, default_sweep_file, parse_spec, read_sweep_file
+
+    path = Path(args.sweep) if args.sweep else default_sweep_file(args.env)
+    table = read_sweep_file(path)  # before JAX starts: a bad file fails fast
+    resolved = resolve(args)
+    spec = parse_spec(table, args.env, str(path), overrides)
+    check_space(spec, resolved.config)
+    study, spec, base_toml = study_lib.open_study(name, storage, spec, to_toml(resolved.config), args.env)
+    return study, spec, base_toml, presets.current_devices()[0].platform
+
+
+def run_sweep(args, study, storage, spec, base_toml: str, study_dir: Path, platform: str, environment: dict,
+              existed: bool) -> int:
+    """Runs the sweep in K slots until the study holds its trials or a signal stops it."""
+    from jaxlab.config import config_from_toml
+    from jaxlab.config.presets import GPU_PLATFORMS
+    from jaxlab.sweep.supervisor import Sweep
+    from jaxlab.sweep.trials import plan_slots, usable_cores
+
+    base = config_from_toml(base_toml)
+    study_dir.mkdir(parents=True, exist_ok=True)
+    base_path = study_dir / "base.toml"
+    base_path.write_text(f"# the fixed part of every trial of sweep {study.study_name}\n{base_toml}")
+    on_gpu = platform in GPU_PLATFORMS
+    slots = plan_slots(args.parallel, on_gpu, usable_cores(), base.vec.num_threads)
+    target = args.trials if args.trials is not None else spec.trials
+    held = len(study.get_trials(deepcopy=False))
+    print(f"sweep {study.study_name} ({'resumed' if existed else 'new'}): {args.env}, {target} trials "
+          f"({held} in the study), {args.parallel} at a time ({'; '.join(s.describe() for s in slots)}); "
+          f"{spec.seeds} seed(s) per trial; {spec.sampler} sampler, "
+          f"{'no' if spec.multi_objective or spec.pruner == 'none' else spec.pruner} pruner; "
+          f"{'maximise' if spec.direction == 'maximize' else 'minimise'} {spec.metric} (mean over the last "
+          f"{spec.average_last:.0%} of each run){' and minimise wall time' if spec.multi_objective else ''}",
+          flush=True)
+    print("  " + "; ".join(p.describe() for p in spec.params), flush=True)
+    print(f"  run dirs in {study_dir}/ (`jaxlab runs {study_dir}`); storage "
+          f"{args.storage.split('@')[-1] if args.storage else study_dir / 'study.journal'}", flush=True)
+    sweep = Sweep(study, storage, spec, base, base_path, study_dir, slots, environment, target,
+                  say=lambda line: print(line, flush=True))
+    stopped = sweep.run()
+    counts = {}
+    for t in study.get_trials(deepcopy=False):
+        counts[t.state.name.lower()] = counts.get(t.state.name.lower(), 0) + 1
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    again = f"jaxlab sweep {args.env} --study {study.study_name}" + (" --storage URL" if args.storage else "")
+    if stopped:
+        print(f"stopped by {stopped}: {summary}; every running trial saved a checkpoint; continue with "
+              f"`{again}`", file=sys.stderr)
+        return 130 if stopped == "SIGINT" else 0
+    print(f"done: {summary}; results: `{again} --show`")
+    return 0
+
+
+def show_results(args, name: str, storage, study_dir: Path) -> int:
+    from jaxlab.sweep import results
+    from jaxlab.sweep import study as study_lib
+
+    study, spec, base_toml = study_lib.open_study(name, storage, None, None, args.env)
+    study_dir.mkdir(parents=True, exist_ok=True)
+    if args.show:
+        print(results.show(study, spec, base_toml, study_dir, args.env))
+    if args.plot:
+        for line in results.plot(study, spec, study_dir):
+            print(line)
+    return 0
+
+
+def add_commands(add) -> None:
+    """Registers `jaxlab sweep` with ``add`` (see common.command_adder)."""
+    sweep = add("sweep", "search hyperparameters with Optuna (parallel trials, pruning, resume)",
+                "Search hyperparameters of ENV with Optuna. Every trial is an ordinary `jaxlab train` run "
+                "(runs/sweeps/STUDY/trial-N-seed-S); --parallel K runs K at a time as child processes "
+                "sharing the machine. The search space is a TOML file (default configs/sweeps/ENV.toml; "
+                "format in README.md, 'Sweeps'); --preset, --config and flags set the fixed part of the "
+                f"config. Ctrl-C or SIGTERM stops every trial with a checkpoint; --study NAME resumes. {LAYERS}",
+                sweep_command, with_config=True)
+    sweep.add_argument("--sweep", metavar="FILE", help="search-space file (default configs/sweeps/ENV.toml)")
+    sweep.add_argument("--trials", type=int, metavar="N", help="trials the study should hold when done, counting "
+                       "those it has (default: the file's trials)")
+    sweep.add_argument("--parallel", type=int, default=1, metavar="K", help="trials run at once on this machine "
+                       "(CPU: the cores are split between them; GPU: about 0.9/K of its memory each)")
+    sweep.add_argument("--study", metavar="NAME", help="study name: a new one, or one to resume or show "
+                       "(default ENV-TIMESTAMP)")
+    sweep.add_argument("--storage", metavar="URL", help="postgresql://... or mysql+pymysql://... to share the "
+                       "study between machines (default: the journal file runs/sweeps/STUDY/study.journal)")
+    sweep.add_argument("--root", default="runs/sweeps", metavar="DIR", help="folder of the study dirs "
+                       "(default runs/sweeps)")
+    sweep.add_argument("--seeds", type=int, metavar="S", help="seeds per trial, averaged (default: the file's)")
+    sweep.add_argument("--objective", metavar="WHAT", help="score, or score,cost: also minimise wall time "
+                       "(Pareto front)")
+    sweep.add_argument("--sampler", metavar="NAME", help="tpe (default) or cmaes")
+    sweep.add_argument("--pruner", metavar="NAME", help="median (default), hyperband or none")
+    sweep.add_argument("--show", action="store_true", help="print the best trials (or the Pareto front) with their "
+                       "run dirs and write the best config to runs/sweeps/STUDY/best.toml; runs nothing")
+    sweep.add_argument("--plot", action="store_true", help="write history.png, importances.png (and pareto.png) "
+                       "into the study dir; runs nothing")

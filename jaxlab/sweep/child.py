@@ -1,0 +1,33 @@
+"""``python -m jaxlab.sweep.child SWEEP_PID ARGS...``: runs ``jaxlab ARGS`` (a trial's `jaxlab train`) in
+this process after asking Linux to send it SIGTERM when the sweep process dies, so that a trial never
+outlives its sweep: even a sweep killed with SIGKILL leaves its trials saving a checkpoint and exiting.
+The run records ``jaxlab ARGS`` as its command line."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+
+PR_SET_PDEATHSIG = 1
+
+
+def main(argv: list[str]) -> int:
+    sweep_pid, args = int(argv[0]), argv[1:]
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: the sweep's own stop still reaches its trials
+        pass
+    if os.getppid() != sweep_pid:  # the sweep died before prctl took effect
+        print(f"jaxlab sweep: the sweep process {sweep_pid} is gone; not starting `jaxlab {' '.join(args)}`",
+              file=sys.stderr)
+        return 1
+    sys.argv = ["jaxlab", *args]
+    from jaxlab.cli import main as jaxlab_main
+
+    return jaxlab_main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

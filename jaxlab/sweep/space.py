@@ -1,0 +1,345 @@
+"""The search space of a sweep: the TOML file format, its parsing, and its checks against the config
+schema, all before anything runs. Pure data and config checks: no Optuna, no JAX.
+
+A sweep file holds one ``[sweep]`` table. Keys with a dot are hyperparameters ("section.key" of the
+config, or "env.PARAM"); the others are settings::
+
+    [sweep]
+    metric = "episode_return"   # a metrics.jsonl key
+    direction = "maximize"      # or "minimize"
+    average_last = 0.25         # objective = mean of the metric over the updates in the last 25% of
+                                # the run's agent-steps (updates that ended no episode are skipped),
+                                # then the mean of that over the trial's seeds
+    objective = "score"         # or "score,cost": also minimise the run's wall time (seconds)
+    sampler = "tpe"             # tpe or cmaes (cmaes: single objective)
+    pruner = "median"           # median, hyperband or none
+    reports = 10                # the metric is reported at each tenth of a run (the pruner's steps)
+    warmup = 0.3                # the median pruner stops nothing in the first 30% of a run
+    startup_trials = 5          # trials sampled at random (and never pruned) before TPE models
+    trials = 20                 # trials in the study (--trials)
+    seeds = 1                   # seeds per trial (--seeds)
+    "train.learning_rate" = {low = 1e-4, high = 1e-2, log = true}   # a float, log-uniform
+    "train.update_epochs" = {low = 1, high = 4}                     # an int (the schema's type)
+    "train.bptt_horizon" = {low = 8, high = 32, step = 8}           # an int with a step
+    "policy.hidden_size" = {choices = [64, 128, 256]}               # categorical
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from jaxlab.config import SECTIONS, Config, ConfigError, as_layer, build_config, coerce, coerce_key, derive_sizes
+
+#: Keys that are not hyperparameters: set per trial by the sweep, or by --seeds, or bookkeeping.
+NOT_SWEPT = {"train.seed": "seeds are --seeds S (each trial runs S seeds and averages them)",
+             "vec.num_threads": "the sweep sets it per trial from --parallel (it never changes results)",
+             "device.memory_fraction": "the sweep sets it per trial from --parallel (about 0.9/K on a GPU)"}
+NOT_SWEPT_SECTIONS = ("checkpoint", "log")
+#: metrics.jsonl keys that a trainer writes for every env (the env's statistics come on top).
+TRAINER_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance",
+                   "grad_norm", "sps")
+SAMPLERS = ("tpe", "cmaes")
+PRUNERS = ("median", "hyperband", "none")
+OBJECTIVES = ("score", "score,cost")
+DIRECTIONS = ("maximize", "minimize")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One hyperparameter: "section.key" and its distribution (float, int or categorical)."""
+
+    name: str
+    kind: str                     # "float", "int" or "categorical"
+    low: float | int | None = None
+    high: float | int | None = None
+    log: bool = False
+    step: float | int | None = None
+    choices: tuple = ()
+
+    def describe(self) -> str:
+        if self.kind == "categorical":
+            return f"{self.name} in {list(self.choices)}"
+        scale = ", log" if self.log else ""
+        step = f", step {self.step}" if self.step is not None else ""
+        return f"{self.name} {self.kind} in [{self.low}, {self.high}]{scale}{step}"
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A parsed sweep file: the hyperparameters and how trials are scored, sampled and pruned."""
+
+    params: tuple[Param, ...]
+    metric: str = "episode_return"
+    direction: str = "maximize"
+    average_last: float = 0.25
+    objective: str = "score"
+    sampler: str = "tpe"
+    pruner: str = "median"
+    reports: int = 10
+    warmup: float = 0.3
+    startup_trials: int = 5
+    trials: int = 20
+    seeds: int = 1
+    source: str = field(default="", compare=False)
+
+    @property
+    def multi_objective(self) -> bool:
+        return self.objective == "score,cost"
+
+    @property
+    def directions(self) -> list[str]:
+        """Optuna's directions: the metric's, then "minimize" for the cost (wall time) when multi."""
+        return [self.direction, "minimize"] if self.multi_objective else [self.direction]
+
+    def to_dict(self) -> dict:
+        """JSON-able form, stored with the study so that a resumed sweep uses the same space."""
+        data = asdict(self)
+        data["params"] = [{**asdict(p), "choices": list(p.choices)} for p in self.params]
+        data.pop("source")
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> SweepSpec:
+        params = tuple(Param(**{**p, "choices": tuple(p["choices"])}) for p in data["params"])
+        return cls(**{**data, "params": params}, source="the study")
+
+
+#: Settings: name -> (type, default); the defaults are SweepSpec's.
+SETTINGS = {f.name: f.type for f in fields(SweepSpec) if f.name not in ("params", "source")}
+
+
+def default_sweep_file(env_name: str) -> Path:
+    """configs/sweeps/ENV.toml."""
+    from jaxlab.config import configs_dir
+
+    return configs_dir() / "sweeps" / f"{env_name}.toml"
+
+
+def read_sweep_file(path: str | Path) -> dict:
+    """The [sweep] table of ``path``, hyperparameter keys flattened to "section.key" (a quoted key
+    "train.learning_rate" and a dotted one train.learning_rate both work)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"sweep file {path} does not exist; pass --sweep FILE (see configs/sweeps/ for examples)")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"sweep file {path} is not valid TOML: {err}") from None
+    if set(data) != {"sweep"}:
+        extra = ", ".join(sorted(set(data) - {"sweep"})) or "nothing"
+        raise ConfigError(f"sweep file {path} must hold one [sweep] table (found {extra}); put every key under [sweep]")
+    return dict(_flatten(data["sweep"]))
+
+
+def _flatten(table: dict, prefix: str = ""):
+    for key, value in table.items():
+        name = f"{prefix}{key}"
+        is_distribution = isinstance(value, dict) and ({"low", "high", "choices"} & set(value))
+        if isinstance(value, dict) and not is_distribution:
+            yield from _flatten(value, f"{name}.")
+        else:
+            yield name, value
+
+
+def parse_spec(table: dict, env_name: str, source: str, overrides: dict | None = None) -> SweepSpec:
+    """A SweepSpec from a flattened [sweep] table (settings from ``overrides``, e.g. the command line's
+    --trials, win); ConfigError naming the key, the value and a fix for anything malformed. The
+    config schema is consulted for the keys and types; ``check_space`` checks values against a config."""
+    settings: dict[str, Any] = {}
+    params = []
+    for key, value in table.items():
+        if "." in key:
+            params.append(parse_param(key, value, env_name, source))
+        elif key in SETTINGS:
+            settings[key] = value
+        else:
+            close = difflib.get_close_matches(key, list(SETTINGS), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ConfigError(f"unknown sweep setting {key!r} in {source}; {hint}settings: {', '.join(SETTINGS)}; "
+                              "hyperparameters are written \"section.key\"")
+    settings.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    if not params:
+        raise ConfigError(f"{source} has no hyperparameter to search; add one, e.g. "
+                          "\"train.learning_rate\" = {low = 1e-4, high = 1e-2, log = true}")
+    spec = SweepSpec(params=tuple(params), source=source, **{k: _setting(k, v, source) for k, v in settings.items()})
+    return check_settings(spec, env_name)
+
+
+def _setting(key: str, value: Any, source: str) -> Any:
+    kind = SETTINGS[key]
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"sweep setting {key}={value!r} in {source} must be an integer")
+        return value
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"sweep setting {key}={value!r} in {source} must be a number")
+        return float(value)
+    if not isinstance(value, str):
+        raise ConfigError(f"sweep setting {key}={value!r} in {source} must be a string")
+    return value.strip().lower().replace(" ", "")
+
+
+def check_settings(spec: SweepSpec, env_name: str) -> SweepSpec:
+    """ConfigError for a setting out of its range or not among its names (naming it and a fix)."""
+    from jaxlab.config import check_choice
+    from jaxlab.env import env_type
+
+    where = spec.source
+    check_choice(f"sweep setting direction (in {where})", spec.direction, DIRECTIONS)
+    check_choice(f"sweep setting objective (in {where})", spec.objective, OBJECTIVES)
+    check_choice(f"sweep setting sampler (in {where})", spec.sampler, SAMPLERS)
+    check_choice(f"sweep setting pruner (in {where})", spec.pruner, PRUNERS)
+    known = (*env_type(env_name).log_names, *TRAINER_METRICS)
+    if spec.metric not in known:
+        close = difflib.get_close_matches(spec.metric, known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ConfigError(f"sweep metric {spec.metric!r} (in {where}) is not a metric of {env_name} runs; "
+                          f"{hint}use one of {', '.join(known)}")
+    if not 0 < spec.average_last <= 1:
+        raise ConfigError(f"sweep setting average_last={spec.average_last} (in {where}) must be in (0, 1], "
+                          "e.g. 0.25 for the last quarter of the run")
+    if not 0 <= spec.warmup < 1:
+        raise ConfigError(f"sweep setting warmup={spec.warmup} (in {where}) must be in [0, 1), e.g. 0.3")
+    for key, low in (("reports", 1), ("seeds", 1), ("trials", 0), ("startup_trials", 0)):
+        if getattr(spec, key) < low:
+            raise ConfigError(f"sweep setting {key}={getattr(spec, key)} (in {where}) must be at least {low}")
+    if spec.multi_objective and spec.sampler == "cmaes":
+        raise ConfigError(f"sampler cmaes (in {where}) optimises one objective, not score,cost; "
+                          "use sampler tpe for the Pareto front, or objective score")
+    return spec
+
+
+def schema_type(name: str, env_name: str) -> type | str:
+    """The type of config key ``name`` ("section.key" or "env.PARAM"); ConfigError for an unknown key
+    or one that is not a hyperparameter (naming why and what to do)."""
+    from jaxlab.env import env_type
+
+    section, _, key = name.partition(".")
+    key = key.replace("-", "_")
+    if section == "env":
+        params = {p.name: p for p in env_type(env_name).params}
+        if key not in params:
+            close = difflib.get_close_matches(key, list(params), n=1)
+            hint = f"did you mean 'env.{close[0]}'? " if close else ""
+            raise ConfigError(f"unknown sweep key {name!r}: {env_name} has no parameter {key!r}; {hint}"
+                              f"its parameters: {', '.join(params) or 'none'}")
+        return int if params[key].is_int else float
+    if section not in SECTIONS:
+        close = difflib.get_close_matches(section, ["env", *SECTIONS], n=1)
+        hint = f"did you mean '{close[0]}.{key}'? " if close else ""
+        raise ConfigError(f"unknown sweep key {name!r}: no config section {section!r}; {hint}"
+                          f"sections: env, {', '.join(SECTIONS)}")
+    types = {f.name: f.type for f in fields(SECTIONS[section])}
+    if key not in types:
+        close = difflib.get_close_matches(key, list(types), n=1)
+        hint = f"did you mean '{section}.{close[0]}'? " if close else ""
+        raise ConfigError(f"unknown sweep key {name!r}; {hint}keys of [{section}]: {', '.join(types)}")
+    full = f"{section}.{key}"
+    if full in NOT_SWEPT:
+        raise ConfigError(f"sweep key {full!r} cannot be searched: {NOT_SWEPT[full]}; remove it from the sweep file")
+    if section in NOT_SWEPT_SECTIONS:
+        raise ConfigError(f"sweep key {full!r} cannot be searched: [{section}] is bookkeeping, not a hyperparameter; "
+                          "set it with a flag (--{section}.KEY VALUE) for every trial instead")
+    return {"int": int, "float": float, "bool": bool, "str": str}.get(types[key], types[key])
+
+
+def parse_param(name: str, value: Any, env_name: str, source: str) -> Param:
+    """One hyperparameter from its TOML value; ConfigError naming it for anything malformed."""
+    kind = schema_type(name, env_name)
+    section, _, key = name.partition(".")
+    name = f"{section}.{key.replace('-', '_')}"
+    where = f"sweep key {name!r} (in {source})"
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where} = {value!r} must be a table: {{low = ..., high = ...}} or {{choices = [...]}}")
+    allowed = {"choices"} if "choices" in value else {"low", "high", "log", "step"}
+    extra = set(value) - allowed
+    if extra:
+        raise ConfigError(f"{where} has {', '.join(sorted(extra))}, which goes not with "
+                          f"{'choices' if 'choices' in value else 'low/high'}; use {{low, high, log, step}} or "
+                          "{choices = [...]}")
+    if "choices" in value:
+        choices = value["choices"]
+        if not isinstance(choices, list) or not choices:
+            raise ConfigError(f"{where}: choices = {choices!r} must be a non-empty list, e.g. choices = [64, 128]")
+        coerced = []
+        for choice in choices:
+            if isinstance(choice, (dict, list)):
+                raise ConfigError(f"{where}: choice {choice!r} must be a number, a string or a boolean")
+            coerced.append(coerce(choice, kind, name) if section == "env" else coerce_key(section, key, choice, kind))
+        if len(set(map(repr, coerced))) != len(coerced):
+            raise ConfigError(f"{where}: choices {choices!r} repeat a value; list each once")
+        return Param(name, "categorical", choices=tuple(coerced))
+    if kind not in (int, float):
+        raise ConfigError(f"{where}: {name} is a {getattr(kind, '__name__', kind)} key, not a number; "
+                          "give {choices = [...]} instead of low/high")
+    if "low" not in value or "high" not in value:
+        raise ConfigError(f"{where} needs both low and high, e.g. {{low = 1e-4, high = 1e-2}}")
+    low, high, log, step = value["low"], value["high"], value.get("log", False), value.get("step")
+    if not isinstance(log, bool):
+        raise ConfigError(f"{where}: log = {log!r} must be true or false")
+    for label, number in (("low", low), ("high", high), ("step", step)):
+        if number is None:
+            continue
+        if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
+            raise ConfigError(f"{where}: {label} = {number!r} must be a finite number")
+        if kind is int and not isinstance(number, int):
+            raise ConfigError(f"{where}: {label} = {number!r} must be an integer ({name} is an integer key)")
+    if not low < high:
+        raise ConfigError(f"{where}: low = {low} must be less than high = {high}")
+    if log and low <= 0:
+        raise ConfigError(f"{where}: log = true needs low > 0 (low = {low}); raise low, e.g. {high / 100:g}")
+    if step is not None:
+        if step <= 0:
+            raise ConfigError(f"{where}: step = {step} must be positive")
+        if log and not (kind is int and step == 1):
+            raise ConfigError(f"{where}: step and log = true do not go together; drop one")
+        if kind is int and (high - low) % step != 0:
+            raise ConfigError(f"{where}: high - low = {high - low} must be a multiple of step = {step}, "
+                              f"e.g. high = {low + (high - low) // step * step}")
+    return Param(name, "int" if kind is int else "float", low=kind(low), high=kind(high), log=log,
+                 step=None if step is None else kind(step))
+
+
+def apply_params(base: Config, params: dict[str, Any], seed: int | None = None) -> Config:
+    """``base`` with the hyperparameter values ``params`` ({"section.key": value}) and ``train.seed``."""
+    from jaxlab.env import env_type
+
+    values = as_layer(base)
+    for name, value in params.items():
+        section, _, key = name.partition(".")
+        values[section][key] = value
+    if seed is not None:
+        values["train"]["seed"] = seed
+    env_params = {p.name: p for p in env_type(base.env_name).params}
+    return build_config(base.env_name, values, env_params, base.preset)
+
+
+def check_config(config: Config):
+    """The config's sizes (ConfigError when it breaks an invariant or an env parameter's range)."""
+    from jaxlab.config import memory
+
+    shape = memory.env_shape(config)
+    return derive_sizes(config, shape.agents_per_env)
+
+
+def corners(param: Param) -> list:
+    """The values of ``param`` that its checks try: both ends, or every choice."""
+    return list(param.choices) if param.kind == "categorical" else [param.low, param.high]
+
+
+def check_space(spec: SweepSpec, base: Config) -> None:
+    """Each end of each range and each choice, set alone on ``base``, must give a config that passes
+    the config's own checks; ConfigError naming the sweep key, the value and the broken rule."""
+    for param in spec.params:
+        for value in corners(param):
+            try:
+                check_config(apply_params(base, {param.name: value}))
+            except ConfigError as err:
+                raise ConfigError(f"sweep key {param.name!r} = {value!r} (in {spec.source}) gives a config that "
+                                  f"cannot run: {err}") from None

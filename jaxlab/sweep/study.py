@@ -1,0 +1,231 @@
+"""The Optuna side of a sweep: storage, the study (created once, with its search space and base config
+stored in it), sampler and pruner, suggesting a trial's values, and the objective computed from a
+run's metrics records. Optuna is imported here and in results.py only.
+
+Objective of one run (one seed): the mean of ``spec.metric`` over the metrics records whose
+``global_step`` lies in the last ``average_last`` of the run's agent-steps (records of updates that
+ended no episode have no value and are skipped); a trial's score is the mean over its seeds, and its
+cost (objective "score,cost") the mean of its runs' wall time in seconds (the trainer's wall_time:
+JAX compilation and training, without the process start).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import math
+import warnings
+import zlib
+from pathlib import Path
+
+from jaxlab.config import ConfigError
+from jaxlab.sweep.space import SweepSpec
+
+JOURNAL = "study.journal"
+
+
+def quiet_optuna() -> None:
+    """Optuna logs every trial at INFO and warns about experimental APIs; the sweep prints its own lines."""
+    import optuna
+
+    optuna.logging.set_verbosity(logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+
+def storage_for(url: str | None, study_dir: Path):
+    """The Optuna storage: ``url`` None means Optuna's journal file STUDY_DIR/study.journal (safe for
+    several processes on one machine); postgresql://, mysql:// and sqlite:// URLs are RDB storages (many
+    machines on one database). postgresql:// is given to SQLAlchemy as postgresql+psycopg:// (psycopg 3)."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    if url is None:
+        study_dir.mkdir(parents=True, exist_ok=True)
+        return JournalStorage(JournalFileBackend(str(study_dir / JOURNAL)))
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        url = "postgresql+psycopg://" + url.split("://", 1)[1]
+    if not any(url.startswith(p) for p in ("postgresql", "mysql", "sqlite")):
+        raise ConfigError(f"--storage {url!r} is not a database URL; use postgresql://USER:PASSWORD@HOST/DB, "
+                          "mysql+pymysql://..., or leave it out for the study's journal file")
+    try:
+        return _rdb_storage(url)
+    except (ImportError, ModuleNotFoundError) as err:
+        raise ConfigError(f"--storage {url.split('://')[0]}: its database driver is missing ({err}); "
+                          "pip install 'jaxlab[sweep]' (psycopg for PostgreSQL) or pymysql for MySQL") from None
+    except optuna.exceptions.StorageInternalError as err:
+        raise ConfigError(f"--storage: cannot use the database ({str(err).splitlines()[0]}); check the URL, "
+                          "that the server runs and that the database exists") from None
+    except Exception as err:  # noqa: BLE001 - SQLAlchemy's OperationalError and friends: one line
+        raise ConfigError(f"--storage: cannot connect ({type(err).__name__}: {str(err).splitlines()[0]}); "
+                          "check the URL and that the server runs") from None
+
+
+def _rdb_storage(url: str, tries: int = 5):
+    """RDBStorage(url). Sweeps started together on a new database race to create Optuna's tables (the
+    loser's CREATE TABLE fails on a duplicate key); the loser tries again once the tables exist."""
+    import time
+
+    from optuna.storages import RDBStorage
+    from sqlalchemy.exc import IntegrityError, ProgrammingError
+
+    for attempt in range(tries):
+        try:
+            return RDBStorage(url)
+        except (IntegrityError, ProgrammingError):
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def make_sampler(spec: SweepSpec, seed: int | None = None):
+    """TPE (single or multi-objective; constant liar so that parallel trials spread out) or CMA-ES."""
+    import optuna
+
+    if spec.sampler == "cmaes":
+        return optuna.samplers.CmaEsSampler(n_startup_trials=spec.startup_trials, seed=seed)
+    return optuna.samplers.TPESampler(n_startup_trials=spec.startup_trials, seed=seed, constant_liar=True,
+                                      multivariate=True)
+
+
+def make_pruner(spec: SweepSpec):
+    """Median (after ``startup_trials`` trials, and from the first report at or past ``warmup`` of a
+    run) or Hyperband over the
+    ``reports`` steps of a run; none for multi-objective studies (Optuna prunes on one value)."""
+    import optuna
+
+    if spec.pruner == "none" or spec.multi_objective:
+        return optuna.pruners.NopPruner()
+    if spec.pruner == "hyperband":
+        return optuna.pruners.HyperbandPruner(min_resource=1, max_resource=spec.reports, reduction_factor=3)
+    return optuna.pruners.MedianPruner(n_startup_trials=max(spec.startup_trials, 1),
+                                       n_warmup_steps=math.ceil(spec.warmup * spec.reports))
+
+
+def open_study(name: str, storage, spec: SweepSpec | None, base_toml: str | None, env_name: str):
+    """(study, spec, base config TOML) of study ``name``: created with ``spec`` and ``base_toml`` stored
+    in it when new; when it exists, its stored spec and base are returned (a spec or base given that
+    differs is a ConfigError naming the first difference). ``spec`` None: the study must exist."""
+    import optuna
+
+    try:
+        summaries = {s.study_name: s for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+    except Exception as err:  # noqa: BLE001 - a broken journal or database: one line
+        raise ConfigError(f"cannot read the study storage ({type(err).__name__}: {str(err).splitlines()[0]})") from None
+    if name not in summaries:
+        if spec is None:
+            known = ", ".join(sorted(summaries)) or "none"
+            raise ConfigError(f"no study {name!r} in this storage (studies: {known}); run a sweep first: "
+                              f"jaxlab sweep {env_name} --study {name}")
+        study = optuna.create_study(study_name=name, storage=storage, directions=spec.directions,
+                                    sampler=make_sampler(spec), pruner=make_pruner(spec), load_if_exists=True)
+        if "sweep" not in study.user_attrs:
+            study.set_user_attr("sweep", spec.to_dict())
+            study.set_user_attr("base_config", base_toml)
+            study.set_user_attr("env_name", env_name)
+    attrs = summaries[name].user_attrs if name in summaries else optuna.load_study(
+        study_name=name, storage=storage).user_attrs
+    stored_env = attrs.get("env_name", env_name)
+    if stored_env != env_name:
+        raise ConfigError(f"study {name!r} is a sweep of {stored_env!r}, not {env_name!r}; "
+                          f"run `jaxlab sweep {stored_env} --study {name}`")
+    stored = SweepSpec.from_dict(attrs["sweep"])
+    stored_base = attrs["base_config"]
+    if spec is not None and name in summaries:
+        check_same(name, spec, stored, base_toml, stored_base)
+    study = optuna.load_study(study_name=name, storage=storage, sampler=make_sampler(stored),
+                              pruner=make_pruner(stored))
+    return study, stored, stored_base
+
+
+#: Settings a resumed sweep may change: they shape how many trials run, not what a trial is.
+RUN_SETTINGS = ("trials", "source")
+
+
+def check_same(name: str, spec: SweepSpec, stored: SweepSpec, base_toml: str | None, stored_base: str) -> None:
+    """ConfigError when a resumed study is given another search space, scoring or base config."""
+    from dataclasses import fields
+
+    for f in fields(SweepSpec):
+        if f.name not in RUN_SETTINGS and getattr(spec, f.name) != getattr(stored, f.name):
+            raise ConfigError(f"study {name!r} was created with {f.name} = {_short(getattr(stored, f.name))}, not "
+                              f"{_short(getattr(spec, f.name))}; resume it with the same sweep file and options "
+                              "(or `jaxlab sweep ENV --study NAME` alone), or start a new --study")
+    if base_toml is not None and base_toml != stored_base:
+        from jaxlab.config import config_from_toml
+        from jaxlab.train.trainer import config_changes
+
+        changes = [c for c in config_changes(config_from_toml(stored_base), config_from_toml(base_toml))
+                   if not c[0].startswith(("log.", "checkpoint.")) and c[0] != "preset"]
+        if changes:
+            key, old, new = changes[0]
+            raise ConfigError(f"study {name!r} was created with {key} = {old!r}, not {new!r}; resume it with the "
+                              "same --preset/--config/flags (or `jaxlab sweep ENV --study NAME` alone), or start "
+                              "a new --study")
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) < 120 else text[:117] + "..."
+
+
+def suggest(trial, spec: SweepSpec) -> dict:
+    """The trial's values of every hyperparameter ({"section.key": value}), from the sampler."""
+    values = {}
+    for p in spec.params:
+        if p.kind == "categorical":
+            values[p.name] = trial.suggest_categorical(p.name, list(p.choices))
+        elif p.kind == "int":
+            values[p.name] = trial.suggest_int(p.name, p.low, p.high, step=p.step or 1, log=p.log)
+        else:
+            values[p.name] = trial.suggest_float(p.name, p.low, p.high, step=p.step, log=p.log)
+    return values
+
+
+def window_mean(records: list[dict], metric: str, end_step: int, width: float) -> float | None:
+    """Mean of ``metric`` over ``records`` (metrics.jsonl objects) with end_step - width < global_step
+    <= end_step, skipping records where it is None; None when no record in the window has a value."""
+    values = [r[metric] for r in records
+              if end_step - width < r["global_step"] <= end_step and r.get(metric) is not None]
+    return sum(values) / len(values) if values else None
+
+
+def run_score(records: list[dict], spec: SweepSpec, total_steps: int) -> float | None:
+    """The objective of one finished run: window_mean over its last ``average_last`` of ``total_steps``."""
+    if not records:
+        return None
+    return window_mean(records, spec.metric, records[-1]["global_step"], spec.average_last * total_steps)
+
+
+def report_step(record: dict, total_steps: int, reports: int) -> int:
+    """How many of a run's ``reports`` report points (at each 1/reports of ``total_steps``) its record
+    has passed: 0 before the first, ``reports`` at the last update."""
+    return min(reports, record["global_step"] * reports // total_steps)
+
+
+@contextlib.contextmanager
+def ask_lock(storage, study_name: str, lock_dir: Path):
+    """Held while a sweep process counts the study's trials and asks for a new one, so that sweeps
+    sharing the study never ask for more than its target: a PostgreSQL advisory lock (or MySQL's
+    GET_LOCK) for a database storage, shared by every machine; a file lock in ``lock_dir`` otherwise."""
+    engine = getattr(storage, "engine", None)
+    dialect = engine.dialect.name if engine is not None else None
+    if dialect in ("postgresql", "mysql"):
+        import sqlalchemy
+
+        key = zlib.crc32(f"jaxlab sweep {study_name}".encode())
+        take, give = (("SELECT pg_advisory_lock(:k)", "SELECT pg_advisory_unlock(:k)") if dialect == "postgresql"
+                      else ("SELECT GET_LOCK(:k, -1)", "SELECT RELEASE_LOCK(:k)"))
+        with engine.connect() as connection:
+            connection.execute(sqlalchemy.text(take), {"k": key if dialect == "postgresql" else str(key)})
+            try:
+                yield
+            finally:
+                connection.execute(sqlalchemy.text(give), {"k": key if dialect == "postgresql" else str(key)})
+        return
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with open(lock_dir / "ask.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield

@@ -1,0 +1,202 @@
+"""Sweeps without training: the search-space file and its checks against the config schema (exit 2,
+one line), the objective's window mean and report points, the split of the machine between parallel
+trials, following a metrics file, and the samplers on an in-memory study."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import ENV_NAMES
+
+from jaxlab.config import ConfigError, load_config, to_toml
+from jaxlab.sweep import study as study_lib
+from jaxlab.sweep.space import (SweepSpec, apply_params, check_space, default_sweep_file, parse_spec,
+                                read_sweep_file)
+from jaxlab.sweep.supervisor import param_flags
+from jaxlab.sweep.trials import MetricsFollower, plan_slots
+
+GOOD = {"metric": "episode_return", "trials": 4, "train.learning_rate": {"low": 1e-4, "high": 1e-2, "log": True},
+        "train.update_epochs": {"low": 1, "high": 4}, "train.bptt_horizon": {"low": 8, "high": 32, "step": 8},
+        "policy.hidden_size": {"choices": [32, 64]}, "train.norm_adv": {"choices": [True, False]}}
+
+
+def spec_of(table, env="cartpole"):
+    return parse_spec(table, env, "test.toml")
+
+
+def error_of(table, env="cartpole", base_flags=()):
+    with pytest.raises(ConfigError) as info:
+        spec = spec_of(table, env)
+        check_space(spec, load_config(env, flags=list(base_flags))[0])
+    return str(info.value)
+
+
+def test_a_good_file_parses_to_typed_distributions(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text('[sweep]\nmetric = "episode_return"\naverage_last = 0.5\n'
+                    '"train.learning_rate" = {low = 1e-4, high = 1e-2, log = true}\n'
+                    'train.update_epochs = {low = 1, high = 4}\n'  # a dotted key works like a quoted one
+                    '"policy.hidden_size" = {choices = [32, 64]}\n')
+    spec = spec_of(read_sweep_file(path))
+    kinds = {p.name: (p.kind, p.low, p.high, p.log, p.choices) for p in spec.params}
+    assert kinds == {"train.learning_rate": ("float", 1e-4, 1e-2, True, ()),
+                     "train.update_epochs": ("int", 1, 4, False, ()),
+                     "policy.hidden_size": ("categorical", None, None, False, (32, 64))}
+    assert spec.average_last == 0.5 and spec.directions == ["maximize"]
+    assert SweepSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec  # as stored in the study
+
+
+def test_every_env_has_a_default_sweep_file_that_passes_the_checks():
+    for env in ENV_NAMES:
+        spec = spec_of(read_sweep_file(default_sweep_file(env)), env)
+        check_space(spec, load_config(env, preset="cpu")[0])
+        assert spec.params, env
+
+
+@pytest.mark.parametrize("table, expected", [
+    ({"train.learning_rat": {"low": 1e-4, "high": 1e-2}}, "unknown sweep key 'train.learning_rat'; did you mean "
+                                                          "'train.learning_rate'?"),
+    ({"trian.gamma": {"low": 0.9, "high": 0.99}}, "no config section 'trian'; did you mean 'train.gamma'?"),
+    ({"env.max_step": {"low": 10, "high": 20}}, "cartpole has no parameter 'max_step'; did you mean 'env.max_steps'?"),
+    ({"train.seed": {"low": 0, "high": 9}}, "'train.seed' cannot be searched: seeds are --seeds S"),
+    ({"log.interval": {"low": 1.0, "high": 2.0}}, "'log.interval' cannot be searched: [log] is bookkeeping"),
+    ({"train.gamma": {"low": 0.99, "high": 0.9}}, "low = 0.99 must be less than high = 0.9"),
+    ({"train.learning_rate": {"low": 0.0, "high": 0.1, "log": True}}, "log = true needs low > 0 (low = 0.0)"),
+    ({"train.update_epochs": {"low": 1.5, "high": 4}}, "low = 1.5 must be an integer (train.update_epochs is an "
+                                                       "integer key)"),
+    ({"train.bptt_horizon": {"low": 8, "high": 30, "step": 8}}, "high - low = 22 must be a multiple of step = 8"),
+    ({"policy.lstm": {"low": 0, "high": 1}}, "policy.lstm is a bool key, not a number; give {choices = [...]}"),
+    ({"policy.hidden_size": {"choices": [64, "big"]}}, "policy.hidden_size='big' is not an integer"),
+    ({"train.gamma": {"low": 0.9, "high": 1.5}}, "'train.gamma' = 1.5 (in test.toml) gives a config that cannot "
+                                                 "run: train.gamma=1.5 must be in (0, 1]"),
+    ({"train.minibatch_size": {"choices": [256, 300]}}, "'train.minibatch_size' = 300 (in test.toml) gives a config "
+                                                        "that cannot run: train.minibatch_size=300 must be a "
+                                                        "multiple of train.bptt_horizon=16"),
+    ({"env.max_steps": {"low": 0, "high": 500}}, "'env.max_steps' = 0 (in test.toml) gives a config that cannot run"),
+    ({"metric": "episode_retrun", "train.gamma": {"low": 0.9, "high": 0.99}}, "sweep metric 'episode_retrun' (in "
+                                                                              "test.toml) is not a metric of cartpole "
+                                                                              "runs; did you mean 'episode_return'?"),
+    ({"objective": "score,cost", "sampler": "cmaes", "train.gamma": {"low": 0.9, "high": 0.99}},
+     "sampler cmaes (in test.toml) optimises one objective, not score,cost"),
+    ({"pruner": "medain", "train.gamma": {"low": 0.9, "high": 0.99}}, "did you mean 'median'?"),
+    ({"averge_last": 0.2, "train.gamma": {"low": 0.9, "high": 0.99}}, "unknown sweep setting 'averge_last' in "
+                                                                      "test.toml; did you mean 'average_last'?"),
+    ({"average_last": 0.0, "train.gamma": {"low": 0.9, "high": 0.99}}, "average_last=0.0 (in test.toml) must be "
+                                                                       "in (0, 1]"),
+    ({"metric": "episode_return"}, "test.toml has no hyperparameter to search"),
+])
+def test_bad_search_spaces_name_the_key_the_value_and_a_fix(table, expected):
+    assert expected in error_of(table)
+
+
+def test_a_bad_sweep_file_exits_2_with_one_line_before_anything_runs(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text('[sweep]\n"train.gamma" = {low = 0.9, high = 1.5}\n')
+    result = subprocess.run([sys.executable, "-m", "jaxlab.cli", "sweep", "cartpole", "--sweep", str(path),
+                             "--root", str(tmp_path / "sweeps"), "--study", "s"], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"jaxlab sweep: error: sweep key 'train.gamma' = 1.5 (in {path}) gives a config that cannot run: "
+        "train.gamma=1.5 must be in (0, 1], e.g. 0.99"]
+    assert not (tmp_path / "sweeps" / "s").exists() or not any((tmp_path / "sweeps" / "s").glob("trial-*"))
+
+
+def test_show_of_a_study_that_does_not_exist_exits_2(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "jaxlab.cli", "sweep", "cartpole", "--study", "nope", "--root",
+                             str(tmp_path), "--show"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "no study 'nope' in" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_apply_params_and_the_trial_flags_give_the_same_config():
+    """A trial's values reach `jaxlab train` as flags; floats must survive the trip exactly."""
+    from jaxlab.config import load_config
+
+    base, _ = load_config("cartpole")
+    params = {"train.learning_rate": 0.0012345678901234567, "policy.hidden_size": 64, "train.norm_adv": False,
+              "train.anneal_lr": "cosine"}
+    direct = apply_params(base, params, seed=7)
+    via_flags, _ = load_config("cartpole", flags=[*param_flags(params), "--train.seed", "7"])
+    assert to_toml(direct) == to_toml(via_flags)
+    assert direct.train.learning_rate == 0.0012345678901234567 and direct.train.seed == 7
+
+
+def test_window_mean_and_report_points():
+    records = [{"global_step": 100 * u, "update": u, "episode_return": None if u == 9 else float(u)}
+               for u in range(1, 11)]
+    spec = spec_of({**GOOD, "average_last": 0.3})
+    # the last 30% of 1,000 steps: steps 800, 900 (None: skipped) and 1,000
+    assert study_lib.run_score(records, spec, 1000) == (8.0 + 10.0) / 2
+    assert study_lib.window_mean(records, "episode_return", 500, 250) == (3.0 + 4.0 + 5.0) / 3
+    assert study_lib.window_mean(records, "episode_return", 900, 50) is None
+    # 4 report points at 250, 500, 750 and 1,000 steps
+    assert [study_lib.report_step(r, 1000, 4) for r in records] == [0, 0, 1, 1, 2, 2, 2, 3, 3, 4]
+
+
+def test_cores_are_split_between_parallel_trials():
+    one = plan_slots(1, on_gpu=False, cores=[0, 1, 2, 3], max_threads=2)
+    assert (one[0].cores, one[0].num_threads, one[0].env) == (None, 2, {})  # one at a time: the machine as it is
+    two = plan_slots(2, on_gpu=False, cores=[0, 1, 2, 3], max_threads=8)
+    assert [s.cores for s in two] == [(0, 1), (2, 3)] and [s.num_threads for s in two] == [2, 2]
+    assert two[0].env["XLA_FLAGS"] == "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=2"
+    three = plan_slots(3, on_gpu=False, cores=[0, 1], max_threads=1)
+    assert [s.cores for s in three] == [(0,), (1,), (0,)]
+    gpu = plan_slots(4, on_gpu=True, cores=list(range(16)), max_threads=8)
+    assert [s.memory_fraction for s in gpu] == [0.225] * 4 and [s.num_threads for s in gpu] == [4] * 4
+    assert gpu[0].flags() == ["--vec.num-threads", "4", "--device.memory-fraction", "0.225"]
+
+
+def test_child_environment_sets_the_memory_fraction_unless_the_user_did():
+    from jaxlab.sweep.trials import child_environment
+
+    slot = plan_slots(2, on_gpu=True, cores=[0, 1], max_threads=1)[0]
+    assert child_environment(slot, {})["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.45"
+    mine = child_environment(slot, {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"})
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in mine and mine["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    cpu = plan_slots(2, on_gpu=False, cores=[0, 1], max_threads=1)[0]
+    flags = child_environment(cpu, {"XLA_FLAGS": "--xla_dump_to=/tmp/x"})["XLA_FLAGS"]
+    assert flags.startswith("--xla_dump_to=/tmp/x --xla_cpu_multi_thread_eigen=false")
+
+
+def test_metrics_follower_reads_complete_lines_and_rereads_a_truncated_file(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    follower = MetricsFollower(path)
+    assert not follower.poll()  # no file yet
+    lines = [json.dumps({"update": u, "global_step": u}) for u in (1, 2, 3)]
+    path.write_text(lines[0] + "\n" + lines[1][:5])  # a line being written
+    assert follower.poll() and list(follower.records) == [1]
+    path.write_text("\n".join(lines) + "\n")
+    follower.poll()
+    assert [r["update"] for r in follower.ordered()] == [1, 2, 3]
+    path.write_text(lines[0] + "\n")  # a resume dropped the records after its checkpoint
+    follower.poll()
+    assert list(follower.records) == [1]
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "cmaes"])
+def test_samplers_suggest_values_inside_the_space(sampler):
+    import optuna
+
+    study_lib.quiet_optuna()
+    spec = spec_of({**GOOD, "sampler": sampler, "startup_trials": 2})
+    study = optuna.create_study(directions=spec.directions, sampler=study_lib.make_sampler(spec, seed=0))
+    for _ in range(6):
+        trial = study.ask()
+        values = study_lib.suggest(trial, spec)
+        assert 1e-4 <= values["train.learning_rate"] <= 1e-2 and values["train.update_epochs"] in range(1, 5)
+        assert values["train.bptt_horizon"] in (8, 16, 24, 32) and values["policy.hidden_size"] in (32, 64)
+        study.tell(trial, values["train.update_epochs"] + values["train.learning_rate"])
+    assert isinstance(study.sampler, optuna.samplers.CmaEsSampler if sampler == "cmaes" else optuna.samplers.TPESampler)
+
+
+def test_pruners_follow_the_settings():
+    import optuna
+
+    hyperband = study_lib.make_pruner(spec_of({**GOOD, "pruner": "hyperband", "reports": 9}))
+    assert isinstance(hyperband, optuna.pruners.HyperbandPruner) and hyperband._max_resource == 9
+    median = study_lib.make_pruner(spec_of({**GOOD, "reports": 10, "warmup": 0.25, "startup_trials": 3}))
+    assert (median._n_warmup_steps, median._n_startup_trials) == (3, 3)  # from report 3 of 10 (30% >= 25%)
+    multi = study_lib.make_pruner(spec_of({**GOOD, "objective": "score,cost"}))
+    assert isinstance(multi, optuna.pruners.NopPruner)  # Optuna prunes on one value only
