@@ -6,7 +6,7 @@ presets.current_devices (and memory.current_limit and memory.out_of_memory_messa
 from jaxlab.config.layers import (apply_layer, as_layer, build_config, coerce, coerce_key,
                                   config_from_toml, configs_dir, env_args, env_kind, load_config,
                                   parse_bool, parse_flags,
-                                  preset_names, read_preset, read_toml, to_toml, toml_value)
+                                  preset_names, read_preset, read_toml, to_toml, toml_value, with_layer)
 from jaxlab.config.schema import (DASHBOARDS, MATMUL_PRECISIONS, PRECISIONS, SCHEDULE_ALIASES, SCHEDULES,
                                   SECTIONS, CheckpointConfig, Config, ConfigError, DeviceConfig, LogConfig,
                                   PolicyConfig, TrainConfig, VecConfig, field_help)
@@ -17,4 +17,4 @@ __all__ = ["CheckpointConfig", "Config", "ConfigError", "DASHBOARDS", "DeviceCon
            "Sizes", "TrainConfig", "VecConfig", "apply_layer", "as_layer", "build_config", "check_choice",
            "check_finite", "coerce", "coerce_key", "config_from_toml", "configs_dir", "env_args", "env_kind", "derive_sizes",
            "field_help", "load_config", "parse_bool", "parse_flags", "preset_names", "read_preset",
-           "read_toml", "to_toml", "toml_value"]
+           "read_toml", "to_toml", "toml_value", "with_layer"]

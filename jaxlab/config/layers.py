@@ -340,6 +340,15 @@ def as_layer(config: Config) -> dict[str, dict]:
     return {"env": {**env, **config.env}, **{s: dataclasses.asdict(getattr(config, s)) for s in SECTIONS}}
 
 
+def with_layer(config: Config, layer: dict, source: str = "override") -> Config:
+    """``config`` with a layer {section: {key: value}} on top (values coerced and checked like flags)."""
+    env_params = {p.name: p for p in env_kind(config.env_name, config.env_library or None).params}
+    values: dict[str, dict] = {"env": {}, **{s: {} for s in SECTIONS}}
+    apply_layer(values, as_layer(config), "config", {}, env_params)
+    apply_layer(values, layer, source, {}, env_params)
+    return build_config(config.env_name, values, env_params, config.preset)
+
+
 def env_args(config: Config) -> dict:
     """What jaxlab.make needs besides the name, num_envs, seed and threads: the library, the mask
     check and the env's parameters."""

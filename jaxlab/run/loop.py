@@ -165,6 +165,7 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
                 saves.close()
             except checkpoint.CheckpointError as err:
                 result.error = result.error or str(err)
+            result.stopped = result.stopped or stop.received  # a signal during the last update or the saves
             records.write_summary(run_dir, c.best_metric or "episode_return", stopped=result.stopped,
                                   error=result.error, checkpoint=result.checkpoint,
                                   resumed_from=result.resumed_from)

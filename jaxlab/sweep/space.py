@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from jaxlab.config import SECTIONS, Config, ConfigError, as_layer, build_config, coerce, coerce_key, derive_sizes
+from jaxlab.config import SECTIONS, Config, ConfigError, coerce, coerce_key, derive_sizes, with_layer
 
 #: Keys that are not hyperparameters: set per trial by the sweep, or by --seeds, or bookkeeping.
 NOT_SWEPT = {"train.seed": "seeds are --seeds S (each trial runs S seeds and averages them)",
@@ -308,16 +308,13 @@ def parse_param(name: str, value: Any, env_name: str, source: str) -> Param:
 
 def apply_params(base: Config, params: dict[str, Any], seed: int | None = None) -> Config:
     """``base`` with the hyperparameter values ``params`` ({"section.key": value}) and ``train.seed``."""
-    from jaxlab.env import env_type
-
-    values = as_layer(base)
+    layer: dict[str, dict] = {}
     for name, value in params.items():
         section, _, key = name.partition(".")
-        values[section][key] = value
+        layer.setdefault(section, {})[key] = value
     if seed is not None:
-        values["train"]["seed"] = seed
-    env_params = {p.name: p for p in env_type(base.env_name).params}
-    return build_config(base.env_name, values, env_params, base.preset)
+        layer.setdefault("train", {})["seed"] = seed
+    return with_layer(base, layer, "sweep")
 
 
 def check_config(config: Config):
