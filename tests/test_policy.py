@@ -254,3 +254,20 @@ def test_an_all_false_mask_row_stops_the_rollout_and_makes_the_loss_nan():
         record = {**trainer.train(), "update": 1}
         assert np.isnan(record["policy_loss"]) and "policy_loss" in nonfinite_losses(record)
 
+
+# ---- uint8 observations ----------------------------------------------------------------------------
+
+def test_uint8_observations_enter_the_encoder_divided_by_255():
+    policy, params = make(obs_dim=24)
+    pixels = jax.random.randint(KEY, (3, 4, 2, 6, 2), 0, 256).astype(jnp.uint8)  # [T, A, 2, 6, 2] images
+    resets = jnp.zeros((3, 4), bool).at[0].set(True)
+    scaled = pixels.astype(jnp.float32) / 255.0
+    as_u8 = policy.apply(params, zero_carry(4, 8), pixels, resets, method="unroll")
+    as_f32 = policy.apply(params, zero_carry(4, 8), scaled, resets, method="unroll")
+    raw = policy.apply(params, zero_carry(4, 8), pixels.astype(jnp.float32), resets, method="unroll")
+    np.testing.assert_array_equal(as_u8[1], as_f32[1])
+    np.testing.assert_array_equal(as_u8[2], as_f32[2])
+    assert not np.allclose(as_u8[1], raw[1], atol=1e-3)  # float32 observations are not scaled
+    _, head, value, _ = policy.apply(params, zero_carry(4, 8), pixels[0], resets[0])
+    np.testing.assert_allclose(head, as_f32[1][0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(value, as_f32[2][0], rtol=1e-5, atol=1e-6)
