@@ -224,3 +224,12 @@ def test_lure_renders_payoffs_with_illegal_ones_marked():
         marks = ["x" if legal == 0 else "" for legal in obs[4:]]
         shown = " ".join(f"{p:.2f}{m}" for p, m in zip(obs[:4], marks))
         assert env.render() == f"payoffs {shown} | step 0 of 8" and env.render().count("x") == 1
+
+
+def test_the_env_benchmark_steps_lure_despite_its_mask():
+    """`jaxlab bench` and scripts/bench_env.py step every env with random actions drawn in advance;
+    for lure they would be illegal now and then, so the benchmark turns its mask check off."""
+    from jaxlab.run.bench import env_steps_per_second
+
+    steps_per_second, per_call = env_steps_per_second("lure", 64, 0.05)
+    assert steps_per_second > 0 and per_call > 0
