@@ -4,10 +4,24 @@
 #define CENV_REGISTRY_H
 
 #include "envs/cartpole.h"
+#include "envs/lure.h"
 #include "envs/memory.h"
+#include "envs/multicue.h"
 #include "envs/pendulum.h"
+#include "envs/spot.h"
 #include "envs/target.h"
 
-#define CENV_REGISTRY {&cartpole_spec, &pendulum_spec, &memory_spec, &target_spec}
+#define CENV_REGISTRY_H
+
+#include "envs/cartpole.h"
+#include "envs/memory.h"
+#include "envs/pendulum.h"
+#include "envs/lure.h"
+#include "envs/multicue.h"
+#include "envs/spot.h"
+#include "envs/target.h"
+
+#define CENV_REGISTRY \
+    {&cartpole_spec, &pendulum_spec, &memory_spec, &target_spec, &multicue_spec, &spot_spec, &lure_spec}
 
 #endif

@@ -22,15 +22,29 @@ _spec.loader.exec_module(cenv_build)
 ENV_NAMES = tuple(env_types())
 
 
+def random_actions(env, rng: np.random.Generator) -> np.ndarray:
+    """Uniform random actions for every agent of ``env``: ``env.action_space.sample`` for an env without
+    a mask, else a uniform choice among each agent's legal actions (per component), so that strict
+    mask checking accepts them."""
+    if env.action_mask is None:
+        return env.action_space.sample(rng, env.num_agents)
+    nvec = getattr(env.action_space, "nvec", None) or (env.action_space.n,)
+    noise = np.where(env.action_mask, rng.random(env.action_mask.shape), -1.0)
+    bounds = np.cumsum(nvec)[:-1]
+    actions = np.stack([part.argmax(axis=1) for part in np.split(noise, bounds, axis=1)], axis=1)
+    return actions.astype(np.int32).reshape(env.actions.shape)
+
+
 def rollout(name: str, steps: int, num_envs: int = 8, seed: int = 0, num_threads: int = 1,
             action_seed: int = 0, **params):
-    """Steps ``name`` with seeded random actions; returns stacked copies of every output and the infos."""
+    """Steps ``name`` with seeded random (legal) actions; returns stacked copies of every output and the
+    infos."""
     rng = np.random.default_rng(action_seed)
     with jaxlab.make(name, num_envs=num_envs, seed=seed, num_threads=num_threads, **params) as env:
         record = {"obs": [env.reset().copy()], "rewards": [], "terminals": [], "truncations": []}
         infos = []
         for _ in range(steps):
-            obs, rewards, terminals, truncations, info = env.step(env.action_space.sample(rng, env.num_agents))
+            obs, rewards, terminals, truncations, info = env.step(random_actions(env, rng))
             record["obs"].append(obs.copy())
             record["rewards"].append(rewards.copy())
             record["terminals"].append(terminals.copy())

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import jaxlab
+from conftest import random_actions
 from jaxlab.env import env_types
 
 
@@ -13,13 +14,13 @@ def test_loaded_state_continues_exactly_in_another_vector(name):
     with jaxlab.make(name, num_envs=5, seed=3) as env, jaxlab.make(name, num_envs=5, seed=99, num_threads=2) as other:
         env.reset()
         for _ in range(137):  # past some episode ends
-            env.step(env.action_space.sample(rng, env.num_agents))
+            env.step(random_actions(env, rng))
         state = env.save_state()
         other.reset()
         other.load_state(state)
         np.testing.assert_array_equal(other.observations, env.observations)
         for _ in range(300):
-            actions = env.action_space.sample(rng, env.num_agents)
+            actions = random_actions(env, rng)
             a = [x.copy() if isinstance(x, np.ndarray) else x for x in env.step(actions)]
             b = other.step(actions.copy())
             for x, y in zip(a[:4], b[:4], strict=True):

@@ -162,3 +162,112 @@ def test_bfloat16_only_feeds_matmuls_which_accumulate_and_return_float32(method)
                 assert eqn.primitive.name == "convert_element_type", eqn
                 assert set(readers.get(id(var), [])) <= {"dot_general"}, (eqn, readers.get(id(var)))
     assert bf16_inputs == 3  # encoder, the LSTM's input projection and its recurrent matmul
+
+
+# ---- a mask row that allows nothing: never a silent action ---------------------------------------
+
+def test_a_discrete_mask_row_that_allows_nothing_gives_action_minus_one_and_nan():
+    spec = ActionSpec("discrete", (3,))
+    logits = jnp.array([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0]])
+    mask = jnp.array([[True, True, False], [False, False, False]])
+    draws = jax.vmap(lambda k: distributions.sample(spec, logits, None, k, mask))(jax.random.split(KEY, 200))
+    assert set(np.unique(draws[:, 0]).tolist()) == {0, 1} and set(draws[:, 1].tolist()) == {-1}
+    np.testing.assert_array_equal(distributions.deterministic(spec, logits, mask), [1, -1])
+    logp, entropy = distributions.log_prob_entropy(spec, logits, None, jnp.array([1, 0]), mask)
+    assert float(logp[0]) == pytest.approx(math.log(math.e**2 / (math.e + math.e**2)), rel=1e-5)
+    assert np.isfinite(entropy[0]) and np.isnan(logp[1]) and np.isnan(entropy[1])
+    # whatever action is asked about, -1 included: the row has no distribution to score it under
+    assert np.isnan(distributions.log_prob_entropy(spec, logits, None, jnp.array([1, -1]), mask)[0][1])
+
+
+def test_a_multi_discrete_factor_that_allows_nothing_gives_minus_one_in_that_component_only():
+    spec = ActionSpec("multi_discrete", (2, 3))
+    logits = jnp.zeros((2, 5)).at[:, 1].set(5.0).at[:, 4].set(5.0)
+    mask = jnp.array([[True, True, True, True, True],
+                      [True, True, False, False, False]])  # agent 1: component 1 has no legal action
+    jitted = jax.jit(lambda h, k, m: distributions.sample(spec, h, None, k, m))
+    draws = np.stack([jitted(logits, k, mask) for k in jax.random.split(KEY, 50)])
+    assert set(draws[:, 1, 1].tolist()) == {-1} and set(draws[:, 1, 0].tolist()) <= {0, 1}
+    assert (draws[:, 0] >= 0).all() and set(draws[:, 0, 1].tolist()) <= {0, 1, 2}
+    np.testing.assert_array_equal(distributions.deterministic(spec, logits, mask), [[1, 2], [1, -1]])
+    logp, entropy = jax.jit(lambda h, a, m: distributions.log_prob_entropy(spec, h, None, a, m))(
+        logits, jnp.array([[1, 2], [1, 0]]), mask)
+    assert np.isfinite(logp[0]) and np.isfinite(entropy[0]) and np.isnan(logp[1]) and np.isnan(entropy[1])
+
+
+def test_without_a_mask_or_with_a_full_one_nothing_is_nan():
+    spec = ActionSpec("multi_discrete", (2, 3))
+    logits = jax.random.normal(KEY, (4, 5))
+    actions = distributions.sample(spec, logits, None, KEY)
+    full = jnp.ones((4, 5), bool)
+    np.testing.assert_array_equal(actions, distributions.sample(spec, logits, None, KEY, full))
+    a, b = (distributions.log_prob_entropy(spec, logits, None, actions, m) for m in (None, full))
+    np.testing.assert_allclose(a[0], b[0], rtol=1e-6)
+    assert np.isfinite(a[0]).all() and np.isfinite(a[1]).all()
+
+
+@pytest.mark.parametrize("name, mask_check", [("lure", "strict"), ("lure", "off"), ("multicue", "strict")])
+def test_a_python_mask_that_allows_nothing_is_refused_at_the_vecenv_step(name, mask_check):
+    """A mask built in Python (lure's own with one row cleared; a made-up one for multicue, which has
+    none) gives agent 1 action -1, which the VecEnv refuses naming the agent, stepping nothing."""
+    import jaxlab
+
+    with jaxlab.make(name, num_envs=3, seed=0, mask_check=mask_check) as env:
+        env.reset()
+        spec = ActionSpec.from_space(env.action_space)
+        if env.action_mask is not None:
+            mask = env.action_mask.copy()
+            mask[1] = False
+        else:
+            mask = np.ones((3, spec.head_size), bool)
+            mask[1, spec.nvec[0] + spec.nvec[1]:] = False  # component 2 of agent 1
+        head = jnp.zeros((3, spec.head_size))
+        actions = np.asarray(distributions.sample(spec, head, None, KEY, jnp.asarray(mask)))
+        assert (actions[1] == -1).any() and (actions[[0, 2]] >= 0).all()
+        before = env.save_state()["cenv"]
+        component = " component 2" if name == "multicue" else ""
+        with pytest.raises(ValueError, match=rf"^agent 1{component} has action -1, out of range for "):
+            env.step(actions)
+        np.testing.assert_array_equal(env.save_state()["cenv"], before)
+
+
+def test_an_all_false_mask_row_stops_the_rollout_and_makes_the_loss_nan():
+    """Through the trainer: a segment whose mask has a row that allows nothing makes the PPO losses NaN,
+    which the training loop's non-finite check stops on; a rollout step with such a row is refused."""
+    from jaxlab.config import load_config
+    from jaxlab.observe.alerts import nonfinite_losses
+    from jaxlab.train.trainer import Trainer
+
+    config, _ = load_config("lure", flags=["--vec.num-envs", "8", "--train.bptt-horizon", "8",
+                                           "--train.minibatch-size", "16", "--policy.hidden-size", "16",
+                                           "--train.total-timesteps", "128"])
+    with Trainer(config) as trainer:
+        row = trainer.env.action_mask[6].copy()
+        trainer.env.action_mask[6] = False  # what the first policy call sees for agent 6
+        with pytest.raises(ValueError, match=r"^agent 6 has action -1, out of range for Discrete\(4\)"):
+            trainer.rollout.step(trainer.state.params)
+        trainer.env.action_mask[6] = row  # nothing was stepped: the env goes on from where it was
+        trainer.evaluate()
+        good = trainer.segment
+        assert good.masks is not None and good.masks.shape == (8, 8, 4) and bool(good.masks.any(-1).all())
+        trainer.segment = good._replace(masks=good.masks.at[3, 5].set(False))
+        record = {**trainer.train(), "update": 1}
+        assert np.isnan(record["policy_loss"]) and "policy_loss" in nonfinite_losses(record)
+
+
+# ---- uint8 observations ----------------------------------------------------------------------------
+
+def test_uint8_observations_enter_the_encoder_divided_by_255():
+    policy, params = make(obs_dim=24)
+    pixels = jax.random.randint(KEY, (3, 4, 2, 6, 2), 0, 256).astype(jnp.uint8)  # [T, A, 2, 6, 2] images
+    resets = jnp.zeros((3, 4), bool).at[0].set(True)
+    scaled = pixels.astype(jnp.float32) / 255.0
+    as_u8 = policy.apply(params, zero_carry(4, 8), pixels, resets, method="unroll")
+    as_f32 = policy.apply(params, zero_carry(4, 8), scaled, resets, method="unroll")
+    raw = policy.apply(params, zero_carry(4, 8), pixels.astype(jnp.float32), resets, method="unroll")
+    np.testing.assert_array_equal(as_u8[1], as_f32[1])
+    np.testing.assert_array_equal(as_u8[2], as_f32[2])
+    assert not np.allclose(as_u8[1], raw[1], atol=1e-3)  # float32 observations are not scaled
+    _, head, value, _ = policy.apply(params, zero_carry(4, 8), pixels[0], resets[0])
+    np.testing.assert_allclose(head, as_f32[1][0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(value, as_f32[2][0], rtol=1e-5, atol=1e-6)

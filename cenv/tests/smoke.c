@@ -1,5 +1,6 @@
-/* Steps every registered env through the public API, with 1 and 3 threads, random (and some
- * out-of-range) actions, and checks the results match across thread counts; also a describe-only
+/* Steps every registered env through the public API, with 1 and 3 threads, random legal (and some
+ * out-of-range) actions, and checks the results (observations of either dtype, final observations,
+ * rewards, flags, masks, statistics) match across thread counts; also a describe-only
  * handle, step before reset, and saved states. Built with -fsanitize=address,undefined by
  * tests/test_build.py::test_sanitizer_build_steps_every_env; exits non-zero on any mismatch. */
 #include <math.h>
@@ -15,7 +16,7 @@
 
 typedef struct {
     cenv_vec *vec;
-    int64_t agents, obs_items, action_items;
+    int64_t agents, obs_items, obs_bytes, action_items; /* obs_bytes: of all agents' observations */
     int continuous;
     void *obs, *actions, *final_obs;
     float *rewards;
@@ -44,10 +45,9 @@ static int open_run(run *r, int type, int threads) {
     r->agents = (int64_t)NUM_ENVS * cenv_agents_per_env(r->vec);
     r->action_items = cenv_action_ndim(r->vec);
     r->continuous = cenv_action_kind(r->vec) == CENV_ACTION_CONTINUOUS;
-    size_t obs_bytes =
-        (size_t)(r->agents * r->obs_items) * (cenv_obs_dtype(r->vec) == CENV_DTYPE_UINT8 ? 1 : 4);
-    r->obs = calloc(obs_bytes, 1);
-    r->final_obs = calloc(obs_bytes, 1);
+    r->obs_bytes = r->agents * r->obs_items * (cenv_obs_dtype(r->vec) == CENV_DTYPE_UINT8 ? 1 : 4);
+    r->obs = calloc((size_t)r->obs_bytes, 1);
+    r->final_obs = calloc((size_t)r->obs_bytes, 1);
     r->actions = calloc((size_t)(r->agents * r->action_items), 4);
     r->rewards = calloc((size_t)r->agents, sizeof(float));
     r->terminals = calloc((size_t)r->agents, 1);
@@ -158,10 +158,12 @@ int main(void) {
             int64_t a = cenv_step(one.vec), b = cenv_step(three.vec);
             if (a != b || a < 0) failures++;
             episodes += a;
-            if (memcmp(one.obs, three.obs, (size_t)(one.agents * one.obs_items) * 4) != 0 ||
+            if (memcmp(one.obs, three.obs, (size_t)one.obs_bytes) != 0 ||
+                memcmp(one.final_obs, three.final_obs, (size_t)one.obs_bytes) != 0 ||
                 memcmp(one.rewards, three.rewards, (size_t)one.agents * 4) != 0 ||
                 memcmp(one.terminals, three.terminals, (size_t)one.agents) != 0 ||
-                memcmp(one.truncations, three.truncations, (size_t)one.agents) != 0)
+                memcmp(one.truncations, three.truncations, (size_t)one.agents) != 0 ||
+                memcmp(one.mask, three.mask, (size_t)(one.agents * cenv_mask_width(one.vec))) != 0)
                 failures++;
         }
         float log1[CENV_MAX_LOG], log3[CENV_MAX_LOG];

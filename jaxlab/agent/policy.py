@@ -5,6 +5,9 @@ Shapes (A = agents, T = time, H = hidden_size, O = flattened observation size):
     reset   [A] bool                the previous step ended this agent's episode: zero its carry first
     step:   obs [A, ...]            -> carry, head [A, head_size], value [A]
     unroll: obs [T, A, ...], reset [T, A] from a start carry -> carry, head [T, A, head_size], value [T, A]
+Observations [*batch, ...] of any shape are flattened to [*batch, O] and cast to float32; uint8 ones
+(pixels, 0..255) are also divided by 255, so they enter the encoder in [0, 1]; float32 ones enter as
+they are. The encoder is one Dense layer over the flattened values, images included.
 The input projection of the LSTM is applied to all T steps at once; only the recurrent matmul is
 inside the lax.scan. ``dtype`` (float32 or bfloat16) is the input dtype of the encoder and LSTM
 matmuls (the encoder, the LSTM's input projection and its recurrent matmul); every one of them
@@ -82,7 +85,10 @@ class ActorCritic(nn.Module):
         return jnp.zeros(shape, dtype).at[H:2 * H].set(1.0)
 
     def _encode(self, obs: jax.Array, batch_dims: int) -> jax.Array:
+        """obs [*batch, ...] (``batch_dims`` leading axes) -> features [*batch, H]; uint8 obs / 255."""
         x = obs.reshape(obs.shape[:batch_dims] + (-1,)).astype(jnp.float32)
+        if obs.dtype == jnp.uint8:
+            x = x / 255.0
         return nn.gelu(self.encoder(x))
 
     def _heads(self, x: jax.Array):
