@@ -646,9 +646,41 @@ static void legal_list(const cenv_vec *vec, const uint8_t *row, int d, char *out
     }
 }
 
-/* Strict masks: every acting agent has a legal action in each component of its mask row, and takes
- * one. Returns 0, or CENV_ERR_MASK / CENV_ERR_ACTION with a message naming the env, the agent, the
- * step and the mask. Actions are already in range. */
+/* Strict masks, first half: every acting agent's mask row allows at least one action in each component
+ * (checked before the actions' range, so an agent whose mask allows nothing, and whose policy could
+ * only pick -1, is told so). Returns 0 or CENV_ERR_MASK with a message naming env, agent and step. */
+static int validate_mask_rows(cenv_vec *vec) {
+    const cenv_spaces *sp = &vec->spaces;
+    int apa = sp->agents_per_env;
+    for (int64_t agent = 0; agent < vec->num_agents; agent++) {
+        if (vec->active != NULL && !vec->active[agent]) continue;
+        const uint8_t *row = vec->action_mask + agent * vec->mask_width;
+        int64_t offset = 0;
+        for (int d = 0; d < sp->action_ndim; d++) {
+            int any = 0;
+            for (int64_t k = 0; k < sp->action_nvec[d]; k++) any |= row[offset + k];
+            if (!any) {
+                char component[32] = "";
+                if (sp->action_ndim > 1) snprintf(component, sizeof(component), " for component %d", d);
+                vec->bad_agent = agent;
+                vec->bad_component = d;
+                vec->bad_value = -1.0;
+                set_error(vec->error, CENV_ERROR_LEN,
+                          "env '%s' #%lld agent %d (row %lld) at step %lld: its action mask allows no action%s "
+                          "(the row is all 0); the env must leave every acting agent at least one legal action",
+                          vec->spec->name, (long long)(agent / apa), (int)(agent % apa), (long long)agent,
+                          (long long)vec->steps, component);
+                return CENV_ERR_MASK;
+            }
+            offset += sp->action_nvec[d];
+        }
+    }
+    return 0;
+}
+
+/* Strict masks, second half: every acting agent takes an action its mask allows. Returns 0 or
+ * CENV_ERR_ACTION with a message naming the env, the agent, the step and the legal actions. Actions
+ * are already in range. */
 static int validate_mask(cenv_vec *vec) {
     const cenv_spaces *sp = &vec->spaces;
     int ndim = sp->action_ndim, apa = sp->agents_per_env;
@@ -660,8 +692,6 @@ static int validate_mask(cenv_vec *vec) {
         for (int d = 0; d < ndim; d++) {
             int32_t act = actions[agent * ndim + d];
             if (!row[offset + act]) {
-                int any = 0;
-                for (int64_t k = 0; k < sp->action_nvec[d]; k++) any |= row[offset + k];
                 char legal[256];
                 legal_list(vec, row, d, legal, sizeof(legal));
                 char component[32] = "";
@@ -669,15 +699,6 @@ static int validate_mask(cenv_vec *vec) {
                 vec->bad_agent = agent;
                 vec->bad_component = d;
                 vec->bad_value = (double)act;
-                if (!any) {
-                    set_error(vec->error, CENV_ERROR_LEN,
-                              "env '%s' #%lld agent %d (row %lld) at step %lld: its action mask allows no "
-                              "action%s (the row is all 0); the env must leave every acting agent at "
-                              "least one legal action",
-                              vec->spec->name, (long long)(agent / apa), (int)(agent % apa), (long long)agent,
-                              (long long)vec->steps, component);
-                    return CENV_ERR_MASK;
-                }
                 set_error(vec->error, CENV_ERROR_LEN,
                           "env '%s' #%lld agent %d (row %lld) at step %lld: action %d%s is not legal under "
                           "its mask; legal: %s",
@@ -726,11 +747,10 @@ static int64_t step_locked(cenv_vec *vec) {
         return CENV_ERR_NOT_RESET;
     }
     vec->error[0] = '\0';
+    int strict = vec->action_mask != NULL && vec->mask_check;
+    if (strict && validate_mask_rows(vec) != 0) return CENV_ERR_MASK;
     if (validate_actions(vec)) return CENV_ERR_ACTION;
-    if (vec->action_mask != NULL && vec->mask_check) {
-        int rc = validate_mask(vec);
-        if (rc != 0) return rc;
-    }
+    if (strict && validate_mask(vec) != 0) return CENV_ERR_ACTION;
     run_job(vec, JOB_STEP);
     vec->steps += 1;
     int64_t episodes = 0;
