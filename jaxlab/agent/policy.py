@@ -64,6 +64,7 @@ class ActorCritic(nn.Module):
     lstm: bool = True
     actor_init_scale: float = 0.01
     dtype: str = "float32"
+    scan_unroll: int = 1  # time steps per iteration of unroll()'s lax.scan
 
     def setup(self):
         H = self.hidden_size
@@ -117,5 +118,5 @@ class ActorCritic(nn.Module):
                 return c, c[1]
 
             gates = self.input_gates(x)
-            carry, x = jax.lax.scan(step, carry, (gates, reset))
+            carry, x = jax.lax.scan(step, carry, (gates, reset), unroll=self.scan_unroll)
         return (carry, *self._heads(x))

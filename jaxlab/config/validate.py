@@ -70,7 +70,8 @@ def derive_sizes(config: Config, agents_per_env: int) -> Sizes:
     positive = [("vec.num_envs", v.num_envs), ("vec.num_threads", v.num_threads),
                 ("policy.hidden_size", config.policy.hidden_size), ("train.bptt_horizon", t.bptt_horizon),
                 ("train.minibatch_size", t.minibatch_size), ("train.update_epochs", t.update_epochs),
-                ("train.total_timesteps", t.total_timesteps), ("checkpoint.keep", config.checkpoint.keep)]
+                ("train.total_timesteps", t.total_timesteps), ("checkpoint.keep", config.checkpoint.keep),
+                ("vec.groups", v.groups), ("policy.scan_unroll", config.policy.scan_unroll)]
     for name, value in positive:
         if value < 1:
             raise ConfigError(f"{name}={value} must be at least 1")

@@ -237,13 +237,14 @@ class Rollout:
         infos, actions = [], [None] * G
         inputs = [self._inputs(g) for g in range(G)]
         group_keys = [jax.random.fold_in(self.key, g) for g in range(G)]
+        first_step = self.step_count
 
         def dispatch(g: int, t: int) -> None:
             tic = time.perf_counter()
             packed, final = inputs[g]
             self.carries[g], actions[g], self.buffers = self._step(
                 params, self.carries[g], self.buffers, packed, final, jnp.int32(t), offsets[g], group_keys[g],
-                jnp.int32(self.step_count))
+                jnp.int32(first_step + t))
             self.timing["policy"] += time.perf_counter() - tic
 
         if self.overlap:
@@ -259,7 +260,7 @@ class Rollout:
                 inputs[g] = self._inputs(g)
                 if self.overlap and t + 1 < T:
                     dispatch(g, t + 1)  # runs on the device while the next group steps in C
-            self.step_count += 1
+        self.step_count += T
         values = []
         for g in range(G):
             packed, final = inputs[g]

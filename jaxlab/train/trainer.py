@@ -33,10 +33,7 @@ def make_group_envs(config: config_lib.Config) -> list:
     """One VecEnv per group (vec.groups), each with vec.num_envs / groups envs and vec.num_threads
     threads, seeded by group_seed."""
     c = config
-    groups = c.vec.groups
-    if groups < 1 or c.vec.num_envs % groups:
-        raise config_lib.ConfigError(f"vec.groups={groups} must be at least 1 and divide vec.num_envs={c.vec.num_envs}; "
-                                     f"e.g. --vec.groups 1")
+    groups = c.vec.groups  # divides num_envs (config.derive_sizes checks it)
     envs = []
     try:
         for g in range(groups):
@@ -75,17 +72,15 @@ class Trainer:
         self.config = config
         c, t = config, config.train
         self._metrics_file = None
+        from jaxlab.config.memory import env_shape
+
+        self.sizes = config_lib.derive_sizes(c, env_shape(c).agents_per_env)  # every check before any env
         self.envs = make_group_envs(c)
         self.env = self.envs[0]  # the spaces, statistics and options of every group's env
-        try:
-            self.sizes = config_lib.derive_sizes(c, self.env.agents_per_env)
-        except config_lib.ConfigError:
-            self.close()
-            raise
         self.env_source = {"library": c.env_library or None, "source_hash": source_hash(c.env_library)}
         self.spec = ActionSpec.from_space(self.env.action_space)
         self.policy = ActorCritic(self.spec, c.policy.hidden_size, c.policy.lstm, c.policy.actor_init_scale,
-                                  dtype=c.device.precision)
+                                  dtype=c.device.precision, scan_unroll=c.policy.scan_unroll)
         A, H = self.sizes.num_agents, c.policy.hidden_size
         key = jax.random.PRNGKey(t.seed)
         init_key, rollout_key, self.update_key = jax.random.split(key, 3)

@@ -1,0 +1,94 @@
+"""The PPO update on this machine against its matmul peak, measured in the same run.
+
+    python scripts/bench_update.py [--agents 4096] [--horizon 16] [--minibatch 16384] [--epochs 1]
+                                   [--hidden 128] [--unroll 1 4 16] [--precision float32]
+
+Prints the peak of a plain float32 matmul (the update's biggest shape: [minibatch, H] x [H, 4H]),
+and for each scan unroll the update's time, its achieved GFLOP/s (FLOPs counted by XLA's cost
+analysis of the compiled update) and the fraction of the peak. Speed figures only; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def matmul_peak(m: int, k: int, n: int, seconds: float = 2.0) -> float:
+    """GFLOP/s of a jitted float32 [m, k] x [k, n] matmul, the best of repeated timed batches."""
+    a = jnp.ones((m, k), jnp.float32)
+    b = jnp.ones((k, n), jnp.float32)
+    f = jax.jit(lambda a, b: a @ b)
+    f(a, b).block_until_ready()
+    best, end = 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        tic = time.perf_counter()
+        for _ in range(10):
+            out = f(a, b)
+        out.block_until_ready()
+        best = max(best, 10 * 2 * m * k * n / (time.perf_counter() - tic) / 1e9)
+    return best
+
+
+def update_figures(args, unroll: int) -> tuple[float, float]:
+    """(seconds per update, FLOPs per update) of the real update at these sizes."""
+    from jaxlab.config import load_config
+    from jaxlab.train.trainer import Trainer
+
+    num_envs = args.agents
+    flags = ["--vec.num-envs", str(num_envs), "--train.bptt-horizon", str(args.horizon), "--train.minibatch-size",
+             str(args.minibatch), "--train.update-epochs", str(args.epochs), "--policy.hidden-size", str(args.hidden),
+             "--policy.scan-unroll", str(unroll), "--device.precision", args.precision,
+             "--train.total-timesteps", str(num_envs * args.horizon * 100)]
+    config, _ = load_config("cartpole", flags=flags)
+    with Trainer(config) as trainer:
+        trainer.evaluate()
+        segment = trainer.segment
+        key = jax.random.PRNGKey(0)
+        lowered = trainer._update.lower(trainer.state, segment, key)
+        compiled = lowered.compile()
+        cost = compiled.cost_analysis()
+        cost = cost[0] if isinstance(cost, list) else cost
+        flops = float(cost.get("flops", 0.0))
+        state = trainer.state
+        state, _ = trainer._update(state, segment, key)
+        jax.block_until_ready(state)
+        times = []
+        for _ in range(args.repeats):
+            tic = time.perf_counter()
+            state, metrics = trainer._update(state, segment, key)
+            jax.block_until_ready(metrics)
+            times.append(time.perf_counter() - tic)
+        return float(np.min(times)), flops
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--agents", type=int, default=4096)
+    parser.add_argument("--horizon", type=int, default=16)
+    parser.add_argument("--minibatch", type=int, default=16384)
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--unroll", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--precision", default="float32")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    rows = args.minibatch // args.horizon
+    peak = matmul_peak(rows, args.hidden, 4 * args.hidden)
+    print(f"{jax.devices()[0].device_kind}: float32 matmul [{rows}, {args.hidden}] x [{args.hidden}, "
+          f"{4 * args.hidden}] peak {peak:,.1f} GFLOP/s")
+    samples = args.agents * args.horizon * args.epochs
+    for unroll in args.unroll:
+        seconds, flops = update_figures(args, unroll)
+        achieved = flops / seconds / 1e9
+        print(f"unroll {unroll:>3}: update {seconds * 1e3:8.1f} ms for {samples:,} samples x epochs; "
+              f"{flops / 1e9:.2f} GFLOP ({flops / samples / 1e6:.2f} MFLOP/sample); {achieved:,.1f} GFLOP/s = "
+              f"{achieved / peak:.0%} of the matmul peak")
+
+
+if __name__ == "__main__":
+    main()
