@@ -113,7 +113,7 @@ def derive_sizes(config: Config, agents_per_env: int) -> Sizes:
     per_group = v.num_envs // v.groups
     num_chunks = min(per_group, max_chunks)
     if v.num_threads > num_chunks:
-        where = f"vec.num_envs / vec.groups = {per_group:,}" if v.groups > 1 else f"vec.num_envs = {v.num_envs:,}"
+        where = "vec.num_envs / vec.groups" if v.groups > 1 else "vec.num_envs"
         raise ConfigError(f"vec.num_threads={v.num_threads} exceeds min({where}, {max_chunks})={num_chunks}; "
                           f"use at most {num_chunks} threads")
     agents = v.num_envs * agents_per_env
