@@ -34,12 +34,16 @@ def load_trainer(path: str | Path):
 
 def play(trainer, steps: int | None = None, num_envs: int | None = None, seed: int = 12345,
          deterministic: bool = True, episodes: int | None = None,
-         on_step: Callable[..., None] | None = None, render: bool = False) -> dict:
+         on_step: Callable[..., None] | None = None, render: bool = False,
+         picture: tuple[int, int] | Callable[[], tuple[int, int] | None] | None = None) -> dict:
     """Runs ``trainer``'s current policy on ``num_envs`` new envs (default: as many as in training)
     seeded with ``seed``, stepping with the rollout's own per-step protocol. ``deterministic`` takes
     the mode of each action distribution. ``on_step(t, observations [A, ...], actions [A, ...],
     rewards [A], ended [A] bool)`` sees every step (the observations the actions were taken on); with
-    ``render``, also ``frame=``: env 0's text frame (its C render hook) before the step.
+    ``render``, also ``frame=``: env 0's text frame (its C render hook) before the step; with
+    ``picture`` = (width, height), also ``picture=``: env 0's RGB picture (its C pixels hook, uint8
+    [height, width, 3]) before the step. ``picture`` may be a callable asked before every step, whose
+    None means no picture this step (so a caller that has what it needs stops the drawing).
 
     ``episodes`` = N: an unbiased estimate. Every agent starts an episode at step 0 and plays
     k = ceil(N / agents) complete episodes; only those count (later ones are not recorded), so long
@@ -77,12 +81,17 @@ def play(trainer, steps: int | None = None, num_envs: int | None = None, seed: i
         while (steps is None or t < steps) and (quota is None or (finished < quota).any()):
             seen = env.observations.copy() if on_step is not None else None
             frame = env.render(0) if render else None
+            size = picture() if callable(picture) else picture
+            image = env.pixels(0, *size) if size is not None else None
             out = rollout.step(trainer.state.params)
             ended = out.terminals | out.truncations
             if out.active is not None:  # a waiting agent's rows are not episodes
                 ended &= out.active
             if on_step is not None:
-                on_step(t, seen, out.host_action, out.rewards, ended, **({"frame": frame} if render else {}))
+                extra = {"frame": frame} if render else {}
+                if picture is not None:
+                    extra["picture"] = image
+                on_step(t, seen, out.host_action, out.rewards, ended, **extra)
             running_return += out.rewards
             running_length += 1 if out.active is None else out.active
             keep = ended if quota is None else ended & (finished < quota)
