@@ -272,47 +272,46 @@ typedef struct {
 } DroneCandidates;
 
 /* Adds slots [lo, hi) of the arrays (xs, ys, zs) (drone ids[s], or s itself when ids is NULL) that lie
- * within sense_radius of drone i at (x, y, z) to the candidates. Squared distances are computed first
- * over the whole run (a loop the compiler vectorises), then kept without branches (most are out of
- * range). */
+ * within sense_radius of drone i at (x, y, z) to the candidates, without branches (most are out of
+ * range: each is written, and counted only when it is in range). */
 static void drone_scan(const Drone *env, int i, float x, float y, float z, const float *xs, const float *ys,
                        const float *zs, const int16_t *ids, int lo, int hi, DroneCandidates *out) {
-    float d2[DRONE_MAX_DRONES];
-    int count = hi - lo;
-    xs += lo;
-    ys += lo;
-    zs += lo;
-    for (int s = 0; s < count; s++) {
-        float dx = xs[s] - x, dy = ys[s] - y, dz = zs[s] - z;
-        d2[s] = dx * dx + dy * dy + dz * dz;
-    }
     const float r2 = env->sense_radius * env->sense_radius;
     int m = out->count;
-    for (int s = 0; s < count; s++) {
-        int j = ids != NULL ? ids[lo + s] : lo + s;
-        out->d2[m] = d2[s];
+    for (int s = lo; s < hi; s++) {
+        float dx = xs[s] - x, dy = ys[s] - y, dz = zs[s] - z;
+        float d = dx * dx + dy * dy + dz * dz;
+        int j = ids != NULL ? ids[s] : s;
+        out->d2[m] = d;
         out->id[m] = (int16_t)j;
-        m += (d2[s] <= r2) & (j != i);
+        m += (d <= r2) & (j != i);
     }
     out->count = m;
 }
 
-/* The K nearest candidates by (squared distance, id), nearest first, and whether one is closer than
- * 2 DRONE_RADIUS (a collision). Each candidate's rank is counted without branches. */
+/* The K nearest candidates by (squared distance, id), nearest first (insertion into a sorted list of
+ * K), and whether one is closer than 2 DRONE_RADIUS (a collision). */
 static void drone_select(const Drone *env, const DroneCandidates *c, DroneNear *near) {
     const int k_max = env->neighbors, m = c->count;
-    near->found = m < k_max ? m : k_max;
-    near->collided = 0;
+    int found = 0, collided = 0;
     for (int a = 0; a < m; a++) {
         float d = c->d2[a];
-        int j = c->id[a], rank = 0;
-        for (int b = 0; b < m; b++) rank += (c->d2[b] < d) | ((c->d2[b] == d) & (c->id[b] < j));
-        near->collided |= d < 4.0f * DRONE_RADIUS * DRONE_RADIUS;
-        if (rank < k_max) {
-            near->d2[rank] = d;
-            near->index[rank] = j;
+        int j = c->id[a];
+        collided |= d < 4.0f * DRONE_RADIUS * DRONE_RADIUS;
+        if (k_max == 0 ||
+            (found == k_max && !(d < near->d2[found - 1] || (d == near->d2[found - 1] && j < near->index[found - 1]))))
+            continue;
+        int k = found < k_max ? found++ : k_max - 1;
+        while (k > 0 && (near->d2[k - 1] > d || (near->d2[k - 1] == d && near->index[k - 1] > j))) {
+            near->d2[k] = near->d2[k - 1];
+            near->index[k] = near->index[k - 1];
+            k--;
         }
+        near->d2[k] = d;
+        near->index[k] = j;
     }
+    near->found = found;
+    near->collided = collided;
 }
 
 /* The neighbours of drone i: through the grid (drone_build_grid from the current positions) or over
