@@ -37,7 +37,8 @@
  * another drone (both crash). A crash TERMINATES that drone's episode only: the swarm flies on, and
  * the crashed drone RESPAWNS AT ONCE (reset_agent): a new random position 1 to 3 m up, at least 1 m
  * from every other drone, level with a random heading, at rest, with a new package. Every drone's
- * episode is TRUNCATED when it reaches `max_steps` steps of its own.
+ * episode is TRUNCATED when it reaches `max_steps` steps of its own (and it respawns the same way).
+ * The env's own reset (all drones at once) happens only when every drone ends in the same step.
  *
  * REWARD per drone and step (each weight an env parameter):
  *   reward_progress x (metres gained towards the current target: the pickup zone, or the delivery
@@ -47,7 +48,7 @@
  *
  * OBSERVATION per drone, float32[16 + 6 K] with K = `neighbors`, in the drone's body frame unless said:
  *   [0:3]   velocity / 5 m/s            [3:6]   angular velocity / 10 rad/s
- *   [6:9]   the world's up vector (0, 0, 1) seen from the body (1 = level, its tilt otherwise)
+ *   [6:9]   the world's up vector seen from the body: (0, 0, 1) when level, the tilt otherwise
  *   [9:12]  position in the arena (world): x / (arena_size / 2), y / (arena_size / 2), z / DRONE_CEILING
  *   [12:15] the current target's centre minus the drone's position / 10 m
  *   [15]    1 while carrying a package, else 0
