@@ -45,6 +45,7 @@ class Curve:
     episodes only, each the episode-weighted mean over the last `window` of them)."""
 
     seed: int
+    window: int = 1
     steps: list[int] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
     values: list[float] = field(default_factory=list)
@@ -67,7 +68,7 @@ def smooth(records: list[dict], metric: str, window: int, seed: int = 0) -> Curv
     """The curve of ``metric`` over ``records``: at each update that ended episodes, the episode-weighted
     mean over the last ``window`` such updates. KeyError naming the metrics there are when the env has
     no ``metric``."""
-    curve = Curve(seed)
+    curve = Curve(seed, window)
     recent: list[tuple[float, int]] = []
     for record in records:
         if not record.get("episodes") or record.get(metric) is None:
@@ -123,12 +124,21 @@ def band(curves: list[Curve], axis: str, points: int = 200) -> tuple[list[float]
     return grid.tolist(), mean.tolist(), (mean - half).tolist(), (mean + half).tolist()
 
 
+def steps_label(value: float, _position=None) -> str:
+    """An axis label for a step count: 500K, 1.5M, 20M."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:g}{unit}"
+    return f"{value:g}"
+
+
 def plot(curves: list[Curve], env: str, metric: str, threshold: float | None, path: Path) -> Path:
     """The PNG: the metric against steps (left) and wall time (right), mean and 95% band across seeds."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     figure, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for ax, axis, label in ((axes[0], "steps", "env steps"), (axes[1], "times", "wall time (s)")):
@@ -143,9 +153,12 @@ def plot(curves: list[Curve], env: str, metric: str, threshold: float | None, pa
             ax.axhline(threshold, color="tab:red", linestyle="--", linewidth=1, label=f"threshold {threshold:g}")
         ax.set_xlabel(label)
         ax.grid(alpha=0.3)
+        if axis == "steps":
+            ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(steps_label))
     axes[0].set_ylabel(metric)
     axes[0].legend(loc="best", fontsize=8)
-    figure.suptitle(f"{env}: {metric} per episode")
+    window = f"; each point the mean over {curves[0].window} updates" if curves and curves[0].window > 1 else ""
+    figure.suptitle(f"{env}: {metric} per episode{window}")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=100)

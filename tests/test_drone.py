@@ -502,3 +502,14 @@ def test_the_header_builds_warning_clean_and_steps_under_the_sanitizers(tmp_path
     assert run.returncode == 0, run.stdout + run.stderr
     assert re.search(r"^drone +\d+ episodes, ok$", run.stdout, re.MULTILINE), run.stdout
     assert "ERROR" not in run.stderr and "runtime error" not in run.stderr
+
+
+def test_set_state_refuses_what_it_cannot_take():
+    with make(num_drones=3) as env:
+        env.reset()
+        good = [1, 0, 0, 2, 0, 0, 0, *LEVEL, 0, 0, 0]
+        for bad in ([3, *good[1:]], [-1, *good[1:]], [0.5, *good[1:]], [1e300, *good[1:]], [1, np.nan, *good[2:]],
+                    good[:13], [*good, 0, 0, 2, 5, 5, 2, 0, 1e12]):
+            with pytest.raises(RuntimeError, match="rejects"):
+                env.set_state(0, bad)
+        env.set_state(0, good)

@@ -609,11 +609,12 @@ static int drone_step(Drone *env) {
  * n = 22 also its tick (env steps into its episode). Every observation is rewritten. */
 static int drone_set_state(Drone *env, const double *state, int n) {
     if (n != 14 && n != 20 && n != 21 && n != 22) return -1;
-    int i = (int)state[0];
-    if (!(state[0] >= 0.0 && state[0] < env->num_drones) || state[0] != (double)i) return -1;
     for (int k = 0; k < n; k++) {
         if (!isfinite(state[k])) return -1;
     }
+    if (!(state[0] >= 0.0 && state[0] < env->num_drones && state[0] == floor(state[0]))) return -1;
+    if (n == 22 && !(state[21] >= 0.0 && state[21] <= 1e9)) return -1;
+    int i = (int)state[0];
     float *fields[13] = {&env->px[i], &env->py[i], &env->pz[i], &env->vx[i], &env->vy[i], &env->vz[i],
                          &env->qw[i], &env->qx[i], &env->qy[i], &env->qz[i], &env->wx[i], &env->wy[i], &env->wz[i]};
     for (int k = 0; k < 13; k++) *fields[k] = (float)state[1 + k];

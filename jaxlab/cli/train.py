@@ -232,10 +232,14 @@ def eval_command(args: argparse.Namespace) -> int:
     mode = "deterministic" if args.deterministic else "sampled"
     print(f"{name} from {path}: {len(returns)} episodes, {mode} actions, seed {args.seed}")
     print(f"  return {returns.mean():.2f} ± {returns.std():.2f}   length {lengths.mean():.1f} ± {lengths.std():.1f}")
-    stats = {k: v for k, v in result.items() if k not in ("returns", "lengths", "episodes") and v is not None}
+    stats = {k: v for k, v in result.items()
+             if k not in ("returns", "lengths", "episodes", "stat_episodes") and v is not None}
     if stats:
-        print("  " + "   ".join(f"{k} {v:.3f}" for k, v in stats.items()) +
-              f"   (the env's statistics over {result['episodes']} episodes)")
+        counted = result["stat_episodes"]
+        over = (f"over {counted} episodes" if counted == result["episodes"] else
+                f"over {counted} of the {result['episodes']} episodes: those that ended in steps where every "
+                "agent ending in the same env was one of the kept episodes, which favours short ones")
+        print("  " + "   ".join(f"{k} {v:.3f}" for k, v in stats.items()) + f"   (the env's statistics {over})")
     if args.save_frames:
         print(f"  {len(frames)} frames of env 0's first episode in {args.save_frames}")
     if args.gif:
