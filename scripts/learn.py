@@ -237,7 +237,8 @@ def run_seeds(env: str, seeds: list[int], out: Path, steps: int | None, flags: l
                 try:
                     curve = smooth(records, metric, window, seed)
                 except KeyError as err:
-                    process.terminate()
+                    for other, _, _ in running.values():
+                        other.terminate()
                     raise SystemExit(f"learn.py: {err.args[0]}")
                 record = records[-1]
                 value = f"{curve.values[-1]:.3f}" if curve.values else "-"
