@@ -50,11 +50,13 @@ static const cenv_constant cenv_constants[] = {
     CENV_CONSTANT(MAX_LOG),
     CENV_CONSTANT(MAX_OBS_DIMS),
     CENV_CONSTANT(MAX_ACTION_DIMS),
+    CENV_CONSTANT(MAX_FRAME_SIDE),
     CENV_CONSTANT(ENV_MASK),
     CENV_CONSTANT(ENV_RESET_AGENT),
     CENV_CONSTANT(ENV_AGENTS_WAIT),
     CENV_CONSTANT(ENV_RENDER),
     CENV_CONSTANT(ENV_SET_STATE),
+    CENV_CONSTANT(ENV_PIXELS),
 };
 
 enum { JOB_STEP = 0, JOB_RESET = 1, JOB_QUIT = 2 };
@@ -958,7 +960,7 @@ int cenv_env_flags(int type) {
     if (spec == NULL) return CENV_ERR_ARGUMENT;
     return (spec->has_mask ? CENV_ENV_MASK : 0) | (spec->reset_agent != NULL ? CENV_ENV_RESET_AGENT : 0) |
            (spec->agents_wait ? CENV_ENV_AGENTS_WAIT : 0) | (spec->render != NULL ? CENV_ENV_RENDER : 0) |
-           (spec->set_state != NULL ? CENV_ENV_SET_STATE : 0);
+           (spec->set_state != NULL ? CENV_ENV_SET_STATE : 0) | (spec->pixels != NULL ? CENV_ENV_PIXELS : 0);
 }
 
 int cenv_set_mask_check(cenv_vec *vec, int strict) {
@@ -983,6 +985,34 @@ int64_t cenv_render(cenv_vec *vec, int64_t index, char *out, int64_t size) {
     }
     leave(vec);
     return written;
+}
+
+int cenv_pixels(cenv_vec *vec, int64_t index, uint8_t *rgb, int width, int height) {
+    int rc = enter(vec, "cenv_pixels");
+    if (rc != 0) return rc;
+    const char *name = vec->spec->name;
+    if (vec->spec->pixels == NULL) {
+        set_error(vec->error, CENV_ERROR_LEN, "cenv_pixels: env '%s' has no pixels option (it draws no pictures; "
+                  "see BUILD.md to give it a pixels hook)", name);
+        rc = CENV_ERR_ARGUMENT;
+    } else if (index < 0 || index >= vec->num_envs || rgb == NULL) {
+        set_error(vec->error, CENV_ERROR_LEN, "cenv_pixels: env '%s' index %lld is out of range [0, %lld) or "
+                  "the buffer is NULL", name, (long long)index, (long long)vec->num_envs);
+        rc = CENV_ERR_ARGUMENT;
+    } else if (width < 1 || height < 1 || width > CENV_MAX_FRAME_SIDE || height > CENV_MAX_FRAME_SIDE) {
+        set_error(vec->error, CENV_ERROR_LEN, "cenv_pixels: a picture of %d x %d pixels; each side must be in "
+                  "[1, %d]", width, height, CENV_MAX_FRAME_SIDE);
+        rc = CENV_ERR_ARGUMENT;
+    } else {
+        memset(rgb, 0, (size_t)width * (size_t)height * 3);
+        if (vec->spec->pixels(env_at(vec, index), rgb, width, height) != 0) {
+            set_error(vec->error, CENV_ERROR_LEN, "cenv_pixels: env '%s' #%lld could not draw a picture of %d x %d "
+                      "pixels", name, (long long)index, width, height);
+            rc = CENV_ERR_ARGUMENT;
+        }
+    }
+    leave(vec);
+    return rc;
 }
 
 void cenv_close(cenv_vec *vec) {
