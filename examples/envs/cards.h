@@ -775,9 +775,10 @@ static int cards_mask(Cards *env, int seat, uint8_t *row, int planted) {
     if (planted && env->fault == 2) memset(row, 0, CARDS_ACTIONS);
     if (!env->strict) return 0;
     int any = 0;
+    for (int m = 0; m < CARDS_ACTIONS; m++) any |= row[m];
+    if (!any) return cards_fail(env, seat, -1, "the action mask allows no move (end turn, or pass, is always legal)");
     char why[200], message[320];
     for (int m = 0; m < CARDS_ACTIONS; m++) {
-        any |= row[m];
         int forbidden = cards_move_error(&env->g, seat, m, NULL, 0);
         if (row[m] && forbidden) {
             cards_move_error(&env->g, seat, m, why, (int)sizeof(why));
@@ -789,7 +790,6 @@ static int cards_mask(Cards *env, int seat, uint8_t *row, int planted) {
             return cards_fail(env, seat, m, "the action mask forbids it but the rules allow it "
                                             "(cards_legal_moves and cards_move_error disagree)");
     }
-    if (!any) return cards_fail(env, seat, -1, "the action mask allows no move (end turn, or pass, is always legal)");
     return 0;
 }
 
