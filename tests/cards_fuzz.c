@@ -4,11 +4,12 @@
  *   cards_fuzz MOVES
  *
  * 1. Plays random legal moves (uniform over each agent's mask) with strict masks and the engine's
- *    strict self-checks on, rotating over the three opponents (random, greedy, self; self with 2 C
- *    threads), until MOVES moves were made by agents on turn. Every step must succeed: a step that
- *    fails is an engine violation (printed with the engine's message). Observations must be finite,
- *    rewards -1, 0 or 1 and only at a game's end, and in self play the seat not on turn must have
- *    exactly one legal action, pass (0). Every 5,000 steps a saved state is replayed: save, 40 steps,
+ *    most thorough self-checks on (strict 2: every mask must equal the set of executable moves),
+ *    rotating over the three opponents (random, greedy, self; self with 2 C threads), until MOVES
+ *    moves were made by agents on turn. Every step must succeed: a step that fails is an engine
+ *    violation (printed with the engine's message). Observations must be finite, rewards -1, 0 or 1
+ *    and only at a game's end, and in self play the seat not on turn must have exactly one legal
+ *    action, pass (0). Every 5,000 steps a saved state is replayed: save, 40 steps,
  *    load, the same 40 actions, and the observations, rewards and masks must repeat byte for byte.
  * 2. Plays uniformly random actions (legal or not) with mask checks off and strict 0: forbidden moves
  *    must be counted in illegal_attempts, never executed.
@@ -135,7 +136,7 @@ int main(int argc, char **argv) {
     cenv_rng_seed(&rng, 2024, 0);
     run runs[3];
     for (int o = 0; o < 3; o++)
-        if (open_run(&runs[o], o, 1, o == CARDS_SELF ? 2 : 1, 100 + (uint64_t)o)) return 1;
+        if (open_run(&runs[o], o, 2, o == CARDS_SELF ? 2 : 1, 100 + (uint64_t)o)) return 1;
     long long moves = 0, steps = 0, games = 0, replays = 0, wins[3] = {0, 0, 0};
     float stats[6];
     /* 1. strict: random legal moves */

@@ -58,12 +58,13 @@
  * never reaches the env), the engine checks itself: every move it receives must be executable by the
  * rules (cards_move_error, written apart from the mask builder cards_legal_moves); after every move
  * its invariants must hold (cards_invariants); and every mask it writes, for an agent or for its own
- * scripted opponent, must equal the set of executable moves, with at least one. A violation fails
- * the step (a negative return: CENV_ERR_ENV, Python RuntimeError) with a message naming the game,
- * the turn, the seat and the move (the `error` option); a violation found in reset fails the next
- * step. With `strict` 0 a move the rules forbid is counted in illegal_attempts and ends the turn (or
- * passes) instead, and masks are not cross-checked; broken invariants always fail. `fault` plants a
- * mask bug, for the tests that show these checks fire.
+ * scripted opponent, must allow at least one move and only executable ones (`strict` 2: exactly the
+ * executable ones, a check of all 135 moves per mask, for fuzzing). A violation fails the step (a
+ * negative return: CENV_ERR_ENV, Python RuntimeError) with a message naming the game, the turn, the
+ * seat and the move (the `error` option); a violation found in reset fails the next step. With
+ * `strict` 0 a move the rules forbid is counted in illegal_attempts and ends the turn (or passes)
+ * instead, and masks are not checked; broken invariants always fail. `fault` plants a mask bug, for
+ * the tests that show these checks fire.
  *
  * STATISTICS per agent-episode: episode_return, episode_length (the agent's steps), win_rate,
  * draw_rate, game_length (turns played), illegal_attempts (0 when strict).
@@ -254,8 +255,9 @@ static const cenv_param cards_params[] = {
     {"deck_size", 20, 10, CARDS_DECK_MAX, 1, "cards per deck, built from the pool along a mana curve every game"},
     {"life", 20, 1, 99, 1, "starting (and maximum) life"},
     {"max_turns", 40, 2, 200, 1, "turns (both seats' together) after which the game is a draw"},
-    {"strict", 1, 0, 1, 1, "1: a forbidden move, a broken invariant or a mask that disagrees with the rules "
-                           "fails the step; 0: a forbidden move counts in illegal_attempts and ends the turn"},
+    {"strict", 1, 0, 2, 1, "1: a forbidden move, a broken invariant or a mask allowing a forbidden move fails "
+                           "the step; 2: also a mask forbidding an allowed move; 0: a forbidden move counts in "
+                           "illegal_attempts and ends the turn"},
     {"fault", 0, 0, 2, 1, "test hook: 1 plants a mask bug allowing a forbidden move, 2 one allowing no move"},
 };
 static const char *const cards_log_names[] = {"episode_return", "episode_length", "win_rate", "draw_rate",
@@ -768,7 +770,8 @@ static int cards_fail(Cards *env, int seat, int move, const char *why) {
 }
 
 /* The legal moves of `seat` into `row` (with the planted bug of `fault`) and, when strict, the proof
- * that they are exactly the executable ones. 0, or -1 after recording the failure. */
+ * that there is one and that each is executable (strict 2: that they are exactly the executable
+ * ones). 0, or -1 after recording the failure. */
 static int cards_mask(Cards *env, int seat, uint8_t *row, int planted) {
     cards_legal_moves(&env->g, seat, row);
     if (planted && env->fault == 1 && seat == env->g.seat) row[CARDS_ACTIONS - 1 - CARDS_BOARD] = 1;
@@ -779,6 +782,7 @@ static int cards_mask(Cards *env, int seat, uint8_t *row, int planted) {
     if (!any) return cards_fail(env, seat, -1, "the action mask allows no move (end turn, or pass, is always legal)");
     char why[200], message[320];
     for (int m = 0; m < CARDS_ACTIONS; m++) {
+        if (!row[m] && env->strict < 2) continue; /* strict 1 proves the allowed moves; 2 every move */
         int forbidden = cards_move_error(&env->g, seat, m, NULL, 0);
         if (row[m] && forbidden) {
             cards_move_error(&env->g, seat, m, why, (int)sizeof(why));
