@@ -577,7 +577,12 @@ def test_the_render_is_a_readable_game_log():
     assert text.splitlines()[:3] == ["game 1, turn 3/40, your move",
                                      "    you attack foe with Scout: 3 damage, foe at 6 life",
                                      "  you: 12 life, mana 4/5, deck 10, hand 1: Ogre (4)"]
-    assert "board: [Scout 3/2]" in text and "foe: 6 life" in text
+    assert "board: [Scout 3/2]" in text and "foe: 6 life" in text and text.endswith("\n  you act:")
+    with at(make(opponent=0), position(you=side(board=[creature("Scout")]), them=side(life=3))) as env:
+        step(env, attack(0))                      # the winning blow; the next game starts in the same step
+        lines = env.render(0).splitlines()
+    assert lines[1:4] == ["    you attack foe with Scout: 3 damage, foe at 0 life", "  == you win ==",
+                          "  == game 2: " + ("you go first ==" if "you go" in lines[3] else "foe goes first ==")]
     with make(opponent=1, seed=3) as env:
         env.reset()
         log = []

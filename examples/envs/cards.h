@@ -217,14 +217,15 @@ typedef struct {
 
 /* What happened, for the render's game log. target: a CARDS_T_* code from `seat`'s side. */
 enum { CARDS_EV_TURN = 1, CARDS_EV_DRAW, CARDS_EV_BURN, CARDS_EV_FATIGUE, CARDS_EV_PLAY, CARDS_EV_ATTACK,
-       CARDS_EV_DEATH, CARDS_EV_OVER };
+       CARDS_EV_DEATH, CARDS_EV_OVER, CARDS_EV_GAME };
 typedef struct {
     uint8_t kind, seat, card, target, target_card, pad;
     int16_t amount, life;
 } CardsEvent;
 
 typedef struct {
-    int count; /* events of this game so far; event i is at ring[i % CARDS_EVENTS] */
+    int count; /* events so far (games go on counting: a render after a game's end shows it); event i
+                  is at ring[i % CARDS_EVENTS] */
     CardsEvent ring[CARDS_EVENTS];
 } CardsEvents;
 
@@ -923,6 +924,7 @@ static void cards_build_deck(Cards *env, CardsPlayer *p) {
 
 static void cards_reset(Cards *env) {
     CardsGame *g = &env->g;
+    int after_end = g->over; /* the vectorized layer resets after a game's end */
     memset(g->p, 0, sizeof(g->p));
     for (int s = 0; s < 2; s++) {
         g->p[s].life = g->max_life;
@@ -938,10 +940,12 @@ static void cards_reset(Cards *env) {
     env->games++;
     env->moves[0] = env->moves[1] = 0;
     env->illegal[0] = env->illegal[1] = 0;
-    env->events.count = 0;
-    env->event_mark = 0;
+    /* after a game's end the render goes on showing its last step; a reset mid-game starts afresh */
+    if (!after_end || env->events.count > 1000000000) env->event_mark = env->events.count;
+    if (env->events.count > 1000000000) env->events.count = env->event_mark = 0;
     env->failed = 0;
     env->error[0] = '\0';
+    cards_event(&env->events, CARDS_EV_GAME, g->first, 0, 0, 0, (int)(env->games % 30000), 0);
     cards_start_turn(g, g->first, &env->events);
     if (cards_check(env, g->first, -1) == 0 && cards_run_opponent(env) == 0) {
         cards_write(env);
@@ -1105,7 +1109,7 @@ static int cards_render(const Cards *env, char *out, int size) {
         const char *name = cards_pool[e->card].name;
         switch (e->kind) {
         case CARDS_EV_TURN:
-            cards_put(&t, "  -- turn %d: %s, %d life --\n", e->amount, e->seat == 0 ? "yours" : "foe's", e->life);
+            cards_put(&t, "  -- turn %d: %s turn --\n", e->amount, e->seat == 0 ? "your" : "foe's");
             break;
         case CARDS_EV_DRAW:
             if (e->seat == 0) cards_put(&t, "    you draw %s\n", name);
@@ -1135,6 +1139,9 @@ static int cards_render(const Cards *env, char *out, int size) {
         case CARDS_EV_DEATH:
             cards_put(&t, "    %s %s dies\n", e->seat == 0 ? "your" : "foe's", name);
             break;
+        case CARDS_EV_GAME:
+            cards_put(&t, "  == game %d: %s first ==\n", e->amount, e->seat == 0 ? "you go" : "foe goes");
+            break;
         case CARDS_EV_OVER:
             cards_put(&t, "  == %s ==\n", e->amount < 0 ? "a draw" : e->amount == 0 ? "you win" : "foe wins");
             break;
@@ -1157,7 +1164,7 @@ static int cards_render(const Cards *env, char *out, int size) {
         }
         cards_put(&t, "\n");
     }
-    if (t.used > 0 && t.used <= size && out[t.used - 1] == '\n') out[--t.used] = '\0';
+    cards_put(&t, "  %s", g->over ? "game over" : g->seat == 0 ? "you act:" : "you pass:");
     return t.used;
 }
 
