@@ -34,12 +34,12 @@ typedef struct {
 } run;
 
 static int open_run(run *r, int opponent, int strict, int threads, uint64_t seed) {
-    double params[6];
-    for (int i = 0; i < 6; i++) params[i] = cards_params[i].default_value;
+    double params[CENV_COUNT(cards_params)];
+    for (int i = 0; i < CENV_COUNT(cards_params); i++) params[i] = cards_params[i].default_value;
     params[0] = opponent;
     params[4] = strict;
     char err[CENV_ERROR_LEN];
-    r->vec = cenv_create(0, NUM_ENVS, seed, params, 6, threads, err, sizeof(err));
+    r->vec = cenv_create(0, NUM_ENVS, seed, params, CENV_COUNT(cards_params), threads, err, sizeof(err));
     if (r->vec == NULL) {
         fprintf(stderr, "cenv_create: %s\n", err);
         return 1;

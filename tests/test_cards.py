@@ -591,3 +591,14 @@ def test_the_render_is_a_readable_game_log():
             step(env, int(np.flatnonzero(env.action_mask[0])[-1]))
     log = "\n".join(log)
     assert "-- turn" in log and " plays " in log and " attack" in log and " life" in log
+
+
+def test_shaping_rewards_the_change_of_the_life_margin():
+    state = position(you=side(life=20, board=[creature("Scout")]), them=side(life=10))
+    with at(make(opponent=2, shaping=0.5), state) as env:
+        _, rewards, *_ = step(env, attack(0), END)   # the margin goes from 10/20 to 13/20
+        assert rewards.tolist() == pytest.approx([0.075, -0.075])
+        _, rewards, *_ = step(env, END, END)
+        assert rewards.tolist() == [0.0, 0.0]
+    with at(make(opponent=0), state) as env:         # 0 by default
+        assert step(env, attack(0))[1].tolist() == [0.0]

@@ -52,7 +52,9 @@
  * strict masks hold. With 0 or 1 the env has one agent, seat 0 (the coin decides whether it goes
  * first), and the opponent's moves are played inside the step (and inside reset when it goes first).
  * Reward: +1 for a win, -1 for a loss, 0 otherwise; the game's end is terminal for every agent (a
- * draw at the turn limit is an outcome of the game, not a truncation).
+ * draw at the turn limit is an outcome of the game, not a truncation). `shaping` (0 by default) adds
+ * shaping x the change in (own life - enemy life) / life over each step (lives counted from 0): a
+ * potential-based dense reward whose sum over a game is shaping x the final life margin / life.
  *
  * STRICTNESS (`strict` 1, the default). Besides jaxlab's strict masks (an action outside the mask
  * never reaches the env), the engine checks itself: every move it receives must be executable by the
@@ -239,6 +241,7 @@ typedef struct {
     CardsLog log;
     /* config */
     int opponent, agents, strict, fault;
+    float shaping;
     /* state */
     CardsGame g;
     uint32_t games;         /* games started by this env, for messages */
@@ -260,6 +263,7 @@ static const cenv_param cards_params[] = {
                            "the step; 2: also a mask forbidding an allowed move; 0: a forbidden move counts in "
                            "illegal_attempts and ends the turn"},
     {"fault", 0, 0, 2, 1, "test hook: 1 plants a mask bug allowing a forbidden move, 2 one allowing no move"},
+    {"shaping", 0, 0, 1, 0, "weight of a dense reward: the change of (own life - enemy life) / life in each step"},
 };
 static const char *const cards_log_names[] = {"episode_return", "episode_length", "win_rate", "draw_rate",
                                               "game_length", "illegal_attempts"};
@@ -283,6 +287,7 @@ static void cards_init(Cards *env, const double *params) {
     env->g.max_turns = (int16_t)params[3];
     env->strict = (int)params[4];
     env->fault = (int)params[5];
+    env->shaping = (float)params[6];
 }
 
 /* ---- text ---- */
@@ -959,11 +964,18 @@ static void cards_reset(Cards *env) {
     }
 }
 
+/* (own life - enemy life) / life, each life counted from 0: the potential of the `shaping` reward. */
+static float cards_margin(const CardsGame *g, int seat) {
+    int own = g->p[seat].life > 0 ? g->p[seat].life : 0, foe = g->p[1 - seat].life > 0 ? g->p[1 - seat].life : 0;
+    return (float)(own - foe) / (float)g->max_life;
+}
+
 static int cards_step(Cards *env) {
     if (env->failed) return -1; /* found broken in reset (or set_state): report it now */
     CardsGame *g = &env->g;
     env->event_mark = env->events.count;
     int chosen[2] = {0, 0};
+    float margin[2] = {cards_margin(g, 0), cards_margin(g, 1)};
     char why[240];
     for (int a = 0; a < env->agents; a++) {
         int move = env->actions[a];
@@ -991,6 +1003,7 @@ static int cards_step(Cards *env) {
     memset(&env->log, 0, sizeof(env->log));
     for (int a = 0; a < env->agents; a++) {
         float reward = !g->over || g->winner < 0 ? 0.0f : g->winner == a ? 1.0f : -1.0f;
+        reward += env->shaping * (cards_margin(g, a) - margin[a]);
         env->rewards[a] = reward;
         env->terminals[a] = (uint8_t)g->over;
         env->truncations[a] = 0;
