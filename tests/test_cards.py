@@ -602,3 +602,11 @@ def test_shaping_rewards_the_change_of_the_life_margin():
         assert rewards.tolist() == [0.0, 0.0]
     with at(make(opponent=0), state) as env:         # 0 by default
         assert step(env, attack(0))[1].tolist() == [0.0]
+
+
+def test_the_env_benchmark_steps_a_masked_env_with_legal_actions():
+    from jaxlab.run.bench import env_steps_per_second
+
+    for opponent in (0, 2):
+        sps, per_call = env_steps_per_second("cards", 64, 0.05, params={"opponent": opponent})
+        assert sps > 0 and per_call > 0   # strict masks: an illegal action would have raised
