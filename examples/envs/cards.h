@@ -783,12 +783,16 @@ static int cards_mask(Cards *env, int seat, uint8_t *row, int planted) {
     if (planted && env->fault == 1 && seat == env->g.seat) row[CARDS_ACTIONS - 1 - CARDS_BOARD] = 1;
     if (planted && env->fault == 2) memset(row, 0, CARDS_ACTIONS);
     if (!env->strict) return 0;
+    const char *none = "the action mask allows no move (end turn, or pass, is always legal)";
     int any = 0;
-    for (int m = 0; m < CARDS_ACTIONS; m++) any |= row[m];
-    if (!any) return cards_fail(env, seat, -1, "the action mask allows no move (end turn, or pass, is always legal)");
+    if (env->strict >= 2) {
+        for (int m = 0; m < CARDS_ACTIONS; m++) any |= row[m];
+        if (!any) return cards_fail(env, seat, -1, none);
+    }
     char why[200], message[320];
     for (int m = 0; m < CARDS_ACTIONS; m++) {
         if (!row[m] && env->strict < 2) continue; /* strict 1 proves the allowed moves; 2 every move */
+        any |= row[m];
         int forbidden = cards_move_error(&env->g, seat, m, NULL, 0);
         if (row[m] && forbidden) {
             cards_move_error(&env->g, seat, m, why, (int)sizeof(why));
@@ -800,7 +804,7 @@ static int cards_mask(Cards *env, int seat, uint8_t *row, int planted) {
             return cards_fail(env, seat, m, "the action mask forbids it but the rules allow it "
                                             "(cards_legal_moves and cards_move_error disagree)");
     }
-    return 0;
+    return any ? 0 : cards_fail(env, seat, -1, none);
 }
 
 static int cards_check(Cards *env, int seat, int move) {
