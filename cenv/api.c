@@ -67,7 +67,7 @@ typedef struct {
 } cenv_chunk_log;
 
 /* How an env broke the step contract (kind != BREACH_NONE), found while stepping a chunk. */
-enum { BREACH_NONE = 0, BREACH_COUNT, BREACH_BOTH_FLAGS, BREACH_PARTIAL_END };
+enum { BREACH_NONE = 0, BREACH_COUNT, BREACH_BOTH_FLAGS, BREACH_PARTIAL_END, BREACH_FAILED };
 typedef struct {
     int kind;
     int64_t env;
@@ -213,6 +213,7 @@ static int after_step(void *ctx, int64_t index, int ended) {
     uint8_t *terminals = vec->terminals + a0, *truncations = vec->truncations + a0;
     uint8_t *active = vec->active == NULL ? NULL : vec->active + a0;
     int flagged = 0, waiting = 0;
+    if (ended < 0) return breach(vec, end->chunk, BREACH_FAILED, index, ended, 0); /* the env says it broke */
     for (int a = 0; a < apa; a++) {
         if (active != NULL && !active[a]) { /* waits for the env's reset: its rows are not the env's */
             vec->rewards[a0 + a] = 0.0f;
@@ -718,7 +719,17 @@ static int validate_mask(cenv_vec *vec) {
 static void describe_breach(cenv_vec *vec, const cenv_breach *b) {
     const char *name = vec->spec->name;
     int apa = vec->spaces.agents_per_env;
-    if (b->kind == BREACH_BOTH_FLAGS) {
+    if (b->kind == BREACH_FAILED) {
+        char why[CENV_ERROR_LEN] = "";
+        if (vec->spec->error != NULL) {
+            vec->spec->error(env_at(vec, b->env), why, (int)sizeof(why));
+        } else {
+            snprintf(why, sizeof(why), "its step returned %d (a failure) and it has no `error` option to say "
+                     "why; name `error` in CENV_ENV and give it name_error (see BUILD.md)", b->ended);
+        }
+        set_error(vec->error, CENV_ERROR_LEN, "env '%s' #%lld failed at step %lld: %s", name, (long long)b->env,
+                  (long long)vec->steps, why);
+    } else if (b->kind == BREACH_BOTH_FLAGS) {
         set_error(vec->error, CENV_ERROR_LEN,
                   "env '%s' #%lld broke the step contract at step %lld: agent %d (row %lld) has both "
                   "terminal and truncation set; an ending episode is one or the other (see BUILD.md)",
