@@ -18,6 +18,15 @@ _spec = importlib.util.spec_from_file_location("cenv_build", ROOT / "cenv" / "bu
 cenv_build = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cenv_build)
 
+# JAX's persistent compilation cache (on by default) goes to a folder of this test session, which its
+# subprocesses inherit: the suite neither reads nor fills the user's cache.
+if "JAXLAB_CACHE_DIR" not in os.environ:
+    import atexit
+    import tempfile
+
+    os.environ["JAXLAB_CACHE_DIR"] = tempfile.mkdtemp(prefix="jaxlab-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["JAXLAB_CACHE_DIR"], True)
+
 # Every registered env, in registry order: a new env is picked up by the tests that use this.
 ENV_NAMES = tuple(env_types())
 

@@ -85,6 +85,9 @@ class DeviceConfig:
     """XLA matmul precision for float32 inputs: default (TF32 on recent GPUs), high or highest"""
     memory_fraction: float = 0.0
     """share of GPU memory XLA may take, so runs can share a GPU (0: XLA's own default, 0.75)"""
+    compile_cache: str = "auto"
+    """JAX's persistent compilation cache: auto (under ~/.cache/jaxlab/xla, or $JAXLAB_CACHE_DIR), a
+    folder, or off; a second run of the same shapes loads its executables instead of compiling"""
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,9 @@ def derive_sizes(config: Config, agents_per_env: int) -> Sizes:
     if not 0 <= config.device.memory_fraction <= 1:
         raise ConfigError(f"device.memory_fraction={config.device.memory_fraction} must be in [0, 1] "
                           "(0 leaves XLA's default), e.g. 0.3 to fit three runs on one GPU")
+    if not config.device.compile_cache.strip():
+        raise ConfigError("device.compile_cache='' is empty; write auto, off or a folder, e.g. "
+                          "--device.compile-cache ~/.cache/jaxlab/xla")
     for name in ("interval",):
         if getattr(config.checkpoint, name) < 0:
             raise ConfigError(f"checkpoint.{name}={getattr(config.checkpoint, name)} must be >= 0 (0: off)")

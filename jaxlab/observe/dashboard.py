@@ -48,8 +48,8 @@ def eta(record: dict, info: RunInfo) -> float:
     return (info.total_steps - done) / record["sps"] if record["sps"] > 0 else float("inf")
 
 
-def render(record: dict, info: RunInfo, warnings: list[str]):
-    """The dashboard for the latest record as a rich renderable."""
+def render(record: dict, info: RunInfo, warnings: list[str], start: str | None = None):
+    """The dashboard for the latest record as a rich renderable (``start``: start_line's words)."""
     from rich.console import Group
     from rich.progress_bar import ProgressBar
     from rich.table import Table
@@ -76,9 +76,17 @@ def render(record: dict, info: RunInfo, warnings: list[str]):
         stats.add_row(name, "-" if value is None else f"{value:10.3f}")
     columns = Table.grid(padding=(0, 4))
     columns.add_row(split, losses, stats)
-    parts = [head, progress, columns]
+    parts = [head] + ([Text(start, style="dim")] if start else []) + [progress, columns]
     parts += [Text(f"warning: {w}", style="yellow") for w in warnings]
     return Group(*parts)
+
+
+def start_line(record: dict) -> str | None:
+    """"first update N.N s after launch; compile cache hit|miss|…" for a process's first record, else None."""
+    if "launch_to_first_update_s" not in record:
+        return None
+    return (f"first update {record['launch_to_first_update_s']:.1f} s after launch; "
+            f"compile cache {record['compile_cache']}")
 
 
 def plain_line(record: dict, info: RunInfo) -> str:
@@ -99,6 +107,9 @@ class PlainReporter:
         self.last = -float("inf")
 
     def update(self, record: dict) -> None:
+        start = start_line(record)
+        if start is not None:
+            print(start, file=self.stream, flush=True)
         if record["update"] < self.info.num_updates and record["wall_time"] - self.last < self.interval:
             return
         self.last = record["wall_time"]
@@ -123,6 +134,7 @@ class RichDashboard:
         self.min_gap = 1.0 / max_per_second
         self.warnings: list[str] = []
         self.record: dict | None = None
+        self.start: str | None = None  # start_line of the first record
         self.last_draw = -float("inf")
         self.draws = 0
         self.dirty = False  # a record or warning arrived since the last draw
@@ -131,6 +143,7 @@ class RichDashboard:
 
     def update(self, record: dict) -> None:
         self.record = record
+        self.start = start_line(record) or self.start
         now = time.monotonic()
         if record["update"] < self.info.num_updates and now - self.last_draw < self.min_gap:
             self.dirty = True
@@ -148,7 +161,7 @@ class RichDashboard:
         self.last_draw = now
         self.draws += 1
         self.dirty = False
-        self.live.update(render(self.record, self.info, self.warnings), refresh=True)
+        self.live.update(render(self.record, self.info, self.warnings, self.start), refresh=True)
 
     def close(self) -> None:
         if self.live.is_started:

@@ -48,24 +48,30 @@ def write_run_info(run_dir: Path, config, devices: list[str], notes: str | None 
     return info
 
 
+START_KEYS = ("compile_cache", "launch_to_first_update_s")  # in the first record of each process
+
+
 def summarize(records: list[dict], best_metric: str = "episode_return") -> dict:
     """Final and best metrics of a run's records (one per update, as in metrics.jsonl)."""
     if not records:
         return {"updates": 0, "global_step": 0, "wall_time": 0.0, "sps": 0.0, "final": {}, "best": None}
     last = records[-1]
     with_episodes = [r for r in records if r.get("episodes") and r.get(best_metric) is not None]
-    final = {k: v for k, v in last.items() if not k.startswith("time_")}
+    final = {k: v for k, v in last.items() if not k.startswith("time_") and k not in START_KEYS}
     if with_episodes:  # the episode statistics of the last update that ended episodes
         final.update({k: v for k, v in with_episodes[-1].items()
                       if not k.startswith("time_") and final.get(k) is None})
     best = max(with_episodes, key=lambda r: r[best_metric]) if with_episodes else None
     first = records[0]
     steady_time = last["wall_time"] - first["wall_time"]
+    starts = [{"update": r["update"], "launch_to_first_update_s": r["launch_to_first_update_s"],
+               "compile_cache": r["compile_cache"]} for r in records if "launch_to_first_update_s" in r]
     return {"updates": last["update"], "global_step": last["global_step"], "wall_time": last["wall_time"],
             "sps": last["global_step"] / last["wall_time"] if last["wall_time"] > 0 else 0.0,
             "sps_after_first_update": ((last["global_step"] - first["global_step"]) / steady_time
                                        if steady_time > 0 else None),
             "time": {k[5:]: v for k, v in last.items() if k.startswith("time_")},
+            "starts": starts,  # one per process that trained (a resumed run has several)
             "final": final,
             "best": None if best is None else {"metric": best_metric, "value": best[best_metric],
                                                "update": best["update"], "global_step": best["global_step"]}}

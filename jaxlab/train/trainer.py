@@ -73,6 +73,10 @@ class Trainer:
         c, t = config, config.train
         self._metrics_file = None
         from jaxlab.config.memory import env_shape
+        from jaxlab.run import compile_cache
+
+        self.compile_cache = compile_cache.enable(c.device.compile_cache)  # before anything compiles
+        self._cache_counts = compile_cache.counts()  # None once the first record has the verdict
 
         self.sizes = config_lib.derive_sizes(c, env_shape(c).agents_per_env)  # every check before any env
         self.envs = make_group_envs(c)
@@ -174,6 +178,13 @@ class Trainer:
         timing = self.timing
         record.update({f"time_{k}": v for k, v in timing.items()})
         record["time_other"] = max(record["wall_time"] - sum(timing.values()), 0.0)
+        if self._cache_counts is not None:  # the first record of this process: how the start went
+            from jaxlab.run import compile_cache
+            from jaxlab.run.launch import seconds_since_launch
+
+            record["compile_cache"] = compile_cache.verdict(self._cache_counts, compile_cache.counts())
+            record["launch_to_first_update_s"] = seconds_since_launch()
+            self._cache_counts = None
         self._last_log_time, self._last_log_step = now, self.global_step
         if self._metrics_file is not None:
             self._metrics_file.write(json.dumps(record) + "\n")

@@ -1,0 +1,94 @@
+"""JAX's persistent compilation cache, on by default (``device.compile_cache``), and its hits and misses.
+
+A second run of the same shapes on the same device loads its three executables (the rollout's step
+and finish, the update) from disk instead of compiling them. JAX keys each entry by the computation
+(every shape and dtype in it), the device, the JAX/XLA version and the compile options; jaxlab adds
+its own version as a subfolder, so an upgrade never reads another version's entries.
+
+``device.compile_cache``: "auto" (``$JAXLAB_CACHE_DIR``, else ``$XDG_CACHE_HOME/jaxlab``, else
+``~/.cache/jaxlab``; then ``xla/jaxlab-<version>``), a folder (``<folder>/jaxlab-<version>``), or
+"off". The cache is set up once per process, before the first compile: a later Trainer with another
+setting in the same process keeps the first one (JAX reads the option once).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_EVENTS = {"/jax/compilation_cache/cache_hits": "hits", "/jax/compilation_cache/cache_misses": "misses"}
+_counts = {"hits": 0, "misses": 0}
+_state: dict = {"listening": False, "dir": None, "setting": None}
+
+
+def cache_folder(setting: str) -> Path | None:
+    """The folder for ``setting`` ("auto", "off" or a path), with jaxlab's version as its last part;
+    None for "off"."""
+    from jaxlab import __version__
+
+    if setting == "off":
+        return None
+    if setting == "auto":
+        root = os.environ.get("JAXLAB_CACHE_DIR")
+        if root:
+            base = Path(root)
+        else:
+            base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jaxlab"
+        base = base / "xla"
+    else:
+        base = Path(setting).expanduser()
+    return base / f"jaxlab-{__version__}"
+
+
+def _listen(event: str, *args, **kwargs) -> None:
+    name = _EVENTS.get(event)
+    if name is not None:
+        _counts[name] += 1
+
+
+def enable(setting: str) -> str:
+    """Turns JAX's persistent cache on at ``setting``'s folder (or leaves it off); returns a short
+    description for the log. Safe to call again: only the first call of a process changes JAX."""
+    import jax
+
+    if not _state["listening"]:
+        jax.monitoring.register_event_listener(_listen)
+        _state["listening"] = True
+    if _state["setting"] is None:
+        _state["setting"] = setting
+        folder = cache_folder(setting)
+        if folder is not None:
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                _state["dir"] = None
+                return f"compile cache off: cannot create {folder} ({err.strerror}); set device.compile_cache"
+            jax.config.update("jax_compilation_cache_dir", str(folder))
+            jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+            jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+            _state["dir"] = folder
+    return describe()
+
+
+def describe() -> str:
+    """"compile cache DIR" or "compile cache off"."""
+    return f"compile cache {_state['dir']}" if _state["dir"] is not None else "compile cache off"
+
+
+def counts() -> dict[str, int]:
+    """Persistent-cache hits and misses of this process so far (a miss is a compile that was then
+    written to the cache)."""
+    return dict(_counts)
+
+
+def verdict(before: dict[str, int], after: dict[str, int]) -> str:
+    """What happened between two ``counts()``: "hit" (every executable loaded), "miss" (all compiled),
+    "partial (H of N)", or "off" when nothing was looked up."""
+    hits, misses = after["hits"] - before["hits"], after["misses"] - before["misses"]
+    if hits + misses == 0:
+        return "off"
+    if misses == 0:
+        return "hit"
+    if hits == 0:
+        return "miss"
+    return f"partial ({hits} of {hits + misses})"

@@ -1,0 +1,68 @@
+"""Start-up: the persistent compilation cache (device.compile_cache) and the launch-to-first-update
+time in the metrics, the summary and the terminal."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from jaxlab import __version__
+from jaxlab.run.compile_cache import cache_folder, verdict
+
+
+def test_cache_folder_per_setting(monkeypatch, tmp_path):
+    monkeypatch.setenv("JAXLAB_CACHE_DIR", str(tmp_path / "mine"))
+    assert cache_folder("auto") == tmp_path / "mine" / "xla" / f"jaxlab-{__version__}"
+    monkeypatch.delenv("JAXLAB_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_folder("auto") == tmp_path / "xdg" / "jaxlab" / "xla" / f"jaxlab-{__version__}"
+    assert cache_folder(str(tmp_path / "here")) == tmp_path / "here" / f"jaxlab-{__version__}"
+    assert cache_folder("off") is None
+
+
+def test_verdict_of_hits_and_misses():
+    zero = {"hits": 0, "misses": 0}
+    assert verdict(zero, zero) == "off"
+    assert verdict(zero, {"hits": 3, "misses": 0}) == "hit"
+    assert verdict({"hits": 3, "misses": 1}, {"hits": 3, "misses": 4}) == "miss"
+    assert verdict(zero, {"hits": 2, "misses": 1}) == "partial (2 of 3)"
+
+
+def train(tmp_path, name: str, *flags: str) -> tuple[subprocess.CompletedProcess, dict, list[dict]]:
+    run_dir = tmp_path / name
+    env = {**os.environ, "JAXLAB_CACHE_DIR": str(tmp_path / "cache")}
+    result = subprocess.run([sys.executable, "-m", "jaxlab.cli", "train", "cartpole", "--vec.num-envs", "16",
+                             "--train.total-timesteps", "512", "--run-dir", str(run_dir), "--log.dashboard", "plain",
+                             *flags], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return result, json.loads((run_dir / "summary.json").read_text()), records
+
+
+@pytest.mark.slow
+def test_a_second_run_of_the_same_shapes_loads_every_executable_from_the_cache(tmp_path):
+    first, first_summary, first_records = train(tmp_path, "first")
+    assert first_records[0]["compile_cache"] == "miss"
+    folder = tmp_path / "cache" / "xla" / f"jaxlab-{__version__}"
+    assert any(folder.iterdir())
+    second, second_summary, second_records = train(tmp_path, "second")
+    assert second_records[0]["compile_cache"] == "hit"
+    assert all("compile_cache" not in r for r in second_records[1:])
+    assert second_records[-1]["compiles"] == 3  # traced as ever; only XLA's compile is skipped
+    for result, summary in ((first, first_summary), (second, second_summary)):
+        (start,) = summary["starts"]
+        assert start["update"] == 1 and 0 < start["launch_to_first_update_s"] < 300
+        assert f"first update {start['launch_to_first_update_s']:.1f} s after launch; compile cache " \
+               f"{start['compile_cache']}" in result.stdout
+    assert "compile_cache" not in second_summary["final"]
+    _, _, off_records = train(tmp_path, "off", "--device.compile-cache", "off")
+    assert off_records[0]["compile_cache"] == "off"
+
+
+def test_an_empty_cache_setting_is_refused():
+    result = subprocess.run([sys.executable, "-m", "jaxlab.cli", "config", "cartpole", "--device.compile-cache", ""],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "device.compile_cache='' is empty; write auto, off or a folder" in result.stderr
