@@ -97,7 +97,8 @@ def run_sweep(args, study, storage, spec, base_toml: str, study_dir: Path, platf
     base_path = study_dir / "base.toml"
     base_path.write_text(f"# the fixed part of every trial of sweep {study.study_name}\n{base_toml}")
     on_gpu = platform in GPU_PLATFORMS
-    slots = plan_slots(args.parallel, on_gpu, usable_cores(), base.vec.num_threads)
+    base_threads = base.vec.num_threads if isinstance(base.vec.num_threads, int) else len(usable_cores())
+    slots = plan_slots(args.parallel, on_gpu, usable_cores(), base_threads)
     target = args.trials if args.trials is not None else spec.trials
     held = len(study.get_trials(deepcopy=False))
     print(f"sweep {study.study_name} ({'resumed' if existed else 'new'}): {args.env}, {target} trials "

@@ -37,6 +37,9 @@ def parse_bool(text: str, where: str) -> bool:
     raise ConfigError(f"{where}={text!r} is not a boolean; use true or false (also 1/0, yes/no)")
 
 
+AUTO_EXAMPLES = {"train.batch_size": 65536, "vec.num_threads": 2}  # an integer to suggest per "int | str" key
+
+
 def coerce(value: Any, kind: type | str, where: str) -> Any:
     """``value`` (a TOML value or a command-line string) as ``kind``; ConfigError otherwise.
     ``kind`` "int | str" is an integer or the word auto."""
@@ -46,7 +49,8 @@ def coerce(value: Any, kind: type | str, where: str) -> Any:
         try:
             return coerce(value, int, where)
         except ConfigError:
-            raise ConfigError(f"{where}={value!r} is neither auto nor an integer; write auto or e.g. 65536") from None
+            example = AUTO_EXAMPLES.get(where, 2)
+            raise ConfigError(f"{where}={value!r} is neither auto nor an integer; write auto or e.g. {example}") from None
     if kind is bool:
         if isinstance(value, bool):
             return value

@@ -17,8 +17,9 @@ class ConfigError(ValueError):
 class VecConfig:
     num_envs: int = 64
     """number of C env instances (agents = num_envs x agents_per_env)"""
-    num_threads: int = 1
-    """C threads stepping the envs of each group (results are identical for any count)"""
+    num_threads: int | str = "auto"
+    """C threads stepping the envs of each group, or auto: the cores JAX does not need, at least 1,024
+    agents per thread (results are identical for any count; `jaxlab config` shows the choice)"""
     groups: int = 1
     """G: agent groups, each with its own slice of envs and carries; the policy call of one group runs
     while the C threads step another (results are those of the groups stepped one after the other)"""

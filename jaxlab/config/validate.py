@@ -8,6 +8,7 @@ from dataclasses import dataclass, fields
 
 from jaxlab.config.schema import (DASHBOARDS, MASK_CHECKS, MATMUL_PRECISIONS, PRECISIONS, SCHEDULES, SECTIONS, Config,
                                   ConfigError)
+from jaxlab.config.threads import resolve_threads
 from jaxlab.env.library import constant
 
 
@@ -26,6 +27,8 @@ class Sizes:
     minibatch_agents: int  # sequences per minibatch = minibatch_size / T
     num_updates: int       # total_timesteps // batch_size
     total_timesteps: int
+    num_threads: int = 1   # C threads per group (vec.num_threads, "auto" resolved)
+    threads_reason: str = "set"  # why that many: "set", or what auto saw
 
     def describe(self) -> str:
         segments = f" x {self.segments} segments" if self.segments > 1 else ""
@@ -67,7 +70,9 @@ def derive_sizes(config: Config, agents_per_env: int) -> Sizes:
     """Checks every invariant; ConfigError naming the values, the rule and a fix on the first broken."""
     check_finite(config)
     t, v = config.train, config.vec
-    positive = [("vec.num_envs", v.num_envs), ("vec.num_threads", v.num_threads),
+    if v.num_threads != "auto" and not isinstance(v.num_threads, int):
+        raise ConfigError(f"vec.num_threads={v.num_threads!r} is neither auto nor an integer; write auto or e.g. 2")
+    positive = [("vec.num_envs", v.num_envs), ("vec.num_threads", 1 if v.num_threads == "auto" else v.num_threads),
                 ("policy.hidden_size", config.policy.hidden_size), ("train.bptt_horizon", t.bptt_horizon),
                 ("train.minibatch_size", t.minibatch_size), ("train.update_epochs", t.update_epochs),
                 ("train.total_timesteps", t.total_timesteps), ("checkpoint.keep", config.checkpoint.keep),
@@ -115,7 +120,9 @@ def derive_sizes(config: Config, agents_per_env: int) -> Sizes:
     max_chunks = constant("MAX_CHUNKS")
     per_group = v.num_envs // v.groups
     num_chunks = min(per_group, max_chunks)
-    if v.num_threads > num_chunks:
+    num_threads, threads_reason = resolve_threads(v.num_threads, per_group, agents_per_env, v.groups, config.preset,
+                                                  max_chunks)
+    if num_threads > num_chunks:
         where = "vec.num_envs / vec.groups" if v.groups > 1 else "vec.num_envs"
         raise ConfigError(f"vec.num_threads={v.num_threads} exceeds min({where}, {max_chunks})={num_chunks}; "
                           f"use at most {num_chunks} threads")
@@ -144,4 +151,5 @@ def derive_sizes(config: Config, agents_per_env: int) -> Sizes:
                  horizon=t.bptt_horizon, segments=batch // segment, batch_size=batch,
                  minibatch_size=t.minibatch_size, num_minibatches=batch // t.minibatch_size,
                  minibatch_agents=t.minibatch_size // t.bptt_horizon, num_updates=t.total_timesteps // batch,
-                 total_timesteps=t.total_timesteps)
+                 total_timesteps=t.total_timesteps, num_threads=min(num_threads, num_chunks),
+                 threads_reason=threads_reason)

@@ -29,16 +29,16 @@ def group_seed(seed: int, group: int) -> int:
     return seed if group == 0 else (seed * 0x9E3779B97F4A7C15 + group * 0xD1B54A32D192ED03) % 2**64
 
 
-def make_group_envs(config: config_lib.Config) -> list:
-    """One VecEnv per group (vec.groups), each with vec.num_envs / groups envs and vec.num_threads
-    threads, seeded by group_seed."""
+def make_group_envs(config: config_lib.Config, num_threads: int) -> list:
+    """One VecEnv per group (vec.groups), each with vec.num_envs / groups envs and ``num_threads``
+    threads (Sizes.num_threads: vec.num_threads with auto resolved), seeded by group_seed."""
     c = config
     groups = c.vec.groups  # divides num_envs (config.derive_sizes checks it)
     envs = []
     try:
         for g in range(groups):
             envs.append(jaxlab.make(c.env_name, num_envs=c.vec.num_envs // groups, seed=group_seed(c.train.seed, g),
-                                    num_threads=min(c.vec.num_threads, c.vec.num_envs // groups),
+                                    num_threads=min(num_threads, c.vec.num_envs // groups),
                                     **config_lib.env_args(c)))
     except BaseException:
         for env in envs:
@@ -79,7 +79,7 @@ class Trainer:
         self._cache_counts = compile_cache.counts()  # None once the first record has the verdict
 
         self.sizes = config_lib.derive_sizes(c, env_shape(c).agents_per_env)  # every check before any env
-        self.envs = make_group_envs(c)
+        self.envs = make_group_envs(c, self.sizes.num_threads)
         self.env = self.envs[0]  # the spaces, statistics and options of every group's env
         self.env_source = {"library": c.env_library or None, "source_hash": source_hash(c.env_library)}
         self.spec = ActionSpec.from_space(self.env.action_space)

@@ -1,0 +1,51 @@
+"""vec.num_threads = "auto": the cores JAX does not need, with enough agents per thread."""
+
+import subprocess
+import sys
+
+import pytest
+
+from jaxlab.config import ConfigError, derive_sizes, load_config
+from jaxlab.config.threads import MIN_AGENTS_PER_THREAD, auto_threads
+
+
+@pytest.mark.parametrize("envs, agents_per_env, groups, cores, on_cpu, expected", [
+    (64, 1, 1, 2, True, 1),          # cartpole's defaults: 64 agents are too few for a second thread
+    (4096, 1, 1, 8, True, 4),        # 4,096 agents: 4 threads of 1,024 although 8 cores are free
+    (16384, 1, 1, 8, True, 8),       # one group: the C step may take every core (XLA waits)
+    (16384, 1, 2, 8, True, 4),       # groups overlap on the CPU: half the cores stay with XLA
+    (16384, 1, 2, 8, False, 8),      # on a GPU the overlap needs no CPU cores for XLA
+    (2, 4096, 1, 16, False, 2),      # never more threads than envs
+    (100_000, 1, 1, 128, False, 64),  # never more than MAX_CHUNKS
+    (24, 64, 1, 1, True, 1),         # one core: one thread
+])
+def test_auto_threads_by_value(envs, agents_per_env, groups, cores, on_cpu, expected):
+    threads, why = auto_threads(envs, agents_per_env, groups, cores, on_cpu, max_chunks=64)
+    assert threads == expected
+    assert f"{cores} usable core(s)" in why and f"{envs * agents_per_env:,} agents per group" in why
+    assert ("half left to XLA" in why) == (groups > 1 and on_cpu)
+    assert MIN_AGENTS_PER_THREAD == 1024
+
+
+def test_auto_is_the_default_and_an_integer_is_kept():
+    config, sources = load_config("cartpole")
+    assert config.vec.num_threads == "auto" and sources["vec.num_threads"] == "configs/default.toml"
+    sizes = derive_sizes(config, 1)
+    assert sizes.num_threads == 1 and "64 agents per group" in sizes.threads_reason
+    config, _ = load_config("cartpole", flags=["--vec.num-threads", "3"])
+    sizes = derive_sizes(config, 1)
+    assert (sizes.num_threads, sizes.threads_reason) == (3, "set")
+
+
+def test_a_word_other_than_auto_is_refused_with_the_fix():
+    with pytest.raises(ConfigError, match=r"^vec.num_threads='many' is neither auto nor an integer; write auto or "
+                                          r"e.g. 2$"):
+        load_config("cartpole", flags=["--vec.num-threads", "many"])
+
+
+def test_jaxlab_config_prints_the_choice():
+    result = subprocess.run([sys.executable, "-m", "jaxlab.cli", "config", "cartpole", "--vec.num-envs", "512"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "# vec.num_threads auto: 1 C thread(s) per group (" in result.stdout
+    assert 'num_threads = "auto"' in result.stdout
