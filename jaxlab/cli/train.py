@@ -21,6 +21,15 @@ def train_command(args: argparse.Namespace) -> int:
 
     resolved = resolve(args)
     config, sizes = resolved.config, resolved.sizes
+    profile = None
+    if args.profile:
+        from jaxlab.run.profile import ProfileUpdates, parse_updates
+
+        try:
+            profile = ProfileUpdates(args.profile, *parse_updates(args.profile_updates))
+        except ValueError as err:
+            print(f"jaxlab train: error: {err}", file=sys.stderr)
+            return 2
     if resolved.resume is not None:
         run_dir = args.run_dir or str(resume_run_dir(resolved.resume))
     else:
@@ -49,7 +58,7 @@ def train_command(args: argparse.Namespace) -> int:
     try:
         result = train_run(config, run_dir, resume=resolved.resume, on_log=observers, warn=warn,
                            notes=args.notes, on_start=observers.start, resume_meta=resolved.resume_meta,
-                           resume_any_env=args.resume_any_env)
+                           resume_any_env=args.resume_any_env, profile=profile)
     except KeyboardInterrupt:
         observers.close()
         print(f"interrupted; the metrics so far are in {run_dir}/metrics.jsonl", file=sys.stderr)
@@ -259,6 +268,10 @@ def add_commands(add) -> None:
                        "under runs/), a run dir, or one checkpoint directory; flags change allowed values")
     train.add_argument("--resume-any-env", action="store_true", help="resume even when the env's source (its "
                        "header or library) changed since the checkpoint")
+    train.add_argument("--profile", metavar="DIR", help="write a JAX profiler trace of some updates to DIR "
+                       "(TensorBoard's profile plugin or Perfetto open it)")
+    train.add_argument("--profile-updates", default="2:3", metavar="A:B", help="the updates the trace covers, "
+                       "counted from 1, both included (default 2:3: update 1 compiles)")
     evaluate = add("eval", "play a checkpoint's policy and report returns",
                    "Play the policy saved in a checkpoint (its config is read from the checkpoint) on new "
                    "envs and print mean ± std of return and length and the env's statistics.", eval_command)

@@ -113,7 +113,7 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
               on_log: Callable[[dict], None] | None = None, warn: Callable[[str], None] = print,
               trainer_hook: Callable | None = None, notes: str | None = None,
               on_start: Callable | None = None, resume_meta: dict | None = None,
-              resume_any_env: bool = False) -> RunResult:
+              resume_any_env: bool = False, profile=None) -> RunResult:
     """Trains ``config`` to its last update in ``run_dir`` with checkpoints; see the module docstring.
     Holds the run dir's lock for the whole run (RunDirInUse when another process holds it), sends
     library log lines (absl, Orbax) to RUN_DIR/run.log, writes run.json (and notes.md from ``notes``)
@@ -121,7 +121,8 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
     called once the trainer is built and restored; ``trainer_hook(trainer, saves)`` once the
     checkpoints are set up too (tests inject faults with it). ``resume_meta``: {checkpoint path: its
     meta} for checkpoints whose meta the caller has read already (each is read once);
-    ``resume_any_env`` resumes even when the env's source changed since the checkpoint (a warning)."""
+    ``resume_any_env`` resumes even when the env's source changed since the checkpoint (a warning);
+    ``profile``: a jaxlab.run.profile.ProfileUpdates that traces some updates."""
     import jax
 
     from jaxlab.observe import records
@@ -145,11 +146,14 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
                  f"step {trainer.global_step:,}")
         if on_start is not None:
             on_start(trainer)
+        if profile is not None:
+            profile.start(trainer)
         saves = checkpoint.RunCheckpoints(run_dir / "checkpoints", c.interval, c.minutes, c.keep, c.best_metric)
         try:
             if trainer_hook is not None:
                 trainer_hook(trainer, saves)
             hooks = [log_to(result.records.append)] + ([log_to(on_log)] if on_log is not None else [])
+            hooks += [profile] if profile is not None else []
             hooks += [NonfiniteStop(result), SaveCheckpoints(saves, stop, c.best_metric, result)]
             train_loop(trainer, hooks)
             result.checkpoint = saves.finish()
@@ -161,6 +165,8 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
             result.error = f"{type(err).__name__}: {err}".splitlines()[0]
             raise
         finally:
+            if profile is not None:
+                profile.close()
             try:
                 saves.close()
             except checkpoint.CheckpointError as err:
