@@ -58,3 +58,32 @@ def test_memory_options_are_set_before_the_backend_and_never_override_the_user(m
     monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION")
     assert prepare_backend(None).startswith("GPU memory allocated on demand")
     assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+
+
+def test_a_gpu_that_jax_does_not_see_is_named_with_the_fix():
+    from jaxlab.config.presets import unused_gpu_warning
+
+    cpu = [DeviceInfo("cpu", "cpu", None)]
+    gpu = [DeviceInfo("gpu", "NVIDIA H100 80GB HBM3", 80 * 2**30)]
+    message = unused_gpu_warning(cpu, present=lambda: "an NVIDIA GPU (driver 550.54.15)")
+    assert message == ("this machine has an NVIDIA GPU (driver 550.54.15) but JAX sees only the CPU, so jaxlab runs "
+                       "on the CPU; install JAX's CUDA wheels: pip install -e \".[cuda12]\" (or pip install -U "
+                       "\"jax[cuda12]\"), then check with `jaxlab presets`")
+    assert unused_gpu_warning(gpu, present=lambda: "an NVIDIA GPU") is None  # JAX uses it
+    assert unused_gpu_warning(cpu, present=lambda: None) is None             # a CPU-only machine
+
+
+def test_the_nvidia_driver_is_found_by_its_proc_file(monkeypatch, tmp_path):
+    from jaxlab.config import presets
+
+    version = tmp_path / "version"
+    version.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n")
+    real_path = presets.Path
+    monkeypatch.setattr(presets, "Path", lambda p: version if p == "/proc/driver/nvidia/version" else
+                        (tmp_path / "dev" if p == "/dev" else real_path(p)))
+    assert presets.nvidia_gpu_present() == "an NVIDIA GPU (driver 550.54.15)"
+    version.unlink()
+    (tmp_path / "dev").mkdir()
+    assert presets.nvidia_gpu_present() is None
+    (tmp_path / "dev" / "nvidia0").touch()
+    assert presets.nvidia_gpu_present() == "an NVIDIA GPU"

@@ -122,6 +122,9 @@ def resolve(args: argparse.Namespace) -> Resolved:
         backend = presets.prepare_backend(config.device.memory_fraction)
         presets.check_preset_fits(args.preset, presets.current_devices())
         reason = "chosen with --preset"
+    unused_gpu = presets.unused_gpu_warning(presets.current_devices())
+    if unused_gpu is not None:
+        warn(f"warning: {unused_gpu}")
     shape = memory.env_shape(config)  # ConfigError for an env parameter out of range or of the wrong type
     sizes = derive_sizes(config, shape.agents_per_env)
     limit = memory.current_limit()

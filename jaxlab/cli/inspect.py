@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from jaxlab.cli.common import LAYERS, fail, resolve
@@ -76,7 +77,11 @@ def presets_command(args: argparse.Namespace) -> int:
     from jaxlab.config import presets
 
     presets.prepare_backend(None)
-    print(presets.describe_presets(presets.current_devices()))
+    devices = presets.current_devices()
+    print(presets.describe_presets(devices))
+    unused_gpu = presets.unused_gpu_warning(devices)
+    if unused_gpu is not None:
+        print(f"warning: {unused_gpu}", file=sys.stderr)
     return 0
 
 

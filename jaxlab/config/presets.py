@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from jaxlab.config.layers import preset_names, read_preset
 from jaxlab.config.schema import ConfigError
@@ -82,6 +83,34 @@ def prepare_backend(memory_fraction: float | None) -> str:
         os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = str(memory_fraction)
         return f"GPU memory capped at {memory_fraction:.0%}"
     return "XLA's default GPU memory"
+
+
+def nvidia_gpu_present() -> str | None:
+    """"an NVIDIA GPU (driver VERSION)" when the NVIDIA driver is loaded on this machine, else None."""
+    version = Path("/proc/driver/nvidia/version")
+    if version.is_file():
+        try:
+            words = version.read_text().split()
+        except OSError:
+            words = []
+        number = next((w for w in words if w[:1].isdigit() and "." in w), None)
+        return f"an NVIDIA GPU (driver {number})" if number else "an NVIDIA GPU"
+    if any(Path("/dev").glob("nvidia[0-9]*")):
+        return "an NVIDIA GPU"
+    return None
+
+
+def unused_gpu_warning(devices: list[DeviceInfo], present=nvidia_gpu_present) -> str | None:
+    """The one line for the common wrong install: the machine has an NVIDIA GPU but JAX sees only the
+    CPU (JAX installed without its CUDA wheels); None otherwise."""
+    if devices and devices[0].platform != "cpu":
+        return None
+    gpu = present()
+    if gpu is None:
+        return None
+    return (f"this machine has {gpu} but JAX sees only the CPU, so jaxlab runs on the CPU; install JAX's CUDA "
+            "wheels: pip install -e \".[cuda12]\" (or pip install -U \"jax[cuda12]\"), then check with "
+            "`jaxlab presets`")
 
 
 def describe_presets(devices: list[DeviceInfo]) -> str:
