@@ -168,6 +168,7 @@ class Rollout:
         self.horizon, self.segments, self.overlap = horizon, segments, overlap
         self.carries = list(carries)
         self.key = key  # each group samples with fold_in(key, group), then the step count
+        self._group_keys = (None, [])  # (the key they were folded from, fold_in(key, g) per group)
         self.step_count = 0
         self.group_size = envs[0].num_agents
         self.rows = segments * len(envs) * self.group_size
@@ -178,6 +179,13 @@ class Rollout:
         self.timing = {"env": 0.0, "policy": 0.0, "copy": 0.0}  # seconds: C env steps, waiting for policy
         # calls, host<->device copies (actions out, env outputs in)
         self._final = [to_device(env.final_observations) for env in envs]
+
+    def group_keys(self) -> list:
+        """fold_in(self.key, g) per group, folded once per key (a fold_in outside jit costs far more
+        than a step's other Python work; the key changes only on a restore)."""
+        if self._group_keys[0] is not self.key:
+            self._group_keys = (self.key, [jax.random.fold_in(self.key, g) for g in range(len(self.envs))])
+        return self._group_keys[1]
 
     @property
     def carry(self):
@@ -219,8 +227,8 @@ class Rollout:
         action taken (host) and the step's info. The env's buffers then hold the step's outputs."""
         packed, final = self._inputs(0)
         self.carries[0], action, self.buffers = self._step(params, self.carries[0], self.buffers, packed, final,
-                                                           jnp.int32(0), jnp.int32(0), jax.random.fold_in(self.key, 0),
-                                                           jnp.int32(self.step_count))
+                                                           np.int32(0), np.int32(0), self.group_keys()[0],
+                                                           np.int32(self.step_count))
         info = self._env_step(0, action)
         self.step_count += 1
         return np.asarray(action), info
@@ -230,21 +238,23 @@ class Rollout:
         the last segment (``segment`` = segments - 1) returns the batch as a learner Segment (start
         carries and next values of every segment included), else None; and the env infos."""
         G, T, size = len(self.envs), self.horizon, self.group_size
-        offsets = [jnp.int32((segment * G + g) * size) for g in range(G)]
+        # step arguments as numpy scalars: jit takes them on its fast path (a jnp scalar is a device
+        # transfer of its own, tens of microseconds per step)
+        offsets = [np.int32((segment * G + g) * size) for g in range(G)]
         if segment == 0:
             self._start, self._next = [], []
         self._start.append(self.carry)
         infos, actions = [], [None] * G
         inputs = [self._inputs(g) for g in range(G)]
-        group_keys = [jax.random.fold_in(self.key, g) for g in range(G)]
+        group_keys = self.group_keys()
         first_step = self.step_count
 
         def dispatch(g: int, t: int) -> None:
             tic = time.perf_counter()
             packed, final = inputs[g]
             self.carries[g], actions[g], self.buffers = self._step(
-                params, self.carries[g], self.buffers, packed, final, jnp.int32(t), offsets[g], group_keys[g],
-                jnp.int32(first_step + t))
+                params, self.carries[g], self.buffers, packed, final, np.int32(t), offsets[g], group_keys[g],
+                np.int32(first_step + t))
             self.timing["policy"] += time.perf_counter() - tic
 
         if self.overlap:
@@ -264,7 +274,7 @@ class Rollout:
         values = []
         for g in range(G):
             packed, final = inputs[g]
-            self.buffers, value = self._finish(params, self.carries[g], self.buffers, packed, final, jnp.int32(T),
+            self.buffers, value = self._finish(params, self.carries[g], self.buffers, packed, final, np.int32(T),
                                                offsets[g])
             values.append(value)
         self._next.append(jnp.concatenate(values) if G > 1 else values[0])

@@ -1,0 +1,83 @@
+"""The rollout's Python overhead per step: what a step of Rollout.collect costs beyond the policy call
+and the C step, measured side by side in one process.
+
+    python scripts/bench_overhead.py                       # cartpole at 64 and 8,192 agents
+    python scripts/bench_overhead.py --env target --agents 512 4096 --rollouts 50
+
+For each agent count (one group, horizon 16, the trainer's own jitted step):
+  step     wall time per step of Rollout.collect (the finish call spread over the T steps)
+  policy   the same jitted policy step called alone back to back, waiting for its action each time
+           (the jit dispatch included: that is the policy call's own cost)
+  env      VecEnv.step alone with fixed actions (the ctypes call and the C step)
+  overhead step - policy - env: the outputs' transfer to the device, the action's copy to the host,
+           the truncation check and the bookkeeping; the issue's goal is under 30 us.
+Each figure is the median of --repeats measurements of --rollouts rollouts each. Prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import jax
+import numpy as np
+
+
+def measure(env_name: str, agents: int, rollouts: int, repeats: int) -> dict[str, float]:
+    from jaxlab.config import load_config
+    from jaxlab.train.trainer import Trainer
+
+    config, _ = load_config(env_name, flags=["--vec.num-envs", str(agents), "--vec.num-threads", "1",
+                                             "--train.total-timesteps", str(agents * 16 * 1000),
+                                             "--device.compile-cache", "off"])
+    with Trainer(config) as trainer:
+        rollout, params, env = trainer.rollout, trainer.state.params, trainer.envs[0]
+        T = rollout.horizon
+        rollout.collect(params)  # compile and warm up
+        steps, policies, envs = [], [], []
+        for _ in range(repeats):
+            tic = time.perf_counter()
+            for _ in range(rollouts):
+                segment, _ = rollout.collect(params)
+            jax.block_until_ready(segment.values)
+            steps.append((time.perf_counter() - tic) / (rollouts * T))
+
+            packed, final = rollout._inputs(0)
+            carry, buffers, key = rollout.carries[0], rollout.buffers, jax.random.PRNGKey(0)
+            zero = np.int32(0)
+            tic = time.perf_counter()
+            for t in range(rollouts * T):
+                carry, action, buffers = rollout._step(params, carry, buffers, packed, final, np.int32(t % T), zero,
+                                                       key, np.int32(t))
+                action.block_until_ready()
+            policies.append((time.perf_counter() - tic) / (rollouts * T))
+            rollout.carries[0], rollout.buffers = carry, buffers
+
+            actions = np.asarray(action)
+            tic = time.perf_counter()
+            for _ in range(rollouts * T):
+                env.step(actions)
+            envs.append((time.perf_counter() - tic) / (rollouts * T))
+    step, policy, env_step = (statistics.median(x) for x in (steps, policies, envs))
+    return {"step": step, "policy": policy, "env": env_step, "overhead": step - policy - env_step}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", default="cartpole")
+    parser.add_argument("--agents", type=int, nargs="+", default=[64, 8192])
+    parser.add_argument("--rollouts", type=int, default=40, help="rollouts per measurement (default 40)")
+    parser.add_argument("--repeats", type=int, default=5, help="measurements per figure (default 5)")
+    args = parser.parse_args()
+    print(f"{args.env}, one group, horizon 16, 1 C thread; jax {jax.__version__} on {jax.devices()[0].platform}; "
+          f"median of {args.repeats} x {args.rollouts} rollouts")
+    print(f"{'agents':>8} {'step us':>9} {'policy us':>10} {'env us':>8} {'overhead us':>12}")
+    for agents in args.agents:
+        r = measure(args.env, agents, args.rollouts, args.repeats)
+        print(f"{agents:>8,} {r['step'] * 1e6:>9.1f} {r['policy'] * 1e6:>10.1f} {r['env'] * 1e6:>8.1f} "
+              f"{r['overhead'] * 1e6:>12.1f}")
+
+
+if __name__ == "__main__":
+    main()
