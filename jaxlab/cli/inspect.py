@@ -29,7 +29,7 @@ def envs_command(args: argparse.Namespace) -> int:
         print(f"  observation {spaces.observation_space}  action {spaces.action_space}{agents}"
               f"{'  options: ' + ', '.join(options) if options else ''}")
         for p in kind.params:
-            kind_name = "int" if p.is_int else "float"
+            kind_name = ("int or " + "|".join(p.names) if p.names else "int") if p.is_int else "float"
             print(f"  --env.{p.name} {kind_name} = {p.default_value:g}  in [{p.low:g}, {p.high:g}]  {p.help}")
         print(f"  statistics: {', '.join(kind.log_names)}")
     if args.library is None:

@@ -326,7 +326,14 @@ def build_config(env_name: str, values: dict, env_params: dict, preset: str = "n
     env = {}
     for key, value in values["env"].items():
         param = env_params[key]
-        env[key] = coerce(value, int if param.is_int else float, f"env.{key}")
+        value = param.value_of(value)  # a named value ("--env.opponent self") as its number
+        try:
+            env[key] = coerce(value, int if param.is_int else float, f"env.{key}")
+        except ConfigError:
+            if not param.names:
+                raise
+            raise ConfigError(f"env.{key}={value!r} is neither an integer nor one of its names: "
+                              f"{', '.join(param.names)}; e.g. --env.{key.replace('_', '-')} {param.names[-1]}") from None
     env_keys = {ENV_KEYS[k]: coerce(v, str, f"env.{k}") for k, v in values.get("env_keys", {}).items()}
     if env_keys.get("env_library"):
         env_keys["env_library"] = str(Path(env_keys["env_library"]).expanduser().absolute())

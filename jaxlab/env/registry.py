@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import difflib
+import re
 import functools
 from dataclasses import dataclass
 
@@ -36,6 +37,25 @@ class Param:
     def default_value(self) -> int | float:
         """The default as the Python type users pass (int or float)."""
         return int(self.default) if self.is_int else self.default
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Names of an integer parameter's values, when its help begins by naming each value of its
+        range in order ("0 random, 1 greedy, 2 self ..."): then the names are accepted for the numbers
+        (``opponent="self"``, ``--env.opponent self``). Empty otherwise."""
+        if not self.is_int or self.high - self.low > 63:
+            return ()
+        low, high = int(self.low), int(self.high)
+        found = re.match(r"\s*" + r",\s*".join(rf"{v}\s+([A-Za-z_][A-Za-z0-9_-]*)" for v in range(low, high + 1)),
+                         self.help)
+        return tuple(found.groups()) if found and high > low else ()
+
+    def value_of(self, value):
+        """``value``, or the number a name of ``names`` stands for (a str that is no name is returned
+        as it is, for the caller's type error)."""
+        if isinstance(value, str) and value.strip() in self.names:
+            return int(self.low) + self.names.index(value.strip())
+        return value
 
 
 @dataclass(frozen=True)
@@ -132,13 +152,15 @@ def resolve_params(kind: EnvType, params: dict) -> list[float]:
             raise TypeError(f"env '{kind.name}' has no parameter {key!r}; valid parameters: {valid}.{hint}")
     values = []
     for p in kind.params:
-        value = params.get(p.name, p.default_value)
+        value = p.value_of(params.get(p.name, p.default_value))
         is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
         if hasattr(value, "item") and not isinstance(value, bool):  # numpy scalars
             value = value.item()
             is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
         if not is_number or (p.is_int and not isinstance(value, int)):
             want = "an integer" if p.is_int else "a number"
+            if p.names:
+                want += f" or one of {', '.join(p.names)}"
             raise TypeError(f"env '{kind.name}' parameter {p.name}={value!r} ({type(value).__name__}) "
                             f"must be {want}, e.g. {p.name}={p.default_value:g}")
         if not p.low <= value <= p.high:
