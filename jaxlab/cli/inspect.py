@@ -51,10 +51,10 @@ def config_command(args: argparse.Namespace) -> int:
     resolved = resolve(args)
     print(f"# {resolved.config.env_name}, preset {resolved.config.preset} ({resolved.preset_reason})")
     print(f"# {resolved.sizes.describe()}")
+    print(f"# memory: {resolved.memory.describe()}; {resolved.memory_limit.describe()}")
     threads = resolved.sizes
     if resolved.config.vec.num_threads == "auto":
         print(f"# vec.num_threads auto: {threads.num_threads} C thread(s) per group ({threads.threads_reason})")
-    print(f"# memory: {resolved.memory.describe()}; {resolved.memory_limit.describe()}")
     section = ""
     for line in to_toml(resolved.config).splitlines():
         if line.startswith("["):
