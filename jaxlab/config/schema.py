@@ -85,6 +85,9 @@ class DeviceConfig:
     """XLA matmul precision for float32 inputs: default (TF32 on recent GPUs), high or highest"""
     memory_fraction: float = 0.0
     """share of GPU memory XLA may take, so runs can share a GPU (0: XLA's own default, 0.75)"""
+    count: int | str = "auto"
+    """local devices to train on, data parallel (agents sharded, parameters replicated): auto = all
+    that divide the envs of each group evenly, or a number"""
 
 
 @dataclass(frozen=True)

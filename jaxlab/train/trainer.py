@@ -21,6 +21,7 @@ from jaxlab.agent.distributions import ActionSpec
 from jaxlab.env.sdk import source_hash
 from jaxlab.train.learner import TrainState, lr_schedule, make_optimizer, make_update
 from jaxlab.agent.policy import ActorCritic, zero_carry
+from jaxlab.train.parallel import DataParallel
 from jaxlab.train.rollout import EpisodeStats, Rollout, make_step
 
 
@@ -93,9 +94,11 @@ class Trainer:
         self.num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
 
         self.traces = defaultdict(int)
-        step, finish = make_step(self.policy, self.spec, self.env.buffers.layout,
+        self.parallel = DataParallel(self.sizes.devices) if self.sizes.devices > 1 else None  # None: one device
+        policy = self.parallel.wrap(self.policy) if self.parallel else self.policy
+        step, finish = make_step(policy, self.spec, self.env.buffers.layout,
                                  on_trace=lambda: self._traced("rollout"))
-        update = make_update(self.policy, self.spec, optimizer, self.schedule,
+        update = make_update(policy, self.spec, optimizer, self.schedule,
                              num_minibatches=self.sizes.num_minibatches, update_epochs=t.update_epochs,
                              gamma=t.gamma, lam=t.gae_lambda, reward_scale=t.reward_scale,
                              clip_coef=t.clip_coef, vf_coef=t.vf_coef, vf_clip_coef=t.vf_clip_coef, ent_coef=t.ent_coef, norm_adv=t.norm_adv,
@@ -108,6 +111,8 @@ class Trainer:
         self.rollout = Rollout(self.envs, jax.jit(step, donate_argnums=(2,)), jax.jit(finish, donate_argnums=(2,)),
                                self.sizes.horizon, [zero_carry(group, H) for _ in self.envs], rollout_key,
                                segments=self.sizes.segments)
+        if self.parallel:
+            self.parallel.place(self)
 
         self.global_step = 0
         self.update_index = 0
@@ -234,6 +239,8 @@ class Trainer:
         self.learn_time = float(meta["timing"].get("learn", 0.0))
         self._last_log_time, self._last_log_step = time.perf_counter(), self.global_step
         self.segment = None
+        if self.parallel:
+            self.parallel.place(self)
 
     def save_checkpoint(self, path: str | Path, metadata: dict | None = None) -> Path:
         """Writes a checkpoint of the whole training state at ``path`` (a new directory), synchronously."""
