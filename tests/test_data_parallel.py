@@ -1,0 +1,116 @@
+"""Data parallelism over local devices (device.count): 1 and 2 devices, same agents and seed, give the
+same losses. JAX must see 2 CPU devices, which XLA_FLAGS=--xla_force_host_platform_device_count=2
+gives only when set before JAX starts: the runs happen in subprocesses.
+
+Tolerance: on 2 devices each device sums its half of the agents and an all-reduce adds the halves,
+so every mean over agents (losses, gradients) is summed in another order than on one device. float32
+rounds each order differently (about 1e-7 relative per sum); the differences pass through the Adam
+steps into the parameters and the next updates. Over 4 updates they stay below 1e-6 relative for the
+value loss and 1e-7 absolute for the policy loss (a mean of terms that nearly cancel, so its relative
+difference means nothing): asserted with rtol 1e-4 and atol 1e-6, ten times the differences seen.
+The rollouts take the same actions (each agent's policy step is the same arithmetic on its device),
+so the episode counts are equal exactly.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from jaxlab.config import ConfigError, load_config
+from jaxlab.config.validate import check_devices
+
+SCRIPT = r"""
+import json, sys
+import jax
+from jaxlab.config import load_config
+from jaxlab.run.loop import train_loop
+from jaxlab.train.trainer import Trainer
+
+config, _ = load_config("cartpole", flags=sys.argv[2:])
+out = {"local_devices": jax.local_device_count()}
+with Trainer(config, max_traces=1) as trainer:
+    out["devices"] = trainer.sizes.devices
+    out["records"] = train_loop(trainer, updates=trainer.sizes.num_updates - 1)
+    trainer.save_checkpoint(sys.argv[1])
+    out["records"] += train_loop(trainer)
+    out["caches"] = [f._cache_size() for f in (trainer._update, trainer.rollout._step, trainer.rollout._finish)]
+    shardings = [x.sharding for x in jax.tree.leaves(trainer.state)]
+    out["params_replicated_on"] = sorted({len(s.device_set) for s in shardings if s.is_fully_replicated})
+    out["params_not_replicated"] = sum(not s.is_fully_replicated for s in shardings)
+    out["carry_devices"] = len(trainer.rollout.carries[0][0].sharding.device_set)
+with Trainer(config) as resumed:  # (chex counts the traces of every trainer together)
+    resumed.load_checkpoint(sys.argv[1])
+    out["resumed_carry_devices"] = len(resumed.rollout.carries[0][0].sharding.device_set)
+    out["resumed"] = train_loop(resumed, updates=1)
+print("RESULT " + json.dumps(out))
+"""
+
+FLAGS = ["--vec.num-envs", "8", "--train.bptt-horizon", "16", "--train.minibatch-size", "64",
+         "--policy.hidden-size", "32", "--train.total-timesteps", "640"]
+
+
+def run_with_two_cpu_devices(tmp_path, *flags) -> dict:
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    result = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "checkpoint"), *FLAGS, *flags],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = next(line for line in result.stdout.splitlines() if line.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+def test_two_devices_give_the_losses_of_one(tmp_path, groups):
+    one = run_with_two_cpu_devices(tmp_path / "one", "--device.count", "1", "--vec.groups", str(groups),
+                                   "--train.total-timesteps", str(640 if groups == 1 else 512))
+    two = run_with_two_cpu_devices(tmp_path / "two", "--device.count", "auto", "--vec.groups", str(groups),
+                                   "--train.total-timesteps", str(640 if groups == 1 else 512))
+    assert one["local_devices"] == two["local_devices"] == 2
+    assert (one["devices"], two["devices"]) == (1, 2)
+    assert two["carry_devices"] == two["resumed_carry_devices"] == 2 and one["carry_devices"] == 1
+    assert two["params_replicated_on"] == [2] and two["params_not_replicated"] == 0
+    for run in (one, two):
+        assert [r["compiles"] for r in run["records"]] == [3] * len(run["records"])
+        assert run["caches"] == [1, 1, 1]  # no recompile for another placement either
+        assert run["resumed"][0]["compiles"] == 3
+        for key in ("policy_loss", "value_loss", "episodes"):  # resuming the last update repeats it
+            assert run["resumed"][0][key] == run["records"][-1][key], key
+    for a, b in zip(one["records"], two["records"], strict=True):
+        assert a["episodes"] == b["episodes"]
+        for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "grad_norm", "explained_variance"):
+            np.testing.assert_allclose(b[key], a[key], rtol=1e-4, atol=1e-6, err_msg=f"{key} at update {a['update']}")
+
+
+def config_with(*flags):
+    return load_config("cartpole", flags=[*FLAGS, *flags])[0]
+
+
+def test_device_count_is_checked_against_the_devices_and_the_envs():
+    assert check_devices(config_with(), 1, available=2) == 2
+    assert check_devices(config_with("--vec.num-envs", "9", "--train.minibatch-size", "48",
+                                     "--train.total-timesteps", "2304"), 1, available=2) == 1  # auto: what divides
+    assert check_devices(config_with("--device.count", "1"), 1, available=2) == 1
+    with pytest.raises(ConfigError, match=r"device.count=3 must be between 1 and the 2 local devices JAX sees; "
+                                          r"e.g. --device.count 2"):
+        check_devices(config_with("--device.count", "3"), 1, available=2)
+    with pytest.raises(ConfigError, match=r"device.count=0 must be between 1"):
+        check_devices(config_with("--device.count", "0"), 1, available=2)
+    with pytest.raises(ConfigError, match=r"device.count=4 must divide vec.num_envs=6 .*e.g. --vec.num-envs 4"):
+        check_devices(config_with("--device.count", "4", "--vec.num-envs", "6"), 1, available=4)
+    with pytest.raises(ConfigError, match=r"device.count=2 must divide vec.num_envs=6 / vec.groups=2"):
+        check_devices(config_with("--device.count", "2", "--vec.num-envs", "6", "--vec.groups", "2"), 1, available=2)
+    with pytest.raises(ConfigError, match=r"device.count=2 must divide the 1 sequences of a minibatch .*"
+                                          r"--train.minibatch-size 32"):
+        check_devices(config_with("--device.count", "2", "--train.minibatch-size", "16"), 1, available=2)
+
+
+def test_a_bad_device_count_exits_2_with_one_line():
+    result = subprocess.run([sys.executable, "-m", "jaxlab.cli", "train", "cartpole", "--device.count", "2"],
+                            capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""})
+    assert result.returncode == 2
+    assert "device.count=2 must be between 1 and the 1 local device JAX sees; e.g. --device.count 1" in result.stderr
+    assert "Traceback" not in result.stderr
