@@ -33,7 +33,8 @@ class Sizes:
         return (f"{self.num_envs:,} envs x {self.agents_per_env:,} agents x horizon {self.horizon}{segments} = "
                 f"batch {self.batch_size:,}; {self.num_minibatches} minibatch{'es' * (self.num_minibatches > 1)} "
                 f"of {self.minibatch_size:,}; "
-                f"{self.num_updates:,} updates for {_steps(self.total_timesteps)} steps")
+                f"{self.num_updates:,} updates for {_steps(self.total_timesteps)} steps"
+                + (f"; agents sharded over {self.devices} devices" if self.devices > 1 else ""))
 
 
 def _steps(n: int) -> str:
