@@ -91,6 +91,17 @@ class DeviceConfig:
 
 
 @dataclass(frozen=True)
+class DistConfig:
+    coordinator: str = ""
+    """HOST:PORT of process 0's coordinator for a run over several processes (hosts); empty: from
+    JAXLAB_COORDINATOR, else none (under SLURM, JAX finds it)"""
+    num_processes: int = 0
+    """processes in the run, each stepping its own envs (0: SLURM_NTASKS when set, else 1)"""
+    process_id: int = -1
+    """this process's index, 0 to num_processes - 1 (-1: SLURM_PROCID when set, else 0)"""
+
+
+@dataclass(frozen=True)
 class CheckpointConfig:
     interval: int = 0
     """save every this many updates (0: only on time, at the end and on a stop signal)"""
@@ -135,12 +146,13 @@ class Config:
     policy: PolicyConfig = PolicyConfig()
     train: TrainConfig = TrainConfig()
     device: DeviceConfig = DeviceConfig()
+    dist: DistConfig = DistConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     log: LogConfig = LogConfig()
     preset: str = "none"
 
 
-SECTIONS = {"vec": VecConfig, "policy": PolicyConfig, "train": TrainConfig, "device": DeviceConfig,
+SECTIONS = {"vec": VecConfig, "policy": PolicyConfig, "train": TrainConfig, "device": DeviceConfig, "dist": DistConfig,
             "checkpoint": CheckpointConfig, "log": LogConfig}
 SCHEDULES = ("linear", "cosine", "none")
 MASK_CHECKS = ("strict", "off")

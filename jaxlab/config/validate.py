@@ -147,7 +147,7 @@ def derive_sizes(config: Config, agents_per_env: int) -> Sizes:
                  total_timesteps=t.total_timesteps)
 
 
-def check_devices(config: Config, agents_per_env: int, available: int | None = None) -> int:
+def check_devices(config: Config, agents_per_env: int, available: int | None = None, processes: int | None = None) -> int:
     """The device count of device.count (auto: the most of the ``available`` local devices, default
     jax.local_device_count(), that each group's envs and each minibatch's sequences divide by).
     ConfigError when a given count is below 1, above the local devices, or does not divide them."""
@@ -155,15 +155,26 @@ def check_devices(config: Config, agents_per_env: int, available: int | None = N
         import jax
 
         available = jax.local_device_count()
+    if processes is None:
+        import jax
+
+        processes = jax.process_count()
     v, t, setting = config.vec, config.train, config.device.count
-    per_group = v.num_envs // v.groups
+    if v.num_envs % (v.groups * processes):
+        raise ConfigError(f"vec.num_envs={v.num_envs:,} must divide by vec.groups={v.groups} x {processes} processes "
+                          f"(each process steps vec.groups groups of equal envs); e.g. --vec.num-envs "
+                          f"{v.groups * processes * max(1, v.num_envs // (v.groups * processes))}")
+    per_group = v.num_envs // (v.groups * processes)
     minibatch_agents = t.minibatch_size // t.bptt_horizon
 
     def fits(n: int) -> bool:
-        return per_group % n == 0 and minibatch_agents % n == 0
+        return per_group % n == 0 and minibatch_agents % (n * processes) == 0
 
     if setting == "auto":
-        return max(n for n in range(1, available + 1) if fits(n))
+        fitting = [n for n in range(1, available + 1) if fits(n)]
+        if fitting:
+            return max(fitting)
+        setting = 1  # none fits: the checks below say why
     if setting < 1 or setting > available:
         raise ConfigError(f"device.count={setting} must be between 1 and the {available} local device"
                           f"{'s' * (available > 1)} JAX sees; e.g. --device.count {available} (or auto)")
@@ -173,8 +184,10 @@ def check_devices(config: Config, agents_per_env: int, available: int | None = N
         fix = setting * max(1, per_group // setting) * v.groups
         raise ConfigError(f"device.count={setting} must divide {where} (each device steps whole envs of every "
                           f"group); e.g. --vec.num-envs {fix} or --device.count auto")
-    if minibatch_agents % setting:
-        raise ConfigError(f"device.count={setting} must divide the {minibatch_agents} sequences of a minibatch "
+    devices = setting * processes
+    if minibatch_agents % devices:
+        what = f"device.count={setting}" + (f" x {processes} processes" if processes > 1 else "")
+        raise ConfigError(f"{what} must divide the {minibatch_agents} sequences of a minibatch "
                           f"(train.minibatch_size={t.minibatch_size} / train.bptt_horizon={t.bptt_horizon}); "
-                          f"e.g. --train.minibatch-size {setting * max(1, minibatch_agents // setting) * t.bptt_horizon}")
+                          f"e.g. --train.minibatch-size {devices * max(1, minibatch_agents // devices) * t.bptt_horizon}")
     return setting

@@ -52,19 +52,31 @@ class ShardedPolicy:
 
 
 class DataParallel:
-    """The mesh of ``count`` local devices and the placements of the trainer's arrays on it."""
+    """The meshes of ``count`` devices per process and the placements of the trainer's arrays on them.
+
+    ``mesh``: this process's devices, where its rollout runs; ``global_mesh``: every process's devices
+    (the same as ``mesh`` in a one-process run), where the update runs. In a run over several
+    processes the rollout's segment (local rows) becomes one global array for the update, process
+    after process, and the updated (replicated) parameters come back as a local array."""
 
     def __init__(self, count: int):
+        import numpy as np
+
         self.count = count
+        self.processes = jax.process_count()
         self.mesh = Mesh(jax.local_devices()[:count], (AXIS,))
+        by_process = [[d for d in jax.devices() if d.process_index == p][:count] for p in range(self.processes)]
+        self.global_mesh = self.mesh if self.processes == 1 else Mesh(np.array(sum(by_process, [])), (AXIS,))
         self.replicated = NamedSharding(self.mesh, P())
 
-    def agents(self, axis: int = 0) -> NamedSharding:
+    def agents(self, axis: int = 0, mesh: Mesh | None = None) -> NamedSharding:
         """The sharding of an array whose axis ``axis`` is the agent axis."""
-        return NamedSharding(self.mesh, P(*([None] * axis), AXIS))
+        return NamedSharding(mesh or self.mesh, P(*([None] * axis), AXIS))
 
-    def wrap(self, policy) -> ShardedPolicy:
-        return ShardedPolicy(policy, self.mesh)
+    def wrap(self, policy, training: bool = False) -> ShardedPolicy:
+        """``policy`` constrained to the agent sharding of the rollout's mesh, or with ``training`` the
+        update's."""
+        return ShardedPolicy(policy, self.global_mesh if training else self.mesh)
 
     def replicate(self, tree):
         return jax.device_put(tree, self.replicated)
@@ -72,10 +84,60 @@ class DataParallel:
     def shard(self, tree, axis: int = 0):
         return jax.tree.map(lambda x: jax.device_put(x, self.agents(axis)), tree)
 
+    def replicate_global(self, tree):
+        """``tree`` (the same values in every process) replicated over every process's devices."""
+        if self.processes == 1:
+            return self.replicate(tree)
+        import numpy as np
+
+        sharding = NamedSharding(self.global_mesh, P())
+        return jax.tree.map(lambda x: jax.make_array_from_callback(np.shape(x), sharding,
+                                                                   lambda index, v=np.asarray(x): v[index]), tree)
+
+    def local(self, tree):
+        """A replicated global tree as an array of this process's devices (no copy)."""
+        if self.processes == 1:
+            return tree
+        return jax.tree.map(lambda x: jax.make_array_from_single_device_arrays(
+            x.shape, self.replicated, [x.addressable_data(i) for i in range(len(x.addressable_shards))]), tree)
+
+    def global_segment(self, segment):
+        """The rollout's segment (this process's rows) as the rows of every process, in process order:
+        axis 1 of the [T, N, ...] arrays, axis 0 of next_values and the start carry."""
+        if self.processes == 1:
+            return segment
+
+        def join(x, axis):
+            x = jax.device_put(x, self.agents(axis))
+            shape = list(x.shape)
+            shape[axis] *= self.processes
+            shards = sorted(x.addressable_shards, key=lambda s: s.index[axis].start or 0)
+            return jax.make_array_from_single_device_arrays(tuple(shape), self.agents(axis, self.global_mesh),
+                                                            [s.data for s in shards])
+
+        fields = {k: jax.tree.map(lambda x: join(x, 1), getattr(segment, k)) for k in segment._fields
+                  if k not in ("next_values", "start_carry")}
+        return segment._replace(**fields, next_values=join(segment.next_values, 0),
+                                start_carry=jax.tree.map(lambda x: join(x, 0), segment.start_carry))
+
+    def wrap_update(self, update):
+        """The jitted ``update`` taking this process's segment and key, returning its metrics as local
+        arrays (the state stays global); ``update`` itself in a one-process run."""
+        if self.processes == 1:
+            return update
+
+        def wrapped(state, segment, key):
+            state, metrics = update(state, self.global_segment(segment), self.replicate_global(key))
+            return state, jax.tree.map(lambda x: x.addressable_data(0), metrics)
+
+        wrapped.jitted = update
+        return wrapped
+
     def place(self, trainer) -> None:
-        """Puts the trainer's state on the mesh: train state and keys replicated, the rollout's carries
-        and segment buffers sharded on the agent axis."""
-        trainer.state = self.replicate(trainer.state)
+        """Puts the trainer's state on the meshes: train state replicated over every process's devices,
+        the keys over this process's, the rollout's carries and segment buffers sharded on the agent
+        axis."""
+        trainer.state = self.replicate_global(jax.device_get(trainer.state) if self.processes > 1 else trainer.state)
         trainer.update_key = self.replicate(trainer.update_key)
         r = trainer.rollout
         r.key = self.replicate(r.key)
@@ -83,13 +145,3 @@ class DataParallel:
         r.buffers = self.shard(r.buffers, 1)
 
 
-def device_count(setting: int | str) -> int:
-    """The device count of ``device.count`` (auto: every local device); not checked (see
-    jaxlab.config.validate.check_devices)."""
-    return jax.local_device_count() if setting == "auto" else int(setting)
-
-
-def data_parallel(setting: int | str) -> DataParallel | None:
-    """The DataParallel of ``device.count``, or None for one device (everything as without it)."""
-    count = device_count(setting)
-    return DataParallel(count) if count > 1 else None

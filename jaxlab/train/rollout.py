@@ -169,6 +169,7 @@ class Rollout:
         self.carries = list(carries)
         self.key = key  # each group samples with fold_in(key, group), then the step count
         self.step_count = 0
+        self.first_group = 0  # the index of the first group among every process's (keys fold it in)
         self.group_size = envs[0].num_agents
         self.rows = segments * len(envs) * self.group_size
         self.buffers = segment_buffers(horizon, self.rows, envs[0])
@@ -236,7 +237,7 @@ class Rollout:
         self._start.append(self.carry)
         infos, actions = [], [None] * G
         inputs = [self._inputs(g) for g in range(G)]
-        group_keys = [jax.random.fold_in(self.key, g) for g in range(G)]
+        group_keys = [jax.random.fold_in(self.key, self.first_group + g) for g in range(G)]
         first_step = self.step_count
 
         def dispatch(g: int, t: int) -> None:

@@ -35,11 +35,12 @@ def make_group_envs(config: config_lib.Config) -> list:
     threads, seeded by group_seed."""
     c = config
     groups = c.vec.groups  # divides num_envs (config.derive_sizes checks it)
+    first, size = jax.process_index() * groups, c.vec.num_envs // (groups * jax.process_count())  # this process's
     envs = []
     try:
-        for g in range(groups):
-            envs.append(jaxlab.make(c.env_name, num_envs=c.vec.num_envs // groups, seed=group_seed(c.train.seed, g),
-                                    num_threads=min(c.vec.num_threads, c.vec.num_envs // groups),
+        for g in range(first, first + groups):
+            envs.append(jaxlab.make(c.env_name, num_envs=size, seed=group_seed(c.train.seed, g),
+                                    num_threads=min(c.vec.num_threads, size),
                                     **config_lib.env_args(c)))
     except BaseException:
         for env in envs:
@@ -94,11 +95,13 @@ class Trainer:
         self.num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
 
         self.traces = defaultdict(int)
-        self.parallel = DataParallel(self.sizes.devices) if self.sizes.devices > 1 else None  # None: one device
+        self.parallel = DataParallel(self.sizes.devices) if self.sizes.devices > 1 or jax.process_count() > 1 \
+            else None  # None: one device, one process
         policy = self.parallel.wrap(self.policy) if self.parallel else self.policy
         step, finish = make_step(policy, self.spec, self.env.buffers.layout,
                                  on_trace=lambda: self._traced("rollout"))
-        update = make_update(policy, self.spec, optimizer, self.schedule,
+        update = make_update(self.parallel.wrap(self.policy, training=True) if self.parallel else policy,
+                             self.spec, optimizer, self.schedule,
                              num_minibatches=self.sizes.num_minibatches, update_epochs=t.update_epochs,
                              gamma=t.gamma, lam=t.gae_lambda, reward_scale=t.reward_scale,
                              clip_coef=t.clip_coef, vf_coef=t.vf_coef, vf_clip_coef=t.vf_clip_coef, ent_coef=t.ent_coef, norm_adv=t.norm_adv,
@@ -107,10 +110,13 @@ class Trainer:
         if max_traces is not None:
             step, finish, update = (chex.assert_max_traces(f, n=max_traces) for f in (step, finish, update))
         self._update = jax.jit(update, donate_argnums=(0,))
+        if self.parallel:
+            self._update = self.parallel.wrap_update(self._update)
         group = self.env.num_agents
         self.rollout = Rollout(self.envs, jax.jit(step, donate_argnums=(2,)), jax.jit(finish, donate_argnums=(2,)),
                                self.sizes.horizon, [zero_carry(group, H) for _ in self.envs], rollout_key,
                                segments=self.sizes.segments)
+        self.rollout.first_group = jax.process_index() * c.vec.groups  # the sampling keys' group index
         if self.parallel:
             self.parallel.place(self)
 
@@ -149,7 +155,8 @@ class Trainer:
         steps of every agent, one after the other, trained on as segments x agents sequences. The
         batch's arrays are the rollout's device buffers: valid until the next evaluate()."""
         for s in range(self.sizes.segments):
-            segment, infos = self.rollout.collect(self.state.params, s)
+            segment, infos = self.rollout.collect(self.parallel.local(self.state.params) if self.parallel
+                                                  else self.state.params, s)
             for info in infos:
                 self.episode_stats.add(info)
         self.segment = segment
