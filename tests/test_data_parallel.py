@@ -114,3 +114,81 @@ def test_a_bad_device_count_exits_2_with_one_line():
     assert result.returncode == 2
     assert "device.count=2 must be between 1 and the 1 local device JAX sees; e.g. --device.count 1" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+PROCESS_SCRIPT = r"""
+import json, sys
+from jaxlab.config.schema import DistConfig
+from jaxlab.run import distributed
+
+coordinator, processes, process = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+distributed.initialize(distributed.resolve(DistConfig(coordinator, processes, process)))
+import jax
+from jaxlab.config import load_config
+from jaxlab.run.loop import train_loop
+from jaxlab.train.trainer import Trainer
+
+config, _ = load_config("cartpole", flags=sys.argv[4:])
+with Trainer(config, max_traces=1) as trainer:
+    out = {"processes": jax.process_count(), "devices": jax.device_count(), "envs": [e.num_envs for e in trainer.envs]}
+    out["records"] = train_loop(trainer)
+print("RESULT " + json.dumps(out))
+"""
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_give_the_losses_of_one_process_with_two_devices():
+    """2 processes on localhost (gloo collectives on the CPU), 1 device and 2 groups of 2 envs each, against
+    1 process with 2 forced devices and the same 4 groups (the same env seeds and sampling keys, by
+    global group index): the same losses (tolerance as above) and, summed over the processes, the
+    same episode counts."""
+    flags = [*FLAGS, "--train.total-timesteps", "512"]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    coordinator = f"localhost:{free_port()}"
+    procs = [subprocess.Popen([sys.executable, "-c", PROCESS_SCRIPT, coordinator, "2", str(i), *flags,
+                               "--vec.groups", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for i in range(2)]
+    outputs = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=600)
+        assert proc.returncode == 0, stderr[-3000:]
+        outputs.append(json.loads(next(l for l in stdout.splitlines() if l.startswith("RESULT "))[len("RESULT "):]))
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    single = subprocess.run([sys.executable, "-c", PROCESS_SCRIPT, "", "1", "0", *flags, "--vec.groups", "4"],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert single.returncode == 0, single.stderr[-3000:]
+    one = json.loads(next(l for l in single.stdout.splitlines() if l.startswith("RESULT "))[len("RESULT "):])
+    assert [o["processes"] for o in outputs] == [2, 2] and outputs[0]["devices"] == one["devices"] == 2
+    assert outputs[0]["envs"] == outputs[1]["envs"] == [2, 2] and one["envs"] == [2, 2, 2, 2]
+    for a, b, c in zip(one["records"], *[o["records"] for o in outputs], strict=True):
+        assert b["compiles"] == c["compiles"] == 3
+        assert a["episodes"] == b["episodes"] + c["episodes"]
+        for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "grad_norm"):
+            assert b[key] == c[key], key  # every process computes the same replicated update
+            np.testing.assert_allclose(b[key], a[key], rtol=1e-4, atol=1e-6, err_msg=f"{key} at update {a['update']}")
+
+
+def test_dist_settings_come_from_flags_or_slurm():
+    from jaxlab.config.schema import DistConfig
+    from jaxlab.run.distributed import Settings, dist_from_flags, resolve
+
+    assert resolve(DistConfig(), {}) == Settings("", 1, 0)
+    flags = dist_from_flags(["--vec.groups", "2", "--dist.coordinator", "h:1234", "--dist.num-processes=4",
+                             "--dist.process-id", "3"])
+    assert resolve(flags, {}) == Settings("h:1234", 4, 3)
+    assert resolve(DistConfig(), {"SLURM_NTASKS": "8", "SLURM_PROCID": "5", "SLURM_JOB_ID": "1"}) == Settings("", 8, 5)
+    assert resolve(DistConfig(), {"SLURM_NTASKS": "2", "SLURM_PROCID": "1", "JAXLAB_COORDINATOR": "n0:99"}) == \
+        Settings("n0:99", 2, 1)
+    with pytest.raises(ConfigError, match=r"dist.num_processes=2 needs process 0's address: --dist.coordinator"):
+        resolve(DistConfig(num_processes=2, process_id=1), {})
+    with pytest.raises(ConfigError, match=r"dist.process_id=2 must be in 0..1"):
+        resolve(DistConfig("h:1", 2, 2), {})
+    with pytest.raises(ConfigError, match=r"dist.coordinator='h' must be HOST:PORT"):
+        resolve(DistConfig("h", 2, 0), {})

@@ -100,3 +100,19 @@ def is_primary() -> bool:
     import jax
 
     return jax.process_index() == 0
+
+
+def train_processes(config, run_dir, on_log=None, on_start=None) -> list[dict]:
+    """Trains ``config`` in this process of a run over several (every process calls it, in step).
+    Process 0 writes RUN_DIR's config.toml and metrics.jsonl and calls ``on_start(trainer)`` and
+    ``on_log(record)``; the others write nothing. No checkpoints yet: a checkpoint of a run over
+    several processes needs every process's env state and carries (Orbax multi-host saves), not done.
+    The records' episode statistics are process 0's envs'; the losses are the whole batch's."""
+    from jaxlab.run.loop import log_to, train_loop
+    from jaxlab.train.trainer import Trainer
+
+    primary = is_primary()
+    with Trainer(config, run_dir=run_dir if primary else None) as trainer:
+        if primary and on_start is not None:
+            on_start(trainer)
+        return train_loop(trainer, [log_to(on_log)] if primary and on_log is not None else [])
