@@ -3,7 +3,7 @@
     python scripts/bench_train.py                      # cartpole defaults + SPS at 4,096 agents
     python scripts/bench_train.py --env pendulum --threshold -250
     python scripts/bench_train.py --sps-only --agents 4096 --flags --train.update-epochs 1
-    python scripts/bench_train.py --scaling --agents 1024   # steady SPS on 1 and 2 devices (device.count)
+    python scripts/bench_train.py --scaling --agents 1024   # steady SPS on 1 and 2 devices, 2 processes
 
 Time to threshold is wall time from the Trainer's start (compile included, JAX import excluded) until
 the episode-weighted mean return over the last --window updates reaches --threshold.
@@ -96,6 +96,25 @@ def scaling(env_name: str, agents: int, updates: int, flags: list[str], counts=(
         sps = int(found.group(1).replace(",", ""))
         base = base or sps
         print(f"  {count} device{'s' * (count > 1)}: {sps:,} SPS ({sps / base:.2f}x)", flush=True)
+    # 2 processes on this host, 1 device each (jax.distributed, gloo collectives on a CPU)
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    env["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "")
+    procs = [subprocess.Popen([sys.executable, __file__, "--env", env_name, "--sps-only", "--agents", str(agents),
+                               "--updates", str(updates), "--flags", *flags, "--device.count", "1",
+                               "--dist.coordinator", f"localhost:{port}", "--dist.num-processes", "2",
+                               "--dist.process-id", str(i)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env) for i in range(2)]
+    outputs = [proc.communicate() for proc in procs]
+    found = re.search(r"steady ([\d,]+) SPS", outputs[0][0])
+    if any(proc.returncode for proc in procs) or not found:
+        print(f"  2 processes: failed: {(outputs[0][1].strip().splitlines() or ['?'])[-1]}")
+    else:
+        sps = int(found.group(1).replace(",", ""))
+        print(f"  2 processes x 1 device: {sps:,} SPS ({sps / (base or sps):.2f}x)", flush=True)
 
 
 def main() -> None:
@@ -109,6 +128,9 @@ def main() -> None:
     parser.add_argument("--scaling", action="store_true", help="steady SPS on 1 and 2 devices (forced on a CPU)")
     parser.add_argument("--flags", nargs=argparse.REMAINDER, default=[], help="config flags, last")
     args = parser.parse_args()
+    from jaxlab.run import distributed
+
+    distributed.start(args.flags)  # a process of a run over several (--dist.* flags), before JAX starts
     if args.scaling:
         print(f"scaling {args.env}, {args.agents:,} agents, {args.updates} timed updates:", flush=True)
         scaling(args.env, args.agents, args.updates, args.flags)
