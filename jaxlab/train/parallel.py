@@ -37,6 +37,8 @@ class ShardedPolicy:
         self._policy, self._mesh = policy, mesh
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # not set yet (copies, pickling): no recursion through _policy
+            raise AttributeError(name)
         return getattr(self._policy, name)
 
     def _on(self, tree, axis: int):
