@@ -24,7 +24,7 @@ from jaxlab.config import ConfigError, load_config
 from jaxlab.config.validate import check_devices
 
 SCRIPT = r"""
-import json, sys
+import json, os, sys
 import jax
 from jaxlab.config import load_config
 from jaxlab.run.loop import train_loop
@@ -46,6 +46,10 @@ with Trainer(config) as resumed:  # (chex counts the traces of every trainer tog
     resumed.load_checkpoint(sys.argv[1])
     out["resumed_carry_devices"] = len(resumed.rollout.carries[0][0].sharding.device_set)
     out["resumed"] = train_loop(resumed, updates=1)
+if os.environ.get("OTHER_CHECKPOINT"):  # another run's checkpoint (another device count)
+    with Trainer(config) as other:
+        other.load_checkpoint(os.environ["OTHER_CHECKPOINT"])
+        out["other"] = train_loop(other, updates=1)
 print("RESULT " + json.dumps(out))
 """
 
@@ -53,8 +57,9 @@ FLAGS = ["--vec.num-envs", "8", "--train.bptt-horizon", "16", "--train.minibatch
          "--policy.hidden-size", "32", "--train.total-timesteps", "640"]
 
 
-def run_with_two_cpu_devices(tmp_path, *flags) -> dict:
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+def run_with_two_cpu_devices(tmp_path, *flags, other_checkpoint="") -> dict:
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu",
+           "OTHER_CHECKPOINT": str(other_checkpoint)}
     result = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "checkpoint"), *FLAGS, *flags],
                             capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -67,7 +72,8 @@ def test_two_devices_give_the_losses_of_one(tmp_path, groups):
     one = run_with_two_cpu_devices(tmp_path / "one", "--device.count", "1", "--vec.groups", str(groups),
                                    "--train.total-timesteps", str(640 if groups == 1 else 512))
     two = run_with_two_cpu_devices(tmp_path / "two", "--device.count", "auto", "--vec.groups", str(groups),
-                                   "--train.total-timesteps", str(640 if groups == 1 else 512))
+                                   "--train.total-timesteps", str(640 if groups == 1 else 512),
+                                   other_checkpoint=tmp_path / "one" / "checkpoint")
     assert one["local_devices"] == two["local_devices"] == 2
     assert (one["devices"], two["devices"]) == (1, 2)
     assert two["carry_devices"] == two["resumed_carry_devices"] == 2 and one["carry_devices"] == 1
@@ -78,7 +84,8 @@ def test_two_devices_give_the_losses_of_one(tmp_path, groups):
         assert run["resumed"][0]["compiles"] == 3
         for key in ("policy_loss", "value_loss", "episodes"):  # resuming the last update repeats it
             assert run["resumed"][0][key] == run["records"][-1][key], key
-    for a, b in zip(one["records"], two["records"], strict=True):
+    # one device's checkpoint resumed on two devices: its last update again, the same within tolerance
+    for a, b in zip(one["records"] + one["records"][-1:], two["records"] + two["other"], strict=True):
         assert a["episodes"] == b["episodes"]
         for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "grad_norm", "explained_variance"):
             np.testing.assert_allclose(b[key], a[key], rtol=1e-4, atol=1e-6, err_msg=f"{key} at update {a['update']}")
