@@ -42,7 +42,7 @@ def train_processes_command(args: argparse.Namespace) -> int:
             observers.close()
     ended = [r for r in records if r["episodes"]]
     if primary and records:
-        final = f"; final mean return {ended[-1]['episode_return']:.2f} (process 0's envs)" if ended else ""
+        final = f"; final mean return {ended[-1]['episode_return']:.2f}" if ended else ""
         print(f"done: {records[-1]['global_step']:,} steps in {records[-1]['wall_time']:.1f}s{final}; "
               f"metrics in {run_dir}/metrics.jsonl")
     return 0

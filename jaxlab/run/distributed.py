@@ -107,7 +107,7 @@ def train_processes(config, run_dir, on_log=None, on_start=None) -> list[dict]:
     Process 0 writes RUN_DIR's config.toml and metrics.jsonl and calls ``on_start(trainer)`` and
     ``on_log(record)``; the others write nothing. No checkpoints yet: a checkpoint of a run over
     several processes needs every process's env state and carries (Orbax multi-host saves), not done.
-    The records' episode statistics are process 0's envs'; the losses are the whole batch's."""
+    The records' losses are the whole batch's, their episode statistics every process's."""
     from jaxlab.run.loop import log_to, train_loop
     from jaxlab.train.trainer import Trainer
 

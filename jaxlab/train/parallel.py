@@ -135,6 +135,20 @@ class DataParallel:
         wrapped.jitted = update
         return wrapped
 
+    def sum_episode_stats(self, stats) -> None:
+        """Adds every process's episode statistics (a rollout.EpisodeStats) into each process's, so the
+        records count the episodes of every process's envs; every process must call it, in step."""
+        if self.processes == 1:
+            return
+        import numpy as np
+        from jax.experimental import multihost_utils
+
+        # float32 (JAX without x64): episode counts are exact up to 2**24 per record
+        mine = np.array([stats.episodes, *(stats.sums.get(name, 0.0) for name in stats.names)], np.float32)
+        total = np.asarray(multihost_utils.process_allgather(mine)).reshape(self.processes, -1).sum(0)
+        stats.episodes = int(round(total[0]))
+        stats.sums = dict(zip(stats.names, total[1:].tolist()))
+
     def place(self, trainer) -> None:
         """Puts the trainer's state on the meshes: train state replicated over every process's devices,
         the keys over this process's, the rollout's carries and segment buffers sharded on the agent

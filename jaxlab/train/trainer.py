@@ -181,8 +181,10 @@ class Trainer:
         now = time.perf_counter()
         sps = (self.global_step - self._last_log_step) / max(now - self._last_log_time, 1e-9)
         record = {"global_step": self.global_step, "update": self.update_index,
-                  "wall_time": now - self.start_time, "sps": sps, "compiles": self.compiles,
-                  **self._last_metrics, **self.episode_stats.take()}
+                  "wall_time": now - self.start_time, "sps": sps, "compiles": self.compiles, **self._last_metrics}
+        if self.parallel:
+            self.parallel.sum_episode_stats(self.episode_stats)  # every process's episodes
+        record.update(self.episode_stats.take())
         timing = self.timing
         record.update({f"time_{k}": v for k, v in timing.items()})
         record["time_other"] = max(record["wall_time"] - sum(timing.values()), 0.0)
