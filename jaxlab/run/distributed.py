@@ -13,8 +13,8 @@ On a CPU the processes' collectives go through gloo.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from jaxlab.config.schema import ConfigError, DistConfig
 

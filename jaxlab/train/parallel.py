@@ -23,7 +23,8 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 AXIS = "agents"
 
@@ -68,7 +69,7 @@ class DataParallel:
         self.processes = jax.process_count()
         self.mesh = Mesh(jax.local_devices()[:count], (AXIS,))
         by_process = [[d for d in jax.devices() if d.process_index == p][:count] for p in range(self.processes)]
-        self.global_mesh = self.mesh if self.processes == 1 else Mesh(np.array(sum(by_process, [])), (AXIS,))
+        self.global_mesh = self.mesh if self.processes == 1 else Mesh(np.array([d for devices in by_process for d in devices]), (AXIS,))
         self.replicated = NamedSharding(self.mesh, P())
 
     def agents(self, axis: int = 0, mesh: Mesh | None = None) -> NamedSharding:
@@ -93,8 +94,12 @@ class DataParallel:
         import numpy as np
 
         sharding = NamedSharding(self.global_mesh, P())
-        return jax.tree.map(lambda x: jax.make_array_from_callback(np.shape(x), sharding,
-                                                                   lambda index, v=np.asarray(x): v[index]), tree)
+
+        def put(x):
+            value = np.asarray(x)
+            return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
+
+        return jax.tree.map(put, tree)
 
     def local(self, tree):
         """A replicated global tree as an array of this process's devices (no copy)."""
@@ -146,7 +151,7 @@ class DataParallel:
         # float32 (JAX without x64): episode counts are exact up to 2**24 per record
         mine = np.array([stats.episodes, *(stats.sums.get(name, 0.0) for name in stats.names)], np.float32)
         total = np.asarray(multihost_utils.process_allgather(mine)).reshape(self.processes, -1).sum(0)
-        stats.episodes = int(round(total[0]))
+        stats.episodes = round(float(total[0]))
         stats.sums = dict(zip(stats.names, total[1:].tolist()))
 
     def place(self, trainer) -> None:
