@@ -3,6 +3,7 @@
     python scripts/bench_train.py                      # cartpole defaults + SPS at 4,096 agents
     python scripts/bench_train.py --env pendulum --threshold -250
     python scripts/bench_train.py --sps-only --agents 4096 --flags --train.update-epochs 1
+    python scripts/bench_train.py --scaling --agents 1024   # steady SPS on 1 and 2 devices, 2 processes
 
 Time to threshold is wall time from the Trainer's start (compile included, JAX import excluded) until
 the episode-weighted mean return over the last --window updates reaches --threshold.
@@ -12,6 +13,10 @@ Steady SPS excludes the first update (which compiles).
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import subprocess
+import sys
 import time
 
 from jaxlab.run.bench import report_training
@@ -73,6 +78,45 @@ def steady_sps(env: str, agents: int, updates: int, flags: list[str]) -> None:
     print(report_training(config, updates))
 
 
+def scaling(env_name: str, agents: int, updates: int, flags: list[str], counts=(1, 2)) -> None:
+    """Steady SPS at ``agents`` agents on each device count of ``counts`` (device.count), each in its own
+    process; on the CPU, XLA_FLAGS=--xla_force_host_platform_device_count makes the devices (they share
+    the machine's cores, so this shows the cost of sharding there, not a speed-up)."""
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={max(counts)}".strip()
+    base = None
+    for count in counts:
+        command = [sys.executable, __file__, "--env", env_name, "--sps-only", "--agents", str(agents), "--updates", str(updates),
+                   "--flags", *flags, "--device.count", str(count)]
+        result = subprocess.run(command, capture_output=True, text=True, env=env)
+        found = re.search(r"steady ([\d,]+) SPS", result.stdout)
+        if result.returncode != 0 or not found:
+            print(f"  {count} device{'s' * (count > 1)}: failed: {(result.stderr.strip().splitlines() or ['?'])[-1]}")
+            continue
+        sps = int(found.group(1).replace(",", ""))
+        base = base or sps
+        print(f"  {count} device{'s' * (count > 1)}: {sps:,} SPS ({sps / base:.2f}x)", flush=True)
+    # 2 processes on this host, 1 device each (jax.distributed, gloo collectives on a CPU)
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    env["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "")
+    procs = [subprocess.Popen([sys.executable, __file__, "--env", env_name, "--sps-only", "--agents", str(agents),
+                               "--updates", str(updates), "--flags", *flags, "--device.count", "1",
+                               "--dist.coordinator", f"localhost:{port}", "--dist.num-processes", "2",
+                               "--dist.process-id", str(i)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env) for i in range(2)]
+    outputs = [proc.communicate() for proc in procs]
+    found = re.search(r"steady ([\d,]+) SPS", outputs[0][0])
+    if any(proc.returncode for proc in procs) or not found:
+        print(f"  2 processes: failed: {(outputs[0][1].strip().splitlines() or ['?'])[-1]}")
+    else:
+        sps = int(found.group(1).replace(",", ""))
+        print(f"  2 processes x 1 device: {sps:,} SPS ({sps / (base or sps):.2f}x)", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", default="cartpole")
@@ -81,8 +125,16 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=4096, help="agents for the steady-SPS run")
     parser.add_argument("--updates", type=int, default=3, help="timed updates in the steady-SPS run")
     parser.add_argument("--sps-only", action="store_true")
+    parser.add_argument("--scaling", action="store_true", help="steady SPS on 1 and 2 devices (forced on a CPU)")
     parser.add_argument("--flags", nargs=argparse.REMAINDER, default=[], help="config flags, last")
     args = parser.parse_args()
+    from jaxlab.run import distributed
+
+    distributed.start(args.flags)  # a process of a run over several (--dist.* flags), before JAX starts
+    if args.scaling:
+        print(f"scaling {args.env}, {args.agents:,} agents, {args.updates} timed updates:", flush=True)
+        scaling(args.env, args.agents, args.updates, args.flags)
+        return
     if not args.sps_only:
         run_to_threshold(args.env, args.threshold, args.window, args.flags)
     steady_sps(args.env, args.agents, args.updates, args.flags)

@@ -12,13 +12,56 @@ import numpy as np
 from jaxlab.cli.common import LAYERS, env_name_of, fail, resolve, warn
 
 
+def train_processes_command(args: argparse.Namespace) -> int:
+    """`jaxlab train` in one process of a run over several (jaxlab.run.distributed): process 0 prints
+    and writes the records; no checkpoints and no resume yet."""
+    import jax
+
+    from jaxlab.config import ConfigError
+    from jaxlab.run.distributed import train_processes
+
+    try:
+        if args.resume is not None:
+            raise ConfigError("--resume is not supported yet for a run over several processes (it saves no "
+                              "checkpoints); resume a one-process run, or start a new one")
+        resolved = resolve(args)
+    except ConfigError as err:
+        return fail("train", err)
+    config, sizes = resolved.config, resolved.sizes
+    primary = jax.process_index() == 0
+    run_dir = args.run_dir or f"runs/{config.env_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if primary:
+        print(f"jaxlab train {config.env_name}: {sizes.describe()}; process 0 of {jax.process_count()} "
+              f"({jax.device_count()} devices in all); run dir {run_dir}; no checkpoints (several processes)")
+    observers = RunObservers(config, sizes, run_dir) if primary else None
+    try:
+        records = train_processes(config, run_dir, on_log=observers,
+                                  on_start=observers.start if observers else None)
+    finally:
+        if observers is not None:
+            observers.close()
+    ended = [r for r in records if r["episodes"]]
+    if primary and records:
+        final = f"; final mean return {ended[-1]['episode_return']:.2f}" if ended else ""
+        print(f"done: {records[-1]['global_step']:,} steps in {records[-1]['wall_time']:.1f}s{final}; "
+              f"metrics in {run_dir}/metrics.jsonl")
+    return 0
+
+
 def train_command(args: argparse.Namespace) -> int:
     """Trains ARGS.env (or resumes a run) with checkpoints; prints progress and where things went.
     Exit status: 0 done or stopped by SIGTERM after saving, 130 stopped by SIGINT after saving, 1 the
     run stopped on an error (a checkpoint that cannot be written, a NaN loss), 2 bad config or input."""
     from jaxlab.checkpoint import CheckpointError
     from jaxlab.config import ConfigError
+    from jaxlab.run import distributed
 
+    try:
+        processes = distributed.start(args.flags).num_processes  # before anything uses JAX
+    except ConfigError as err:
+        return fail("train", err)
+    if processes > 1:
+        return train_processes_command(args)
     resolved = resolve(args)
     config, sizes = resolved.config, resolved.sizes
     profile = None

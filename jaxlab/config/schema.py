@@ -89,6 +89,20 @@ class DeviceConfig:
     compile_cache: str = "auto"
     """JAX's persistent compilation cache: auto (under ~/.cache/jaxlab/xla, or $JAXLAB_CACHE_DIR), a
     folder, or off; a second run of the same shapes loads its executables instead of compiling"""
+    count: int | str = "auto"
+    """local devices to train on, data parallel (agents sharded, parameters replicated): auto = all
+    that divide the envs of each group evenly, or a number"""
+
+
+@dataclass(frozen=True)
+class DistConfig:
+    coordinator: str = ""
+    """HOST:PORT of process 0's coordinator for a run over several processes (hosts); empty: from
+    JAXLAB_COORDINATOR, else none (under SLURM, JAX finds it)"""
+    num_processes: int = 0
+    """processes in the run, each stepping its own envs (0: SLURM_NTASKS when set, else 1)"""
+    process_id: int = -1
+    """this process's index, 0 to num_processes - 1 (-1: SLURM_PROCID when set, else 0)"""
 
 
 @dataclass(frozen=True)
@@ -136,12 +150,13 @@ class Config:
     policy: PolicyConfig = PolicyConfig()
     train: TrainConfig = TrainConfig()
     device: DeviceConfig = DeviceConfig()
+    dist: DistConfig = DistConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     log: LogConfig = LogConfig()
     preset: str = "none"
 
 
-SECTIONS = {"vec": VecConfig, "policy": PolicyConfig, "train": TrainConfig, "device": DeviceConfig,
+SECTIONS = {"vec": VecConfig, "policy": PolicyConfig, "train": TrainConfig, "device": DeviceConfig, "dist": DistConfig,
             "checkpoint": CheckpointConfig, "log": LogConfig}
 SCHEDULES = ("linear", "cosine", "none")
 MASK_CHECKS = ("strict", "off")

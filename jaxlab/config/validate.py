@@ -29,13 +29,15 @@ class Sizes:
     total_timesteps: int
     num_threads: int = 1   # C threads per group (vec.num_threads, "auto" resolved)
     threads_reason: str = "set"  # why that many: "set", or what auto saw
+    devices: int = 1       # local devices the agents are sharded over (device.count)
 
     def describe(self) -> str:
         segments = f" x {self.segments} segments" if self.segments > 1 else ""
         return (f"{self.num_envs:,} envs x {self.agents_per_env:,} agents x horizon {self.horizon}{segments} = "
                 f"batch {self.batch_size:,}; {self.num_minibatches} minibatch{'es' * (self.num_minibatches > 1)} "
                 f"of {self.minibatch_size:,}; "
-                f"{self.num_updates:,} updates for {_steps(self.total_timesteps)} steps")
+                f"{self.num_updates:,} updates for {_steps(self.total_timesteps)} steps"
+                + (f"; agents sharded over {self.devices} devices" if self.devices > 1 else ""))
 
 
 def _steps(n: int) -> str:
@@ -147,9 +149,56 @@ def derive_sizes(config: Config, agents_per_env: int) -> Sizes:
     if t.total_timesteps < batch:
         raise ConfigError(f"train.total_timesteps={t.total_timesteps:,} is less than one batch of {batch:,} "
                           f"({shape}); raise it to at least {batch} or use fewer envs")
-    return Sizes(num_envs=v.num_envs, agents_per_env=agents_per_env, num_agents=agents,
+    devices = check_devices(config, agents_per_env)
+    return Sizes(devices=devices, num_envs=v.num_envs, agents_per_env=agents_per_env, num_agents=agents,
                  horizon=t.bptt_horizon, segments=batch // segment, batch_size=batch,
                  minibatch_size=t.minibatch_size, num_minibatches=batch // t.minibatch_size,
                  minibatch_agents=t.minibatch_size // t.bptt_horizon, num_updates=t.total_timesteps // batch,
                  total_timesteps=t.total_timesteps, num_threads=min(num_threads, num_chunks),
                  threads_reason=threads_reason)
+
+
+def check_devices(config: Config, agents_per_env: int, available: int | None = None, processes: int | None = None) -> int:
+    """The device count of device.count (auto: the most of the ``available`` local devices, default
+    jax.local_device_count(), that each group's envs and each minibatch's sequences divide by).
+    ConfigError when a given count is below 1, above the local devices, or does not divide them."""
+    if available is None:
+        import jax
+
+        available = jax.local_device_count()
+    if processes is None:
+        import jax
+
+        processes = jax.process_count()
+    v, t, setting = config.vec, config.train, config.device.count
+    if v.num_envs % (v.groups * processes):
+        raise ConfigError(f"vec.num_envs={v.num_envs:,} must divide by vec.groups={v.groups} x {processes} processes "
+                          f"(each process steps vec.groups groups of equal envs); e.g. --vec.num-envs "
+                          f"{v.groups * processes * max(1, v.num_envs // (v.groups * processes))}")
+    per_group = v.num_envs // (v.groups * processes)
+    minibatch_agents = t.minibatch_size // t.bptt_horizon
+
+    def fits(n: int) -> bool:
+        return per_group % n == 0 and minibatch_agents % (n * processes) == 0
+
+    if setting == "auto":
+        fitting = [n for n in range(1, available + 1) if fits(n)]
+        if fitting:
+            return max(fitting)
+        setting = 1  # none fits: the checks below say why
+    if setting < 1 or setting > available:
+        raise ConfigError(f"device.count={setting} must be between 1 and the {available} local device"
+                          f"{'s' * (available > 1)} JAX sees; e.g. --device.count {available} (or auto)")
+    if per_group % setting:
+        where = f"vec.num_envs={v.num_envs:,} / vec.groups={v.groups}" if v.groups > 1 else \
+            f"vec.num_envs={v.num_envs:,}"
+        fix = setting * max(1, per_group // setting) * v.groups
+        raise ConfigError(f"device.count={setting} must divide {where} (each device steps whole envs of every "
+                          f"group); e.g. --vec.num-envs {fix} or --device.count auto")
+    devices = setting * processes
+    if minibatch_agents % devices:
+        what = f"device.count={setting}" + (f" x {processes} processes" if processes > 1 else "")
+        raise ConfigError(f"{what} must divide the {minibatch_agents} sequences of a minibatch "
+                          f"(train.minibatch_size={t.minibatch_size} / train.bptt_horizon={t.bptt_horizon}); "
+                          f"e.g. --train.minibatch-size {devices * max(1, minibatch_agents // devices) * t.bptt_horizon}")
+    return setting

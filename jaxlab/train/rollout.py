@@ -168,8 +168,9 @@ class Rollout:
         self.horizon, self.segments, self.overlap = horizon, segments, overlap
         self.carries = list(carries)
         self.key = key  # each group samples with fold_in(key, group), then the step count
-        self._group_keys = (None, [])  # (the key they were folded from, fold_in(key, g) per group)
+        self._group_keys = (None, 0, [])  # (the key and first group they were folded from, the keys)
         self.step_count = 0
+        self.first_group = 0  # the index of the first group among every process's (keys fold it in)
         self.group_size = envs[0].num_agents
         self.rows = segments * len(envs) * self.group_size
         self.buffers = segment_buffers(horizon, self.rows, envs[0])
@@ -181,11 +182,12 @@ class Rollout:
         self._final = [to_device(env.final_observations) for env in envs]
 
     def group_keys(self) -> list:
-        """fold_in(self.key, g) per group, folded once per key (a fold_in outside jit costs far more
+        """fold_in(self.key, first_group + g) per group, folded once per key (a fold_in outside jit costs far more
         than a step's other Python work; the key changes only on a restore)."""
-        if self._group_keys[0] is not self.key:
-            self._group_keys = (self.key, [jax.random.fold_in(self.key, g) for g in range(len(self.envs))])
-        return self._group_keys[1]
+        if self._group_keys[0] is not self.key or self._group_keys[1] != self.first_group:
+            keys = [jax.random.fold_in(self.key, self.first_group + g) for g in range(len(self.envs))]
+            self._group_keys = (self.key, self.first_group, keys)
+        return self._group_keys[2]
 
     @property
     def carry(self):

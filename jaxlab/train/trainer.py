@@ -21,6 +21,7 @@ from jaxlab.agent.distributions import ActionSpec
 from jaxlab.env.sdk import source_hash
 from jaxlab.train.learner import TrainState, lr_schedule, make_optimizer, make_update
 from jaxlab.agent.policy import ActorCritic, zero_carry
+from jaxlab.train.parallel import DataParallel
 from jaxlab.train.rollout import EpisodeStats, Rollout, make_step
 
 
@@ -34,11 +35,12 @@ def make_group_envs(config: config_lib.Config, num_threads: int) -> list:
     threads (Sizes.num_threads: vec.num_threads with auto resolved), seeded by group_seed."""
     c = config
     groups = c.vec.groups  # divides num_envs (config.derive_sizes checks it)
+    first, size = jax.process_index() * groups, c.vec.num_envs // (groups * jax.process_count())  # this process's
     envs = []
     try:
-        for g in range(groups):
-            envs.append(jaxlab.make(c.env_name, num_envs=c.vec.num_envs // groups, seed=group_seed(c.train.seed, g),
-                                    num_threads=min(num_threads, c.vec.num_envs // groups),
+        for g in range(first, first + groups):
+            envs.append(jaxlab.make(c.env_name, num_envs=size, seed=group_seed(c.train.seed, g),
+                                    num_threads=min(num_threads, size),
                                     **config_lib.env_args(c)))
     except BaseException:
         for env in envs:
@@ -97,9 +99,13 @@ class Trainer:
         self.num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
 
         self.traces = defaultdict(int)
-        step, finish = make_step(self.policy, self.spec, self.env.buffers.layout,
+        self.parallel = DataParallel(self.sizes.devices) if self.sizes.devices > 1 or jax.process_count() > 1 \
+            else None  # None: one device, one process
+        policy = self.parallel.wrap(self.policy) if self.parallel else self.policy
+        step, finish = make_step(policy, self.spec, self.env.buffers.layout,
                                  on_trace=lambda: self._traced("rollout"))
-        update = make_update(self.policy, self.spec, optimizer, self.schedule,
+        update = make_update(self.parallel.wrap(self.policy, training=True) if self.parallel else policy,
+                             self.spec, optimizer, self.schedule,
                              num_minibatches=self.sizes.num_minibatches, update_epochs=t.update_epochs,
                              gamma=t.gamma, lam=t.gae_lambda, reward_scale=t.reward_scale,
                              clip_coef=t.clip_coef, vf_coef=t.vf_coef, vf_clip_coef=t.vf_clip_coef, ent_coef=t.ent_coef, norm_adv=t.norm_adv,
@@ -108,10 +114,15 @@ class Trainer:
         if max_traces is not None:
             step, finish, update = (chex.assert_max_traces(f, n=max_traces) for f in (step, finish, update))
         self._update = jax.jit(update, donate_argnums=(0,))
+        if self.parallel:
+            self._update = self.parallel.wrap_update(self._update)
         group = self.env.num_agents
         self.rollout = Rollout(self.envs, jax.jit(step, donate_argnums=(2,)), jax.jit(finish, donate_argnums=(2,)),
                                self.sizes.horizon, [zero_carry(group, H) for _ in self.envs], rollout_key,
                                segments=self.sizes.segments)
+        self.rollout.first_group = jax.process_index() * c.vec.groups  # the sampling keys' group index
+        if self.parallel:
+            self.parallel.place(self)
 
         self.global_step = 0
         self.update_index = 0
@@ -148,7 +159,8 @@ class Trainer:
         steps of every agent, one after the other, trained on as segments x agents sequences. The
         batch's arrays are the rollout's device buffers: valid until the next evaluate()."""
         for s in range(self.sizes.segments):
-            segment, infos = self.rollout.collect(self.state.params, s)
+            segment, infos = self.rollout.collect(self.parallel.local(self.state.params) if self.parallel
+                                                  else self.state.params, s)
             for info in infos:
                 self.episode_stats.add(info)
         self.segment = segment
@@ -173,8 +185,10 @@ class Trainer:
         now = time.perf_counter()
         sps = (self.global_step - self._last_log_step) / max(now - self._last_log_time, 1e-9)
         record = {"global_step": self.global_step, "update": self.update_index,
-                  "wall_time": now - self.start_time, "sps": sps, "compiles": self.compiles,
-                  **self._last_metrics, **self.episode_stats.take()}
+                  "wall_time": now - self.start_time, "sps": sps, "compiles": self.compiles, **self._last_metrics}
+        if self.parallel:
+            self.parallel.sum_episode_stats(self.episode_stats)  # every process's episodes
+        record.update(self.episode_stats.take())
         timing = self.timing
         record.update({f"time_{k}": v for k, v in timing.items()})
         record["time_other"] = max(record["wall_time"] - sum(timing.values()), 0.0)
@@ -245,6 +259,8 @@ class Trainer:
         self.learn_time = float(meta["timing"].get("learn", 0.0))
         self._last_log_time, self._last_log_step = time.perf_counter(), self.global_step
         self.segment = None
+        if self.parallel:
+            self.parallel.place(self)
 
     def save_checkpoint(self, path: str | Path, metadata: dict | None = None) -> Path:
         """Writes a checkpoint of the whole training state at ``path`` (a new directory), synchronously."""

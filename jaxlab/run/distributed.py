@@ -1,0 +1,118 @@
+"""Start-up of a run over several processes (hosts) on JAX's own runtime: ``jax.distributed.initialize``
+before anything else uses JAX, from the [dist] keys or the environment.
+
+    jaxlab train ENV --dist.coordinator HOST:PORT --dist.num-processes N --dist.process-id I
+
+Each process steps its own envs (its share of vec.num_envs) on its local devices; the update runs
+over every process's devices at once (see jaxlab.train.parallel). Process 0 writes the records.
+Where a key is not given: JAXLAB_COORDINATOR for the coordinator, SLURM_NTASKS and SLURM_PROCID for
+the count and the index (under SLURM with no coordinator, JAX's own SLURM detection finds one).
+On a CPU the processes' collectives go through gloo.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from jaxlab.config.schema import ConfigError, DistConfig
+
+
+@dataclass(frozen=True)
+class Settings:
+    coordinator: str   # HOST:PORT, or "" for JAX's own detection (SLURM)
+    num_processes: int
+    process_id: int
+
+
+def resolve(dist: DistConfig, environ: Mapping[str, str] = os.environ) -> Settings:
+    """The settings of ``dist`` with the environment filling what it leaves out; ConfigError when they
+    do not make a run."""
+    def env_int(name: str, default: int) -> int:
+        try:
+            return int(environ.get(name, default))
+        except ValueError:
+            raise ConfigError(f"{name}={environ[name]!r} is not an integer") from None
+
+    n = dist.num_processes or env_int("SLURM_NTASKS", 1)
+    pid = dist.process_id if dist.process_id >= 0 else env_int("SLURM_PROCID", 0)
+    coordinator = dist.coordinator or environ.get("JAXLAB_COORDINATOR", "")
+    if n < 1:
+        raise ConfigError(f"dist.num_processes={n} must be at least 1 (0: from SLURM_NTASKS, else 1)")
+    if not 0 <= pid < n:
+        raise ConfigError(f"dist.process_id={pid} must be in 0..{n - 1} for dist.num_processes={n}")
+    if n > 1 and not coordinator and "SLURM_JOB_ID" not in environ:
+        raise ConfigError(f"dist.num_processes={n} needs process 0's address: --dist.coordinator HOST:PORT "
+                          "(or JAXLAB_COORDINATOR), the same for every process")
+    if coordinator and (":" not in coordinator or not coordinator.rsplit(":", 1)[1].isdigit()):
+        raise ConfigError(f"dist.coordinator={coordinator!r} must be HOST:PORT, e.g. --dist.coordinator "
+                          f"node0:12345")
+    return Settings(coordinator, n, pid)
+
+
+def dist_from_flags(flags: Sequence[str]) -> DistConfig:
+    """The [dist] keys among command-line ``flags`` (--dist.coordinator X, --dist.num-processes=N ...),
+    read before the config is loaded: loading it may look at the devices, after which JAX can no
+    longer join other processes."""
+    values: dict[str, str] = {}
+    flags = list(flags)
+    for i, flag in enumerate(flags):
+        if not flag.startswith("--dist."):
+            continue
+        name, eq, value = flag[len("--dist."):].partition("=")
+        if not eq:
+            value = flags[i + 1] if i + 1 < len(flags) else ""
+        values[name.replace("-", "_")] = value
+    try:
+        return DistConfig(coordinator=values.get("coordinator", ""),
+                          num_processes=int(values.get("num_processes", 0)),
+                          process_id=int(values.get("process_id", -1)))
+    except ValueError as err:
+        raise ConfigError(f"a --dist flag is not an integer: {err}") from None
+
+
+def initialize(settings: Settings) -> bool:
+    """Joins the run's processes (``jax.distributed.initialize``) when there are several; True then.
+    Call before anything else uses JAX."""
+    if settings.num_processes == 1:
+        return False
+    import jax
+
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    if settings.coordinator:
+        jax.distributed.initialize(coordinator_address=settings.coordinator,
+                                   num_processes=settings.num_processes, process_id=settings.process_id)
+    else:  # SLURM: JAX reads the nodes, the task count and the index itself
+        jax.distributed.initialize()
+    return True
+
+
+def start(flags: Sequence[str] = (), environ: Mapping[str, str] = os.environ) -> Settings:
+    """Resolves the [dist] flags and the environment and initializes; returns the settings."""
+    settings = resolve(dist_from_flags(flags), environ)
+    initialize(settings)
+    return settings
+
+
+def is_primary() -> bool:
+    """Whether this process writes the run's records (process 0; always in a one-process run)."""
+    import jax
+
+    return jax.process_index() == 0
+
+
+def train_processes(config, run_dir, on_log=None, on_start=None) -> list[dict]:
+    """Trains ``config`` in this process of a run over several (every process calls it, in step).
+    Process 0 writes RUN_DIR's config.toml and metrics.jsonl and calls ``on_start(trainer)`` and
+    ``on_log(record)``; the others write nothing. No checkpoints yet: a checkpoint of a run over
+    several processes needs every process's env state and carries (Orbax multi-host saves), not done.
+    The records' losses are the whole batch's, their episode statistics every process's."""
+    from jaxlab.run.loop import log_to, train_loop
+    from jaxlab.train.trainer import Trainer
+
+    primary = is_primary()
+    with Trainer(config, run_dir=run_dir if primary else None) as trainer:
+        if primary and on_start is not None:
+            on_start(trainer)
+        return train_loop(trainer, [log_to(on_log)] if primary and on_log is not None else [])

@@ -1,0 +1,204 @@
+"""Data parallelism over local devices (device.count): 1 and 2 devices, same agents and seed, give the
+same losses. JAX must see 2 CPU devices, which XLA_FLAGS=--xla_force_host_platform_device_count=2
+gives only when set before JAX starts: the runs happen in subprocesses.
+
+Tolerance: on 2 devices each device sums its half of the agents and an all-reduce adds the halves,
+so every mean over agents (losses, gradients) is summed in another order than on one device. float32
+rounds each order differently (about 1e-7 relative per sum); the differences pass through the Adam
+steps into the parameters and the next updates. Over 4 updates they stay below 1e-6 relative for the
+value loss and 1e-7 absolute for the policy loss (a mean of terms that nearly cancel, so its relative
+difference means nothing): asserted with rtol 1e-4 and atol 1e-6, ten times the differences seen.
+The rollouts take the same actions (each agent's policy step is the same arithmetic on its device),
+so the episode counts are equal exactly.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from jaxlab.config import ConfigError, load_config
+from jaxlab.config.validate import check_devices
+
+SCRIPT = r"""
+import json, os, sys
+import jax
+from jaxlab.config import load_config
+from jaxlab.run.loop import train_loop
+from jaxlab.train.trainer import Trainer
+
+config, _ = load_config("cartpole", flags=sys.argv[2:])
+out = {"local_devices": jax.local_device_count()}
+with Trainer(config, max_traces=1) as trainer:
+    out["devices"] = trainer.sizes.devices
+    out["records"] = train_loop(trainer, updates=trainer.sizes.num_updates - 1)
+    trainer.save_checkpoint(sys.argv[1])
+    out["records"] += train_loop(trainer)
+    out["caches"] = [f._cache_size() for f in (trainer._update, trainer.rollout._step, trainer.rollout._finish)]
+    shardings = [x.sharding for x in jax.tree.leaves(trainer.state)]
+    out["params_replicated_on"] = sorted({len(s.device_set) for s in shardings if s.is_fully_replicated})
+    out["params_not_replicated"] = sum(not s.is_fully_replicated for s in shardings)
+    out["carry_devices"] = len(trainer.rollout.carries[0][0].sharding.device_set)
+with Trainer(config) as resumed:  # (chex counts the traces of every trainer together)
+    resumed.load_checkpoint(sys.argv[1])
+    out["resumed_carry_devices"] = len(resumed.rollout.carries[0][0].sharding.device_set)
+    out["resumed"] = train_loop(resumed, updates=1)
+if os.environ.get("OTHER_CHECKPOINT"):  # another run's checkpoint (another device count)
+    with Trainer(config) as other:
+        other.load_checkpoint(os.environ["OTHER_CHECKPOINT"])
+        out["other"] = train_loop(other, updates=1)
+print("RESULT " + json.dumps(out))
+"""
+
+FLAGS = ["--vec.num-envs", "8", "--train.bptt-horizon", "16", "--train.minibatch-size", "64",
+         "--policy.hidden-size", "32", "--train.total-timesteps", "640"]
+
+
+def run_with_two_cpu_devices(tmp_path, *flags, other_checkpoint="") -> dict:
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu",
+           "OTHER_CHECKPOINT": str(other_checkpoint)}
+    result = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "checkpoint"), *FLAGS, *flags],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = next(line for line in result.stdout.splitlines() if line.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+def test_two_devices_give_the_losses_of_one(tmp_path, groups):
+    one = run_with_two_cpu_devices(tmp_path / "one", "--device.count", "1", "--vec.groups", str(groups),
+                                   "--train.total-timesteps", str(640 if groups == 1 else 512))
+    two = run_with_two_cpu_devices(tmp_path / "two", "--device.count", "auto", "--vec.groups", str(groups),
+                                   "--train.total-timesteps", str(640 if groups == 1 else 512),
+                                   other_checkpoint=tmp_path / "one" / "checkpoint")
+    assert one["local_devices"] == two["local_devices"] == 2
+    assert (one["devices"], two["devices"]) == (1, 2)
+    assert two["carry_devices"] == two["resumed_carry_devices"] == 2 and one["carry_devices"] == 1
+    assert two["params_replicated_on"] == [2] and two["params_not_replicated"] == 0
+    for run in (one, two):
+        assert [r["compiles"] for r in run["records"]] == [3] * len(run["records"])
+        assert run["caches"] == [1, 1, 1]  # no recompile for another placement either
+        assert run["resumed"][0]["compiles"] == 3
+        for key in ("policy_loss", "value_loss", "episodes"):  # resuming the last update repeats it
+            assert run["resumed"][0][key] == run["records"][-1][key], key
+    # one device's checkpoint resumed on two devices: its last update again, the same within tolerance
+    for a, b in zip(one["records"] + one["records"][-1:], two["records"] + two["other"], strict=True):
+        assert a["episodes"] == b["episodes"]
+        for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "grad_norm", "explained_variance"):
+            np.testing.assert_allclose(b[key], a[key], rtol=1e-4, atol=1e-6, err_msg=f"{key} at update {a['update']}")
+
+
+def config_with(*flags):
+    return load_config("cartpole", flags=[*FLAGS, *flags])[0]
+
+
+def test_device_count_is_checked_against_the_devices_and_the_envs():
+    assert check_devices(config_with(), 1, available=2) == 2
+    assert check_devices(config_with("--vec.num-envs", "9", "--train.minibatch-size", "48",
+                                     "--train.total-timesteps", "2304"), 1, available=2) == 1  # auto: what divides
+    assert check_devices(config_with("--device.count", "1"), 1, available=2) == 1
+    with pytest.raises(ConfigError, match=r"device.count=3 must be between 1 and the 2 local devices JAX sees; "
+                                          r"e.g. --device.count 2"):
+        check_devices(config_with("--device.count", "3"), 1, available=2)
+    with pytest.raises(ConfigError, match=r"device.count=0 must be between 1"):
+        check_devices(config_with("--device.count", "0"), 1, available=2)
+    with pytest.raises(ConfigError, match=r"device.count=4 must divide vec.num_envs=6 .*e.g. --vec.num-envs 4"):
+        check_devices(config_with("--device.count", "4", "--vec.num-envs", "6"), 1, available=4)
+    with pytest.raises(ConfigError, match=r"device.count=2 must divide vec.num_envs=6 / vec.groups=2"):
+        check_devices(config_with("--device.count", "2", "--vec.num-envs", "6", "--vec.groups", "2"), 1, available=2)
+    with pytest.raises(ConfigError, match=r"device.count=2 must divide the 1 sequences of a minibatch .*"
+                                          r"--train.minibatch-size 32"):
+        check_devices(config_with("--device.count", "2", "--train.minibatch-size", "16"), 1, available=2)
+
+
+def test_a_bad_device_count_exits_2_with_one_line():
+    result = subprocess.run([sys.executable, "-m", "jaxlab.cli", "train", "cartpole", "--device.count", "2"],
+                            capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""})
+    assert result.returncode == 2
+    assert "device.count=2 must be between 1 and the 1 local device JAX sees; e.g. --device.count 1" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+PROCESS_SCRIPT = r"""
+import json, sys
+from jaxlab.config.schema import DistConfig
+from jaxlab.run import distributed
+
+coordinator, processes, process = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+distributed.initialize(distributed.resolve(DistConfig(coordinator, processes, process)))
+import jax
+from jaxlab.config import load_config
+from jaxlab.run.loop import train_loop
+from jaxlab.train.trainer import Trainer
+
+config, _ = load_config("cartpole", flags=sys.argv[4:])
+with Trainer(config, max_traces=1) as trainer:
+    out = {"processes": jax.process_count(), "devices": jax.device_count(), "envs": [e.num_envs for e in trainer.envs]}
+    out["records"] = train_loop(trainer)
+print("RESULT " + json.dumps(out))
+"""
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_give_the_losses_of_one_process_with_two_devices():
+    """2 processes on localhost (gloo collectives on the CPU), 1 device and 2 groups of 2 envs each, against
+    1 process with 2 forced devices and the same 4 groups (the same env seeds and sampling keys, by
+    global group index): the same losses (tolerance as above) and episode statistics (the records
+    sum every process's)."""
+    flags = [*FLAGS, "--train.total-timesteps", "512"]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    coordinator = f"localhost:{free_port()}"
+    procs = [subprocess.Popen([sys.executable, "-c", PROCESS_SCRIPT, coordinator, "2", str(i), *flags,
+                               "--vec.groups", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for i in range(2)]
+    outputs = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=600)
+        assert proc.returncode == 0, stderr[-3000:]
+        outputs.append(json.loads(next(l for l in stdout.splitlines() if l.startswith("RESULT "))[len("RESULT "):]))
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    single = subprocess.run([sys.executable, "-c", PROCESS_SCRIPT, "", "1", "0", *flags, "--vec.groups", "4"],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert single.returncode == 0, single.stderr[-3000:]
+    one = json.loads(next(l for l in single.stdout.splitlines() if l.startswith("RESULT "))[len("RESULT "):])
+    assert [o["processes"] for o in outputs] == [2, 2] and outputs[0]["devices"] == one["devices"] == 2
+    assert outputs[0]["envs"] == outputs[1]["envs"] == [2, 2] and one["envs"] == [2, 2, 2, 2]
+    for a, b, c in zip(one["records"], *[o["records"] for o in outputs], strict=True):
+        assert b["compiles"] == c["compiles"] == 3
+        assert a["episodes"] == b["episodes"] == c["episodes"]  # every process's episodes in the records
+        if a["episodes"]:
+            assert b["episode_return"] == c["episode_return"]
+            np.testing.assert_allclose(b["episode_return"], a["episode_return"], rtol=1e-6)
+        for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "grad_norm"):
+            assert b[key] == c[key], key  # every process computes the same replicated update
+            np.testing.assert_allclose(b[key], a[key], rtol=1e-4, atol=1e-6, err_msg=f"{key} at update {a['update']}")
+
+
+def test_dist_settings_come_from_flags_or_slurm():
+    from jaxlab.config.schema import DistConfig
+    from jaxlab.run.distributed import Settings, dist_from_flags, resolve
+
+    assert resolve(DistConfig(), {}) == Settings("", 1, 0)
+    flags = dist_from_flags(["--vec.groups", "2", "--dist.coordinator", "h:1234", "--dist.num-processes=4",
+                             "--dist.process-id", "3"])
+    assert resolve(flags, {}) == Settings("h:1234", 4, 3)
+    assert resolve(DistConfig(), {"SLURM_NTASKS": "8", "SLURM_PROCID": "5", "SLURM_JOB_ID": "1"}) == Settings("", 8, 5)
+    assert resolve(DistConfig(), {"SLURM_NTASKS": "2", "SLURM_PROCID": "1", "JAXLAB_COORDINATOR": "n0:99"}) == \
+        Settings("n0:99", 2, 1)
+    with pytest.raises(ConfigError, match=r"dist.num_processes=2 needs process 0's address: --dist.coordinator"):
+        resolve(DistConfig(num_processes=2, process_id=1), {})
+    with pytest.raises(ConfigError, match=r"dist.process_id=2 must be in 0..1"):
+        resolve(DistConfig("h:1", 2, 2), {})
+    with pytest.raises(ConfigError, match=r"dist.coordinator='h' must be HOST:PORT"):
+        resolve(DistConfig("h", 2, 0), {})
