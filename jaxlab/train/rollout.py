@@ -200,12 +200,14 @@ class Rollout:
         size = self.group_size
         self.carries = [jax.tree.map(lambda x, g=g: x[g * size:(g + 1) * size], carry) for g in range(len(self.envs))]
 
-    def _inputs(self, g: int) -> tuple[jax.Array, jax.Array]:
-        """Group g's last outputs block and final observations, on the device (one transfer each; the
-        final observations only after a truncation)."""
+    def _inputs(self, g: int) -> tuple[np.ndarray, jax.Array]:
+        """Group g's last outputs block (the host array itself: the jitted step's call transfers it,
+        one transfer, on jit's C++ path, which costs less than a device_put of its own; the env does
+        not step again before the step's action, and with it the whole step, is ready) and its final
+        observations on the device (copied only after a truncation)."""
         env = self.envs[g]
         tic = time.perf_counter()
-        packed = jax.device_put(env.buffers.outputs)
+        packed = env.buffers.outputs
         if env.truncations.any():
             self._final[g] = to_device(env.final_observations)
         self.timing["copy"] += time.perf_counter() - tic
