@@ -91,11 +91,13 @@ class Trainer:
         key = jax.random.PRNGKey(t.seed)
         init_key, rollout_key, self.update_key = jax.random.split(key, 3)
         obs = jnp.zeros((A, *self.env.observation_space.shape), jnp.float32)
-        params = self.policy.init(init_key, zero_carry(A, H), obs, jnp.ones(A, bool))
+        # init and the optimizer's init jitted: one executable each (cached on disk like the others)
+        # instead of one small compile per op of an eager init, about 4.7 s of a warm start
+        params = jax.jit(self.policy.init)(init_key, zero_carry(A, H), obs, jnp.ones(A, bool))
         total_opt_steps = self.sizes.num_updates * t.update_epochs * self.sizes.num_minibatches
         self.schedule = lr_schedule(t.learning_rate, t.anneal_lr, total_opt_steps, t.min_lr_ratio)
         optimizer = make_optimizer(self.schedule, t.max_grad_norm)
-        self.state = TrainState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
+        self.state = TrainState(params, jax.jit(optimizer.init)(params), jnp.zeros((), jnp.int32))
         self.num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
 
         self.traces = defaultdict(int)
