@@ -50,11 +50,13 @@ static const cenv_constant cenv_constants[] = {
     CENV_CONSTANT(MAX_LOG),
     CENV_CONSTANT(MAX_OBS_DIMS),
     CENV_CONSTANT(MAX_ACTION_DIMS),
+    CENV_CONSTANT(MAX_FRAME_SIDE),
     CENV_CONSTANT(ENV_MASK),
     CENV_CONSTANT(ENV_RESET_AGENT),
     CENV_CONSTANT(ENV_AGENTS_WAIT),
     CENV_CONSTANT(ENV_RENDER),
     CENV_CONSTANT(ENV_SET_STATE),
+    CENV_CONSTANT(ENV_PIXELS),
 };
 
 enum { JOB_STEP = 0, JOB_RESET = 1, JOB_QUIT = 2 };
@@ -65,7 +67,7 @@ typedef struct {
 } cenv_chunk_log;
 
 /* How an env broke the step contract (kind != BREACH_NONE), found while stepping a chunk. */
-enum { BREACH_NONE = 0, BREACH_COUNT, BREACH_BOTH_FLAGS, BREACH_PARTIAL_END };
+enum { BREACH_NONE = 0, BREACH_COUNT, BREACH_BOTH_FLAGS, BREACH_PARTIAL_END, BREACH_FAILED };
 typedef struct {
     int kind;
     int64_t env;
@@ -211,6 +213,7 @@ static int after_step(void *ctx, int64_t index, int ended) {
     uint8_t *terminals = vec->terminals + a0, *truncations = vec->truncations + a0;
     uint8_t *active = vec->active == NULL ? NULL : vec->active + a0;
     int flagged = 0, waiting = 0;
+    if (ended < 0) return breach(vec, end->chunk, BREACH_FAILED, index, ended, 0); /* the env says it broke */
     for (int a = 0; a < apa; a++) {
         if (active != NULL && !active[a]) { /* waits for the env's reset: its rows are not the env's */
             vec->rewards[a0 + a] = 0.0f;
@@ -716,7 +719,17 @@ static int validate_mask(cenv_vec *vec) {
 static void describe_breach(cenv_vec *vec, const cenv_breach *b) {
     const char *name = vec->spec->name;
     int apa = vec->spaces.agents_per_env;
-    if (b->kind == BREACH_BOTH_FLAGS) {
+    if (b->kind == BREACH_FAILED) {
+        char why[CENV_ERROR_LEN] = "";
+        if (vec->spec->error != NULL) {
+            vec->spec->error(env_at(vec, b->env), why, (int)sizeof(why));
+        } else {
+            snprintf(why, sizeof(why), "its step returned %d (a failure) and it has no `error` option to say "
+                     "why; name `error` in CENV_ENV and give it name_error (see BUILD.md)", b->ended);
+        }
+        set_error(vec->error, CENV_ERROR_LEN, "env '%s' #%lld failed at step %lld: %s", name, (long long)b->env,
+                  (long long)vec->steps, why);
+    } else if (b->kind == BREACH_BOTH_FLAGS) {
         set_error(vec->error, CENV_ERROR_LEN,
                   "env '%s' #%lld broke the step contract at step %lld: agent %d (row %lld) has both "
                   "terminal and truncation set; an ending episode is one or the other (see BUILD.md)",
@@ -958,7 +971,7 @@ int cenv_env_flags(int type) {
     if (spec == NULL) return CENV_ERR_ARGUMENT;
     return (spec->has_mask ? CENV_ENV_MASK : 0) | (spec->reset_agent != NULL ? CENV_ENV_RESET_AGENT : 0) |
            (spec->agents_wait ? CENV_ENV_AGENTS_WAIT : 0) | (spec->render != NULL ? CENV_ENV_RENDER : 0) |
-           (spec->set_state != NULL ? CENV_ENV_SET_STATE : 0);
+           (spec->set_state != NULL ? CENV_ENV_SET_STATE : 0) | (spec->pixels != NULL ? CENV_ENV_PIXELS : 0);
 }
 
 int cenv_set_mask_check(cenv_vec *vec, int strict) {
@@ -983,6 +996,34 @@ int64_t cenv_render(cenv_vec *vec, int64_t index, char *out, int64_t size) {
     }
     leave(vec);
     return written;
+}
+
+int cenv_pixels(cenv_vec *vec, int64_t index, uint8_t *rgb, int width, int height) {
+    int rc = enter(vec, "cenv_pixels");
+    if (rc != 0) return rc;
+    const char *name = vec->spec->name;
+    if (vec->spec->pixels == NULL) {
+        set_error(vec->error, CENV_ERROR_LEN, "cenv_pixels: env '%s' has no pixels option (it draws no pictures; "
+                  "see BUILD.md to give it a pixels hook)", name);
+        rc = CENV_ERR_ARGUMENT;
+    } else if (index < 0 || index >= vec->num_envs || rgb == NULL) {
+        set_error(vec->error, CENV_ERROR_LEN, "cenv_pixels: env '%s' index %lld is out of range [0, %lld) or "
+                  "the buffer is NULL", name, (long long)index, (long long)vec->num_envs);
+        rc = CENV_ERR_ARGUMENT;
+    } else if (width < 1 || height < 1 || width > CENV_MAX_FRAME_SIDE || height > CENV_MAX_FRAME_SIDE) {
+        set_error(vec->error, CENV_ERROR_LEN, "cenv_pixels: a picture of %d x %d pixels; each side must be in "
+                  "[1, %d]", width, height, CENV_MAX_FRAME_SIDE);
+        rc = CENV_ERR_ARGUMENT;
+    } else {
+        memset(rgb, 0, (size_t)width * (size_t)height * 3);
+        if (vec->spec->pixels(env_at(vec, index), rgb, width, height) != 0) {
+            set_error(vec->error, CENV_ERROR_LEN, "cenv_pixels: env '%s' #%lld could not draw a picture of %d x %d "
+                      "pixels", name, (long long)index, width, height);
+            rc = CENV_ERR_ARGUMENT;
+        }
+    }
+    leave(vec);
+    return rc;
 }
 
 void cenv_close(cenv_vec *vec) {

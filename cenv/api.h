@@ -15,7 +15,7 @@
 
 #include <stdint.h>
 
-#define CENV_ABI_VERSION 4
+#define CENV_ABI_VERSION 5
 
 #define CENV_ERR_NULL -1       /* NULL handle: closed or never created */
 #define CENV_ERR_UNBOUND -2    /* step/reset before cenv_bind */
@@ -39,12 +39,14 @@
 #define CENV_MAX_LOG 32         /* statistics (log fields) per env type */
 #define CENV_MAX_OBS_DIMS 4     /* dimensions of an observation (per agent) */
 #define CENV_MAX_ACTION_DIMS 16 /* components of an action (per agent) */
+#define CENV_MAX_FRAME_SIDE 4096 /* pixels: the widest and tallest picture cenv_pixels draws */
 
 #define CENV_ENV_MASK 1         /* cenv_env_flags bits: the CENV_ENV options of an env type */
 #define CENV_ENV_RESET_AGENT 2
 #define CENV_ENV_AGENTS_WAIT 4
 #define CENV_ENV_RENDER 8
 #define CENV_ENV_SET_STATE 16
+#define CENV_ENV_PIXELS 32
 
 #define CENV_EXPORT __attribute__((visibility("default")))
 
@@ -118,6 +120,12 @@ CENV_EXPORT int cenv_set_mask_check(cenv_vec *vec, int strict);
  * render option: returns the frame's length (which may exceed size - 1: it was cut), or
  * CENV_ERR_ARGUMENT when it has none or index is out of range. */
 CENV_EXPORT int64_t cenv_render(cenv_vec *vec, int64_t index, char *out, int64_t size);
+
+/* Draws env `index` as an RGB picture into rgb (uint8[height][width][3], row-major, top row first;
+ * cleared to black first) when its type has the pixels option: returns 0, or CENV_ERR_ARGUMENT when it
+ * has none, index is out of range, rgb is NULL, a side is outside [1, CENV_MAX_FRAME_SIDE] or the env's
+ * hook reports that it cannot draw (cenv_error says which). */
+CENV_EXPORT int cenv_pixels(cenv_vec *vec, int64_t index, uint8_t *rgb, int width, int height);
 
 /* Calls that touch a vector's envs (bind, reset, step, log, set_state, save/load state) must not
  * overlap: a call made while another thread is inside one returns CENV_ERR_BUSY at once (and writes

@@ -34,11 +34,21 @@
  *                 env (snprintf-style: returns the length it wrote or would write)
  *   set_state     static int name_set_state(Name *env, const double *state, int n): a test hook that
  *                 overwrites the physical state (0 on success)
+ *   pixels        static int name_pixels(const Name *env, uint8_t *rgb, int width, int height): an RGB
+ *                 picture of the env (for `jaxlab eval --gif`): rgb is uint8[height][width][3], row
+ *                 major, top row first, handed over cleared to black; 1 <= width, height <=
+ *                 CENV_MAX_FRAME_SIDE; draw what fits any size (draw.h has clipped helpers: rectangle,
+ *                 disc, ring, line, a world-to-pixel view); return 0, or non-zero if it cannot draw
+ *   error         static int name_error(const Name *env, char *out, int size): the env's own message
+ *                 (snprintf-style) for a step that failed, i.e. returned a negative number (below)
  *
  * The step: read `actions` (already validated: in range, not NaN, legal under the mask), write every
  * agent's observation, reward and flags (terminals: the episode ended for good; truncations: a time
  * limit cut it; never both), and return the number of agents whose episode ended in this step (0
- * mostly), after adding their statistics to `log` (sums). Do not reset anything yourself: the
+ * mostly), after adding their statistics to `log` (sums). An env that finds itself broken (its own
+ * invariants, a move it cannot execute) returns a negative number instead: the whole cenv_step then
+ * fails with CENV_ERR_ENV and the message of its `error` hook, and that env is neither reset nor
+ * respawned. Do not reset anything yourself: the
  * vectorized layer records each ending agent's observation as its final observation, then resets
  * the whole env when every agent has ended (or waits), else calls reset_agent for each ending agent
  * (option reset_agent) or lets it wait (option agents_wait); an env with neither option must end
@@ -106,6 +116,8 @@ typedef struct {
     void (*reset_agent)(void *env, int agent);                   /* option reset_agent, or NULL */
     int (*render)(const void *env, char *out, int size);         /* option render, or NULL */
     int (*set_state)(void *env, const double *state, int n);     /* option set_state, or NULL */
+    int (*pixels)(const void *env, uint8_t *rgb, int width, int height); /* option pixels, or NULL */
+    int (*error)(const void *env, char *out, int size);          /* option error, or NULL */
 } cenv_spec;
 
 #define CENV_COUNT(array) ((int)(sizeof(array) / sizeof((array)[0])))
@@ -125,6 +137,8 @@ typedef struct {
 #define CENV__MASK_reset_agent(NAME, TYPE)
 #define CENV__MASK_render(NAME, TYPE)
 #define CENV__MASK_set_state(NAME, TYPE)
+#define CENV__MASK_pixels(NAME, TYPE)
+#define CENV__MASK_error(NAME, TYPE)
 #define CENV__WRAP_none(NAME, TYPE)
 #define CENV__INIT_none(NAME, TYPE)
 #define CENV__WRAP_mask(NAME, TYPE) \
@@ -145,21 +159,33 @@ typedef struct {
         return NAME##_set_state((TYPE *)e, state, n);                        \
     }
 #define CENV__INIT_set_state(NAME, TYPE) .set_state = NAME##_set_state_v,
+#define CENV__WRAP_pixels(NAME, TYPE)                                                    \
+    static int NAME##_pixels_v(const void *e, uint8_t *rgb, int width, int height) {     \
+        return NAME##_pixels((const TYPE *)e, rgb, width, height);                       \
+    }
+#define CENV__INIT_pixels(NAME, TYPE) .pixels = NAME##_pixels_v,
+#define CENV__WRAP_error(NAME, TYPE)                                         \
+    static int NAME##_error_v(const void *e, char *out, int size) {          \
+        return NAME##_error((const TYPE *)e, out, size);                     \
+    }
+#define CENV__INIT_error(NAME, TYPE) .error = NAME##_error_v,
 
-/* CENV__EACH(M, NAME, TYPE, w1, ..., wk) expands M##_wi(NAME, TYPE) for up to 6 words. */
+/* CENV__EACH(M, NAME, TYPE, w1, ..., wk) expands M##_wi(NAME, TYPE) for up to 8 words. */
 #define CENV__EACH(M, NAME, TYPE, ...) \
-    CENV__EACH_N(__VA_ARGS__, 6, 5, 4, 3, 2, 1, 0)(M, NAME, TYPE, __VA_ARGS__)
-#define CENV__EACH_N(_1, _2, _3, _4, _5, _6, N, ...) CENV__EACH_##N
+    CENV__EACH_N(__VA_ARGS__, 8, 7, 6, 5, 4, 3, 2, 1, 0)(M, NAME, TYPE, __VA_ARGS__)
+#define CENV__EACH_N(_1, _2, _3, _4, _5, _6, _7, _8, N, ...) CENV__EACH_##N
 #define CENV__EACH_1(M, N, T, a) M##_##a(N, T)
 #define CENV__EACH_2(M, N, T, a, ...) M##_##a(N, T) CENV__EACH_1(M, N, T, __VA_ARGS__)
 #define CENV__EACH_3(M, N, T, a, ...) M##_##a(N, T) CENV__EACH_2(M, N, T, __VA_ARGS__)
 #define CENV__EACH_4(M, N, T, a, ...) M##_##a(N, T) CENV__EACH_3(M, N, T, __VA_ARGS__)
 #define CENV__EACH_5(M, N, T, a, ...) M##_##a(N, T) CENV__EACH_4(M, N, T, __VA_ARGS__)
 #define CENV__EACH_6(M, N, T, a, ...) M##_##a(N, T) CENV__EACH_5(M, N, T, __VA_ARGS__)
+#define CENV__EACH_7(M, N, T, a, ...) M##_##a(N, T) CENV__EACH_6(M, N, T, __VA_ARGS__)
+#define CENV__EACH_8(M, N, T, a, ...) M##_##a(N, T) CENV__EACH_7(M, N, T, __VA_ARGS__)
 
 /* Defines `<NAME>_spec` from <NAME>_spaces, _init, _reset, _step, the arrays <NAME>_params and
  * <NAME>_log_names, the env struct TYPE and its Log LOGTYPE, and the option words that follow
- * (mask, reset_agent, agents_wait, render, set_state; see the top of this file). */
+ * (mask, reset_agent, agents_wait, render, set_state, pixels, error; see the top of this file). */
 #define CENV_ENV(NAME, TYPE, LOGTYPE, DESCRIPTION, ...)                                           \
     _Static_assert(sizeof(LOGTYPE) == sizeof(float) * CENV_COUNT(NAME##_log_names),               \
                    #LOGTYPE " must hold exactly one float per name in " #NAME "_log_names");      \

@@ -1,21 +1,27 @@
-"""Learning curves over seeds: trains ENV with several seeds (one `jaxlab train` process per seed and
-variant) and writes the curves with a 95% confidence band, against steps and against wall time, and a
-table of the time to a threshold.
+"""Learning curves across seeds: trains ENV once per seed (each a normal `jaxlab train` run dir), prints
+the metric as the runs go, and writes a curve PNG with a confidence band across seeds, a table of
+time to a threshold, and the curves as JSON.
 
-    python scripts/learn.py cartpole --seeds 5 --threshold 475
-    python scripts/learn.py pendulum --seeds 3 --steps 400_000 --threshold -200 \\
-        --variant "previous=--train.obs-norm false --train.reward-scale 0.1" --variant defaults=
+    python scripts/learn.py drone                         # deliveries per episode, 3 seeds, drone.toml's steps
+    python scripts/learn.py drone --seeds 2 --steps 20e6 --jobs 2
+    python scripts/learn.py cartpole --metric episode_return --threshold 475 --flags --vec.num-envs 128
+    python scripts/learn.py drone --runs-only --out runs/learn-drone     # re-plot finished runs
 
-Each --variant NAME=FLAGS is a curve (config flags on top of --flags); without one there is a single
-curve, "defaults". Runs go to OUT/runs/VARIANT/seedN (a run whose summary.json says it finished is
-reused, so re-running the command only redraws; --fresh trains again). Writes OUT/learn.png (two panels:
-the metric against agent-steps and against wall seconds, mean over seeds and its 95% t-interval),
-OUT/learn.md (the table) and OUT/learn.json (every curve and time).
+Each seed s runs `python -m jaxlab.cli train ENV --train.seed s --run-dir OUT/seed-s [--train.total-timesteps S]
+FLAGS...` as its own process (`--jobs J` at a time; 1, the default, runs them one after another, which
+is what a 2-core machine wants). While they run, every new update's metric is printed: the
+episode-weighted mean over the last `--window` updates that ended episodes (per-update statistics
+come from few episodes and are noisy), with the step and the run's wall time.
 
-The metric of an update is the episode-weighted mean over the last --window updates that ended
-episodes (the trainer's records: metrics.jsonl); a run reaches the threshold at the first update where
-that mean is >= --threshold (<= with --below). Wall time is the trainer's (from the start of its
-training, compile included; imports and env building not).
+Outputs (default under OUT): `curve.png` (the metric against env steps and against wall time: the mean
+across seeds and a band of the 95% confidence interval of that mean, Student t over seeds, or each
+run's line when there is one seed; needs matplotlib, the plot extra), `threshold.md` (per seed: the
+first step and wall time at which the smoothed metric reached `--threshold`), `curves.json` (the
+smoothed per-seed curves: step, wall time, value), and `learn.log` (what was printed).
+
+Defaults per env (`DEFAULTS`): drone: metric deliveries, threshold 1 delivery per episode; any other
+env: episode_return, threshold none (the table then says so). Exit status: 0, 1 when a run failed
+(its stderr is in OUT/seed-s.log), 2 for bad arguments.
 """
 
 from __future__ import annotations
@@ -24,212 +30,293 @@ import argparse
 import json
 import math
 import os
-import shlex
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
+DEFAULTS = {"drone": {"metric": "deliveries", "threshold": 1.0}}
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("env", help="env name (or header path), as for `jaxlab train`")
-    parser.add_argument("--seeds", type=int, default=3, help="seeds per variant: 0 .. N-1 (default 3)")
-    parser.add_argument("--steps", type=float, default=None, help="agent-steps per run (default: the env's config)")
-    parser.add_argument("--metric", default="episode_return", help="the record key to plot (default episode_return)")
-    parser.add_argument("--threshold", type=float, default=None, help="time-to-threshold of the metric")
-    parser.add_argument("--below", action="store_true", help="the threshold is reached going below it")
-    parser.add_argument("--flags", default="", help="config flags for every run, one string")
-    parser.add_argument("--variant", action="append", default=[], metavar="NAME=FLAGS",
-                        help="a curve: its name and its config flags (repeat for several)")
-    parser.add_argument("--preset", default="cpu", help="--preset for every run (default cpu)")
-    parser.add_argument("--window", type=int, default=5, help="updates averaged per point (default 5)")
-    parser.add_argument("--parallel", type=int, default=1, help="runs at once (default 1)")
-    parser.add_argument("--out", default=None, help="output folder (default learn/ENV)")
-    parser.add_argument("--fresh", action="store_true", help="train again even where a finished run exists")
-    parser.add_argument("--title", default=None, help="figure title")
-    return parser.parse_args(argv)
+@dataclass
+class Curve:
+    """One run's smoothed metric: steps [n], wall-time seconds [n], values [n] (updates that ended
+    episodes only, each the episode-weighted mean over the last `window` of them)."""
+
+    seed: int
+    window: int = 1
+    steps: list[int] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
 
 
-def variants(args) -> dict[str, list[str]]:
-    """{name: flags} in the order given; "defaults" (no flags) when none."""
-    if not args.variant:
-        return {"defaults": []}
-    result = {}
-    for text in args.variant:
-        name, sep, flags = text.partition("=")
-        if not sep or not name:
-            raise SystemExit(f"learn.py: --variant {text!r} must be NAME=FLAGS (FLAGS may be empty)")
-        result[name] = shlex.split(flags)
-    return result
+def read_records(path: Path) -> list[dict]:
+    """The complete lines of a metrics.jsonl (a line being written is skipped)."""
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return records
 
 
-def run_one(args, name: str, flags: list[str], seed: int, out: Path) -> Path:
-    """Trains one seed of one variant (unless a finished run is there); returns its run dir."""
-    run_dir = out / "runs" / name / f"seed{seed}"
-    summary = run_dir / "summary.json"
-    if summary.is_file() and not args.fresh:
-        done = json.loads(summary.read_text())
-        if not done.get("error") and not done.get("stopped"):
-            return run_dir
-    if run_dir.exists():
-        import shutil
-
-        shutil.rmtree(run_dir)
-    command = [sys.executable, "-m", "jaxlab.cli", "train", args.env, "--preset", args.preset, "--run-dir",
-               str(run_dir), "--log.dashboard", "none", "--checkpoint.minutes", "0", "--checkpoint.keep", "1",
-               "--train.seed", str(seed), *shlex.split(args.flags), *flags]
-    if args.steps is not None:
-        command += ["--train.total-timesteps", str(int(args.steps))]
-    tic = time.perf_counter()
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise SystemExit(f"learn.py: {shlex.join(command)} failed ({result.returncode}):\n{result.stderr[-2000:]}")
-    print(f"  {name} seed {seed}: {time.perf_counter() - tic:.0f} s", flush=True)
-    return run_dir
-
-
-def read_curve(run_dir: Path, metric: str, window: int) -> dict:
-    """The run's records as arrays: steps, wall seconds and the metric's windowed episode-weighted mean
-    (NaN before the first update that ended an episode)."""
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    steps = np.array([r["global_step"] for r in records], float)
-    wall = np.array([r["wall_time"] for r in records], float)
-    values = np.full(len(records), np.nan)
-    recent: list[tuple[float, float]] = []
-    for i, r in enumerate(records):
-        if r.get(metric) is not None and r.get("episodes", 1):
-            recent.append((float(r[metric]), float(r.get("episodes", 1))))
-            recent = recent[-window:]
-        if recent:
-            weights = np.array([w for _, w in recent])
-            values[i] = float(np.dot([v for v, _ in recent], weights) / weights.sum())
-    return {"steps": steps, "wall": wall, "value": values}
-
-
-def t_quantile(n: int) -> float:
-    """The 0.975 quantile of Student's t with n - 1 degrees of freedom (1.96 without scipy)."""
-    if n < 2:
-        return float("nan")
-    try:
-        from scipy import stats
-
-        return float(stats.t.ppf(0.975, n - 1))
-    except ImportError:
-        return 1.96
-
-
-def band(curves: list[dict], x_key: str, points: int = 200) -> dict:
-    """Mean and 95% t-interval over the runs of the metric on a common grid of ``x_key``, from 0 to the
-    longest run's end; a run counts from its first point and keeps its final value after its end (a
-    run that finished sooner in wall time stays where it ended)."""
-    end = max(c[x_key][-1] for c in curves)
-    grid = np.linspace(0.0, end, points)
-    rows = []
-    for c in curves:
-        ok = ~np.isnan(c["value"])
-        if not ok.any():
-            rows.append(np.full(points, np.nan))
+def smooth(records: list[dict], metric: str, window: int, seed: int = 0) -> Curve:
+    """The curve of ``metric`` over ``records``: at each update that ended episodes, the episode-weighted
+    mean over the last ``window`` such updates. KeyError naming the metrics there are when the env has
+    no ``metric``."""
+    curve = Curve(seed, window)
+    recent: list[tuple[float, int]] = []
+    for record in records:
+        if not record.get("episodes") or record.get(metric) is None:
+            if record.get("episodes") and metric not in record:
+                known = sorted(k for k, v in record.items() if isinstance(v, (int, float)))
+                raise KeyError(f"the runs have no metric {metric!r}; they have {', '.join(known)}")
             continue
-        row = np.interp(grid, c[x_key][ok], c["value"][ok], left=np.nan)
-        rows.append(row)
-    rows = np.array(rows)
-    mean, half = np.full(points, np.nan), np.full(points, np.nan)
-    for i in range(points):
-        column = rows[:, i][~np.isnan(rows[:, i])]
-        if len(column):
-            mean[i] = column.mean()
-        if len(column) > 1:
-            half[i] = t_quantile(len(column)) * column.std(ddof=1) / math.sqrt(len(column))
-    return {"x": grid, "mean": mean, "low": mean - half, "high": mean + half}
+        recent = (recent + [(float(record[metric]), int(record["episodes"]))])[-window:]
+        total = sum(n for _, n in recent)
+        curve.steps.append(int(record["global_step"]))
+        curve.times.append(float(record["wall_time"]))
+        curve.values.append(sum(v * n for v, n in recent) / total)
+    return curve
 
 
-def reach(curve: dict, threshold: float, below: bool) -> tuple[float, float] | None:
-    """(steps, wall seconds) at the first update whose metric reaches the threshold, or None."""
-    value = curve["value"]
-    hits = np.flatnonzero(value <= threshold if below else value >= threshold)
-    if not len(hits):
+def first_reach(curve: Curve, threshold: float | None) -> tuple[int, float] | None:
+    """(step, seconds) at which the curve first reaches ``threshold``, or None."""
+    if threshold is None:
         return None
-    return float(curve["steps"][hits[0]]), float(curve["wall"][hits[0]])
+    for step, seconds, value in zip(curve.steps, curve.times, curve.values):
+        if value >= threshold:
+            return step, seconds
+    return None
 
 
-def summarise(args, results: dict[str, list[dict]]) -> tuple[str, dict]:
-    """The Markdown table and the JSON summary."""
-    lines = [f"| variant | seeds | final {args.metric} (mean ± 95% CI) |"
-             + (" reached | steps to threshold (median) | seconds to threshold (median) |" if args.threshold is not None
-                else ""),
-             "|---|---|---|" + ("---|---|---|" if args.threshold is not None else "")]
-    summary = {}
-    for name, curves in results.items():
-        finals = np.array([c["value"][-1] for c in curves])
-        half = t_quantile(len(finals)) * finals.std(ddof=1) / math.sqrt(len(finals)) if len(finals) > 1 else 0.0
-        entry = {"final": finals.tolist(), "final_mean": float(finals.mean()), "final_ci": float(half),
-                 "wall": [float(c["wall"][-1]) for c in curves], "steps": [float(c["steps"][-1]) for c in curves]}
-        row = f"| {name} | {len(curves)} | {finals.mean():.3g} ± {half:.2g} |"
-        if args.threshold is not None:
-            times = [reach(c, args.threshold, args.below) for c in curves]
-            got = [t for t in times if t is not None]
-            entry["reached"] = [None if t is None else {"steps": t[0], "seconds": t[1]} for t in times]
-            med_steps = f"{np.median([t[0] for t in got]):,.0f}" if got else "–"
-            med_secs = f"{np.median([t[1] for t in got]):.1f}" if got else "–"
-            row += f" {len(got)}/{len(times)} | {med_steps} | {med_secs} |"
-        lines.append(row)
-        summary[name] = entry
-    return "\n".join(lines) + "\n", summary
+def t_quantile_975(dof: int) -> float:
+    """The 0.975 quantile of Student's t with ``dof`` degrees of freedom (for a 95% interval)."""
+    table = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
+             10: 2.228, 15: 2.131, 20: 2.086, 30: 2.042}
+    if dof in table:
+        return table[dof]
+    below = max(k for k in table if k <= dof) if dof < 30 else 30
+    return table[below] if dof < 30 else 1.96 + 2.4 / dof
 
 
-def plot(args, results: dict[str, list[dict]], path: Path) -> None:
+def band(curves: list[Curve], axis: str, points: int = 200) -> tuple[list[float], list[float], list[float], list[float]]:
+    """(x, mean, low, high) across seeds on a common grid of ``axis`` ("steps" or "times") from 0 to
+    the shortest run's end: each curve is interpolated linearly (held before its first point); low and
+    high are the 95% confidence interval of the mean (Student t), equal to the mean for one seed."""
+    import numpy as np
+
+    usable = [c for c in curves if c.values]
+    if not usable:
+        return [], [], [], []
+    end = min(getattr(c, axis)[-1] for c in usable)
+    start = max(getattr(c, axis)[0] for c in usable)
+    grid = np.linspace(start, end, points) if end > start else np.array([end])
+    values = np.stack([np.interp(grid, getattr(c, axis), c.values) for c in usable])
+    mean = values.mean(axis=0)
+    if len(usable) < 2:
+        return grid.tolist(), mean.tolist(), mean.tolist(), mean.tolist()
+    half = t_quantile_975(len(usable) - 1) * values.std(axis=0, ddof=1) / math.sqrt(len(usable))
+    return grid.tolist(), mean.tolist(), (mean - half).tolist(), (mean + half).tolist()
+
+
+def steps_label(value: float, _position=None) -> str:
+    """An axis label for a step count: 500K, 1.5M, 20M."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:g}{unit}"
+    return f"{value:g}"
+
+
+def plot(curves: list[Curve], env: str, metric: str, threshold: float | None, path: Path) -> Path:
+    """The PNG: the metric against steps (left) and wall time (right), mean and 95% band across seeds."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, key, label in ((axes[0], "steps", "agent-steps"), (axes[1], "wall", "wall seconds")):
-        for name, curves in results.items():
-            b = band(curves, key)
-            line, = ax.plot(b["x"], b["mean"], label=f"{name} (n={len(curves)})")
-            ax.fill_between(b["x"], b["low"], b["high"], color=line.get_color(), alpha=0.2)
-        if args.threshold is not None:
-            ax.axhline(args.threshold, color="gray", linestyle=":", linewidth=1)
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, axis, label in ((axes[0], "steps", "env steps"), (axes[1], "times", "wall time (s)")):
+        for c in curves:
+            ax.plot(getattr(c, axis), c.values, color="tab:blue", alpha=0.25, linewidth=0.8)
+        x, mean, low, high = band(curves, axis)
+        if x:
+            ax.plot(x, mean, color="tab:blue", linewidth=2, label=f"mean of {len(curves)} seed{'s' * (len(curves) > 1)}")
+            if len(curves) > 1:
+                ax.fill_between(x, low, high, color="tab:blue", alpha=0.25, label="95% CI of the mean")
+        if threshold is not None:
+            ax.axhline(threshold, color="tab:red", linestyle="--", linewidth=1, label=f"threshold {threshold:g}")
         ax.set_xlabel(label)
-        ax.set_ylabel(args.metric)
         ax.grid(alpha=0.3)
+        if axis == "steps":
+            ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(steps_label))
+    axes[0].set_ylabel(metric)
     axes[0].legend(loc="best", fontsize=8)
-    fig.suptitle(args.title or f"{args.env}: {args.metric}, mean and 95% CI over seeds")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    window = f"; each point the mean over {curves[0].window} updates" if curves and curves[0].window > 1 else ""
+    figure.suptitle(f"{env}: {metric} per episode{window}")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    out = Path(args.out or f"learn/{Path(args.env).stem}")
+def threshold_table(curves: list[Curve], metric: str, threshold: float | None) -> str:
+    """Markdown: per seed, the step and wall time at which the smoothed metric first reached the
+    threshold, its final value, and a summary row."""
+    lines = [f"| seed | steps to {metric} >= {threshold if threshold is not None else '-'} | wall time | final {metric} | steps run |",
+             "|---|---|---|---|---|"]
+    reached = []
+    for c in curves:
+        hit = first_reach(c, threshold)
+        final = f"{c.values[-1]:.3f}" if c.values else "-"
+        last = f"{c.steps[-1]:,}" if c.steps else "-"
+        if threshold is None:
+            cells = "no threshold (--threshold)", "-"
+        elif hit is None:
+            cells = "not reached", "-"
+        else:
+            reached.append(hit)
+            cells = f"{hit[0]:,}", f"{hit[1]:.0f} s"
+        lines.append(f"| {c.seed} | {cells[0]} | {cells[1]} | {final} | {last} |")
+    if threshold is not None and curves:
+        if reached:
+            steps = sorted(s for s, _ in reached)
+            seconds = sorted(t for _, t in reached)
+            lines.append(f"| median of {len(reached)}/{len(curves)} that reached it | {steps[len(steps) // 2]:,} | "
+                         f"{seconds[len(seconds) // 2]:.0f} s | | |")
+        else:
+            lines.append(f"| none of {len(curves)} reached it | | | | |")
+    return "\n".join(lines) + "\n"
+
+
+def train_command(env: str, seed: int, run_dir: Path, steps: int | None, flags: list[str]) -> list[str]:
+    cmd = [sys.executable, "-m", "jaxlab.cli", "train", env, "--train.seed", str(seed), "--run-dir", str(run_dir),
+           "--log.dashboard", "none"]
+    if steps is not None:
+        cmd += ["--train.total-timesteps", str(steps)]
+    return cmd + flags
+
+
+class Printer:
+    """Prints to stdout and to the log file at once."""
+
+    def __init__(self, log: Path):
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.file = log.open("a")
+
+    def __call__(self, line: str) -> None:
+        print(line, flush=True)
+        self.file.write(line + "\n")
+        self.file.flush()
+
+
+def run_seeds(env: str, seeds: list[int], out: Path, steps: int | None, flags: list[str], jobs: int, metric: str,
+              window: int, say, poll: float = 2.0) -> dict[int, int]:
+    """Trains every seed (``jobs`` processes at a time), printing each new update's smoothed metric;
+    returns {seed: exit status}."""
+    pending, running, status = list(seeds), {}, {}
+    shown = {s: 0 for s in seeds}
+    while pending or running:
+        while pending and len(running) < jobs:
+            seed = pending.pop(0)
+            run_dir = out / f"seed-{seed}"
+            log = (out / f"seed-{seed}.log").open("w")
+            cmd = train_command(env, seed, run_dir, steps, flags)
+            say(f"seed {seed}: {' '.join(cmd[1:])}")
+            running[seed] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log, run_dir)
+        time.sleep(poll)
+        for seed, (process, log, run_dir) in list(running.items()):
+            records = read_records(run_dir / "metrics.jsonl")
+            if len(records) > shown[seed]:
+                try:
+                    curve = smooth(records, metric, window, seed)
+                except KeyError as err:
+                    for other, _, _ in running.values():
+                        other.terminate()
+                    raise SystemExit(f"learn.py: {err.args[0]}")
+                record = records[-1]
+                value = f"{curve.values[-1]:.3f}" if curve.values else "-"
+                say(f"seed {seed}  step {record['global_step']:>11,}  {record['wall_time']:7.1f}s  "
+                    f"{record['sps']:>9,.0f} SPS  {metric} {value}")
+                shown[seed] = len(records)
+            if process.poll() is not None:
+                log.close()
+                status[seed] = process.returncode
+                say(f"seed {seed}: finished with exit status {process.returncode}"
+                    + ("" if process.returncode == 0 else f" (see {out / f'seed-{seed}.log'})"))
+                del running[seed]
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("env", help="an env name or header (as for `jaxlab train`)")
+    parser.add_argument("--seeds", type=int, default=3, help="number of seeds, 0 .. N-1 (default 3)")
+    parser.add_argument("--first-seed", type=int, default=0, help="first seed (default 0)")
+    parser.add_argument("--steps", type=float, default=None, help="env steps per seed (default: the env's config)")
+    parser.add_argument("--metric", default=None, help="statistic to follow (default: drone deliveries, else episode_return)")
+    parser.add_argument("--threshold", type=float, default=None, help="value for the time-to-threshold table")
+    parser.add_argument("--window", type=int, default=5, help="updates with episodes averaged per point (default 5)")
+    parser.add_argument("--jobs", type=int, default=1, help="seeds trained at once (default 1: one after another)")
+    parser.add_argument("--out", default=None, help="folder of the runs and outputs (default runs/learn-ENV)")
+    parser.add_argument("--png", default=None, help="curve PNG (default OUT/curve.png)")
+    parser.add_argument("--table", default=None, help="time-to-threshold table, markdown (default OUT/threshold.md)")
+    parser.add_argument("--json", default=None, help="smoothed curves, JSON (default OUT/curves.json)")
+    parser.add_argument("--runs-only", action="store_true", help="train nothing: plot the runs already in OUT")
+    parser.add_argument("--flags", nargs=argparse.REMAINDER, default=[], help="config flags for every run (last)")
+    args = parser.parse_args(argv)
+    name = Path(args.env).stem if args.env.endswith(".h") else args.env
+    defaults = DEFAULTS.get(name, {"metric": "episode_return", "threshold": None})
+    metric = args.metric or defaults["metric"]
+    threshold = args.threshold if args.threshold is not None else (defaults["threshold"] if args.metric is None else None)
+    if args.seeds < 1 or args.jobs < 1 or args.window < 1:
+        parser.error("--seeds, --jobs and --window must be at least 1")
+    steps = None if args.steps is None else int(args.steps)
+    if steps is not None and steps < 1:
+        parser.error(f"--steps {args.steps} must be positive")
+    out = Path(args.out or f"runs/learn-{name}")
     out.mkdir(parents=True, exist_ok=True)
-    table = variants(args)
-    jobs = [(name, flags, seed) for name, flags in table.items() for seed in range(args.seeds)]
-    print(f"learn.py {args.env}: {len(table)} variant(s) x {args.seeds} seed(s) -> {out}", flush=True)
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    with ThreadPoolExecutor(max_workers=max(args.parallel, 1)) as pool:
-        dirs = list(pool.map(lambda job: run_one(args, *job, out), jobs))
-    results: dict[str, list[dict]] = {name: [] for name in table}
-    for (name, _, _), run_dir in zip(jobs, dirs):
-        results[name].append(read_curve(run_dir, args.metric, args.window))
-    text, summary = summarise(args, results)
-    plot(args, results, out / "learn.png")
-    (out / "learn.md").write_text(text)
-    (out / "learn.json").write_text(json.dumps({"env": args.env, "metric": args.metric, "threshold": args.threshold,
-                                                "seeds": args.seeds, "steps": args.steps, "flags": args.flags,
-                                                "variants": {k: shlex.join(v) for k, v in table.items()},
-                                                "results": summary}, indent=1))
-    print(text, end="")
-    print(f"wrote {out / 'learn.png'}, {out / 'learn.md'}, {out / 'learn.json'}")
-    return 0
+    say = Printer(out / "learn.log")
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    failed = []
+    if not args.runs_only:
+        say(f"learn.py {name}: {len(seeds)} seed(s), {'the config' if steps is None else f'{steps:,}'} steps each, "
+            f"{args.jobs} at a time, following {metric} (smoothed over {args.window} updates); runs in {out}")
+        status = run_seeds(args.env, seeds, out, steps, list(args.flags), args.jobs, metric, args.window, say)
+        failed = [s for s, rc in status.items() if rc != 0]
+    curves = []
+    for seed in seeds:
+        records = read_records(out / f"seed-{seed}" / "metrics.jsonl")
+        if records:
+            try:
+                curves.append(smooth(records, metric, args.window, seed))
+            except KeyError as err:
+                print(f"learn.py: {err.args[0]}", file=sys.stderr)
+                return 2
+    if not curves:
+        print(f"learn.py: no metrics in {out}/seed-*/metrics.jsonl", file=sys.stderr)
+        return 1
+    table = threshold_table(curves, metric, threshold)
+    Path(args.table or out / "threshold.md").write_text(table)
+    say(table.rstrip())
+    Path(args.json or out / "curves.json").write_text(json.dumps(
+        {"env": name, "metric": metric, "threshold": threshold, "window": args.window,
+         "curves": [{"seed": c.seed, "steps": c.steps, "wall_time": c.times, "value": c.values} for c in curves]}))
+    try:
+        png = plot(curves, name, metric, threshold, Path(args.png or out / "curve.png"))
+        say(f"curve: {png}")
+    except ImportError:
+        say("no curve PNG: matplotlib is missing (pip install 'jaxlab[plot]')")
+    say(f"table: {args.table or out / 'threshold.md'}; curves: {args.json or out / 'curves.json'}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
     sys.exit(main())

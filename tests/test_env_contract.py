@@ -211,3 +211,79 @@ def test_mask_check_off_steps_whatever_it_is_given(library):
         env.reset()
         rewards = [float(env.step(np.full(1, a, np.int32))[1][0]) for a in (2, 2, 2)]
     assert rewards == [0.0, 0.0, 1.0]  # illegal actions stepped (and not rewarded)
+
+
+# `broken`: a step that returns a negative number says the env found itself broken; with the `error`
+# option its own message is the error (env 1 breaks at the tick given by set_state). `mute` does the
+# same without the option.
+BROKEN_H = r"""
+#include "core.h"
+typedef struct { float episode_length; } BrokenLog;
+typedef struct {
+    float *observations;
+    int32_t *actions;
+    float *rewards;
+    uint8_t *terminals;
+    uint8_t *truncations;
+    BrokenLog log;
+    int tick, break_at;
+    cenv_rng rng;
+} Broken;
+static const cenv_param broken_params[] = {{"unused", 0, 0, 1, 1, "nothing"}};
+static const char *const broken_log_names[] = {"episode_length"};
+static void broken_spaces(const double *params, cenv_spaces *out) {
+    (void)params;
+    out->agents_per_env = 1;
+    out->obs_ndim = 1;
+    out->obs_shape[0] = 1;
+    out->obs_dtype = CENV_DTYPE_FLOAT32;
+    out->action_kind = CENV_ACTION_DISCRETE;
+    out->action_ndim = 1;
+    out->action_nvec[0] = 2;
+}
+static void broken_init(Broken *env, const double *params) { (void)params; env->break_at = -1; }
+static void broken_reset(Broken *env) { env->tick = 0; env->observations[0] = 0.0f; }
+static int broken_step(Broken *env) {
+    env->tick += 1;
+    env->observations[0] = (float)env->tick;
+    env->rewards[0] = 0.0f;
+    env->terminals[0] = env->truncations[0] = 0;
+    return env->tick == env->break_at ? -1 : 0;
+}
+static int broken_set_state(Broken *env, const double *state, int n) {
+    if (n != 1) return -1;
+    env->break_at = (int)state[0];
+    return 0;
+}
+static int broken_error(const Broken *env, char *out, int size) {
+    return snprintf(out, (size_t)size, "tick %d: the gears jammed", env->tick);
+}
+CENV_ENV(broken, Broken, BrokenLog, "breaks when told to", set_state, error)
+"""
+MUTE_H = (BROKEN_H.replace("broken", "mute").replace("Broken", "Mute").replace(", error)", ")")
+          .replace('static int mute_error(const Mute *env, char *out, int size) {\n'
+                   '    return snprintf(out, (size_t)size, "tick %d: the gears jammed", env->tick);\n}\n', ""))
+
+
+@pytest.fixture(scope="module")
+def broken_library(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("broken")
+    (folder / "broken.h").write_text(BROKEN_H)
+    (folder / "mute.h").write_text(MUTE_H)
+    return str(build_library([folder / "broken.h", folder / "mute.h"], folder / "libbroken.so"))
+
+
+@pytest.mark.parametrize("name", ["broken", "mute"])
+def test_a_step_that_returns_a_failure_fails_with_the_envs_own_message(broken_library, name):
+    with jaxlab.make(name, num_envs=3, num_threads=2, library=broken_library) as env:
+        env.reset()
+        env.set_state(1, [2])
+        env.step(np.zeros(3, np.int32))
+        with pytest.raises(RuntimeError) as caught:
+            env.step(np.zeros(3, np.int32))
+        assert env.observations[:, 0].tolist() == [2.0, 2.0, 2.0]  # every env stepped; none was reset
+    if name == "broken":
+        assert str(caught.value).endswith(f"env 'broken' #1 failed at step 2: tick 2: the gears jammed")
+    else:
+        assert "env 'mute' #1 failed at step 2: its step returned -1 (a failure) and it has no `error` option" \
+            in str(caught.value)

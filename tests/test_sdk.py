@@ -47,7 +47,7 @@ def test_build_env_makes_a_library_that_lists_and_steps_like_the_header(user_env
     assert result.returncode == 0, result.stderr
     assert f"built {library}: stroll" in result.stdout
     listing = jaxlab_cli("envs", "--library", str(library))
-    assert listing.returncode == 0 and listing.stdout.startswith("stroll: ") and "options: render" in listing.stdout
+    assert listing.returncode == 0 and listing.stdout.startswith("stroll: ") and "options: render, pixels" in listing.stdout
     rng = np.random.default_rng(0)
     with jaxlab.make("stroll", num_envs=5, seed=2, library=str(library)) as built, \
             jaxlab.make(str(user_env / "stroll.h"), num_envs=5, seed=2) as cached:

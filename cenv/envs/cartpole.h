@@ -16,6 +16,7 @@
 #include <math.h>
 
 #include "../core.h"
+#include "../draw.h"
 
 #define CARTPOLE_GRAVITY 9.8
 #define CARTPOLE_MASSCART 1.0
@@ -134,6 +135,28 @@ static int cartpole_render(const Cartpole *env, char *out, int size) {
                     lean, env->x, env->x_dot, env->theta, env->theta_dot, env->tick);
 }
 
-CENV_ENV(cartpole, Cartpole, CartpoleLog, "Gymnasium CartPole-v1: balance a pole on a cart", set_state, render)
+/* A picture as Gymnasium draws it (white ground, black track and cart, brown pole of 1 m, blue axle), the
+ * world from x = -2.6 to 2.6 m fitted into the frame; the limits x = +-2.4 are marked in grey. */
+static int cartpole_pixels(const Cartpole *env, uint8_t *rgb, int width, int height) {
+    cenv_canvas c = cenv_canvas_of(rgb, width, height);
+    cenv_draw_clear(c, 0xffffff);
+    cenv_view v = cenv_view_fit(2.0f, 2.0f, (float)width - 4.0f, (float)height - 4.0f, -2.6f, -0.5f, 2.6f, 1.3f);
+    float x = (float)env->x, theta = (float)env->theta, track = cenv_view_y(v, 0.0f);
+    cenv_draw_line(c, cenv_view_x(v, -2.6f), track, cenv_view_x(v, 2.6f), track, 1.0f, 0x000000);
+    for (int side = -1; side <= 1; side += 2) {
+        float limit = cenv_view_x(v, (float)(side * CARTPOLE_X_LIMIT));
+        cenv_draw_line(c, limit, cenv_view_y(v, -0.3f), limit, cenv_view_y(v, 0.3f), 1.0f, 0xb0b0b0);
+    }
+    float axle_y = 0.12f;
+    cenv_draw_rect(c, cenv_view_x(v, x - 0.25f), cenv_view_y(v, 0.0f), cenv_view_x(v, x + 0.25f),
+                   cenv_view_y(v, 0.24f), 0x000000);
+    float tip_x = x + (float)(2.0 * CARTPOLE_LENGTH) * sinf(theta), tip_y = axle_y + (float)(2.0 * CARTPOLE_LENGTH) * cosf(theta);
+    cenv_draw_line(c, cenv_view_x(v, x), cenv_view_y(v, axle_y), cenv_view_x(v, tip_x), cenv_view_y(v, tip_y),
+                   cenv_view_len(v, 0.08f), 0xca9865);
+    cenv_draw_disc(c, cenv_view_x(v, x), cenv_view_y(v, axle_y), cenv_view_len(v, 0.04f), 0x8184cb);
+    return 0;
+}
+
+CENV_ENV(cartpole, Cartpole, CartpoleLog, "Gymnasium CartPole-v1: balance a pole on a cart", set_state, render, pixels)
 
 #endif

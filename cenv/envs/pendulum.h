@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "../core.h"
+#include "../draw.h"
 
 #define PENDULUM_G 10.0
 #define PENDULUM_M 1.0
@@ -112,6 +113,19 @@ static int pendulum_set_state(Pendulum *env, const double *state, int n) {
     return 0;
 }
 
-CENV_ENV(pendulum, Pendulum, PendulumLog, "Gymnasium Pendulum-v1: swing a pendulum up (continuous)", set_state)
+/* A picture as Gymnasium draws it: a red rod of length 1 from the pivot (th = 0 points up, the tip at
+ * (-sin th, cos th)), a black pivot, on white; the world [-1.2, 1.2]^2 fitted into the frame. */
+static int pendulum_pixels(const Pendulum *env, uint8_t *rgb, int width, int height) {
+    cenv_canvas c = cenv_canvas_of(rgb, width, height);
+    cenv_draw_clear(c, 0xffffff);
+    cenv_view v = cenv_view_fit(2.0f, 2.0f, (float)width - 4.0f, (float)height - 4.0f, -1.2f, -1.2f, 1.2f, 1.2f);
+    float tip_x = (float)(-sin(env->th) * PENDULUM_L), tip_y = (float)(cos(env->th) * PENDULUM_L);
+    float ox = cenv_view_x(v, 0.0f), oy = cenv_view_y(v, 0.0f);
+    cenv_draw_line(c, ox, oy, cenv_view_x(v, tip_x), cenv_view_y(v, tip_y), cenv_view_len(v, 0.2f), 0xcc4c4c);
+    cenv_draw_disc(c, ox, oy, cenv_view_len(v, 0.05f), 0x000000);
+    return 0;
+}
+
+CENV_ENV(pendulum, Pendulum, PendulumLog, "Gymnasium Pendulum-v1: swing a pendulum up (continuous)", set_state, pixels)
 
 #endif

@@ -6,6 +6,7 @@
  * -`step_cost` for every other step. Episodes are truncated at `max_steps`.
  * Observation float32[2]: (position / length, steps taken / max_steps).
  * Statistics: episode_return, episode_length, reached_goal (1 when it terminated at the goal).
+ * Hooks: render (a text frame), pixels (a picture, for `jaxlab eval --gif`).
  *
  * Build and train: `jaxlab train path/to/corridor.h` (built on first use, cached, rebuilt when this
  * file or anything it includes changes), or `jaxlab build-env corridor.h -o libcorridor.so`.
@@ -14,6 +15,7 @@
 #define CORRIDOR_H
 
 #include "core.h" /* from jaxlab's SDK: `jaxlab sdk --include` prints its folder */
+#include "draw.h" /* the SDK's drawing helpers, for the pixels hook */
 
 /* One float per statistic: the SUMS over the agent-episodes that end in a step. */
 typedef struct {
@@ -109,6 +111,25 @@ static int corridor_render(const Corridor *env, char *out, int size) {
     return snprintf(out, (size_t)size, "|%s|  step %d  return %+.2f", cells, env->tick, env->episode_return);
 }
 
-CENV_ENV(corridor, Corridor, CorridorLog, "Walk to the goal at the far end of a line of cells (SDK example)", render)
+/* A picture for `jaxlab eval ... --gif`: the cells in grey, the goal in green, the agent as a blue disc.
+ * rgb is uint8[height][width][3], cleared to black; draw.h's helpers clip to any size. */
+static int corridor_pixels(const Corridor *env, uint8_t *rgb, int width, int height) {
+    cenv_canvas c = cenv_canvas_of(rgb, width, height);
+    cenv_draw_clear(c, 0xffffff);
+    /* the world: cells 0 .. length along x, one cell high; fitted into the frame */
+    cenv_view v = cenv_view_fit(2.0f, 2.0f, (float)width - 4.0f, (float)height - 4.0f, 0.0f, 0.0f,
+                                (float)env->length + 1.0f, 1.0f);
+    for (int i = 0; i <= env->length; i++) {
+        uint32_t color = i == env->length ? 0x33aa55 : 0xdddddd;
+        cenv_draw_rect(c, cenv_view_x(v, (float)i + 0.05f), cenv_view_y(v, 0.05f), cenv_view_x(v, (float)i + 0.95f),
+                       cenv_view_y(v, 0.95f), color);
+    }
+    cenv_draw_disc(c, cenv_view_x(v, (float)env->position + 0.5f), cenv_view_y(v, 0.5f), cenv_view_len(v, 0.35f),
+                   0x3366cc);
+    return 0;
+}
+
+CENV_ENV(corridor, Corridor, CorridorLog, "Walk to the goal at the far end of a line of cells (SDK example)", render,
+         pixels)
 
 #endif

@@ -46,8 +46,11 @@ def test_the_same_seed_gives_the_same_trajectory_and_state_round_trips():
             np.testing.assert_array_equal(a.step(act)[0], b.step(act)[0])
 
 
-def test_render_draws_the_agent_and_the_goal():
+def test_render_and_pixels_draw_the_agent_and_the_goal():
     with jaxlab.make(str(HEADER), num_envs=1) as env:
         env.reset()
         frame = env.render(0)
         assert "@" in frame and frame.count("G") == 1
+        picture = env.pixels(0, 240, 60)  # uint8[60, 240, 3]
+        blue = (picture == [0x33, 0x66, 0xcc]).all(axis=2).sum()
+        assert picture.shape == (60, 240, 3) and blue > 10

@@ -13,6 +13,7 @@
 
 #define NUM_ENVS 37
 #define STEPS 700
+#define CENV_COUNT_OF(array) ((int)(sizeof(array) / sizeof((array)[0])))
 
 typedef struct {
     cenv_vec *vec;
@@ -185,6 +186,27 @@ int main(void) {
         if (cenv_load_state(three.vec, again, size - 1) != CENV_ERR_ARGUMENT) failures++;
         free(blob);
         free(again);
+        /* Pictures (option pixels): any size from 1 x 1 draws inside its buffer (ASan checks); a size
+         * out of range, an index out of range or an env without the option is refused. */
+        if (cenv_env_flags(type) & CENV_ENV_PIXELS) {
+            static const int sizes[][2] = {{1, 1}, {2, 7}, {7, 2}, {33, 17}, {480, 240}, {101, 333}};
+            for (int k = 0; k < CENV_COUNT_OF(sizes); k++) {
+                int w = sizes[k][0], h = sizes[k][1];
+                uint8_t *rgb = malloc((size_t)(w * h * 3));
+                if (rgb == NULL) return 1;
+                if (cenv_pixels(one.vec, NUM_ENVS - 1, rgb, w, h) != 0) failures++;
+                free(rgb);
+            }
+            uint8_t tiny[3];
+            if (cenv_pixels(one.vec, 0, tiny, 0, 1) != CENV_ERR_ARGUMENT ||
+                cenv_pixels(one.vec, 0, tiny, 1, CENV_MAX_FRAME_SIDE + 1) != CENV_ERR_ARGUMENT ||
+                cenv_pixels(one.vec, NUM_ENVS, tiny, 1, 1) != CENV_ERR_ARGUMENT ||
+                cenv_pixels(one.vec, 0, NULL, 1, 1) != CENV_ERR_ARGUMENT)
+                failures++;
+        } else {
+            uint8_t tiny[3];
+            if (cenv_pixels(one.vec, 0, tiny, 1, 1) != CENV_ERR_ARGUMENT) failures++;
+        }
         /* A bad action is refused, not stepped. */
         if (one.continuous) {
             ((float *)one.actions)[5] = NAN;

@@ -23,7 +23,7 @@ def envs_command(args: argparse.Namespace) -> int:
     for kind in kinds.values():
         spaces = spaces_of(kind.name, library=kind.library)
         agents = f", {spaces.agents_per_env} agents per env by default" if spaces.agents_per_env > 1 else ""
-        options = [o for o in ("mask", "reset_agent", "agents_wait", "render") if kind.has(o)]
+        options = [o for o in ("mask", "reset_agent", "agents_wait", "render", "pixels") if kind.has(o)]
         print(f"{kind.name}: {kind.description}")
         print(f"  observation {spaces.observation_space}  action {spaces.action_space}{agents}"
               f"{'  options: ' + ', '.join(options) if options else ''}")

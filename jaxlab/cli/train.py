@@ -146,16 +146,42 @@ class RunObservers:
                 print(line, file=sys.stderr)
 
 
+def gif_size(text: str) -> tuple[int, int]:
+    """--gif-size WxH as (width, height); ConfigError naming the value otherwise."""
+    from jaxlab.config import ConfigError
+    from jaxlab.env.library import constant
+
+    width, _, height = text.lower().partition("x")
+    limit = constant("MAX_FRAME_SIDE")
+    if not (width.isdigit() and height.isdigit() and 1 <= int(width) <= limit and 1 <= int(height) <= limit):
+        raise ConfigError(f"--gif-size {text!r} must be WIDTHxHEIGHT in pixels, each in [1, {limit}], e.g. 480x240")
+    return int(width), int(height)
+
+
 def eval_command(args: argparse.Namespace) -> int:
     """Plays the policy of a checkpoint (its config is read from the checkpoint) and prints mean ± std
     of return and length and the env's statistics; --render / --save-frames show the first episode
-    of env 0 as text (the env's render hook)."""
+    of env 0 as text (the env's render hook), --gif draws it as an animated GIF (its pixels hook)."""
     from jaxlab.config import ConfigError
     from jaxlab.run.resume import find_checkpoint, newest_usable
     from jaxlab.train.evaluation import load_trainer, play
 
     if args.episodes < 1:
         raise ConfigError(f"--episodes {args.episodes} must be at least 1")
+    size = None
+    if args.gif:
+        from jaxlab.observe.gif import PillowMissing, require_pillow
+
+        size = gif_size(args.gif_size)
+        for flag, value in (("--gif-frames", args.gif_frames), ("--gif-every", args.gif_every)):
+            if value < 1:
+                raise ConfigError(f"{flag} {value} must be at least 1")
+        if not args.gif_fps > 0:
+            raise ConfigError(f"--gif-fps {args.gif_fps} must be positive, e.g. 25")
+        try:
+            require_pillow()  # before anything is loaded: a missing extra is one line
+        except PillowMissing as err:
+            raise ConfigError(str(err)) from None
     name = env_name_of(args.env)
     path, trainer = newest_usable(find_checkpoint(args.checkpoint, name), load_trainer, warn)
     if trainer.config.env_name != name:
@@ -167,11 +193,23 @@ def eval_command(args: argparse.Namespace) -> int:
         trainer.close()
         raise ConfigError(f"env {name!r} has no text rendering (no `render` option in its CENV_ENV); "
                           "drop --render/--save-frames, or give the env a render hook (see BUILD.md)")
+    if args.gif and not trainer.env.kind.has("pixels"):
+        trainer.close()
+        hint = ("; it has a text log instead: --render or --save-frames FILE" if trainer.env.kind.has("render")
+                else "")
+        raise ConfigError(f"env {name!r} draws no pictures (no `pixels` option in its CENV_ENV), so --gif cannot "
+                          f"draw it{hint}; or give the env a pixels hook (see BUILD.md)")
     frames: list[str] = []
+    pictures: list[np.ndarray] = []
+    gif_done = [False]
 
-    def record_frame(t, observations, actions, rewards, ended, frame):
+    def record_frame(t, observations, actions, rewards, ended, frame=None, picture=None):
         """The first episode of env 0's first agent, one frame per step with the action and reward."""
-        if frames and frames[-1].endswith("(episode ended)"):
+        if picture is not None and not gif_done[0]:
+            if t % args.gif_every == 0:
+                pictures.append(picture)
+            gif_done[0] = bool(ended[0]) or len(pictures) >= args.gif_frames
+        if not watching or (frames and frames[-1].endswith("(episode ended)")):
             return
         action = " ".join(str(a) for a in np.asarray(actions[0]).reshape(-1))
         line = f"{t:5d}  {frame}  action {action}  reward {float(rewards[0]):g}"
@@ -179,22 +217,33 @@ def eval_command(args: argparse.Namespace) -> int:
         if args.render:
             print(frames[-1], flush=True)
 
+    drawing = None if size is None else (lambda: None if gif_done[0] else size)
     with trainer:
         result = play(trainer, num_envs=args.num_envs or min(args.episodes, 64), seed=args.seed,
                       deterministic=args.deterministic, episodes=args.episodes,
-                      on_step=record_frame if watching else None, render=watching)
+                      on_step=record_frame if watching or drawing else None, render=watching, picture=drawing)
     if args.save_frames:
         Path(args.save_frames).write_text("\n".join(frames) + "\n")
+    if args.gif:
+        from jaxlab.observe.gif import write_gif
+
+        write_gif(pictures, args.gif, fps=args.gif_fps)
     returns, lengths = result["returns"], result["lengths"]
     mode = "deterministic" if args.deterministic else "sampled"
     print(f"{name} from {path}: {len(returns)} episodes, {mode} actions, seed {args.seed}")
     print(f"  return {returns.mean():.2f} ± {returns.std():.2f}   length {lengths.mean():.1f} ± {lengths.std():.1f}")
-    stats = {k: v for k, v in result.items() if k not in ("returns", "lengths", "episodes") and v is not None}
+    stats = {k: v for k, v in result.items()
+             if k not in ("returns", "lengths", "episodes", "stat_episodes") and v is not None}
     if stats:
-        print("  " + "   ".join(f"{k} {v:.3f}" for k, v in stats.items()) +
-              f"   (the env's statistics over {result['episodes']} episodes)")
+        counted = result["stat_episodes"]
+        over = (f"over {counted} episodes" if counted == result["episodes"] else
+                f"over {counted} of the {result['episodes']} episodes: those that ended in steps where every "
+                "agent ending in the same env was one of the kept episodes, which favours short ones")
+        print("  " + "   ".join(f"{k} {v:.3f}" for k, v in stats.items()) + f"   (the env's statistics {over})")
     if args.save_frames:
         print(f"  {len(frames)} frames of env 0's first episode in {args.save_frames}")
+    if args.gif:
+        print(f"  {len(pictures)} pictures of env 0's first episode ({size[0]}x{size[1]}) in {args.gif}")
     return 0
 
 
@@ -223,3 +272,10 @@ def add_commands(add) -> None:
     evaluate.add_argument("--render", action="store_true", help="print env 0's first episode as text (envs "
                           "with a render hook: `jaxlab envs` lists their options)")
     evaluate.add_argument("--save-frames", metavar="FILE", help="write env 0's first episode as text to FILE")
+    evaluate.add_argument("--gif", metavar="FILE", help="draw env 0's first episode (of its first agent) as an "
+                          "animated GIF (envs with a pixels hook; needs Pillow: pip install 'jaxlab[gif]')")
+    evaluate.add_argument("--gif-size", default="480x240", metavar="WxH", help="picture size in pixels (default 480x240)")
+    evaluate.add_argument("--gif-frames", type=int, default=500, metavar="N", help="at most N pictures (default 500)")
+    evaluate.add_argument("--gif-every", type=int, default=1, metavar="K", help="draw every K-th step (default 1)")
+    evaluate.add_argument("--gif-fps", type=float, default=25.0, metavar="FPS", help="pictures per second of the GIF "
+                          "(default 25)")

@@ -21,7 +21,7 @@ import importlib.machinery
 import os
 from pathlib import Path
 
-ABI_VERSION = 4
+ABI_VERSION = 5
 
 c_int, c_int64, c_uint64, c_double = ctypes.c_int, ctypes.c_int64, ctypes.c_uint64, ctypes.c_double
 c_float, c_uint8, c_int32 = ctypes.c_float, ctypes.c_uint8, ctypes.c_int32
@@ -59,6 +59,7 @@ SIGNATURES = {
                           c_void_p, P(c_uint8)]),
     "cenv_set_mask_check": (c_int, [c_void_p, c_int]),
     "cenv_render": (c_int64, [c_void_p, c_int64, c_char_p, c_int64]),
+    "cenv_pixels": (c_int, [c_void_p, c_int64, P(c_uint8), c_int, c_int]),
     "cenv_bind_episode_stats": (c_int, [c_void_p, P(c_float), P(c_int32)]),
     "cenv_reset": (c_int, [c_void_p, c_uint64, c_int]),
     "cenv_step": (c_int64, [c_void_p]),

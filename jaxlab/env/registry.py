@@ -51,7 +51,8 @@ class EnvType:
     library: str | None = None
 
     def has(self, option: str) -> bool:
-        """Whether its CENV_ENV names ``option``: mask, reset_agent, agents_wait, render, set_state."""
+        """Whether its CENV_ENV names ``option``: mask, reset_agent, agents_wait, render, set_state,
+        pixels."""
         return bool(self.flags & library_module.constant("ENV_" + option.upper()))
 
 

@@ -244,6 +244,25 @@ class VecEnv:
         self._check(n, "render")
         return buffer.value.decode(errors="replace")
 
+    def pixels(self, index: int = 0, width: int = 480, height: int = 240) -> np.ndarray | None:
+        """An RGB picture of env ``index`` as its C pixels hook draws it: uint8 [height, width, 3] (a new
+        array), or None when the env has no pixels option. ValueError for an index or a size out of
+        range (each side in [1, MAX_FRAME_SIDE])."""
+        if not self.kind.has("pixels"):
+            return None
+        limit = self._codes["MAX_FRAME_SIDE"]
+        for label, value in (("width", width), ("height", height)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= limit:
+                raise ValueError(f"pixels {label}={value!r} must be an integer in [1, {limit}]")
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < self.num_envs:
+            raise ValueError(f"pixels index={index!r} must be an env index in [0, {self.num_envs})")
+        frame = np.empty((int(height), int(width), 3), np.uint8)
+        with self._lock:
+            rc = self._lib.cenv_pixels(self._handle, int(index), frame.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)),
+                                       int(width), int(height))
+        self._check(rc, "pixels")
+        return frame
+
     # ---- test hook and lifecycle ----
 
     def set_state(self, index: int, state) -> None:

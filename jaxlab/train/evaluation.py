@@ -33,12 +33,16 @@ def load_trainer(path: str | Path):
 
 def play(trainer, steps: int | None = None, num_envs: int | None = None, seed: int = 12345,
          deterministic: bool = True, episodes: int | None = None,
-         on_step: Callable[..., None] | None = None, render: bool = False) -> dict:
+         on_step: Callable[..., None] | None = None, render: bool = False,
+         picture: tuple[int, int] | Callable[[], tuple[int, int] | None] | None = None) -> dict:
     """Runs ``trainer``'s current policy on ``num_envs`` new envs (default: as many as in training)
     seeded with ``seed``, stepping with the rollout's own per-step protocol. ``deterministic`` takes
     the mode of each action distribution. ``on_step(t, observations [A, ...], actions [A, ...],
     rewards [A], ended [A] bool)`` sees every step (the observations the actions were taken on); with
-    ``render``, also ``frame=``: env 0's text frame (its C render hook) before the step.
+    ``render``, also ``frame=``: env 0's text frame (its C render hook) before the step; with
+    ``picture`` = (width, height), also ``picture=``: env 0's RGB picture (its C pixels hook, uint8
+    [height, width, 3]) before the step. ``picture`` may be a callable asked before every step, whose
+    None means no picture this step (so a caller that has what it needs stops the drawing).
 
     ``episodes`` = N: an unbiased estimate. Every agent starts an episode at step 0 and plays
     k = ceil(N / agents) complete episodes; only those count (later ones are not recorded), so long
@@ -51,7 +55,8 @@ def play(trainer, steps: int | None = None, num_envs: int | None = None, seed: i
     Returns "returns" and "lengths" (float64 [n]) per kept agent-episode, in order of (round, agent),
     "episodes" = n, and the mean of each of the env's statistics over exactly those n episodes (None
     when n is 0; the env reports statistics per env and step, so an env whose agents end at
-    different steps contributes only the steps in which every ending agent's episode is kept)."""
+    different steps contributes only the steps in which every ending agent's episode is kept: then
+    the statistics cover "stat_episodes" < n of them, which favours short episodes)."""
     if steps is None and episodes is None:
         raise ValueError("play needs steps or episodes")
     config = trainer.config
@@ -79,13 +84,18 @@ def play(trainer, steps: int | None = None, num_envs: int | None = None, seed: i
             seen = env.observations.copy() if on_step is not None else None
             frame = env.render(0) if render else None
             active = None if env.active is None else env.active.copy()  # who acts in this step
+            size = picture() if callable(picture) else picture
+            image = env.pixels(0, *size) if size is not None else None
             host_action, _ = rollout.step_once(trainer.acting_params)
             rewards = env.rewards
             ended = env.terminals | env.truncations
             if active is not None:  # a waiting agent's rows are not episodes
                 ended &= active
             if on_step is not None:
-                on_step(t, seen, host_action, rewards, ended, **({"frame": frame} if render else {}))
+                extra = {"frame": frame} if render else {}
+                if picture is not None:
+                    extra["picture"] = image
+                on_step(t, seen, host_action, rewards, ended, **extra)
             running_return += rewards
             running_length += 1 if active is None else active
             keep = ended if quota is None else ended & (finished < quota)
@@ -102,7 +112,7 @@ def play(trainer, steps: int | None = None, num_envs: int | None = None, seed: i
             t += 1
     kept.sort(key=lambda episode: episode[:2])
     result = {"episodes": len(kept), "returns": np.asarray([e[2] for e in kept], np.float64),
-              "lengths": np.asarray([e[3] for e in kept], np.float64)}
+              "lengths": np.asarray([e[3] for e in kept], np.float64), "stat_episodes": stat_count}
     for name, total in zip(names, stat_sums):
         result[name] = float(total / stat_count) if stat_count else None
     return result

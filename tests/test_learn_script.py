@@ -1,0 +1,76 @@
+"""scripts/learn.py: the smoothing, the band across seeds and the time-to-threshold table on records
+worked by hand, and one real run of two seeds that writes the curve, the table and the JSON."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import jaxlab
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("learn", ROOT / "scripts" / "learn.py")
+learn = importlib.util.module_from_spec(_spec)
+sys.modules["learn"] = learn  # its dataclasses look their module up
+_spec.loader.exec_module(learn)
+
+
+def records(values, episodes=None, step=100):
+    """metrics.jsonl records: the metric ``x`` per update (None: no episode ended)."""
+    out = []
+    for k, v in enumerate(values):
+        n = 0 if v is None else (episodes[k] if episodes else 1)
+        out.append({"global_step": step * (k + 1), "wall_time": 2.0 * (k + 1), "episodes": n, "x": v})
+    return out
+
+
+def test_smoothing_is_episode_weighted_over_the_last_updates_with_episodes():
+    curve = learn.smooth(records([1.0, None, 3.0, 5.0], episodes=[1, 0, 3, 1]), "x", window=2)
+    assert curve.steps == [100, 300, 400] and curve.times == [2.0, 6.0, 8.0]
+    assert curve.values == pytest.approx([1.0, (1 + 9) / 4, (9 + 5) / 4])
+    with pytest.raises(KeyError, match="no metric 'y'.*episodes"):
+        learn.smooth(records([1.0]), "y", window=2)
+
+
+def test_the_band_is_the_95_percent_interval_of_the_mean_across_seeds():
+    a = learn.smooth(records([0.0, 1.0, 2.0]), "x", 1, seed=0)
+    b = learn.smooth(records([2.0, 3.0, 4.0]), "x", 1, seed=1)
+    x, mean, low, high = learn.band([a, b], "steps", points=3)
+    assert x == [100, 200, 300] and mean == pytest.approx([1.0, 2.0, 3.0])
+    half = 12.706 * (2 ** 0.5) / 2 ** 0.5  # t(0.975, 1) * sample std (sqrt 2) / sqrt(2 seeds)
+    assert high == pytest.approx([m + half for m in mean]) and low == pytest.approx([m - half for m in mean])
+    x, mean, low, high = learn.band([a], "times", points=2)
+    assert x == [2.0, 6.0] and low == high == mean
+
+
+def test_the_threshold_table_gives_the_first_step_and_time_per_seed():
+    a = learn.smooth(records([0.0, 0.6, 1.2, 0.4]), "x", 1, seed=0)
+    b = learn.smooth(records([0.0, 0.1]), "x", 1, seed=1)
+    assert learn.first_reach(a, 1.0) == (300, 6.0) and learn.first_reach(b, 1.0) is None
+    table = learn.threshold_table([a, b], "x", 1.0)
+    assert "| 0 | 300 | 6 s | 0.400 | 400 |" in table and "| 1 | not reached | - | 0.100 | 200 |" in table
+    assert "| median of 1/2 that reached it | 300 | 6 s |" in table
+
+
+def test_two_seeds_train_and_the_curve_table_and_json_are_written(tmp_path):
+    out = tmp_path / "learn"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "learn.py"), "cartpole", "--seeds", "2", "--steps", "6144",
+         "--threshold", "20", "--window", "2", "--out", str(out), "--flags", "--vec.num-envs", "16",
+         "--policy.hidden-size", "16"],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(Path(jaxlab.__file__).parents[1])})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "seed 0  step" in result.stdout and "seed 1  step" in result.stdout and "episode_return" in result.stdout
+    for seed in (0, 1):
+        assert (out / f"seed-{seed}" / "metrics.jsonl").is_file() and (out / f"seed-{seed}" / "config.toml").is_file()
+    assert (out / "curve.png").stat().st_size > 10_000
+    table = (out / "threshold.md").read_text()
+    assert table.startswith("| seed | steps to episode_return >= 20.0 |") and table.count("\n") == 5
+    curves = json.loads((out / "curves.json").read_text())
+    assert curves["metric"] == "episode_return" and [c["seed"] for c in curves["curves"]] == [0, 1]
+    assert all(len(c["steps"]) == len(c["value"]) > 0 for c in curves["curves"])
+    assert "curve: " in (out / "learn.log").read_text()
