@@ -49,18 +49,19 @@ def update_figures(args, unroll: int) -> tuple[float, float]:
         trainer.evaluate()
         segment = trainer.segment
         key = jax.random.PRNGKey(0)
-        lowered = trainer._update.lower(trainer.state, segment, key)
+        norm = trainer.norm.state
+        lowered = trainer._update.lower(trainer.state, norm, segment, key)
         compiled = lowered.compile()
         cost = compiled.cost_analysis()
         cost = cost[0] if isinstance(cost, list) else cost
         flops = float(cost.get("flops", 0.0))
         state = trainer.state
-        state, _ = trainer._update(state, segment, key)
+        state, _, _ = trainer._update(state, norm, segment, key)
         jax.block_until_ready(state)
         times = []
         for _ in range(args.repeats):
             tic = time.perf_counter()
-            state, metrics = trainer._update(state, segment, key)
+            state, _, metrics = trainer._update(state, norm, segment, key)
             jax.block_until_ready(metrics)
             times.append(time.perf_counter() - tic)
         return float(np.min(times)), flops

@@ -1,8 +1,8 @@
 """Observation normalisation and reward scaling in training (the math is jaxlab.agent.normalize).
 
 Per update, the rollout acts on observations normalised by the running statistics as they were when the
-update's batch started (frozen during the batch); then ``prepare`` (one jitted call) hands the learner
-the batch with
+update's batch started (frozen during the batch); then ``prepare_batch`` (a pure function, traced inside
+the trainer's jitted update, so it adds no compile) hands the learner the batch with
     obs      normalised with those same statistics (so the update's first ratios are 1), float32
     rewards  divided by the running std of the discounted return, the return statistics first updated
              with this batch's T x N returns (SB3's VecNormalize, per batch rather than per step)
@@ -15,8 +15,6 @@ of segment s + 1 following the last of segment s for the same agent).
 """
 
 from __future__ import annotations
-
-from typing import Callable
 
 import jax
 
@@ -43,16 +41,14 @@ class Normalization:
     (``num_agents`` running returns, discount ``gamma``); with both off it does nothing and compiles
     nothing."""
 
-    def __init__(self, obs_norm: bool, reward_norm: bool, obs_shape: tuple[int, ...], num_agents: int, gamma: float,
-                 on_trace: Callable[[], None] = lambda: None):
+    def __init__(self, obs_norm: bool, reward_norm: bool, obs_shape: tuple[int, ...], num_agents: int, gamma: float):
         self.obs_norm, self.reward_norm = obs_norm, reward_norm
-        self.num_agents, self.gamma, self._on_trace = num_agents, gamma, on_trace
+        self.num_agents, self.gamma = num_agents, gamma
         self.state: dict = {}
         if obs_norm:
             self.state["obs"] = normalize.init_stats(tuple(obs_shape))
         if reward_norm:
             self.state["reward"] = normalize.init_return_scale(num_agents)
-        self._prepare = jax.jit(self._prepare_batch)
 
     def acting_policy(self, policy):
         """The policy the rollout and evaluation step with."""
@@ -62,15 +58,10 @@ class Normalization:
         """What the acting policy takes: ``params`` with the current observation statistics."""
         return {"params": params, "obs_stats": self.state["obs"]} if self.obs_norm else params
 
-    def prepare(self, segment):
-        """The learner's batch from the rollout's ``segment``; advances the state (see the module docstring)."""
-        if not self.state:
-            return segment
-        self.state, segment = self._prepare(self.state, segment)
-        return segment
-
-    def _prepare_batch(self, state: dict, segment):
-        self._on_trace()
+    def prepare_batch(self, state: dict, segment):
+        """(the new state, the learner's batch) from ``state`` (self.state's structure) and the rollout's
+        raw ``segment`` (see the module docstring); pure, to trace inside a jitted function. With both
+        options off it returns them as they are."""
         new = dict(state)
         if "obs" in state:
             new["obs"] = normalize.update(state["obs"], segment.obs)

@@ -85,7 +85,7 @@ class Trainer:
         self.policy = make_policy(c, self.spec)  # the built-in ActorCritic or policy.module's
         obs_space = self.env.observation_space
         self.norm = Normalization(obs_norm_on(c, obs_space.dtype), reward_norm_on(c), obs_space.shape,
-                                  self.sizes.num_agents, t.gamma, on_trace=lambda: self._traced("normalize"))
+                                  self.sizes.num_agents, t.gamma)
         A = self.sizes.num_agents
         key = jax.random.PRNGKey(t.seed)
         init_key, rollout_key, self.update_key = jax.random.split(key, 3)
@@ -110,7 +110,15 @@ class Trainer:
         step, finish, update = (with_matmul_precision(f, c.device.matmul_precision) for f in (step, finish, update))
         if max_traces is not None:
             step, finish, update = (chex.assert_max_traces(f, n=max_traces) for f in (step, finish, update))
-        self._update = jax.jit(update, donate_argnums=(0,))
+        norm = self.norm
+
+        def prepare_and_update(state, norm_state, segment, key):
+            # the normalisation (when on) inside the update's one compile: see jaxlab.train.normalization
+            norm_state, segment = norm.prepare_batch(norm_state, segment)
+            state, metrics = update(state, segment, key)
+            return state, norm_state, metrics
+
+        self._update = jax.jit(prepare_and_update, donate_argnums=(0,))
         group = self.env.num_agents
         self.rollout = Rollout(self.envs, jax.jit(step, donate_argnums=(2,)), jax.jit(finish, donate_argnums=(2,)),
                                self.sizes.horizon, [self.policy.initial_carry(group) for _ in self.envs], rollout_key,
@@ -160,7 +168,7 @@ class Trainer:
             segment, infos = self.rollout.collect(self.acting_params, s)
             for info in infos:
                 self.episode_stats.add(info)
-        self.segment = self.norm.prepare(segment)  # normalised obs, scaled rewards (when on)
+        self.segment = segment  # raw: train() normalises it (when on) in the update's compile
         self.global_step += self.sizes.batch_size
 
     def train(self) -> dict:
@@ -169,7 +177,7 @@ class Trainer:
             raise RuntimeError("Trainer.train() needs a segment: call evaluate() first")
         tic = time.perf_counter()
         self.update_key, key = jax.random.split(self.update_key)
-        self.state, metrics = self._update(self.state, self.segment, key)
+        self.state, self.norm.state, metrics = self._update(self.state, self.norm.state, self.segment, key)
         self.segment = None
         self._last_metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
         self.learn_time += time.perf_counter() - tic
