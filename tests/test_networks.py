@@ -9,7 +9,7 @@ import pytest
 
 from jaxlab.agent.distributions import ActionSpec
 from jaxlab.agent.policy import ActorCritic
-from jaxlab.config import ConfigError, check_network, load_config
+from jaxlab.config import ConfigError, check_network, derive_sizes, load_config
 from jaxlab.run.loop import train_loop
 from jaxlab.train.trainer import Trainer
 
@@ -115,10 +115,12 @@ def test_network_config_checks_name_the_values_and_a_fix():
     config, _ = load_config("spot", flags=["--policy.encoder", "cnn"])  # 8x8 images: 8x8 stride 4 -> 1x1, 4x4 no
     with pytest.raises(ConfigError, match=r"do not fit spot's 8x8 images: convolution 1 \(kernel 4, stride 2\)"):
         check_network(config, (8, 8, 3))
+    config, _ = load_config("spot", flags=["--policy.encoder", "cnn", "--policy.cnn-channels", "8,8"])
     with pytest.raises(ConfigError, match="one entry per convolution"):
-        load_config("spot", flags=["--policy.encoder", "cnn", "--policy.cnn-channels", "8,8"])
+        derive_sizes(config, 1)  # every invariant, before anything is built
+    config, _ = load_config("cartpole", flags=["--policy.activation", "swish"])
     with pytest.raises(ConfigError, match="policy.activation"):
-        load_config("cartpole", flags=["--policy.activation", "swish"])
+        derive_sizes(config, 1)
     with pytest.raises(ConfigError, match=r"policy.mlp_layers\[1\]=0 must be at least 1"):
         load_config("cartpole", flags=["--policy.mlp-layers", "64,0"])
     config, _ = load_config("cartpole", flags=["--policy.mlp-layers", "[512, 256]"])
@@ -137,6 +139,9 @@ SMALL = ["--vec.num-envs", "8", "--train.bptt-horizon", "8", "--train.minibatch-
     ("pendulum", ["--train.advantage", "vtrace", "--policy.shared-trunk", "false"]),
 ])
 def test_every_option_trains_with_one_compile_per_jitted_function(env, flags):
+    import chex
+
+    chex.clear_trace_counter()  # chex counts by function across the parametrised cases
     config, _ = load_config(env, flags=[*SMALL, *flags])
     with Trainer(config, max_traces=1) as trainer:
         records = train_loop(trainer, updates=3)
