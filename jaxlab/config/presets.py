@@ -53,9 +53,9 @@ def preset_axis(name: str) -> str:
 
 
 def split_presets(value: str) -> tuple[str, list[str]]:
-    """(the card preset, or "auto"; the workload presets in order) of a --preset value such as "auto",
-    "h100", "heavy", "h100,heavy" or "a100,beast". ConfigError for an unknown name, two card presets,
-    or a card preset after a workload one."""
+    """(the card preset, or "auto"; the workload preset as a list of at most one) of a --preset value such
+    as "auto", "h100", "heavy", "h100,heavy" or "a100,beast". ConfigError for an unknown name, two card
+    presets, two workload sizes, or a card preset after a workload one."""
     from jaxlab.config.layers import preset_list
 
     names = preset_list(value) or ["auto"]
@@ -74,7 +74,10 @@ def split_presets(value: str) -> tuple[str, list[str]]:
             workloads.append(name)
     if len(cards) > 1:
         raise ConfigError(f"--preset {value} names {len(cards)} card presets ({', '.join(cards)}); name at most one "
-                          f"card (or auto) and then workload presets, e.g. --preset {cards[-1]},heavy")
+                          f"card (or auto) and then a workload size, e.g. --preset {cards[-1]},heavy")
+    if len(workloads) > 1:
+        raise ConfigError(f"--preset {value} names {len(workloads)} workload sizes ({', '.join(workloads)}); name at "
+                          f"most one, after the card, e.g. --preset {(cards or ['auto'])[0]},{workloads[-1]}")
     return (cards[0] if cards else "auto"), workloads
 
 
@@ -125,7 +128,7 @@ def describe_presets(devices: list[DeviceInfo]) -> str:
     workload presets, and how they combine."""
     chosen, reason = select_preset(devices)
     lines = []
-    for axis, title in (("card", "card presets (one; auto picks it)"), ("workload", "workload presets (any, after the card)")):
+    for axis, title in (("card", "card presets (one; auto picks it)"), ("workload", "workload sizes (at most one, after the card)")):
         lines.append(f"{title}:")
         for name in preset_names():
             info, layer = read_preset(name)
