@@ -124,3 +124,17 @@ def test_statistics_are_saved_and_resumed_exactly(tmp_path):
         resumed = jax.tree.map(np.asarray, (second.state.params, second.norm.state))
     for x, y in zip(jax.tree.leaves(reference), jax.tree.leaves(resumed), strict=True):
         np.testing.assert_array_equal(x, y)
+
+
+def test_resuming_with_normalisation_switched_on_or_off_is_refused():
+    from jaxlab.config import ConfigError
+    from jaxlab.train.trainer import check_compatible
+
+    saved = config_of("pendulum", 6)
+    for flags, key in ((["--train.obs-norm", "false"], "train.obs_norm"),
+                       (["--train.reward-scale", "0.1"], "train.reward_scale")):
+        with pytest.raises(ConfigError, match=rf"cannot resume: .*{key} was 'auto'"):
+            check_compatible(saved, config_of("pendulum", 6, *flags))
+    constant = config_of("pendulum", 6, "--train.reward-scale", "0.1")
+    changes = check_compatible(constant, config_of("pendulum", 6, "--train.reward-scale", "0.2"))
+    assert any("train.reward_scale" in str(c) for c in changes)  # a number for a number: allowed, listed
