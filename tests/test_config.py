@@ -9,7 +9,8 @@ from jaxlab.config import SECTIONS, ConfigError, check_network, derive_sizes, lo
 
 def test_layers_env_file_then_config_file_then_flags(tmp_path):
     config, sources = load_config("cartpole")
-    assert config.train.reward_scale == 0.1 and sources["train.reward_scale"] == "configs/envs/cartpole.toml"
+    assert config.train.total_timesteps == 200_000 and sources["train.total_timesteps"] == "configs/envs/cartpole.toml"
+    assert config.train.reward_scale == "auto" and sources["train.reward_scale"] == "configs/default.toml"
     assert sources["train.gamma"] == "configs/default.toml"
     override = tmp_path / "mine.toml"
     override.write_text("[train]\nreward_scale = 0.5\ngamma = 0.9\n")
