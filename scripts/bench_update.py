@@ -54,13 +54,14 @@ def update_figures(args, unroll: int) -> tuple[float, float]:
         segment = trainer.segment
         key = jax.random.PRNGKey(0)
         flops = 6.0 * trainer.num_params * args.agents * args.horizon * args.epochs
+        norm = trainer.norm.state
         state = trainer.state
-        state, _ = trainer._update(state, segment, key)
+        state, _, _ = trainer._update(state, norm, segment, key)
         jax.block_until_ready(state)
         times = []
         for _ in range(args.repeats):
             tic = time.perf_counter()
-            state, metrics = trainer._update(state, segment, key)
+            state, _, metrics = trainer._update(state, norm, segment, key)
             jax.block_until_ready(metrics)
             times.append(time.perf_counter() - tic)
         return float(np.min(times)), flops

@@ -6,6 +6,8 @@ time to a threshold, and the curves as JSON.
     python scripts/learn.py drone --seeds 2 --steps 20e6 --jobs 2
     python scripts/learn.py cartpole --metric episode_return --threshold 475 --flags --vec.num-envs 128
     python scripts/learn.py drone --runs-only --out runs/learn-drone     # re-plot finished runs
+    python scripts/learn.py pendulum --seeds 3 --threshold -200 \
+        --variant "previous=--train.obs-norm false --train.reward-scale 0.1" --variant defaults=
 
 Each seed s runs `python -m jaxlab.cli train ENV --train.seed s --run-dir OUT/seed-s [--train.total-timesteps S]
 FLAGS...` as its own process (`--jobs J` at a time; 1, the default, runs them one after another, which
@@ -19,6 +21,13 @@ run's line when there is one seed; needs matplotlib, the plot extra), `threshold
 first step and wall time at which the smoothed metric reached `--threshold`), `curves.json` (the
 smoothed per-seed curves: step, wall time, value), and `learn.log` (what was printed).
 
+Variants: each `--variant NAME=FLAGS` (repeatable; FLAGS may be empty, meaning the config as it is) is a
+curve of its own, its config flags after `--flags`. Its runs go to OUT/NAME/seed-s; the PNG draws every
+variant's mean and band in its own colour, `threshold.md` starts with a comparison table (per variant:
+seeds, final value mean ± 95% CI, seeds that reached the threshold, median steps and wall time to it)
+followed by each variant's per-seed table, and `curves.json` holds {"variants": {NAME: {"flags",
+"curves"}}}. Without --variant there is one curve and the layout above (OUT/seed-s).
+
 Defaults per env (`DEFAULTS`): drone: metric deliveries, threshold 1 delivery per episode; any other
 env: episode_return, threshold none (the table then says so). Exit status: 0, 1 when a run failed
 (its stderr is in OUT/seed-s.log), 2 for bad arguments.
@@ -30,6 +39,7 @@ import argparse
 import json
 import math
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -134,6 +144,13 @@ def steps_label(value: float, _position=None) -> str:
 
 def plot(curves: list[Curve], env: str, metric: str, threshold: float | None, path: Path) -> Path:
     """The PNG: the metric against steps (left) and wall time (right), mean and 95% band across seeds."""
+    return plot_variants({"": curves}, env, metric, threshold, path)
+
+
+def plot_variants(groups: dict[str, list[Curve]], env: str, metric: str, threshold: float | None,
+                  path: Path) -> Path:
+    """The PNG of one or more variants (name -> its seeds' curves; one unnamed variant: a single curve),
+    each in its own colour: every seed's line faint, the mean bold, the 95% band shaded."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -141,24 +158,31 @@ def plot(curves: list[Curve], env: str, metric: str, threshold: float | None, pa
     import matplotlib.ticker
 
     figure, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    colours = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray"]
     for ax, axis, label in ((axes[0], "steps", "env steps"), (axes[1], "times", "wall time (s)")):
-        for c in curves:
-            ax.plot(getattr(c, axis), c.values, color="tab:blue", alpha=0.25, linewidth=0.8)
-        x, mean, low, high = band(curves, axis)
-        if x:
-            ax.plot(x, mean, color="tab:blue", linewidth=2, label=f"mean of {len(curves)} seed{'s' * (len(curves) > 1)}")
-            if len(curves) > 1:
-                ax.fill_between(x, low, high, color="tab:blue", alpha=0.25, label="95% CI of the mean")
+        for (name, curves), colour in zip(groups.items(), colours * 4):
+            for c in curves:
+                ax.plot(getattr(c, axis), c.values, color=colour, alpha=0.25, linewidth=0.8)
+            x, mean, low, high = band(curves, axis)
+            n = f"{len(curves)} seed{'s' * (len(curves) > 1)}"
+            if x:
+                ax.plot(x, mean, color=colour, linewidth=2, label=f"{name} (mean of {n})" if name else f"mean of {n}")
+                if len(curves) > 1:
+                    ax.fill_between(x, low, high, color=colour, alpha=0.2,
+                                    label=None if len(groups) > 1 else "95% CI of the mean")
         if threshold is not None:
-            ax.axhline(threshold, color="tab:red", linestyle="--", linewidth=1, label=f"threshold {threshold:g}")
+            ax.axhline(threshold, color="tab:red" if len(groups) == 1 else "black", linestyle="--", linewidth=1,
+                       label=f"threshold {threshold:g}")
         ax.set_xlabel(label)
         ax.grid(alpha=0.3)
         if axis == "steps":
             ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(steps_label))
     axes[0].set_ylabel(metric)
     axes[0].legend(loc="best", fontsize=8)
-    window = f"; each point the mean over {curves[0].window} updates" if curves and curves[0].window > 1 else ""
-    figure.suptitle(f"{env}: {metric} per episode{window}")
+    some = next((c for curves in groups.values() for c in curves), None)
+    window = f"; each point the mean over {some.window} updates" if some is not None and some.window > 1 else ""
+    bands = "; bands: 95% CI of the mean" if len(groups) > 1 else ""
+    figure.suptitle(f"{env}: {metric} per episode{window}{bands}")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=100)
@@ -193,6 +217,46 @@ def threshold_table(curves: list[Curve], metric: str, threshold: float | None) -
         else:
             lines.append(f"| none of {len(curves)} reached it | | | | |")
     return "\n".join(lines) + "\n"
+
+
+def comparison_table(groups: dict[str, list[Curve]], metric: str, threshold: float | None) -> str:
+    """Markdown: per variant, its seeds, the final smoothed value (mean ± 95% CI across seeds, Student t),
+    how many seeds reached the threshold and the median step and wall time at which they did."""
+    lines = [f"| variant | seeds | final {metric} (mean ± 95% CI) | reached {threshold if threshold is not None else '-'} "
+             "| median steps to it | median wall time to it |", "|---|---|---|---|---|---|"]
+    for name, curves in groups.items():
+        finals = [c.values[-1] for c in curves if c.values]
+        if not finals:
+            lines.append(f"| {name} | {len(curves)} | - | - | - | - |")
+            continue
+        mean = sum(finals) / len(finals)
+        half = 0.0
+        if len(finals) > 1:
+            std = math.sqrt(sum((v - mean) ** 2 for v in finals) / (len(finals) - 1))
+            half = t_quantile_975(len(finals) - 1) * std / math.sqrt(len(finals))
+        hits = [h for h in (first_reach(c, threshold) for c in curves) if h is not None]
+        if threshold is None:
+            reached, steps, seconds = "-", "-", "-"
+        else:
+            reached = f"{len(hits)}/{len(curves)}"
+            steps = f"{sorted(s for s, _ in hits)[len(hits) // 2]:,}" if hits else "-"
+            seconds = f"{sorted(t for _, t in hits)[len(hits) // 2]:.0f} s" if hits else "-"
+        lines.append(f"| {name} | {len(finals)} | {mean:.3f} ± {half:.3f} | {reached} | {steps} | {seconds} |")
+    return "\n".join(lines) + "\n"
+
+
+def parse_variants(texts: list[str]) -> dict[str, list[str]]:
+    """{name: flags} of --variant NAME=FLAGS values (in order); ValueError for a bad or repeated one."""
+    table: dict[str, list[str]] = {}
+    for text in texts:
+        name, sep, flags = text.partition("=")
+        name = name.strip()
+        if not sep or not name or "/" in name or name in (".", ".."):
+            raise ValueError(f"--variant {text!r} must be NAME=FLAGS (a name usable as a folder; FLAGS may be empty)")
+        if name in table:
+            raise ValueError(f"--variant {name!r} is given twice")
+        table[name] = shlex.split(flags)
+    return table
 
 
 def train_command(env: str, seed: int, run_dir: Path, steps: int | None, flags: list[str]) -> list[str]:
@@ -269,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--table", default=None, help="time-to-threshold table, markdown (default OUT/threshold.md)")
     parser.add_argument("--json", default=None, help="smoothed curves, JSON (default OUT/curves.json)")
     parser.add_argument("--runs-only", action="store_true", help="train nothing: plot the runs already in OUT")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=FLAGS",
+                        help="a curve of its own with these config flags after --flags (repeatable; FLAGS may be "
+                        "empty); runs in OUT/NAME/seed-s")
     parser.add_argument("--flags", nargs=argparse.REMAINDER, default=[], help="config flags for every run (last)")
     args = parser.parse_args(argv)
     name = Path(args.env).stem if args.env.endswith(".h") else args.env
@@ -280,36 +347,61 @@ def main(argv: list[str] | None = None) -> int:
     steps = None if args.steps is None else int(args.steps)
     if steps is not None and steps < 1:
         parser.error(f"--steps {args.steps} must be positive")
+    try:
+        variants = parse_variants(args.variant)
+    except ValueError as err:
+        parser.error(str(err))
     out = Path(args.out or f"runs/learn-{name}")
     out.mkdir(parents=True, exist_ok=True)
     say = Printer(out / "learn.log")
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    # (variant name, its folder, its flags); one unnamed variant in OUT itself without --variant
+    plan = [(v, out / v, list(args.flags) + flags) for v, flags in variants.items()] or [("", out, list(args.flags))]
     failed = []
     if not args.runs_only:
-        say(f"learn.py {name}: {len(seeds)} seed(s), {'the config' if steps is None else f'{steps:,}'} steps each, "
-            f"{args.jobs} at a time, following {metric} (smoothed over {args.window} updates); runs in {out}")
-        status = run_seeds(args.env, seeds, out, steps, list(args.flags), args.jobs, metric, args.window, say)
-        failed = [s for s, rc in status.items() if rc != 0]
-    curves = []
-    for seed in seeds:
-        records = read_records(out / f"seed-{seed}" / "metrics.jsonl")
-        if records:
-            try:
-                curves.append(smooth(records, metric, args.window, seed))
-            except KeyError as err:
-                print(f"learn.py: {err.args[0]}", file=sys.stderr)
-                return 2
-    if not curves:
-        print(f"learn.py: no metrics in {out}/seed-*/metrics.jsonl", file=sys.stderr)
+        say(f"learn.py {name}: {len(seeds)} seed(s){f' x {len(plan)} variants' if variants else ''}, "
+            f"{'the config' if steps is None else f'{steps:,}'} steps each, {args.jobs} at a time, following "
+            f"{metric} (smoothed over {args.window} updates); runs in {out}")
+        for variant, folder, flags in plan:
+            if variant:
+                say(f"variant {variant}: {shlex.join(flags) or '(the config as it is)'}")
+                folder.mkdir(parents=True, exist_ok=True)
+            status = run_seeds(args.env, seeds, folder, steps, flags, args.jobs, metric, args.window, say)
+            failed += [(variant, s) for s, rc in status.items() if rc != 0]
+    groups: dict[str, list[Curve]] = {}
+    for variant, folder, _ in plan:
+        groups[variant] = []
+        for seed in seeds:
+            records = read_records(folder / f"seed-{seed}" / "metrics.jsonl")
+            if records:
+                try:
+                    groups[variant].append(smooth(records, metric, args.window, seed))
+                except KeyError as err:
+                    print(f"learn.py: {err.args[0]}", file=sys.stderr)
+                    return 2
+    if not any(groups.values()):
+        print(f"learn.py: no metrics in {out}/{'*/' if variants else ''}seed-*/metrics.jsonl", file=sys.stderr)
         return 1
-    table = threshold_table(curves, metric, threshold)
+    if variants:
+        table = comparison_table(groups, metric, threshold) + "".join(
+            f"\n## {v}: {shlex.join(flags) or '(the config as it is)'}\n\n" + threshold_table(groups[v], metric, threshold)
+            for v, _, flags in plan)
+    else:
+        table = threshold_table(groups[""], metric, threshold)
     Path(args.table or out / "threshold.md").write_text(table)
     say(table.rstrip())
-    Path(args.json or out / "curves.json").write_text(json.dumps(
-        {"env": name, "metric": metric, "threshold": threshold, "window": args.window,
-         "curves": [{"seed": c.seed, "steps": c.steps, "wall_time": c.times, "value": c.values} for c in curves]}))
+    def as_json(curves):
+        return [{"seed": c.seed, "steps": c.steps, "wall_time": c.times, "value": c.values} for c in curves]
+
+    summary = {"env": name, "metric": metric, "threshold": threshold, "window": args.window}
+    if variants:
+        summary["variants"] = {v: {"flags": shlex.join(flags), "curves": as_json(groups[v])} for v, _, flags in plan}
+    else:
+        summary["curves"] = as_json(groups[""])
+    Path(args.json or out / "curves.json").write_text(json.dumps(summary))
     try:
-        png = plot(curves, name, metric, threshold, Path(args.png or out / "curve.png"))
+        png = plot_variants({v: c for v, c in groups.items() if c}, name, metric, threshold,
+                            Path(args.png or out / "curve.png"))
         say(f"curve: {png}")
     except ImportError:
         say("no curve PNG: matplotlib is missing (pip install 'jaxlab[plot]')")

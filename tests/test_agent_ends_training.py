@@ -23,7 +23,9 @@ def trainer_for(name, library, *flags):
     config, _ = load_config(name, flags=["--env.library", library, "--vec.num-envs", "2", "--train.bptt-horizon",
                                          "12", "--train.minibatch-size", "24", "--policy.hidden-size", "8",
                                          "--train.total-timesteps", "720", "--train.gamma", "0.9",
-                                         "--train.gae-lambda", "0.8", *flags])
+                                         "--train.gae-lambda", "0.8",
+                                         # raw observations and rewards: these tests check them by value
+                                         "--train.obs-norm", "false", "--train.reward-scale", "1", *flags])
     return Trainer(config)
 
 
@@ -81,7 +83,7 @@ def test_an_update_does_not_learn_from_the_rows_of_waiting_agents(library):
 
         def update(seg):
             state = jax.tree.map(jnp.copy, trainer.state)
-            new_state, metrics = trainer._update(state, seg, jax.random.PRNGKey(1))
+            new_state, _, metrics = trainer._update(state, trainer.norm.state, seg, jax.random.PRNGKey(1))
             return jax.tree.leaves(new_state.params), metrics
 
         params, metrics = update(segment)

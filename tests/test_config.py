@@ -4,12 +4,13 @@ from dataclasses import fields
 
 import pytest
 
-from jaxlab.config import SECTIONS, ConfigError, derive_sizes, load_config, to_toml
+from jaxlab.config import SECTIONS, ConfigError, check_network, derive_sizes, load_config, to_toml
 
 
 def test_layers_env_file_then_config_file_then_flags(tmp_path):
     config, sources = load_config("cartpole")
-    assert config.train.reward_scale == 0.1 and sources["train.reward_scale"] == "configs/envs/cartpole.toml"
+    assert config.train.total_timesteps == 200_000 and sources["train.total_timesteps"] == "configs/envs/cartpole.toml"
+    assert config.train.reward_scale == "auto" and sources["train.reward_scale"] == "configs/default.toml"
     assert sources["train.gamma"] == "configs/default.toml"
     override = tmp_path / "mine.toml"
     override.write_text("[train]\nreward_scale = 0.5\ngamma = 0.9\n")
@@ -180,14 +181,24 @@ def test_every_preset_validates_for_every_env():
 
     import jaxlab
 
-    assert preset_names() == ["a100", "cpu", "gpu", "h100"]
+    from jaxlab.config.memory import env_shape
+    from jaxlab.config.presets import preset_axis
+
+    assert preset_names() == ["a100", "beast", "cpu", "gpu", "h100", "heavy"]
+    cards = [name for name in preset_names() if preset_axis(name) == "card"]
+    assert cards == ["a100", "cpu", "gpu", "h100"]
     for env_name in env_types():
         with jaxlab.make(env_name) as probe:
             agents_per_env = probe.agents_per_env
-        for preset in preset_names():
-            config, sources = load_config(env_name, preset=preset)
-            derive_sizes(config, agents_per_env)
-            assert sources["device.precision"] == f"configs/presets/{preset}.toml"
+        for card in cards:
+            for workload in ("", ",heavy", ",beast"):  # every card with every workload size
+                config, sources = load_config(env_name, preset=card + workload)
+                derive_sizes(config, agents_per_env)
+                check_network(config, env_shape(config).obs_shape)
+                assert sources["device.precision"] == f"configs/presets/{card}.toml"
+                if workload:
+                    assert sources["policy.mlp_layers"] == f"configs/presets/{workload[1:]}.toml"
+                    assert config.preset == card + workload
 
 
 def test_round_trip_keeps_preset_and_explicit_batch(tmp_path):
@@ -199,7 +210,8 @@ def test_round_trip_keeps_preset_and_explicit_batch(tmp_path):
     assert again == config and again.preset == "gpu" and again.log.wandb_tags == 'a,"b"'
 
 
-FLOAT_KEYS = [f"{section}.{f.name}" for section, cls in SECTIONS.items() for f in fields(cls) if f.type == "float"]
+FLOAT_KEYS = [f"{section}.{f.name}" for section, cls in SECTIONS.items() for f in fields(cls)
+              if f.type in ("float", "float | str")]
 
 
 def test_float_keys_are_the_ones_the_review_named():

@@ -74,3 +74,36 @@ def test_two_seeds_train_and_the_curve_table_and_json_are_written(tmp_path):
     assert curves["metric"] == "episode_return" and [c["seed"] for c in curves["curves"]] == [0, 1]
     assert all(len(c["steps"]) == len(c["value"]) > 0 for c in curves["curves"])
     assert "curve: " in (out / "learn.log").read_text()
+
+
+def test_variants_parse_and_compare_by_hand():
+    assert learn.parse_variants(["previous=--train.obs-norm false --train.reward-scale 0.1", "defaults="]) == {
+        "previous": ["--train.obs-norm", "false", "--train.reward-scale", "0.1"], "defaults": []}
+    for bad in (["noequals"], ["=--x 1"], ["a/b=--x 1"], ["a=", "a=--x 1"]):
+        with pytest.raises(ValueError):
+            learn.parse_variants(bad)
+    a = [learn.smooth(records([0.0, 1.0]), "x", 1, seed=0), learn.smooth(records([0.0, 3.0]), "x", 1, seed=1)]
+    b = [learn.smooth(records([0.0, 0.5]), "x", 1, seed=0)]
+    table = learn.comparison_table({"fast": a, "slow": b}, "x", 1.0)
+    # fast: finals 1 and 3, mean 2, sample std sqrt 2, half width 12.706 * sqrt 2 / sqrt 2; both reach 1 at step 200
+    assert "| fast | 2 | 2.000 ± 12.706 | 2/2 | 200 | 4 s |" in table
+    assert "| slow | 1 | 0.500 ± 0.000 | 0/1 | - | - |" in table
+
+
+def test_two_variants_each_get_their_runs_a_curve_and_a_row(tmp_path):
+    out = tmp_path / "learn"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "learn.py"), "cartpole", "--seeds", "1", "--steps", "4096",
+         "--window", "2", "--out", str(out), "--variant", "gae=", "--variant", "vtrace=--train.advantage vtrace",
+         "--flags", "--vec.num-envs", "16", "--policy.hidden-size", "16"],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(Path(jaxlab.__file__).parents[1])})
+    assert result.returncode == 0, result.stdout + result.stderr
+    for variant in ("gae", "vtrace"):
+        assert (out / variant / "seed-0" / "metrics.jsonl").is_file()
+    assert 'advantage = "vtrace"' in (out / "vtrace" / "seed-0" / "config.toml").read_text()
+    table = (out / "threshold.md").read_text()
+    assert table.startswith("| variant | seeds | final episode_return") and "| gae | 1 |" in table
+    assert "## vtrace: --vec.num-envs 16 --policy.hidden-size 16 --train.advantage vtrace" in table
+    curves = json.loads((out / "curves.json").read_text())
+    assert list(curves["variants"]) == ["gae", "vtrace"] and curves["variants"]["gae"]["curves"][0]["seed"] == 0
+    assert (out / "curve.png").stat().st_size > 10_000

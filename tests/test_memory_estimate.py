@@ -68,8 +68,9 @@ def test_the_default_cartpole_estimate_term_by_term():
     params = 132611 * 4
     assert (est.device["params"], est.device["optimizer"], est.device["gradients"]) == (params, 2 * params, params)
     # per sample: obs 16 + action 4 + logp, value, reward, bootstrap 16 + 3 flags = 39 bytes;
-    # per sequence: next value + carry (1 + 256) x 4; twice (the per-step arrays and their stack)
-    assert est.device["segment"] == 2 * (1024 * 39 + 64 * 257 * 4)
+    # per sequence: next value + carry (1 + 256) x 4; the normalised observations (obs_norm auto: on for
+    # float observations) 4 x 4 per sample; twice (the per-step arrays and their stack)
+    assert est.device["segment"] == 2 * (1024 * 39 + 64 * 257 * 4 + 1024 * 4 * 4)
     # one minibatch: activations (4 + 16 * 128 + 2 + 1) x 4 and its copy of the segment (39) per sample,
     # and the batch's advantages and returns
     assert est.device["update"] == 256 * ((4 + 2048 + 3) * 4 + 39) + 2 * 1024 * 4
@@ -113,8 +114,8 @@ def test_a_big_hidden_size_is_refused_with_a_hidden_size_that_fits():
     config, sizes, message = refusal(["--policy.hidden-size", "20000"], limit)
     assert message.startswith("this config needs about ") and "of GPU memory on a small GPU but 1.0 GiB is its limit" \
         in message and "\n" not in message
-    assert "most of it is optimizer" in message and "reduce policy.hidden_size (now 20,000), e.g. " \
-        "--policy.hidden-size 2048" in message
+    assert "most of it is optimizer" in message and "reduce policy.hidden_size (now 20,000) or policy.mlp_layers, " \
+        "e.g. --policy.hidden-size 2048" in message
     # 2048 fits and 4096 does not
     fits = memory.estimate(*memory._with(config, sizes, "policy.hidden_size", 2048), CARTPOLE)
     too_big = memory.estimate(*memory._with(config, sizes, "policy.hidden_size", 4096), CARTPOLE)

@@ -246,7 +246,7 @@ def test_an_all_false_mask_row_stops_the_rollout_and_makes_the_loss_nan():
         trainer.env.action_mask[6] = False  # what the first policy call sees for agent 6
         with pytest.raises(ValueError, match=r"^env 'lure' #6 agent 0 \(row 6\) at step 0: its action mask allows no "
                                              r"action \(the row is all 0\)"):
-            trainer.rollout.step_once(trainer.state.params)
+            trainer.rollout.step_once(trainer.acting_params)
         trainer.env.action_mask[6] = row  # nothing was stepped: the env goes on from where it was
         trainer.evaluate()
         good = trainer.segment

@@ -87,3 +87,48 @@ def test_the_nvidia_driver_is_found_by_its_proc_file(monkeypatch, tmp_path):
     assert presets.nvidia_gpu_present() is None
     (tmp_path / "dev" / "nvidia0").touch()
     assert presets.nvidia_gpu_present() == "an NVIDIA GPU"
+
+
+# ---- two axes: the card and the workload size ----------------------------------------------------------
+
+def test_a_card_and_a_workload_size_combine_in_order():
+    from jaxlab.config import load_config
+    from jaxlab.config.presets import preset_axis, split_presets
+
+    assert [preset_axis(n) for n in ("cpu", "gpu", "a100", "h100", "heavy", "beast")] == ["card"] * 4 + ["workload"] * 2
+    assert split_presets("h100,heavy") == ("h100", ["heavy"])
+    assert split_presets("heavy") == ("auto", ["heavy"])  # auto's card, then heavy
+    assert split_presets("auto,beast") == ("auto", ["beast"])
+    assert split_presets("a100") == ("a100", [])
+    config, sources = load_config("cartpole", preset="h100,heavy")
+    assert config.vec.num_envs == 8192 and sources["vec.num_envs"] == "configs/presets/h100.toml"  # the card's
+    assert config.policy.mlp_layers == (1024, 512, 256) and config.train.update_epochs == 4  # the workload's
+    assert sources["policy.mlp_layers"] == "configs/presets/heavy.toml" and config.preset == "h100,heavy"
+    beast, _ = load_config("cartpole", preset="cpu,beast")
+    assert beast.policy.shared_trunk is False and beast.policy.hidden_size == 512
+
+
+@pytest.mark.parametrize("value, message", [
+    ("heavy,h100", r"the card preset 'h100' must come before the workload preset\(s\) heavy; write --preset h100,heavy"),
+    ("h100,a100", r"names 2 card presets \(h100, a100\)"),
+    ("cpu,heavy,beast", r"names 2 workload sizes \(heavy, beast\); name at most one, after the card, e.g. --preset "
+                        r"cpu,beast"),
+    ("nope,heavy", r"unknown preset 'nope'"),
+])
+def test_bad_combinations_are_refused(value, message):
+    from jaxlab.config.presets import split_presets
+
+    with pytest.raises(ConfigError, match=message):
+        split_presets(value)
+
+
+def test_a_bad_combination_exits_2_from_the_command_line():
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "jaxlab.cli", "config", "cartpole", "--preset", "heavy,h100"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "write --preset h100,heavy" in result.stderr
+    result = subprocess.run([sys.executable, "-m", "jaxlab.cli", "config", "cartpole", "--preset", "cpu,heavy"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "mlp_layers = [1024, 512, 256]" in result.stdout

@@ -15,7 +15,7 @@ from jaxlab.train.trainer import Trainer
 def small_config(env="cartpole", *flags):
     config, _ = load_config(env, flags=["--vec.num-envs", "8", "--train.bptt-horizon", "8",
                                         "--train.minibatch-size", "16", "--policy.hidden-size", "16",
-                                        "--train.total-timesteps", "640", *flags])
+                                        "--policy.mlp-layers", "16", "--train.total-timesteps", "640", *flags])
     return config
 
 
@@ -50,10 +50,10 @@ def test_logged_learning_rate_comes_from_the_linear_schedule():
 def test_segment_resets_and_start_carries():
     config = small_config("memory", "--env.delay", "2")  # episodes of 4 steps
     with Trainer(config) as trainer:
-        first, _ = trainer.rollout.collect(trainer.state.params)
+        first, _ = trainer.rollout.collect(trainer.acting_params)  # the params and the observation statistics
         first = jax.tree.map(np.asarray, first)  # the batch is the rollout's buffers: valid until the next one
         carry_after_first = trainer.rollout.carry
-        second, _ = trainer.rollout.collect(trainer.state.params)
+        second, _ = trainer.rollout.collect(trainer.acting_params)
     assert bool(first.resets[0].all())  # every agent starts an episode
     ended = np.asarray(first.terminals | first.truncations)
     np.testing.assert_array_equal(np.asarray(first.resets[1:]), ended[:-1])
@@ -121,7 +121,8 @@ class RecordingEnv:
 def test_truncation_bootstrap_is_the_value_of_the_cut_observation(lstm):
     # Cartpole cut at 5 steps with horizon 8: every agent that survives is truncated at step 4, in the
     # middle of the segment, and its next observation already belongs to a new episode.
-    config = small_config("cartpole", "--env.max_steps", "5", "--policy.lstm", lstm)
+    # raw observations (obs_norm off): numpy_values recomputes the values from them
+    config = small_config("cartpole", "--env.max_steps", "5", "--policy.lstm", lstm, "--train.obs-norm", "false")
     with Trainer(config) as trainer:
         recording = RecordingEnv(trainer.env)
         trainer.rollout.envs[0] = recording
@@ -141,9 +142,10 @@ def test_truncation_bootstrap_is_the_value_of_the_cut_observation(lstm):
 def test_values_and_log_probs_in_the_segment_match_the_policy():
     config = small_config("target", "--env.agents_per_env", "2", "--vec.num-envs", "4")
     with Trainer(config) as trainer:
-        segment, _ = trainer.rollout.collect(trainer.state.params)
-        _, head, values, _ = trainer.policy.apply(trainer.state.params, segment.start_carry, segment.obs,
-                                                  segment.resets, method="unroll")
+        segment, _ = trainer.rollout.collect(trainer.acting_params)
+        acting = trainer.norm.acting_policy(trainer.policy)  # normalises the raw observations first
+        _, head, values, _ = acting.apply(trainer.acting_params, segment.start_carry, segment.obs,
+                                          segment.resets, method="unroll")
         from jaxlab.agent.distributions import log_prob_entropy
 
         logp, _ = log_prob_entropy(trainer.spec, head, None, segment.actions)

@@ -1,46 +1,51 @@
-"""The actor-critic: encoder MLP -> LSTM (or nothing, when feed-forward) -> actor and critic heads.
+"""The built-in actor-critic: a trunk (encoder -> LSTM, or no LSTM when feed-forward) -> actor and critic
+heads; one trunk shared by both heads, or one trunk each (``shared_trunk`` False).
 
-Shapes (A = agents, T = time, H = hidden_size, O = flattened observation size):
-    carry   (c [A, H], h [A, H])    the LSTM state; zeros at the start of every episode
+Shapes (A = agents, T = time, H = hidden_size, O = flattened observation size, k = head size):
+    carry   (c [A, H], h [A, H])    the LSTM state, zeros at the start of every episode; with separate
+                                    trunks a pair of them: (actor (c, h), critic (c, h)). initial_carry(A)
+                                    makes it.
     reset   [A] bool                the previous step ended this agent's episode: zero its carry first
-    step:   obs [A, ...]            -> carry, head [A, head_size], value [A]
-    unroll: obs [T, A, ...], reset [T, A] from a start carry -> carry, head [T, A, head_size], value [T, A]
-Observations [*batch, ...] of any shape are flattened to [*batch, O] and cast to float32; uint8 ones
-(pixels, 0..255) are also divided by 255, so they enter the encoder in [0, 1]; float32 ones enter as
-they are. The encoder is one Dense layer over the flattened values, images included.
+    step:   obs [A, ...]            -> carry, head [A, k], value [A], log_std [k] or None
+    unroll: obs [T, A, ...], reset [T, A] from a start carry -> carry, head [T, A, k], value [T, A], log_std
+Every policy jaxlab trains (this one, or a user's module through jaxlab.agent.custom.ModulePolicy) has
+this interface: init(key, carry, obs, reset) -> params, apply(params, carry, obs, reset, method=None or
+"unroll"), initial_carry(num_agents).
+
+Encoders (``encoder_type``, the config's policy.encoder), each followed by the dense layers ``mlp_layers`` (widths, any depth; each
+layer Dense + ``activation``):
+    mlp  observations [*batch, ...] of any shape flattened to [*batch, O]
+    cnn  image observations [*batch, H, W, C] (or [H, W]: C = 1) through VALID convolutions
+         (``cnn_channels``, ``cnn_kernels``, ``cnn_strides``; the default is Nature-DQN's 32x8/4, 64x4/2,
+         64x3/1, for 84x84 frames), each + ``activation``, then flattened
+uint8 observations (pixels, 0..255) are cast to float32 and divided by 255 so they enter in [0, 1];
+float observations enter as they are (normalised before the policy when train.obs_norm is on).
+``mlp_layers`` None means one layer of ``hidden_size`` (the network before mlp_layers existed).
+Init: orthogonal, gain sqrt 2 for encoder layers, 1 for the LSTM, ``actor_init_scale`` (small: a near
+uniform first policy) and ``critic_init_scale`` for the heads; zero biases except the LSTM's forget gate (1).
+
+Parameter names: the shared trunk's layers are conv_0.., encoder, encoder_1.., input_gates and
+recurrent_kernel; separate trunks prefix them with actor_ and critic_; then actor, critic, log_std.
 The input projection of the LSTM is applied to all T steps at once; only the recurrent matmul is
-inside the lax.scan. ``dtype`` (float32 or bfloat16) is the input dtype of the encoder and LSTM
-matmuls (the encoder, the LSTM's input projection and its recurrent matmul); every one of them
-accumulates and returns float32 (``preferred_element_type``), so bias adds, activations, the carry,
-the heads and all outputs are float32, as are the params.
+inside the lax.scan. ``dtype`` (float32 or bfloat16) is the input dtype of every encoder and LSTM
+matmul and convolution; each accumulates and returns float32 (``preferred_element_type``), so bias
+adds, activations, the carry, the heads and all outputs are float32, as are the params.
 """
 
 from __future__ import annotations
-
-import math
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from jaxlab.agent.distributions import ActionSpec
+from jaxlab.agent.networks import ACTIVATIONS, Conv, as_float, dense, image_dims, matmul_in  # noqa: F401
 
 Carry = tuple[jax.Array, jax.Array]
 
 
 def zero_carry(num_agents: int, hidden_size: int) -> Carry:
     return (jnp.zeros((num_agents, hidden_size), jnp.float32), jnp.zeros((num_agents, hidden_size), jnp.float32))
-
-
-def matmul_in(dtype):
-    """A dot_general for flax's Dense that casts both operands to ``dtype`` and accumulates and returns
-    float32, whatever ``dtype`` is."""
-
-    def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
-        return jax.lax.dot_general(lhs.astype(dtype), rhs.astype(dtype), dimension_numbers, precision=precision,
-                                   preferred_element_type=jnp.float32)
-
-    return dot_general
 
 
 def lstm_cell(recurrent_kernel: jax.Array, carry: Carry, input_gates: jax.Array, reset: jax.Array,
@@ -65,18 +70,46 @@ class ActorCritic(nn.Module):
     actor_init_scale: float = 0.01
     dtype: str = "float32"
     scan_unroll: int = 1  # time steps per iteration of unroll()'s lax.scan
+    encoder_type: str = "mlp"  # policy.encoder: mlp or cnn
+    mlp_layers: tuple[int, ...] | None = None  # None: (hidden_size,)
+    activation: str = "gelu"
+    shared_trunk: bool = True
+    critic_init_scale: float = 1.0
+    cnn_channels: tuple[int, ...] = (32, 64, 64)
+    cnn_kernels: tuple[int, ...] = (8, 4, 3)
+    cnn_strides: tuple[int, ...] = (4, 2, 1)
+
+    @property
+    def trunks(self) -> tuple[str, ...]:
+        """The parameter-name prefix of each trunk: one shared, or the actor's and the critic's."""
+        return ("",) if self.shared_trunk else ("actor_", "critic_")
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        return (self.hidden_size,) if self.mlp_layers is None else tuple(self.mlp_layers)
+
+    def initial_carry(self, num_agents: int):
+        """The carry an episode starts from: zeros, (c, h) per trunk."""
+        carries = tuple(zero_carry(num_agents, self.hidden_size) for _ in self.trunks)
+        return carries[0] if self.shared_trunk else carries
 
     def setup(self):
         H = self.hidden_size
-        matmul = matmul_in(self.dtype)  # params and results float32; only the matmul inputs take dtype
-        self.encoder = nn.Dense(H, kernel_init=nn.initializers.orthogonal(math.sqrt(2)), dtype=jnp.float32,
-                                dot_general=matmul)
-        if self.lstm:
-            self.input_gates = nn.Dense(4 * H, kernel_init=nn.initializers.orthogonal(1.0),
-                                        bias_init=self._forget_bias_init, dtype=jnp.float32, dot_general=matmul)
-            self.recurrent_kernel = self.param("recurrent_kernel", nn.initializers.orthogonal(1.0), (H, 4 * H))
+        for prefix in self.trunks:
+            if self.encoder_type == "cnn":
+                for i, (channels, kernel, stride) in enumerate(zip(self.cnn_channels, self.cnn_kernels,
+                                                                   self.cnn_strides)):
+                    setattr(self, f"{prefix}conv_{i}", Conv(channels, kernel, stride, self.dtype))
+            for i, width in enumerate(self.widths):
+                setattr(self, f"{prefix}encoder" + (f"_{i}" if i else ""), dense(width, self.dtype))
+            if self.lstm:
+                setattr(self, f"{prefix}input_gates",
+                        nn.Dense(4 * H, kernel_init=nn.initializers.orthogonal(1.0), bias_init=self._forget_bias_init,
+                                 dtype=jnp.float32, dot_general=matmul_in(self.dtype)))
+                setattr(self, f"{prefix}recurrent_kernel",
+                        self.param(f"{prefix}recurrent_kernel", nn.initializers.orthogonal(1.0), (H, 4 * H)))
         self.actor = nn.Dense(self.action.head_size, kernel_init=nn.initializers.orthogonal(self.actor_init_scale))
-        self.critic = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0))
+        self.critic = nn.Dense(1, kernel_init=nn.initializers.orthogonal(self.critic_init_scale))
         if self.action.kind == "continuous":
             self.log_std = self.param("log_std", nn.initializers.zeros, (self.action.dim,))
 
@@ -85,38 +118,58 @@ class ActorCritic(nn.Module):
         H = self.hidden_size
         return jnp.zeros(shape, dtype).at[H:2 * H].set(1.0)
 
-    def _encode(self, obs: jax.Array, batch_dims: int) -> jax.Array:
-        """obs [*batch, ...] (``batch_dims`` leading axes) -> features [*batch, H]; uint8 obs / 255."""
-        x = obs.reshape(obs.shape[:batch_dims] + (-1,)).astype(jnp.float32)
-        if obs.dtype == jnp.uint8:
-            x = x / 255.0
-        return nn.gelu(self.encoder(x))
+    def _encode(self, prefix: str, obs: jax.Array, batch_dims: int) -> jax.Array:
+        """obs [*batch, ...] (``batch_dims`` leading axes) -> features [*batch, F] of one trunk."""
+        act = ACTIVATIONS[self.activation]
+        batch = obs.shape[:batch_dims]
+        x = as_float(obs)
+        if self.encoder_type == "cnn":
+            x = x.reshape((-1, *image_dims(obs.shape[batch_dims:])))
+            for i in range(len(self.cnn_channels)):
+                x = act(getattr(self, f"{prefix}conv_{i}")(x))
+        x = x.reshape(batch + (-1,))
+        for i in range(len(self.widths)):
+            x = act(getattr(self, f"{prefix}encoder" + (f"_{i}" if i else ""))(x))
+        return x
 
-    def _heads(self, x: jax.Array):
-        x = x.astype(jnp.float32)
+    def _split(self, carry):
+        return (carry,) if self.shared_trunk else carry
+
+    def _join(self, carries):
+        return carries[0] if self.shared_trunk else tuple(carries)
+
+    def _heads(self, actor_x: jax.Array, critic_x: jax.Array):
         log_std = self.log_std if self.action.kind == "continuous" else None
-        return self.actor(x), self.critic(x)[..., 0], log_std
+        return self.actor(actor_x.astype(jnp.float32)), self.critic(critic_x.astype(jnp.float32))[..., 0], log_std
 
-    def __call__(self, carry: Carry, obs: jax.Array, reset: jax.Array):
+    def __call__(self, carry, obs: jax.Array, reset: jax.Array):
         """One step for all agents: (carry, head [A, k], value [A], log_std or None)."""
-        x = self._encode(obs, 1)
-        if self.lstm:
-            gates = self.input_gates(x)
-            carry = lstm_cell(self.recurrent_kernel, carry, gates, reset, self.dtype)
-            x = carry[1]
-        return (carry, *self._heads(x))
+        features, carries = [], []
+        for prefix, c in zip(self.trunks, self._split(carry)):
+            x = self._encode(prefix, obs, 1)
+            if self.lstm:
+                c = lstm_cell(getattr(self, f"{prefix}recurrent_kernel"), c,
+                              getattr(self, f"{prefix}input_gates")(x), reset, self.dtype)
+                x = c[1]
+            features.append(x)
+            carries.append(c)
+        return (self._join(carries), *self._heads(features[0], features[-1]))
 
-    def unroll(self, carry: Carry, obs: jax.Array, reset: jax.Array):
+    def unroll(self, carry, obs: jax.Array, reset: jax.Array):
         """T steps from ``carry``: (carry, head [T, A, k], value [T, A], log_std or None)."""
-        x = self._encode(obs, 2)
-        if self.lstm:
-            kernel = self.recurrent_kernel
+        features, carries = [], []
+        for prefix, c in zip(self.trunks, self._split(carry)):
+            x = self._encode(prefix, obs, 2)
+            if self.lstm:
+                kernel = getattr(self, f"{prefix}recurrent_kernel")
 
-            def step(c, inputs):
-                gates, r = inputs
-                c = lstm_cell(kernel, c, gates, r, self.dtype)
-                return c, c[1]
+                def step(c, inputs, kernel=kernel):
+                    gates, r = inputs
+                    c = lstm_cell(kernel, c, gates, r, self.dtype)
+                    return c, c[1]
 
-            gates = self.input_gates(x)
-            carry, x = jax.lax.scan(step, carry, (gates, reset), unroll=self.scan_unroll)
-        return (carry, *self._heads(x))
+                gates = getattr(self, f"{prefix}input_gates")(x)
+                c, x = jax.lax.scan(step, c, (gates, reset), unroll=self.scan_unroll)
+            features.append(x)
+            carries.append(c)
+        return (self._join(carries), *self._heads(features[0], features[-1]))

@@ -55,7 +55,8 @@ def _mean(x, weights):
 
 
 def ppo_loss(new_logp, entropy, new_values, old_logp, old_values, advantages, returns, *, clip_coef: float,
-             vf_coef: float, vf_clip_coef: float, ent_coef: float, norm_adv: bool, weights=None) -> LossTerms:
+             vf_coef: float, vf_clip_coef: float, ent_coef: float, norm_adv: bool, weights=None,
+             adv_weights=None) -> LossTerms:
     """The clipped PPO objective on one minibatch; every input has the same shape (e.g. [T, B]).
 
     policy = mean(max(-adv * ratio, -adv * clip(ratio, 1 - c, 1 + c)))
@@ -63,13 +64,17 @@ def ppo_loss(new_logp, entropy, new_values, old_logp, old_values, advantages, re
     total  = policy + vf_coef * value - ent_coef * mean(entropy)
     With norm_adv the advantages are normalised over this minibatch first. ``weights`` (same shape,
     1.0 or 0.0): every mean, the normalisation's included, is over the entries of weight 1 only (the
-    steps in which an agent acted; see Segment.active).
+    steps in which an agent acted; see Segment.active). ``adv_weights`` [B] (the minibatch's B sequences,
+    inputs [T, B]): prioritised sampling's importance weights, multiplying each sequence's advantages
+    after the normalisation (as PufferLib 3 does).
     """
     w = None if weights is None else weights.astype(jnp.float32)
     if norm_adv:
         mean = _mean(advantages, w)
         std = jnp.sqrt(_mean((advantages - mean) ** 2, w))
         advantages = (advantages - mean) / (std + 1e-8)
+    if adv_weights is not None:
+        advantages = advantages * adv_weights
     log_ratio = new_logp - old_logp
     ratio = jnp.exp(log_ratio)
     policy = _mean(jnp.maximum(-advantages * ratio, -advantages * jnp.clip(ratio, 1 - clip_coef, 1 + clip_coef)), w)

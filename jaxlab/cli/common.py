@@ -48,8 +48,9 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("env", metavar="ENV", help="an env name (see `jaxlab envs`), or the path of an env "
                         "header (path/to/NAME.h: built on first use and cached)")
     parser.add_argument("--preset", default="auto", metavar="NAME",
-                        help="accelerator preset: auto (default: picked from the devices), "
-                        "cpu, gpu, a100, h100 (see `jaxlab presets`)")
+                        help="presets, layered in order: a card (auto, the default: picked from the devices; "
+                        "cpu, gpu, a100, h100) then workload sizes (heavy, beast), e.g. h100,heavy or heavy "
+                        "(see `jaxlab presets`)")
     parser.add_argument("--config", metavar="FILE", help="a TOML file layered over the env's defaults and preset")
 
 
@@ -89,7 +90,7 @@ def resolve(args: argparse.Namespace) -> Resolved:
     checked against the device's and the host's; ConfigError (or CheckpointError for --resume)
     otherwise, which main() reports with exit status 2.
     Nothing is compiled; JAX's backend is started (to see the devices) with its memory options set."""
-    from jaxlab.config import ConfigError, derive_sizes, load_config, memory, presets, read_preset
+    from jaxlab.config import ConfigError, check_network, derive_sizes, load_config, memory, presets
 
     resume, changes, resume_meta = None, (), {}
     if getattr(args, "resume", None):
@@ -112,21 +113,26 @@ def resolve(args: argparse.Namespace) -> Resolved:
                               f"run `jaxlab train {config.env_name} --resume {args.resume}`")
         backend = presets.prepare_backend(config.device.memory_fraction)
         reason, sources = "as saved in the checkpoint", {}
-    elif args.preset == "auto":
-        backend = presets.prepare_backend(None)
-        name, reason = presets.select_preset(presets.current_devices())
-        config, sources = load_config(args.env, config_file=args.config, flags=args.flags, preset=name)
     else:
-        read_preset(args.preset)  # an unknown name fails here, before JAX starts
-        config, sources = load_config(args.env, config_file=args.config, flags=args.flags, preset=args.preset)
-        backend = presets.prepare_backend(config.device.memory_fraction)
-        presets.check_preset_fits(args.preset, presets.current_devices())
-        reason = "chosen with --preset"
+        card, workloads = presets.split_presets(args.preset)  # an unknown name fails here, before JAX starts
+        auto = card == "auto"
+        if auto:
+            backend = presets.prepare_backend(None)
+            card, reason = presets.select_preset(presets.current_devices())
+        config, sources = load_config(args.env, config_file=args.config, flags=args.flags,
+                                      preset=",".join([card, *workloads]))
+        if not auto:
+            backend = presets.prepare_backend(config.device.memory_fraction)
+            presets.check_preset_fits(card, presets.current_devices())
+            reason = "chosen with --preset"
+        if workloads:
+            reason += f"; workload size {', '.join(workloads)}"
     unused_gpu = presets.unused_gpu_warning(presets.current_devices())
     if unused_gpu is not None:
         warn(f"warning: {unused_gpu}")
     shape = memory.env_shape(config)  # ConfigError for an env parameter out of range or of the wrong type
     sizes = derive_sizes(config, shape.agents_per_env)
+    check_network(config, shape.obs_shape)
     limit = memory.current_limit()
     estimate = memory.check_fits(config, sizes, shape, limit)  # before anything is allocated
     return Resolved(config, sources, sizes, reason, backend, resume, tuple(changes), estimate, limit, resume_meta)

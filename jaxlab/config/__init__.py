@@ -10,11 +10,11 @@ from jaxlab.config.layers import (apply_layer, as_layer, build_config, coerce, c
 from jaxlab.config.schema import (DASHBOARDS, MATMUL_PRECISIONS, PRECISIONS, SCHEDULE_ALIASES, SCHEDULES,
                                   SECTIONS, CheckpointConfig, Config, ConfigError, DeviceConfig, LogConfig,
                                   PolicyConfig, TrainConfig, VecConfig, field_help)
-from jaxlab.config.validate import Sizes, check_choice, check_finite, derive_sizes
+from jaxlab.config.validate import Sizes, check_choice, check_finite, check_network, derive_sizes
 
 __all__ = ["CheckpointConfig", "Config", "ConfigError", "DASHBOARDS", "DeviceConfig", "LogConfig",
            "MATMUL_PRECISIONS", "PRECISIONS", "PolicyConfig", "SCHEDULE_ALIASES", "SCHEDULES", "SECTIONS",
-           "Sizes", "TrainConfig", "VecConfig", "apply_layer", "as_layer", "build_config", "check_choice",
+           "Sizes", "TrainConfig", "VecConfig", "apply_layer", "as_layer", "build_config", "check_choice", "check_network",
            "check_finite", "coerce", "coerce_key", "config_from_toml", "configs_dir", "env_args", "env_kind", "derive_sizes",
            "field_help", "load_config", "parse_bool", "parse_flags", "preset_names", "read_preset",
            "read_toml", "to_toml", "toml_value", "with_layer"]

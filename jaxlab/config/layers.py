@@ -42,7 +42,20 @@ AUTO_EXAMPLES = {"train.batch_size": 65536, "vec.num_threads": 2}  # an integer 
 
 def coerce(value: Any, kind: type | str, where: str) -> Any:
     """``value`` (a TOML value or a command-line string) as ``kind``; ConfigError otherwise.
-    ``kind`` "int | str" is an integer or the word auto."""
+    ``kind`` "int | str" is an integer or the word auto, "float | str" a number or auto, "bool | str" a
+    boolean or auto, "tuple[int, ...]" a list of positive integers (a TOML array, or on the command line
+    512,512 or [512, 512]; [] or an empty string for none)."""
+    if kind in ("float | str", "bool | str"):
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
+        try:
+            return coerce(value, float if kind == "float | str" else bool, where)
+        except ConfigError:
+            example = "0.1" if kind == "float | str" else "true"
+            raise ConfigError(f"{where}={value!r} is neither auto nor a {'number' if kind == 'float | str' else 'boolean'}; "
+                              f"write auto or e.g. {example}") from None
+    if kind == "tuple[int, ...]":
+        return coerce_int_list(value, where)
     if kind == "int | str":
         if isinstance(value, str) and value.strip().lower() == "auto":
             return "auto"
@@ -86,6 +99,24 @@ def coerce(value: Any, kind: type | str, where: str) -> Any:
         if isinstance(value, str):
             return value
     raise ConfigError(f"{where}={value!r} must be a {kind.__name__}")
+
+
+def coerce_int_list(value: Any, where: str) -> tuple[int, ...]:
+    """A list of positive integers from a TOML array or a string "512,512" / "[512, 512]" / "" / "[]"."""
+    items = value
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("[") and text.endswith("]"):
+            text = text[1:-1]
+        items = [part for part in text.replace(" ", "").split(",") if part]
+    if not isinstance(items, (list, tuple)):
+        raise ConfigError(f"{where}={value!r} is not a list of integers; write e.g. [512, 512] in TOML or "
+                          f"--{where.replace('_', '-')} 512,512")
+    numbers = tuple(coerce(item, int, f"{where}[{i}]") for i, item in enumerate(items))
+    for i, number in enumerate(numbers):
+        if number < 1:
+            raise ConfigError(f"{where}[{i}]={number} must be at least 1 (a width, a size or a stride)")
+    return numbers
 
 
 def coerce_schedule(value: Any, where: str) -> str:
@@ -224,6 +255,13 @@ def read_preset(name: str) -> tuple[dict, dict]:
     return layer.pop("preset", {}), layer
 
 
+def preset_list(preset: str | None) -> list[str]:
+    """The preset names of a --preset value: "h100,heavy" -> ["h100", "heavy"]; None or "none" -> []."""
+    if preset is None or preset == "none":
+        return []
+    return [name.strip() for name in preset.split(",") if name.strip()]
+
+
 def preset_names() -> list[str]:
     return sorted(p.stem for p in (configs_dir() / "presets").glob("*.toml"))
 
@@ -236,7 +274,9 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
     the path of an env header (path/to/NAME.h: its env, the header as env.library), or a Python env
     (gymnasium:ID, pettingzoo:MODULE: no env parameters; gymnasium:CartPole-v1 and Pendulum-v1 take the
     defaults of the built-in C env that steps like them, configs/envs/cartpole.toml and pendulum.toml).
-    ``preset`` is a preset's name (``auto`` is resolved by jaxlab.presets before this) or None for none."""
+    ``preset`` is a preset's name, or several joined by commas (a card preset and workload presets,
+    layered in that order: "h100,heavy"; ``auto`` is resolved by jaxlab.presets before this), or None
+    for none."""
     from jaxlab.env.python_envs import C_TWINS, is_python_env
 
     header = None
@@ -259,8 +299,8 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
         layers.append(("header", {"env": {"library": header}}))
         if beside.is_file():
             layers.append((str(beside), read_toml(beside)))
-    if preset is not None:
-        layers.append((f"configs/presets/{preset}.toml", read_preset(preset)[1]))
+    for name in preset_list(preset):  # "h100,heavy": each preset's layer in order
+        layers.append((f"configs/presets/{name}.toml", read_preset(name)[1]))
     layers += list(extra_layers or [])
     if config_file is not None:
         path = Path(config_file)
@@ -305,8 +345,21 @@ def config_from_toml(text: str, library: str | None = None) -> Config:
         layer.setdefault("env", {})["library"] = library
     env_params = {p.name: p for p in env_kind(env_name, _env_library([("saved", layer)], None)).params}
     values: dict[str, dict] = {"env": {}, **{s: {} for s in SECTIONS}}
-    apply_layer(values, layer, "saved config", {}, env_params)
+    apply_layer(values, legacy_defaults(layer), "saved config", {}, env_params)
     return build_config(env_name, values, env_params, preset)
+
+
+def legacy_defaults(layer: dict) -> dict:
+    """A saved config ``layer`` with the keys added since it was written set to the behaviour it was trained
+    with (a checkpoint from before them resumes and plays as it was trained): the encoder was one dense
+    layer of policy.hidden_size, and observations were not normalised. (Its train.reward_scale is a
+    number, which keeps the constant scaling it had.)"""
+    policy, train = dict(layer.get("policy", {})), dict(layer.get("train", {}))
+    if "mlp_layers" not in policy:
+        policy["mlp_layers"] = [policy.get("hidden_size", 128)]
+    if "obs_norm" not in train:
+        train["obs_norm"] = False
+    return {**layer, "policy": policy, "train": train}
 
 
 def read_toml(path: Path) -> dict:
@@ -337,6 +390,11 @@ def build_config(env_name: str, values: dict, env_params: dict, preset: str = "n
     env_keys = {ENV_KEYS[k]: coerce(v, str, f"env.{k}") for k, v in values.get("env_keys", {}).items()}
     if env_keys.get("env_library"):
         env_keys["env_library"] = str(Path(env_keys["env_library"]).expanduser().absolute())
+    module = sections["policy"].module
+    if module.partition(":")[0].endswith(".py"):  # a file: absolute, so that a checkpoint loads from anywhere
+        path, _, name = module.partition(":")
+        sections["policy"] = dataclasses.replace(sections["policy"],
+                                                 module=f"{Path(path).expanduser().absolute()}:{name}")
     return Config(env_name=env_name, env=env, preset=preset, **env_keys, **sections)
 
 
@@ -377,6 +435,8 @@ def to_toml(config: Config) -> str:
 
 
 def toml_value(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):

@@ -3,20 +3,27 @@ a config that cannot fit stops with one line (exit 2) instead of a JAX RESOURCE_
 part of the way in.
 
 Notation: P params, H = policy.hidden_size, O = flattened observation size, k = actor head size,
-B = batch samples (S segments x A agents x T steps), M = minibatch samples. Bytes:
+B = batch samples (S segments x A agents x T steps), M = minibatch samples, C = carry floats per agent
+(2H per trunk with the built-in network), K = floats kept per sample for the backward pass (below).
+Bytes:
 
 device (what JAX holds; on a CPU that is host memory too)
     params     4 P
     optimizer  8 P                Adam's two moments
     gradients  4 P
-    segment    2 x (B x per-sample bytes + S x A x (next value + carry c, h) x 4): the collected
+    segment    2 x (B x per-sample bytes + S x A x (next value + carry C) x 4): the collected
                segment (obs in the env's dtype, action, logp, value, reward, bootstrap value; reset,
                terminal, truncation flags; action mask) and, while it is being stacked, the per-step
-               arrays it is stacked from
-    update     M x (O + 16 H + k + 1) x 4 activations kept for one minibatch's backward pass (encoder
-               input O, pre- and post-GELU 2H, input gates 4H, per LSTM step gates and their sigmoid
-               and tanh 8H, c and h 2H; O + 2H + k + 1 without it), the minibatch's copy of the
-               segment, and the batch's advantages and returns 2 x B x 4
+               arrays it is stacked from; with observation normalisation, also the normalised
+               observations the learner gets, B x O x 4
+    update     M x K x 4 activations kept for one minibatch's backward pass, the minibatch's copy of
+               the segment, and the batch's advantages and returns 2 x B x 4. Per sample and trunk, K
+               counts the encoder input O, each convolution's and dense layer's pre- and
+               post-activation outputs (2 x its size), and with an LSTM its input gates 4H, per step
+               gates with their sigmoid and tanh 8H, and c and h 2H; then the heads k + 1. (The
+               default network, dense [H] + LSTM-H: O + 16H + k + 1.) A user's module (policy.module)
+               is counted exactly for P and C (jax.eval_shape of its init); its K is estimated as the
+               default network's
 host (numpy buffers besides JAX)
     env        A x (2 x obs + action + reward 4 + 2 flags + mask): observations and final observations
     segment    T x A x (reward 4 + 3 flags) x 2: the rollout's host rewards and flags, and the stacked
@@ -40,8 +47,9 @@ SAFETY = 1.5
 FLOAT = 4  # bytes of a float32 (params, optimizer state, values, activations) and of an int32 action
 
 #: The config keys that shrink each term, the first one the one a fix suggests a value for.
-TERM_KEYS = {"params": ("policy.hidden_size",), "optimizer": ("policy.hidden_size",),
-             "gradients": ("policy.hidden_size",),
+TERM_KEYS = {"params": ("policy.hidden_size", "policy.mlp_layers"),
+             "optimizer": ("policy.hidden_size", "policy.mlp_layers"),
+             "gradients": ("policy.hidden_size", "policy.mlp_layers"),
              "segment": ("vec.num_envs", "train.bptt_horizon", "train.batch_size"),
              "update": ("train.minibatch_size", "policy.hidden_size"),
              "env": ("vec.num_envs",), "host segment": ("vec.num_envs", "train.bptt_horizon")}
@@ -94,13 +102,73 @@ def env_shape(config: Config) -> EnvShape:
 
 
 def param_count(obs_size: int, hidden_size: int, head_size: int, lstm: bool = True, log_std: int = 0) -> int:
-    """Parameters of policy.ActorCritic: encoder Dense(O -> H), LSTM input projection Dense(H -> 4H) and
-    recurrent kernel [H, 4H] (no bias), actor Dense(H -> k), critic Dense(H -> 1), and the log-std."""
+    """Parameters of policy.ActorCritic with one dense layer of H: encoder Dense(O -> H), LSTM input
+    projection Dense(H -> 4H) and recurrent kernel [H, 4H] (no bias), actor Dense(H -> k), critic
+    Dense(H -> 1), and the log-std."""
     H = hidden_size
     count = obs_size * H + H + H * head_size + head_size + H + 1
     if lstm:
         count += H * 4 * H + 4 * H + H * 4 * H
     return count + log_std
+
+
+@dataclass(frozen=True)
+class NetworkSize:
+    """What the estimate needs of a network: params, carry floats per agent, floats kept per sample."""
+
+    params: int
+    carry: int
+    kept: int
+
+
+def network_size(policy, shape: EnvShape) -> NetworkSize:
+    """The size of the built-in network of ``policy`` (a PolicyConfig) for ``shape``'s observations: per
+    trunk (one, or two with shared_trunk false) the convolutions k x k x c_in x c_out + c_out, the dense
+    layers d_in x w + w, the LSTM d x 4H + 4H + H x 4H; the actor (F x k + k) and critic (F + 1) heads on
+    the trunks' outputs F, and the log-std. A user's module (policy.module) is measured instead."""
+    if policy.module:
+        return _module_size(policy, shape)
+    from jaxlab.config.validate import conv_sizes, image_shape
+
+    H = policy.hidden_size
+    params = kept = 0
+    size = shape.obs_size
+    if policy.encoder == "cnn":
+        height, width, channels = image_shape(shape.obs_shape)
+        for (h, w), c_out, k in zip(conv_sizes(height, width, policy.cnn_kernels, policy.cnn_strides),
+                                    policy.cnn_channels, policy.cnn_kernels):
+            params += k * k * channels * c_out + c_out
+            kept += 2 * h * w * c_out
+            channels, size = c_out, h * w * c_out
+    for width in policy.mlp_layers:
+        params += size * width + width
+        kept += 2 * width
+        size = width
+    if policy.lstm:
+        params += size * 4 * H + 4 * H + H * 4 * H
+        kept += 14 * H
+        size = H
+    trunks = 1 if policy.shared_trunk else 2
+    params = trunks * params + size * shape.head_size + shape.head_size + size + 1 + shape.log_std
+    kept = shape.obs_size + trunks * kept + shape.head_size + 1
+    return NetworkSize(params, trunks * 2 * H, kept)
+
+
+def _module_size(policy, shape: EnvShape) -> NetworkSize:
+    """A user's module, measured by jax.eval_shape of its init (nothing is computed)."""
+    import dataclasses as dc
+
+    from jaxlab.agent.custom import module_size
+
+    params, carry = module_size(policy.module, shape, policy.hidden_size)
+    default = network_size(dc.replace(policy, module="", encoder="mlp", mlp_layers=(policy.hidden_size,)), shape)
+    return NetworkSize(params, carry, default.kept)
+
+
+def obs_norm_on(config: Config, shape: EnvShape) -> bool:
+    """train.obs_norm resolved as the trainer does: auto is on for float observations, off for uint8."""
+    value = config.train.obs_norm
+    return shape.obs_itemsize != 1 if value == "auto" else bool(value)
 
 
 @dataclass(frozen=True)
@@ -148,12 +216,13 @@ def _segment_sample_bytes(shape: EnvShape) -> int:
 
 def estimate(config: Config, sizes: Sizes, shape: EnvShape) -> MemoryEstimate:
     """The memory ``config`` needs, per term, from its derived ``sizes`` and the env's ``shape``."""
-    H, lstm = config.policy.hidden_size, config.policy.lstm
-    params = param_count(shape.obs_size, H, shape.head_size, lstm, shape.log_std)
+    network = network_size(config.policy, shape)
+    params = network.params
     sequences = sizes.segments * sizes.num_agents
-    segment = sizes.batch_size * _segment_sample_bytes(shape) + sequences * (1 + 2 * H) * FLOAT
-    kept = shape.obs_size + (16 * H if lstm else 2 * H) + shape.head_size + 1
-    minibatch = sizes.minibatch_size * (kept * FLOAT + _segment_sample_bytes(shape))
+    segment = sizes.batch_size * _segment_sample_bytes(shape) + sequences * (1 + network.carry) * FLOAT
+    if obs_norm_on(config, shape):
+        segment += sizes.batch_size * shape.obs_size * FLOAT
+    minibatch = sizes.minibatch_size * (network.kept * FLOAT + _segment_sample_bytes(shape))
     A, T = sizes.num_agents, sizes.horizon
     env = A * (2 * shape.obs_size * shape.obs_itemsize + shape.action_size * FLOAT + FLOAT + 2 + shape.mask_width)
     return MemoryEstimate(

@@ -1,4 +1,8 @@
-"""Presets per accelerator (configs/presets/*.toml) and the choice `auto` makes from the devices.
+"""Presets (configs/presets/*.toml) on two axes that combine: the card (cpu, gpu, a100, h100: envs,
+threads, minibatch, precision, memory; `auto` picks one from the devices) and the workload size (heavy,
+beast: network, epochs, learning rate). ``--preset h100,heavy`` layers h100 then heavy; a workload alone
+(``--preset heavy``) is auto's card then heavy. A preset file says its axis in ``[preset] axis``
+("card", the default, or "workload").
 
 A device is described by ``DeviceInfo(platform, kind, memory_bytes)``; ``select_preset`` is a pure
 function of a list of them, so it is tested with simulated device lists. Only ``current_devices`` and
@@ -41,6 +45,41 @@ def select_preset(devices: list[DeviceInfo]) -> tuple[str, str]:
         if needle in device.kind.upper():
             return name, seen
     return "gpu", f"{seen}: not an A100/H100-class card"
+
+
+def preset_axis(name: str) -> str:
+    """"card" or "workload": the axis preset ``name`` belongs to (ConfigError for an unknown name)."""
+    info, _ = read_preset(name)
+    return info.get("axis", "card")
+
+
+def split_presets(value: str) -> tuple[str, list[str]]:
+    """(the card preset, or "auto"; the workload preset as a list of at most one) of a --preset value such
+    as "auto", "h100", "heavy", "h100,heavy" or "a100,beast". ConfigError for an unknown name, two card
+    presets, two workload sizes, or a card preset after a workload one."""
+    from jaxlab.config.layers import preset_list
+
+    names = preset_list(value) or ["auto"]
+    cards, workloads = [], []
+    for name in names:
+        if name == "auto":
+            cards.append(name)
+            continue
+        axis = preset_axis(name)
+        if axis == "card":
+            if workloads:
+                raise ConfigError(f"--preset {value}: the card preset {name!r} must come before the workload "
+                                  f"preset(s) {', '.join(workloads)}; write --preset {','.join([name, *workloads])}")
+            cards.append(name)
+        else:
+            workloads.append(name)
+    if len(cards) > 1:
+        raise ConfigError(f"--preset {value} names {len(cards)} card presets ({', '.join(cards)}); name at most one "
+                          f"card (or auto) and then a workload size, e.g. --preset {cards[-1]},heavy")
+    if len(workloads) > 1:
+        raise ConfigError(f"--preset {value} names {len(workloads)} workload sizes ({', '.join(workloads)}); name at "
+                          f"most one, after the card, e.g. --preset {(cards or ['auto'])[0]},{workloads[-1]}")
+    return (cards[0] if cards else "auto"), workloads
 
 
 def check_preset_fits(name: str, devices: list[DeviceInfo]) -> None:
@@ -114,15 +153,21 @@ def unused_gpu_warning(devices: list[DeviceInfo], present=nvidia_gpu_present) ->
 
 
 def describe_presets(devices: list[DeviceInfo]) -> str:
-    """The table `jaxlab presets` prints: each preset and the one auto picks here."""
+    """The table `jaxlab presets` prints: the card presets (marking the one auto picks here), then the
+    workload presets, and how they combine."""
     chosen, reason = select_preset(devices)
     lines = []
-    for name in preset_names():
-        info, layer = read_preset(name)
-        mark = "*" if name == chosen else " "
-        lines.append(f"{mark} {name:<6} {info.get('description', '')}")
-        settings = [f"{section}.{key}={value}" for section, table in layer.items() for key, value in table.items()]
-        lines.append(f"         sets {', '.join(settings) if settings else 'nothing'}")
-    lines.append(f"auto picks {chosen!r} here: {reason}. Each file in configs/presets/ says where its "
-                 "numbers come from.")
+    for axis, title in (("card", "card presets (one; auto picks it)"), ("workload", "workload sizes (at most one, after the card)")):
+        lines.append(f"{title}:")
+        for name in preset_names():
+            info, layer = read_preset(name)
+            if info.get("axis", "card") != axis:
+                continue
+            mark = "*" if name == chosen else " "
+            lines.append(f"{mark} {name:<6} {info.get('description', '')}")
+            settings = [f"{section}.{key}={value}" for section, table in layer.items() for key, value in table.items()]
+            lines.append(f"         sets {', '.join(settings) if settings else 'nothing'}")
+    lines.append(f"auto picks {chosen!r} here: {reason}. Combine a card and workload sizes in order: --preset "
+                 f"{chosen},heavy (or --preset heavy: auto's card, then heavy). Each file in configs/presets/ says "
+                 "where its numbers come from.")
     return "\n".join(lines)

@@ -27,12 +27,32 @@ class VecConfig:
 
 @dataclass(frozen=True)
 class PolicyConfig:
+    encoder: str = "mlp"
+    """the observation encoder: mlp (flattened observations through mlp_layers) or cnn (HWC images through
+    the cnn_* convolutions, then mlp_layers)"""
+    mlp_layers: tuple[int, ...] = (128,)
+    """widths of the encoder's dense layers, any depth (e.g. [512, 512]; [] feeds the flattened input on)"""
+    activation: str = "gelu"
+    """activation after every encoder layer: gelu, relu, silu, tanh or elu"""
+    cnn_channels: tuple[int, ...] = (32, 64, 64)
+    """cnn encoder: output channels of each convolution (default Nature-DQN's 32, 64, 64)"""
+    cnn_kernels: tuple[int, ...] = (8, 4, 3)
+    """cnn encoder: square kernel size of each convolution (Nature-DQN: 8, 4, 3)"""
+    cnn_strides: tuple[int, ...] = (4, 2, 1)
+    """cnn encoder: stride of each convolution (Nature-DQN: 4, 2, 1); VALID padding"""
     hidden_size: int = 128
-    """width of the encoder and the LSTM"""
+    """width of the LSTM and its carry"""
     lstm: bool = True
     """use an LSTM between encoder and heads (false: feed-forward)"""
+    shared_trunk: bool = True
+    """one encoder (and LSTM) for actor and critic; false: separate actor and critic trunks"""
     actor_init_scale: float = 0.01
     """orthogonal-init scale of the actor head (small: near-uniform initial policy)"""
+    critic_init_scale: float = 1.0
+    """orthogonal-init scale of the critic head"""
+    module: str = ""
+    """your own Flax module instead of the built-in network: "package.module:Class" or
+    "path/to/file.py:Class" (contract: jaxlab/agent/custom.py); empty: the built-in network"""
     scan_unroll: int = 1
     """LSTM time steps per iteration of the training unroll's lax.scan (1: a loop; T: fully unrolled;
     results are the same, speed and compile time differ)"""
@@ -60,8 +80,12 @@ class TrainConfig:
     """floor of the annealed learning rate, as a fraction of learning_rate"""
     gamma: float = 0.99
     """discount factor"""
-    reward_scale: float = 1.0
-    """rewards are multiplied by this before GAE (keeps values near 1 for the shared trunk)"""
+    reward_scale: float | str = "auto"
+    """auto: rewards divided by the running std of the discounted return (SB3's VecNormalize), clipped to
+    +-10; a number: rewards multiplied by it before GAE instead (the explicit override)"""
+    obs_norm: bool | str = "auto"
+    """running per-feature mean/var normalisation of observations (clipped to +-10), updated from
+    rollouts, frozen in eval; auto: on for float observations, off for uint8 (pixels are divided by 255)"""
     gae_lambda: float = 0.95
     """GAE lambda"""
     clip_coef: float = 0.2
@@ -76,6 +100,18 @@ class TrainConfig:
     """global gradient-norm clip (0: no clipping)"""
     norm_adv: bool = True
     """normalise advantages per minibatch"""
+    advantage: str = "gae"
+    """advantage estimator: gae, or vtrace (PufferLib 3: GAE with the importance ratio between the rollout
+    policy and the current one clipped by vtrace_rho_clip and vtrace_c_clip, recomputed every minibatch)"""
+    vtrace_rho_clip: float = 1.0
+    """vtrace: clip of the ratio that weighs each TD error"""
+    vtrace_c_clip: float = 1.0
+    """vtrace: clip of the ratio that carries later TD errors back"""
+    prio_alpha: float = 0.0
+    """prioritised sampling of sequences by advantage magnitude: probability ~ (sum |A|)^alpha (0: off,
+    every sequence once per epoch; PufferLib uses 0.8)"""
+    prio_beta0: float = 0.2
+    """prioritised sampling: importance-weight exponent at the start, annealed linearly to 1 at the end"""
 
 
 @dataclass(frozen=True)
@@ -165,6 +201,9 @@ ENV_KEYS = {"library": "env_library", "mask_check": "env_mask_check"}
 #: train.anneal_lr also takes a boolean, as PufferLib writes it (--train.anneal-lr False).
 SCHEDULE_ALIASES = {"true": "linear", "yes": "linear", "1": "linear", "false": "none", "no": "none", "0": "none"}
 PRECISIONS = ("float32", "bfloat16")
+ENCODERS = ("mlp", "cnn")
+ACTIVATIONS = ("gelu", "relu", "silu", "tanh", "elu")
+ADVANTAGES = ("gae", "vtrace")
 MATMUL_PRECISIONS = ("default", "high", "highest")
 DASHBOARDS = ("auto", "rich", "plain", "none")
 

@@ -6,8 +6,8 @@ import difflib
 import math
 from dataclasses import dataclass, fields
 
-from jaxlab.config.schema import (DASHBOARDS, MASK_CHECKS, MATMUL_PRECISIONS, PRECISIONS, SCHEDULES, SECTIONS, Config,
-                                  ConfigError)
+from jaxlab.config.schema import (ACTIVATIONS, ADVANTAGES, DASHBOARDS, ENCODERS, MASK_CHECKS, MATMUL_PRECISIONS,
+                                  PRECISIONS, SCHEDULES, SECTIONS, Config, ConfigError)
 from jaxlab.config.threads import resolve_threads
 from jaxlab.env.library import constant
 
@@ -68,6 +68,86 @@ def check_finite(config: Config) -> None:
                                   f"give a number, e.g. {flag} {spec.default!r} (the default)")
 
 
+def check_advantage(config: Config) -> None:
+    """train.advantage and its V-trace clips, and the prioritised sampling's beta."""
+    t = config.train
+    check_choice("train.advantage", t.advantage, ADVANTAGES)
+    for name in ("vtrace_rho_clip", "vtrace_c_clip"):
+        if not getattr(t, name) > 0:
+            raise ConfigError(f"train.{name}={getattr(t, name)} must be positive, e.g. 1.0 (PufferLib's default)")
+    if not 0 <= t.prio_beta0 <= 1:
+        raise ConfigError(f"train.prio_beta0={t.prio_beta0} must be in [0, 1] (the importance-weight exponent at "
+                          "the start, annealed to 1), e.g. 0.2")
+
+
+def check_policy(config: Config) -> None:
+    """The [policy] keys that need no env: names among the known ones, equal-length cnn lists, init scales."""
+    p = config.policy
+    check_choice("policy.encoder", p.encoder, ENCODERS)
+    check_choice("policy.activation", p.activation, ACTIVATIONS)
+    lengths = {name: len(getattr(p, name)) for name in ("cnn_channels", "cnn_kernels", "cnn_strides")}
+    if p.encoder == "cnn" and (len(set(lengths.values())) != 1 or not lengths["cnn_channels"]):
+        detail = ", ".join(f"{name} has {n}" for name, n in lengths.items())
+        raise ConfigError(f"policy.cnn_channels, cnn_kernels and cnn_strides need one entry per convolution, at "
+                          f"least one ({detail}); e.g. --policy.cnn-channels 32,64 --policy.cnn-kernels 3,3 "
+                          "--policy.cnn-strides 1,1")
+    for name in ("actor_init_scale", "critic_init_scale"):
+        if getattr(p, name) < 0:
+            raise ConfigError(f"policy.{name}={getattr(p, name)} must be >= 0 (an orthogonal-init gain)")
+    if p.module and ":" not in p.module:
+        raise ConfigError(f"policy.module={p.module!r} must name a class: \"package.module:Class\" or "
+                          "\"path/to/file.py:Class\"")
+
+
+def conv_sizes(height: int, width: int, kernels, strides) -> list[tuple[int, int]]:
+    """The (height, width) after each VALID convolution: (size - kernel) // stride + 1; ValueError naming
+    the layer where a kernel is larger than its input."""
+    sizes = []
+    for i, (k, s) in enumerate(zip(kernels, strides)):
+        if k > height or k > width:
+            raise ValueError(f"convolution {i} (kernel {k}, stride {s}) gets a {height}x{width} input, smaller "
+                             "than its kernel")
+        height, width = (height - k) // s + 1, (width - k) // s + 1
+        sizes.append((height, width))
+    return sizes
+
+
+def image_shape(obs_shape: tuple[int, ...]) -> tuple[int, int, int] | None:
+    """(H, W, C) of an image observation: [H, W, C] as is, [H, W] with C = 1; None for other ranks."""
+    if len(obs_shape) == 3:
+        return tuple(obs_shape)
+    if len(obs_shape) == 2:
+        return (*obs_shape, 1)
+    return None
+
+
+def check_network(config: Config, obs_shape: tuple[int, ...]) -> None:
+    """The network against the env's observation shape: a cnn encoder needs [H, W, C] or [H, W] images its
+    convolutions fit in; a policy.module must import. ConfigError naming the values and a fix."""
+    p = config.policy
+    if p.module:
+        from jaxlab.agent.custom import load_module_class
+
+        try:
+            load_module_class(p.module)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        return
+    if p.encoder != "cnn":
+        return
+    image = image_shape(obs_shape)
+    if image is None:
+        raise ConfigError(f"policy.encoder='cnn' needs image observations [H, W, C] or [H, W], but "
+                          f"{config.env_name}'s are {list(obs_shape)}; use --policy.encoder mlp")
+    try:
+        conv_sizes(image[0], image[1], p.cnn_kernels, p.cnn_strides)
+    except ValueError as err:
+        raise ConfigError(f"policy.cnn_kernels={list(p.cnn_kernels)} with cnn_strides={list(p.cnn_strides)} do not "
+                          f"fit {config.env_name}'s {image[0]}x{image[1]} images: {err}; use smaller kernels and "
+                          f"strides, e.g. --policy.cnn-kernels 3,3 --policy.cnn-strides 1,1 --policy.cnn-channels "
+                          "32,64") from None
+
+
 def derive_sizes(config: Config, agents_per_env: int) -> Sizes:
     """Checks every invariant; ConfigError naming the values, the rule and a fix on the first broken."""
     check_finite(config)
@@ -88,11 +168,14 @@ def derive_sizes(config: Config, agents_per_env: int) -> Sizes:
         value = getattr(t, name)
         if not 0 < value <= 1:
             raise ConfigError(f"train.{name}={value} must be in (0, 1], e.g. 0.99")
-    if not t.reward_scale > 0:
-        raise ConfigError(f"train.reward_scale={t.reward_scale} must be positive, e.g. 1.0")
-    for name in ("clip_coef", "vf_clip_coef", "vf_coef", "ent_coef", "max_grad_norm", "min_lr_ratio"):
+    if t.reward_scale != "auto" and not t.reward_scale > 0:
+        raise ConfigError(f"train.reward_scale={t.reward_scale} must be positive, e.g. 1.0, or auto (scaled by the "
+                          "running std of the discounted return)")
+    for name in ("clip_coef", "vf_clip_coef", "vf_coef", "ent_coef", "max_grad_norm", "min_lr_ratio", "prio_alpha"):
         if getattr(t, name) < 0:
             raise ConfigError(f"train.{name}={getattr(t, name)} must be >= 0")
+    check_advantage(config)
+    check_policy(config)
     if t.min_lr_ratio > 1:
         raise ConfigError(f"train.min_lr_ratio={t.min_lr_ratio} must be in [0, 1]")
     if t.anneal_lr not in SCHEDULES:

@@ -275,6 +275,8 @@ def parse_param(name: str, value: Any, env_name: str, source: str) -> Param:
         if len(set(map(repr, coerced))) != len(coerced):
             raise ConfigError(f"{where}: choices {choices!r} repeat a value; list each once")
         return Param(name, "categorical", choices=tuple(coerced))
+    if kind == "float | str":  # a number or auto (train.reward_scale): a range searches the numbers
+        kind = float
     if kind not in (int, float):
         raise ConfigError(f"{where}: {name} is a {getattr(kind, '__name__', kind)} key, not a number; "
                           "give {choices = [...]} instead of low/high")

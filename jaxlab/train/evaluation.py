@@ -11,7 +11,6 @@ import numpy as np
 
 import jaxlab
 from jaxlab.config import env_args
-from jaxlab.agent.policy import zero_carry
 from jaxlab.train.rollout import Rollout, make_step
 
 
@@ -65,14 +64,16 @@ def play(trainer, steps: int | None = None, num_envs: int | None = None, seed: i
     with jaxlab.make(config.env_name, num_envs=num_envs or config.vec.num_envs, seed=seed,
                      **env_args(config)) as env:
         A, per_env = env.num_agents, env.agents_per_env
-        step, finish = make_step(trainer.policy, trainer.spec, env.buffers.layout, deterministic=deterministic)
+        # the trainer's policy with its observation statistics as they are (frozen: nothing updates them here)
+        step, finish = make_step(trainer.norm.acting_policy(trainer.policy), trainer.spec, env.buffers.layout,
+                                 deterministic=deterministic)
         rounds = None if episodes is None else -(-episodes // A)
         # agents kept in the last round: those of the first whole envs that bring the total to N
         last_round_agents = None if episodes is None else -(-(episodes - (rounds - 1) * A) // per_env) * per_env
         quota = None if rounds is None else np.where(np.arange(A) < last_round_agents, rounds, rounds - 1)
         env.track_episodes()
         rollout = Rollout([env], jax.jit(step, donate_argnums=(2,)), jax.jit(finish, donate_argnums=(2,)),
-                          horizon=1, carries=[zero_carry(A, config.policy.hidden_size)], key=jax.random.PRNGKey(seed))
+                          horizon=1, carries=[trainer.policy.initial_carry(A)], key=jax.random.PRNGKey(seed))
         running_return = np.zeros(A)
         running_length = np.zeros(A, np.int64)
         finished = np.zeros(A, np.int64)          # complete episodes per agent
@@ -85,7 +86,7 @@ def play(trainer, steps: int | None = None, num_envs: int | None = None, seed: i
             active = None if env.active is None else env.active.copy()  # who acts in this step
             size = picture() if callable(picture) else picture
             image = env.pixels(0, *size) if size is not None else None
-            host_action, _ = rollout.step_once(trainer.state.params)
+            host_action, _ = rollout.step_once(trainer.acting_params)
             rewards = env.rewards
             ended = env.terminals | env.truncations
             if active is not None:  # a waiting agent's rows are not episodes

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxlab.agent import distributions, ppo
+from jaxlab.train.advantages import Advantages
 
 
 class Segment(NamedTuple):
@@ -97,44 +98,53 @@ def make_update(policy, spec: distributions.ActionSpec, optimizer: optax.Gradien
                 schedule: Callable, *, num_minibatches: int, update_epochs: int, gamma: float, lam: float,
                 reward_scale: float,
                 clip_coef: float, vf_coef: float, vf_clip_coef: float, ent_coef: float, norm_adv: bool,
-                on_trace: Callable[[], None] = lambda: None) -> Callable:
+                on_trace: Callable[[], None] = lambda: None, advantage: str = "gae", rho_clip: float = 1.0,
+                c_clip: float = 1.0, prio_alpha: float = 0.0, prio_beta0: float = 0.2,
+                total_steps: int = 1) -> Callable:
     """Returns update(state, segment, key) -> (state, metrics), not yet jitted. ``on_trace`` is called
-    each time JAX traces it (so each compile can be counted)."""
+    each time JAX traces it (so each compile can be counted). ``advantage`` ("gae" or "vtrace", with
+    ``rho_clip``, ``c_clip``) and ``prio_alpha``, ``prio_beta0`` (annealed over ``total_steps``
+    optimizer steps) choose the advantage estimator and the minibatch sampling
+    (jaxlab.train.advantages; the defaults are GAE and every sequence once per epoch)."""
+    estimator = Advantages(advantage, gamma, lam, reward_scale, rho_clip, c_clip, prio_alpha, prio_beta0, total_steps)
 
-    def loss_fn(params, mb: Segment, advantages, returns):
+    def loss_fn(params, mb: Segment, advantages, returns, adv_weights):
         _, head, values, log_std = policy.apply(params, mb.start_carry, mb.obs, mb.resets, method="unroll")
         logp, entropy = distributions.log_prob_entropy(spec, head, log_std, mb.actions, mb.masks)
         terms = ppo.ppo_loss(logp, entropy, values, mb.logp, mb.values, advantages, returns,
                              clip_coef=clip_coef, vf_coef=vf_coef, vf_clip_coef=vf_clip_coef,
-                             ent_coef=ent_coef, norm_adv=norm_adv, weights=mb.active)
-        return terms.total, terms
+                             ent_coef=ent_coef, norm_adv=norm_adv, weights=mb.active, adv_weights=adv_weights)
+        return terms.total, (terms, logp)
 
     grad_fn = jax.grad(loss_fn, has_aux=True)
 
     def update(state: TrainState, segment: Segment, key: jax.Array):
         on_trace()
-        advantages, returns = ppo.gae(segment.rewards * reward_scale, segment.values, segment.terminals, segment.truncations,
-                                      segment.bootstrap_values, segment.next_values, gamma, lam)
         num_agents = segment.rewards.shape[1]
         per_minibatch = num_agents // num_minibatches
 
-        def minibatch(state: TrainState, index):
+        def minibatch(carry, inputs):
+            state, estimates = carry
+            index, advantages, returns, weights = estimator.minibatch(estimates, segment, *inputs, state.step)
             mb = _take_agents(segment, index)
-            grads, terms = grad_fn(state.params, mb, advantages[:, index], returns[:, index])
+            grads, (terms, logp) = grad_fn(state.params, mb, advantages, returns, weights)
             updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
             params = optax.apply_updates(state.params, updates)
             metrics = {"policy_loss": terms.policy, "value_loss": terms.value, "entropy": terms.entropy,
                        "approx_kl": terms.approx_kl, "clip_fraction": terms.clip_fraction,
                        "grad_norm": global_norm(grads), "learning_rate": schedule(state.step)}
-            return TrainState(params, opt_state, state.step + 1), metrics
+            estimates = estimator.observe(estimates, index, logp - mb.logp)
+            return (TrainState(params, opt_state, state.step + 1), estimates), metrics
 
-        def epoch(state: TrainState, epoch_key):
+        def epoch(carry, epoch_key):
             order = jax.random.permutation(epoch_key, num_agents).reshape(num_minibatches, per_minibatch)
-            return jax.lax.scan(minibatch, state, order)
+            keys = jax.vmap(lambda i: jax.random.fold_in(epoch_key, i))(jnp.arange(num_minibatches))
+            return jax.lax.scan(minibatch, carry, (order, keys))
 
-        state, metrics = jax.lax.scan(epoch, state, jax.random.split(key, update_epochs))
+        start = estimator.start(segment)
+        (state, _), metrics = jax.lax.scan(epoch, (state, start), jax.random.split(key, update_epochs))
         metrics = jax.tree.map(jnp.mean, metrics)
-        metrics["explained_variance"] = ppo.explained_variance(segment.values, returns, segment.active)
+        metrics["explained_variance"] = ppo.explained_variance(segment.values, start.returns, segment.active)
         return state, metrics
 
     return update

@@ -84,6 +84,12 @@ class DataParallel:
     def replicate(self, tree):
         return jax.device_put(tree, self.replicated)
 
+    def keep_replicated(self, tree):
+        """Inside the update: ``tree`` constrained to be replicated over the update's devices, so that
+        an output fed back as the next call's input (the normalisation statistics) keeps the input's
+        sharding and the update compiles once."""
+        return jax.lax.with_sharding_constraint(tree, NamedSharding(self.global_mesh, P()))
+
     def shard(self, tree, axis: int = 0):
         return jax.tree.map(lambda x: jax.device_put(x, self.agents(axis)), tree)
 
@@ -133,9 +139,10 @@ class DataParallel:
         if self.processes == 1:
             return update
 
-        def wrapped(state, segment, key):
-            state, metrics = update(state, self.global_segment(segment), self.replicate_global(key))
-            return state, jax.tree.map(lambda x: x.addressable_data(0), metrics)
+        def wrapped(state, norm_state, segment, key):
+            state, norm_state, metrics = update(state, norm_state, self.global_segment(segment),
+                                                self.replicate_global(key))
+            return state, norm_state, jax.tree.map(lambda x: x.addressable_data(0), metrics)
 
         wrapped.jitted = update
         return wrapped
@@ -160,6 +167,9 @@ class DataParallel:
         axis."""
         trainer.state = self.replicate_global(jax.device_get(trainer.state) if self.processes > 1 else trainer.state)
         trainer.update_key = self.replicate(trainer.update_key)
+        if trainer.norm.state:  # the normalisation statistics, global like the train state
+            trainer.norm.state = self.replicate_global(jax.device_get(trainer.norm.state) if self.processes > 1
+                                                       else trainer.norm.state)
         r = trainer.rollout
         r.key = self.replicate(r.key)
         r.carries = [self.shard(carry, 0) for carry in r.carries]

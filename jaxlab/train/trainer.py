@@ -20,8 +20,9 @@ from jaxlab import config as config_lib
 from jaxlab.agent.distributions import ActionSpec
 from jaxlab.env.sdk import source_hash
 from jaxlab.train.learner import TrainState, lr_schedule, make_optimizer, make_update
-from jaxlab.agent.policy import ActorCritic, zero_carry
 from jaxlab.train.parallel import DataParallel
+from jaxlab.train.build import learner_reward_scale, make_policy, obs_norm_on, reward_norm_on
+from jaxlab.train.normalization import Normalization
 from jaxlab.train.rollout import EpisodeStats, Rollout, make_step
 
 
@@ -80,20 +81,24 @@ class Trainer:
         self.compile_cache = compile_cache.enable(c.device.compile_cache)  # before anything compiles
         self._cache_counts = compile_cache.counts()  # None once the first record has the verdict
 
-        self.sizes = config_lib.derive_sizes(c, env_shape(c).agents_per_env)  # every check before any env
+        shape = env_shape(c)
+        self.sizes = config_lib.derive_sizes(c, shape.agents_per_env)  # every check before any env
+        config_lib.check_network(c, shape.obs_shape)
         self.envs = make_group_envs(c, self.sizes.num_threads)
         self.env = self.envs[0]  # the spaces, statistics and options of every group's env
         self.env_source = {"library": c.env_library or None, "source_hash": source_hash(c.env_library)}
         self.spec = ActionSpec.from_space(self.env.action_space)
-        self.policy = ActorCritic(self.spec, c.policy.hidden_size, c.policy.lstm, c.policy.actor_init_scale,
-                                  dtype=c.device.precision, scan_unroll=c.policy.scan_unroll)
-        A, H = self.sizes.num_agents, c.policy.hidden_size
+        self.policy = make_policy(c, self.spec)  # the built-in ActorCritic or policy.module's
+        obs_space = self.env.observation_space
+        self.norm = Normalization(obs_norm_on(c, obs_space.dtype), reward_norm_on(c), obs_space.shape,
+                                  self.sizes.num_agents, t.gamma)
+        A = self.sizes.num_agents
         key = jax.random.PRNGKey(t.seed)
         init_key, rollout_key, self.update_key = jax.random.split(key, 3)
-        obs = jnp.zeros((A, *self.env.observation_space.shape), jnp.float32)
+        obs = jnp.zeros((A, *obs_space.shape), jnp.float32 if self.norm.obs_norm else obs_space.dtype)
         # init and the optimizer's init jitted: one executable each (cached on disk like the others)
         # instead of one small compile per op of an eager init, about 4.7 s of a warm start
-        params = jax.jit(self.policy.init)(init_key, zero_carry(A, H), obs, jnp.ones(A, bool))
+        params = jax.jit(self.policy.init)(init_key, self.policy.initial_carry(A), obs, jnp.ones(A, bool))
         total_opt_steps = self.sizes.num_updates * t.update_epochs * self.sizes.num_minibatches
         self.schedule = lr_schedule(t.learning_rate, t.anneal_lr, total_opt_steps, t.min_lr_ratio)
         optimizer = make_optimizer(self.schedule, t.max_grad_norm)
@@ -104,23 +109,35 @@ class Trainer:
         self.parallel = DataParallel(self.sizes.devices) if self.sizes.devices > 1 or jax.process_count() > 1 \
             else None  # None: one device, one process
         policy = self.parallel.wrap(self.policy) if self.parallel else self.policy
-        step, finish = make_step(policy, self.spec, self.env.buffers.layout,
+        step, finish = make_step(self.norm.acting_policy(policy), self.spec, self.env.buffers.layout,
                                  on_trace=lambda: self._traced("rollout"))
         update = make_update(self.parallel.wrap(self.policy, training=True) if self.parallel else policy,
                              self.spec, optimizer, self.schedule,
                              num_minibatches=self.sizes.num_minibatches, update_epochs=t.update_epochs,
-                             gamma=t.gamma, lam=t.gae_lambda, reward_scale=t.reward_scale,
+                             gamma=t.gamma, lam=t.gae_lambda, reward_scale=learner_reward_scale(c),
                              clip_coef=t.clip_coef, vf_coef=t.vf_coef, vf_clip_coef=t.vf_clip_coef, ent_coef=t.ent_coef, norm_adv=t.norm_adv,
-                             on_trace=lambda: self._traced("update"))
+                             on_trace=lambda: self._traced("update"), advantage=t.advantage,
+                             rho_clip=t.vtrace_rho_clip, c_clip=t.vtrace_c_clip, prio_alpha=t.prio_alpha,
+                             prio_beta0=t.prio_beta0, total_steps=total_opt_steps)
         step, finish, update = (with_matmul_precision(f, c.device.matmul_precision) for f in (step, finish, update))
         if max_traces is not None:
             step, finish, update = (chex.assert_max_traces(f, n=max_traces) for f in (step, finish, update))
-        self._update = jax.jit(update, donate_argnums=(0,))
+        norm, parallel = self.norm, self.parallel
+
+        def prepare_and_update(state, norm_state, segment, key):
+            # the normalisation (when on) inside the update's one compile: see jaxlab.train.normalization
+            norm_state, segment = norm.prepare_batch(norm_state, segment)
+            state, metrics = update(state, segment, key)
+            if parallel is not None:
+                norm_state = parallel.keep_replicated(norm_state)
+            return state, norm_state, metrics
+
+        self._update = jax.jit(prepare_and_update, donate_argnums=(0,))
         if self.parallel:
             self._update = self.parallel.wrap_update(self._update)
         group = self.env.num_agents
         self.rollout = Rollout(self.envs, jax.jit(step, donate_argnums=(2,)), jax.jit(finish, donate_argnums=(2,)),
-                               self.sizes.horizon, [zero_carry(group, H) for _ in self.envs], rollout_key,
+                               self.sizes.horizon, [self.policy.initial_carry(group) for _ in self.envs], rollout_key,
                                segments=self.sizes.segments)
         self.rollout.first_group = jax.process_index() * c.vec.groups  # the sampling keys' group index
         if self.parallel:
@@ -156,16 +173,22 @@ class Trainer:
         host and device, and in updates (the rest of the wall time is "other")."""
         return {**self.rollout.timing, "learn": self.learn_time}
 
+    @property
+    def acting_params(self):
+        """What the rollout's policy takes: the params, with the observation statistics when obs_norm is on
+        (see jaxlab.train.normalization); ``self.norm.acting_policy(self.policy)`` is that policy."""
+        return self.norm.acting_params(self.state.params)
+
     def evaluate(self) -> None:
         """Collects the update's batch with the current parameters: ``sizes.segments`` segments of T
         steps of every agent, one after the other, trained on as segments x agents sequences. The
         batch's arrays are the rollout's device buffers: valid until the next evaluate()."""
         for s in range(self.sizes.segments):
-            segment, infos = self.rollout.collect(self.parallel.local(self.state.params) if self.parallel
-                                                  else self.state.params, s)
+            segment, infos = self.rollout.collect(self.parallel.local(self.acting_params) if self.parallel
+                                                  else self.acting_params, s)
             for info in infos:
                 self.episode_stats.add(info)
-        self.segment = segment
+        self.segment = segment  # raw: train() normalises it (when on) in the update's compile
         self.global_step += self.sizes.batch_size
 
     def train(self) -> dict:
@@ -174,7 +197,7 @@ class Trainer:
             raise RuntimeError("Trainer.train() needs a segment: call evaluate() first")
         tic = time.perf_counter()
         self.update_key, key = jax.random.split(self.update_key)
-        self.state, metrics = self._update(self.state, self.segment, key)
+        self.state, self.norm.state, metrics = self._update(self.state, self.norm.state, self.segment, key)
         self.segment = None
         self._last_metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
         self.learn_time += time.perf_counter() - tic
@@ -187,7 +210,8 @@ class Trainer:
         now = time.perf_counter()
         sps = (self.global_step - self._last_log_step) / max(now - self._last_log_time, 1e-9)
         record = {"global_step": self.global_step, "update": self.update_index,
-                  "wall_time": now - self.start_time, "sps": sps, "compiles": self.compiles, **self._last_metrics}
+                  "wall_time": now - self.start_time, "sps": sps, "compiles": self.compiles,
+                  **self._last_metrics, **self.norm.metrics()}
         if self.parallel:
             self.parallel.sum_episode_stats(self.episode_stats)  # every process's episodes
         record.update(self.episode_stats.take())
@@ -217,6 +241,8 @@ class Trainer:
         r = self.rollout
         state = {"train": {"params": self.state.params, "opt_state": self.state.opt_state, "step": self.state.step},
                  "update_key": self.update_key, "rollout": {"key": r.key, "carry": r.carry}}
+        if self.norm.state:
+            state["norm"] = self.norm.state
         if with_env and self.env.has_state:
             state["env"] = [env.save_state() for env in self.envs]
         elif with_env and not self._warned_env_state:
@@ -244,6 +270,8 @@ class Trainer:
         r.key = jnp.asarray(saved["key"])
         r.set_carry(to_jax(saved["carry"]))
         r.step_count = int(meta["rollout_steps"])
+        if self.norm.state:
+            self.norm.state = to_jax(state["norm"])
         if self.env.has_state:
             try:
                 for env, env_state in zip(self.envs, state["env"], strict=True):
@@ -330,7 +358,9 @@ def check_env_source(saved: dict | None, current: dict, any_env: bool = False) -
 
 
 #: Config fields a checkpoint's arrays depend on: resuming with another value is refused.
-SHAPING = ("env_name", "env", "vec.num_envs", "policy.hidden_size", "policy.lstm")
+SHAPING = ("env_name", "env", "vec.num_envs", "policy.hidden_size", "policy.lstm", "policy.encoder", "policy.mlp_layers",
+           "policy.shared_trunk", "policy.cnn_channels", "policy.cnn_kernels", "policy.cnn_strides", "policy.module",
+           "train.obs_norm")
 
 
 def _get(config, name: str):
@@ -357,7 +387,8 @@ def check_compatible(saved: config_lib.Config, new: config_lib.Config) -> list[s
     """ConfigError naming every change a checkpoint's arrays cannot take (another env, env params,
     agent count or network); otherwise the allowed changes, as lines "key: old -> new"."""
     changes = config_changes(saved, new)
-    refused = [c for c in changes if c[0] in SHAPING or c[0].split(".")[0] == "env"]
+    refused = [c for c in changes if c[0] in SHAPING or c[0].split(".")[0] == "env"
+               or (c[0] == "train.reward_scale" and (c[1] == "auto") != (c[2] == "auto"))]  # the return stats
     if refused:
         detail = "; ".join(f"{k} was {old!r}, now {new_value!r}" for k, old, new_value in refused)
         raise config_lib.ConfigError(f"cannot resume: the checkpoint was trained with another "

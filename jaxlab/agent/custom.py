@@ -1,0 +1,189 @@
+"""Your own policy network: ``policy.module = "package.module:Class"`` (or ``"path/to/file.py:Class"``)
+trains a Flax module of yours in place of the built-in ActorCritic, through the same rollout, update,
+checkpoints and eval.
+
+The contract (examples/policies/gru.py is a complete one). Your class is a ``flax.linen.Module``:
+
+    class MyPolicy(nn.Module):
+        action: ActionSpec      # jaxlab fills these fields when your class declares them:
+        hidden_size: int = 64   #   action (jaxlab.agent.distributions.ActionSpec: kind, nvec, dim,
+        dtype: str = "float32"  #   head_size), hidden_size (policy.hidden_size), dtype (device.precision)
+
+        def initial_carry(self, num_agents: int):
+            # optional: the carry an episode starts from, a pytree of arrays [num_agents, ...]
+            # (default: zeros [num_agents, 1], for a feed-forward module). Called on the unbound module.
+            return jnp.zeros((num_agents, self.hidden_size))
+
+        def __call__(self, carry, obs):
+            # one step of A agents: obs [A, ...] as the env gives them (uint8 pixels stay uint8; float
+            # observations are normalised first when train.obs_norm is on)
+            return carry, head, value   # head [A, action.head_size] float32, value [A] float32
+
+    head is the actor's output: logits for discrete actions (the sum of the factors' sizes for
+    multi-discrete, masked by jaxlab where the env has masks), the Gaussian mean for continuous ones
+    (jaxlab adds the learned state-independent log-std, param "log_std"). value is the critic's.
+
+jaxlab resets the carry itself: before a step, the carry of every agent whose previous step ended an
+episode is replaced by initial_carry's. For training it unrolls your step over T steps with a
+lax.scan (resetting the same way); a module may define ``unroll(self, carry, obs [T, A, ...], reset
+[T, A] bool) -> carry, head [T, A, k], value [T, A]`` instead (a faster equivalent: it must reset the
+carry of agent a before step t where reset[t, a], and give what stepping gives). Only the "params"
+collection is used (no batch statistics, no dropout RNG).
+
+Params: {"module": your module's variables, "log_std": [d] for continuous actions}, saved in
+checkpoints like the built-in ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import sys
+import zlib
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+from jaxlab.agent.distributions import ActionSpec
+
+#: Fields jaxlab fills when the user's class declares them: field -> what it gets.
+FILLED_FIELDS = ("action", "hidden_size", "dtype")
+
+
+def load_module_class(spec: str) -> type:
+    """The class that ``spec`` ("package.module:Class" or "path/to/file.py:Class") names; ValueError with
+    what went wrong and a fix."""
+    where, sep, name = spec.partition(":")
+    if not sep or not where or not name:
+        raise ValueError(f"policy.module={spec!r} must name a class: \"package.module:Class\" or "
+                         "\"path/to/file.py:Class\"")
+    try:
+        if where.endswith(".py"):
+            path = Path(where).expanduser()
+            if not path.is_file():
+                raise ValueError(f"policy.module={spec!r}: no such file {str(path)!r}")
+            module_name = f"jaxlab_user_policy_{path.stem}_{zlib.crc32(str(path.absolute()).encode()):08x}"
+            module = sys.modules.get(module_name)
+            if module is None:
+                loader = importlib.util.spec_from_file_location(module_name, path)
+                module = importlib.util.module_from_spec(loader)
+                sys.modules[module_name] = module
+                try:
+                    loader.loader.exec_module(module)
+                except BaseException:
+                    del sys.modules[module_name]
+                    raise
+        else:
+            module = importlib.import_module(where)
+    except ValueError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the user's code may raise anything while importing
+        raise ValueError(f"policy.module={spec!r}: importing {where!r} failed: {type(err).__name__}: {err}; "
+                         "check the module (a package must be on PYTHONPATH)") from None
+    cls = getattr(module, name, None)
+    if cls is None:
+        raise ValueError(f"policy.module={spec!r}: {where!r} has no {name!r}")
+    import flax.linen as nn
+
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise ValueError(f"policy.module={spec!r}: {name} is not a flax.linen.Module class")
+    return cls
+
+
+def make_module(cls: type, action: ActionSpec, hidden_size: int, dtype: str):
+    """An instance of the user's class with the FILLED_FIELDS it declares."""
+    given = {"action": action, "hidden_size": hidden_size, "dtype": dtype}
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in given.items() if k in names})
+
+
+def _reset(carry, initial, reset: jax.Array):
+    """``carry`` with the entries of agents where ``reset`` [A] replaced by ``initial``'s."""
+    return jax.tree.map(lambda c, i: jnp.where(reset.reshape(reset.shape + (1,) * (c.ndim - 1)), i, c),
+                        carry, initial)
+
+
+class ModulePolicy:
+    """The built-in ActorCritic's interface (init, apply with method None or "unroll", initial_carry; see
+    jaxlab.agent.policy) over a user's module that follows the contract above."""
+
+    def __init__(self, module, action: ActionSpec, scan_unroll: int = 1):
+        self.module, self.action, self.scan_unroll = module, action, scan_unroll
+
+    def initial_carry(self, num_agents: int):
+        if hasattr(self.module, "initial_carry"):
+            return self.module.initial_carry(num_agents)
+        return jnp.zeros((num_agents, 1), jnp.float32)
+
+    def init(self, key: jax.Array, carry, obs: jax.Array, reset: jax.Array) -> dict:
+        """Params for ``obs`` [A, ...]; ValueError when the module's outputs break the contract."""
+        variables = self.module.init(key, carry, obs)
+        params = {"module": {"params": variables["params"]}}
+        if self.action.kind == "continuous":
+            params["log_std"] = jnp.zeros((self.action.dim,), jnp.float32)
+        self._check(params, carry, obs)
+        return params
+
+    def _check(self, params, carry, obs) -> None:
+        A, k = obs.shape[0], self.action.head_size
+        name = type(self.module).__name__
+        try:
+            out = jax.eval_shape(lambda p, c, o: self.module.apply(p, c, o), params["module"], carry, obs)
+        except Exception as err:  # noqa: BLE001
+            raise ValueError(f"{name}(carry, obs) failed: {type(err).__name__}: {err}") from None
+        if not (isinstance(out, tuple) and len(out) == 3):
+            raise ValueError(f"{name}(carry, obs) must return (carry, head [A, {k}], value [A]); it returned "
+                             f"{type(out).__name__} {jax.tree.map(lambda x: x.shape, out)}")
+        new_carry, head, value = out
+        if head.shape != (A, k) or value.shape != (A,):
+            raise ValueError(f"{name}(carry, obs) must return head [{A}, {k}] (the action head size) and value "
+                             f"[{A}]; it returned head {list(head.shape)} and value {list(value.shape)}")
+        if jax.tree.structure(new_carry) != jax.tree.structure(carry) or any(
+                a.shape != b.shape for a, b in zip(jax.tree.leaves(new_carry), jax.tree.leaves(carry))):
+            raise ValueError(f"{name}(carry, obs) must return a carry shaped like initial_carry's "
+                             f"({jax.tree.map(lambda x: list(x.shape), carry)}); it returned "
+                             f"{jax.tree.map(lambda x: list(x.shape), new_carry)}")
+
+    def _step(self, params, carry, obs, reset):
+        carry = _reset(carry, self.initial_carry(obs.shape[0]), reset)
+        carry, head, value = self.module.apply(params["module"], carry, obs)
+        return carry, head.astype(jnp.float32), value.astype(jnp.float32)
+
+    def apply(self, params, carry, obs: jax.Array, reset: jax.Array, method=None):
+        """(carry, head, value, log_std or None): one step (obs [A, ...], reset [A]) or, with method
+        "unroll", T steps (obs [T, A, ...], reset [T, A])."""
+        log_std = params.get("log_std")
+        if method == "unroll":
+            if hasattr(self.module, "unroll"):
+                carry, head, value = self.module.apply(params["module"], carry, obs, reset, method="unroll")
+                head, value = head.astype(jnp.float32), value.astype(jnp.float32)
+            else:
+                def step(c, inputs):
+                    c, head, value = self._step(params, c, *inputs)
+                    return c, (head, value)
+
+                carry, (head, value) = jax.lax.scan(step, carry, (obs, reset), unroll=self.scan_unroll)
+            return carry, head, value, log_std
+        if method is not None:
+            raise ValueError(f"ModulePolicy.apply: unknown method {method!r}")
+        return (*self._step(params, carry, obs, reset), log_std)
+
+
+def module_size(spec: str, shape, hidden_size: int, dtype: str = "float32") -> tuple[int, int]:
+    """(parameter count, carry floats per agent) of the module ``spec`` for an env of ``shape``
+    (jaxlab.config.memory.EnvShape), by jax.eval_shape: nothing is computed or allocated."""
+    if shape.log_std:
+        action = ActionSpec("continuous", dim=shape.log_std)
+    elif shape.action_size == 1:
+        action = ActionSpec("discrete", (shape.head_size,))
+    else:  # the sizes of the factors do not change the count of a head of head_size outputs
+        action = ActionSpec("multi_discrete", (shape.head_size - shape.action_size + 1,) + (1,) * (shape.action_size - 1))
+    policy = ModulePolicy(make_module(load_module_class(spec), action, hidden_size, dtype), action)
+    carry = policy.initial_carry(2)
+    obs = jax.ShapeDtypeStruct((2, *shape.obs_shape), jnp.uint8 if shape.obs_itemsize == 1 else jnp.float32)
+    params = jax.eval_shape(lambda key, c, o: policy.init(key, c, o, jnp.ones(2, bool)), jax.random.PRNGKey(0),
+                            carry, obs)
+    count = sum(int(x.size) for x in jax.tree.leaves(params))
+    return count, sum(int(x.size) // 2 for x in jax.tree.leaves(carry))

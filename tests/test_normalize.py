@@ -1,0 +1,140 @@
+"""Running observation normalisation and return-based reward scaling (jaxlab.agent.normalize) on values
+worked by hand; through the trainer: frozen in eval, saved in checkpoints and resumed bit for bit,
+reward_scale as an explicit override, and one compile per jitted function with every option on."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxlab.agent import normalize
+from jaxlab.config import load_config
+from jaxlab.run.loop import train_loop
+from jaxlab.train.trainer import Trainer
+
+
+def test_running_mean_and_var_by_value():
+    stats = normalize.init_stats((2,))
+    np.testing.assert_array_equal(stats.mean, [0, 0]) and np.testing.assert_array_equal(stats.var, [1, 1])
+    x = jnp.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])  # mean 3, 4; population variance 8/3
+    stats = normalize.update(stats, x)
+    # the prior count 1e-4 (mean 0, var 1) weighs 1e-4 / 3.0001 against the batch
+    n, eps = 3.0, 1e-4
+    total = n + eps
+    want_mean = np.array([3.0, 4.0]) * n / total
+    want_var = (1.0 * eps + 8 / 3 * n + np.array([3.0, 4.0]) ** 2 * eps * n / total) / total
+    np.testing.assert_allclose(stats.mean, want_mean, rtol=1e-6)
+    np.testing.assert_allclose(stats.var, want_var, rtol=1e-6)
+    assert float(stats.count) == pytest.approx(total)
+    # two merges are one merge of the union (Chan et al.)
+    y = jnp.array([[-1.0, 0.0], [7.0, 2.0]])
+    both = normalize.update(normalize.init_stats((2,)), jnp.concatenate([x, y]))
+    twice = normalize.update(stats, y)
+    np.testing.assert_allclose(twice.mean, both.mean, rtol=1e-5)
+    np.testing.assert_allclose(twice.var, both.var, rtol=1e-5)
+    # [T, A, features]: every leading axis is a sample
+    np.testing.assert_allclose(normalize.update(normalize.init_stats((2,)), x[None]).mean, want_mean, rtol=1e-6)
+
+
+def test_normalize_divides_by_the_std_and_clips():
+    stats = normalize.RunningStats(jnp.array([1.0, -2.0]), jnp.array([4.0, 0.25]), jnp.float32(10))
+    out = normalize.normalize(stats, jnp.array([[3.0, -1.0], [1.0, 100.0]]))
+    np.testing.assert_allclose(out, [[1.0, 2.0], [0.0, 10.0]], rtol=1e-6)  # (x - mean) / sqrt(var); clip 10
+
+
+def test_discounted_returns_and_reward_scaling_by_value():
+    # gamma 0.5, one agent, rewards 1, 2, 3, its episode ending at the second step:
+    # R = 1;  0.5 * 1 + 2 = 2.5 (then zeroed);  3
+    rewards = jnp.array([[1.0], [2.0], [3.0]])
+    ended = jnp.array([[False], [True], [False]])
+    last, each = normalize.discounted_returns(jnp.zeros(1), rewards, ended, 0.5)
+    np.testing.assert_allclose(each[:, 0], [1.0, 2.5, 3.0])
+    np.testing.assert_allclose(last, [3.0])
+    state, scaled = normalize.scale_rewards(normalize.init_return_scale(1), rewards, ended, 0.5)
+    var = np.var([1.0, 2.5, 3.0])  # 0.7222...; the prior's 1e-4 count moves it by about 1e-4
+    assert float(state.stats.var) == pytest.approx(var, rel=1e-3)
+    np.testing.assert_allclose(scaled[:, 0], np.array([1.0, 2.0, 3.0]) / np.sqrt(float(state.stats.var) + 1e-8),
+                               rtol=1e-6)
+    np.testing.assert_allclose(state.returns, [3.0])
+    # the running return carries over to the next segment
+    _, each = normalize.discounted_returns(state.returns, jnp.array([[1.0]]), jnp.array([[False]]), 0.5)
+    np.testing.assert_allclose(each[:, 0], [2.5])
+
+
+SMALL = ["--vec.num-envs", "8", "--train.bptt-horizon", "8", "--train.minibatch-size", "16",
+         "--policy.hidden-size", "16", "--policy.mlp-layers", "16"]
+
+
+def config_of(env="pendulum", updates=6, *flags):
+    config, _ = load_config(env, flags=[*SMALL, "--train.total-timesteps", str(64 * updates), *flags])
+    return config
+
+
+def test_pendulum_defaults_normalise_observations_and_scale_rewards_by_the_return():
+    config, _ = load_config("pendulum")
+    assert config.train.obs_norm == "auto" and config.train.reward_scale == "auto"
+    with Trainer(config_of(), max_traces=1) as trainer:
+        assert trainer.norm.obs_norm and trainer.norm.reward_norm
+        records = train_loop(trainer, updates=3)
+        stats = trainer.norm.state["obs"]
+        assert float(stats.count) == pytest.approx(3 * 64 + 1e-4, rel=1e-6)
+        assert records[-1]["compiles"] == 3 and records[-1]["return_std"] > 0  # normalisation adds no compile
+        # pendulum's observations: cos, sin in [-1, 1], angular velocity in [-8, 8]
+        assert np.all(np.abs(np.asarray(stats.mean)) < 8) and np.all(np.asarray(stats.var) > 0)
+
+
+def test_reward_scale_is_an_explicit_override_and_uint8_observations_are_not_normalised():
+    with Trainer(config_of("pendulum", 6, "--train.reward-scale", "0.1", "--train.obs-norm", "false")) as trainer:
+        assert not trainer.norm.obs_norm and not trainer.norm.reward_norm and trainer.norm.state == {}
+        record = train_loop(trainer, updates=1)[-1]
+        assert "return_std" not in record
+    with Trainer(config_of("spot", 6, "--train.minibatch-size", "64")) as trainer:  # uint8 pixels: auto is off
+        assert not trainer.norm.obs_norm and trainer.norm.reward_norm
+
+
+def test_statistics_are_frozen_in_eval():
+    from jaxlab.train.evaluation import play
+
+    with Trainer(config_of()) as trainer:
+        train_loop(trainer, updates=2)
+        before = jax.tree.map(np.asarray, trainer.norm.state)
+        play(trainer, steps=50, num_envs=4)
+        for x, y in zip(jax.tree.leaves(before), jax.tree.leaves(trainer.norm.state), strict=True):
+            np.testing.assert_array_equal(x, y)
+
+
+def test_statistics_are_saved_and_resumed_exactly(tmp_path):
+    from jaxlab import checkpoint
+
+    config = config_of("pendulum", 6)
+    with Trainer(config) as straight:
+        train_loop(straight, updates=6)
+        reference = jax.tree.map(np.asarray, (straight.state.params, straight.norm.state))
+    with Trainer(config) as first:
+        train_loop(first, updates=3)
+        first.save_checkpoint(tmp_path / "ck")
+        saved = jax.tree.map(np.asarray, first.norm.state)
+    state, _ = checkpoint.read(tmp_path / "ck", None)
+    assert set(state["norm"]) == {"obs", "reward"}
+    with Trainer(config) as second:
+        second.load_checkpoint(tmp_path / "ck")
+        for x, y in zip(jax.tree.leaves(saved), jax.tree.leaves(second.norm.state), strict=True):
+            np.testing.assert_array_equal(x, y)
+        train_loop(second, updates=3)
+        resumed = jax.tree.map(np.asarray, (second.state.params, second.norm.state))
+    for x, y in zip(jax.tree.leaves(reference), jax.tree.leaves(resumed), strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_resuming_with_normalisation_switched_on_or_off_is_refused():
+    from jaxlab.config import ConfigError
+    from jaxlab.train.trainer import check_compatible
+
+    saved = config_of("pendulum", 6)
+    for flags, key in ((["--train.obs-norm", "false"], "train.obs_norm"),
+                       (["--train.reward-scale", "0.1"], "train.reward_scale")):
+        with pytest.raises(ConfigError, match=rf"cannot resume: .*{key} was 'auto'"):
+            check_compatible(saved, config_of("pendulum", 6, *flags))
+    constant = config_of("pendulum", 6, "--train.reward-scale", "0.1")
+    changes = check_compatible(constant, config_of("pendulum", 6, "--train.reward-scale", "0.2"))
+    assert any("train.reward_scale" in str(c) for c in changes)  # a number for a number: allowed, listed
