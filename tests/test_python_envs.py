@@ -205,7 +205,7 @@ def test_a_missing_package_says_what_to_install(monkeypatch, package, name):
 
 def test_python_envs_take_cartpoles_defaults_and_no_env_parameters():
     config, sources = load_config("gymnasium:CartPole-v1")
-    assert sources["train.reward_scale"] == "configs/envs/cartpole.toml"
+    assert sources["train.total_timesteps"] == "configs/envs/cartpole.toml"
     assert config.train.total_timesteps == load_config("cartpole")[0].train.total_timesteps
     assert load_config("pettingzoo:pettingzoo.butterfly.pistonball_v6")[0].env == {}
     with pytest.raises(ConfigError, match="unknown config key 'env.max_steps'"):
