@@ -208,7 +208,7 @@ def test_seeds_are_averaged_and_trials_outlive_no_sweep_killed_with_sigkill(tmp_
     next sweep adopts the trial and continues both seeds; the trial's value is their mean."""
     import optuna
 
-    root, updates = tmp_path / "sweeps", 100
+    root, updates = tmp_path / "sweeps", 300  # long enough that the kill lands mid-training with a warm cache
     study_dir = root / "seeds"
     command = ["sweep", "cartpole", "--sweep", str(sweep_file(tmp_path, trials=1)), "--seeds", "2", "--parallel",
                "2", "--study", "seeds", "--root", str(root), *SMALL, "--train.total-timesteps", str(512 * updates)]
