@@ -90,7 +90,8 @@ def run_sweep(args, study, storage, spec, base_toml: str, study_dir: Path, platf
     from jaxlab.config import config_from_toml
     from jaxlab.config.presets import GPU_PLATFORMS
     from jaxlab.sweep.supervisor import Sweep
-    from jaxlab.sweep.trials import plan_slots, usable_cores
+    from jaxlab.config.threads import usable_cores
+    from jaxlab.sweep.trials import plan_slots
 
     base = config_from_toml(base_toml)
     study_dir.mkdir(parents=True, exist_ok=True)

@@ -23,12 +23,13 @@ MIN_AGENTS_PER_THREAD = 1024
 CPU_PRESETS = ("cpu", "none")  # presets under which JAX computes on the CPU (none: the Python API's)
 
 
-def usable_cores() -> int:
-    """Cores this process may run on (its affinity; os.cpu_count where affinity is unknown)."""
+def usable_cores() -> list[int]:
+    """The cores this process may run on (its affinity), sorted; 0..os.cpu_count()-1 where the
+    affinity is unknown."""
     try:
-        return len(os.sched_getaffinity(0))
+        return sorted(os.sched_getaffinity(0))
     except AttributeError:
-        return os.cpu_count() or 1
+        return list(range(os.cpu_count() or 1))
 
 
 def auto_threads(envs_per_group: int, agents_per_env: int, groups: int, cores: int, jax_on_cpu: bool,
@@ -49,4 +50,4 @@ def resolve_threads(num_threads: int | str, envs_per_group: int, agents_per_env:
     """(threads, why) for the config value ``num_threads`` ("auto" or an int)."""
     if num_threads != "auto":
         return int(num_threads), "set"
-    return auto_threads(envs_per_group, agents_per_env, groups, usable_cores(), preset in CPU_PRESETS, max_chunks)
+    return auto_threads(envs_per_group, agents_per_env, groups, len(usable_cores()), preset in CPU_PRESETS, max_chunks)

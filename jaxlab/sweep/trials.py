@@ -48,11 +48,6 @@ class Slot:
         return f"cores {','.join(map(str, self.cores))}" if self.cores else "all cores"
 
 
-def usable_cores() -> list[int]:
-    """The cores this process may run on (its affinity), sorted."""
-    return sorted(os.sched_getaffinity(0))
-
-
 def plan_slots(parallel: int, on_gpu: bool, cores: list[int], max_threads: int) -> list[Slot]:
     """K = ``parallel`` slots. CPU: the cores split into K contiguous sets (cores shared round-robin
     when K exceeds them), C threads = the set's size (at most ``max_threads``, the config's
