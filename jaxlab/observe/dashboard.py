@@ -10,6 +10,8 @@ import sys
 import time
 from dataclasses import dataclass
 
+from jaxlab.observe import device_memory
+
 SPLIT = ("env", "policy", "copy", "learn", "other")
 SPLIT_NAMES = {"env": "env step", "policy": "policy forward", "copy": "host-device copy", "learn": "learn",
                "other": "other"}
@@ -76,7 +78,9 @@ def render(record: dict, info: RunInfo, warnings: list[str], start: str | None =
         stats.add_row(name, "-" if value is None else f"{value:10.3f}")
     columns = Table.grid(padding=(0, 4))
     columns.add_row(split, losses, stats)
-    parts = [head] + ([Text(start, style="dim")] if start else []) + [progress, columns]
+    memory = device_memory.describe(record)
+    parts = [head] + ([Text(start, style="dim")] if start else []) + [progress]
+    parts += ([Text(memory)] if memory else []) + [columns]
     parts += [Text(f"warning: {w}", style="yellow") for w in warnings]
     return Group(*parts)
 
@@ -93,10 +97,12 @@ def plain_line(record: dict, info: RunInfo) -> str:
     """One line per report: progress, SPS, episode statistics, losses and the time split."""
     episode = "  ".join(f"{name} {record[name]:.2f}" for name in info.stat_names[:2] if record.get(name) is not None)
     split = " ".join(f"{name.split()[0]} {percent:.0f}%" for name, _, percent in time_split(record))
+    memory = (f"  mem {record['device_memory_gib']:.1f}/{record['device_memory_peak_gib']:.1f} GiB"
+              if "device_memory_gib" in record else "")
     return (f"update {record['update']:>5}/{info.num_updates}  step {record['global_step']:>10,}  "
             f"{record['wall_time']:6.1f}s  {record['sps']:>9,.0f} SPS  "
             f"{episode or 'no episode ended'}  entropy {record['entropy']:.3f}  kl {record['approx_kl']:.4f}  "
-            f"[{split}]")
+            f"[{split}]{memory}")
 
 
 class PlainReporter:

@@ -19,6 +19,7 @@ import jaxlab
 from jaxlab import config as config_lib
 from jaxlab.agent.distributions import ActionSpec
 from jaxlab.env.sdk import source_hash
+from jaxlab.observe.device_memory import memory_fields
 from jaxlab.train.learner import TrainState, lr_schedule, make_optimizer, make_update
 from jaxlab.train.parallel import DataParallel
 from jaxlab.train.build import learner_reward_scale, make_policy, obs_norm_on, reward_norm_on
@@ -218,6 +219,7 @@ class Trainer:
         timing = self.timing
         record.update({f"time_{k}": v for k, v in timing.items()})
         record["time_other"] = max(record["wall_time"] - sum(timing.values()), 0.0)
+        record.update(memory_fields(jax.local_devices()[:self.sizes.devices]))  # {} on a CPU
         if self._cache_counts is not None:  # the first record of this process: how the start went
             from jaxlab.run import compile_cache
             from jaxlab.run.launch import seconds_since_launch
