@@ -41,6 +41,7 @@ def matmul_peak(m: int, k: int, n: int, seconds: float = 2.0) -> float:
 def update_figures(args, unroll: int) -> tuple[float, float]:
     """(seconds per update, FLOPs per update) of the real update at these sizes."""
     from jaxlab.config import load_config
+    from jaxlab.run.bench import update_flops
     from jaxlab.train.trainer import Trainer
 
     num_envs = args.agents
@@ -53,7 +54,7 @@ def update_figures(args, unroll: int) -> tuple[float, float]:
         trainer.evaluate()
         segment = trainer.segment
         key = jax.random.PRNGKey(0)
-        flops = 6.0 * trainer.num_params * args.agents * args.horizon * args.epochs
+        flops = update_flops(trainer.num_params, args.agents * args.horizon, args.epochs)
         norm = trainer.norm.state
         state = trainer.state
         state, _, _ = trainer._update(state, norm, segment, key)

@@ -1,5 +1,6 @@
 """`jaxlab config`, `jaxlab presets`, `jaxlab bench` and --help of every command, in subprocesses."""
 
+import re
 import subprocess
 import sys
 import tomllib
@@ -56,6 +57,11 @@ def test_bench_prints_env_and_training_figures():
     assert result.returncode == 0, result.stderr
     assert "env cartpole: 8 agents, 1 C thread(s):" in result.stdout and "M agent-steps/s" in result.stdout
     assert "steady" in result.stdout and "SPS over 1 updates" in result.stdout
+    # the update's FLOPs by the 6N rule: 6 x params x batch (8 envs x horizon 16) x update_epochs (2)
+    params = int(re.search(r"([\d,]+) params", result.stdout).group(1).replace(",", ""))
+    gflop = float(re.search(r"update: ([\d.,]+) GFLOP each by the 6N rule, [\d.,]+ GFLOP/s achieved",
+                            result.stdout).group(1))
+    assert gflop == pytest.approx(6 * params * 8 * 16 * 2 / 1e9, abs=0.006)
 
 
 @pytest.mark.parametrize("command", ["train", "eval", "config", "bench", "presets", "envs"])

@@ -97,6 +97,13 @@ def _masked_steps_per_second(env, rng: np.random.Generator, seconds: float, cloc
     return calls * env.num_agents / elapsed, elapsed / calls
 
 
+def update_flops(num_params: int, samples: int, epochs: int) -> float:
+    """The update's matmul FLOPs by the 6N rule: every weight takes part in one multiply-add per sample
+    forward and two backward, so 6 x params per sample and epoch (biases, activations and the optimizer
+    left out; a CNN's convolutions reuse their weights over the image and do more than this counts)."""
+    return 6.0 * num_params * samples * epochs
+
+
 def steady_training(config, updates: int) -> dict:
     """Trains ``config`` for 1 + ``updates`` updates; returns the first update's seconds (compiles
     included), the steady SPS of the rest and their time split {env, policy, copy, learn, other} in
@@ -121,7 +128,12 @@ def steady_training(config, updates: int) -> dict:
 def report_training(config, updates: int) -> str:
     result = steady_training(config, updates)
     split = ", ".join(f"{k} {v:.2f} s" for k, v in result["split"].items())
+    flops = update_flops(result["num_params"], result["sizes"].batch_size, config.train.update_epochs)
+    learn_per_update = result["split"]["learn"] / updates
+    achieved = flops / max(learn_per_update, 1e-9) / 1e9
     return (f"train {config.env_name}: {result['sizes'].describe()}; {result['num_params']:,} params, "
             f"lstm={config.policy.lstm}, precision {config.device.precision}\n"
             f"  first update (compiles included) {result['first_update_s']:.2f} s; steady "
-            f"{result['sps']:,.0f} SPS over {updates} updates ({split} of {result['elapsed_s']:.2f} s)")
+            f"{result['sps']:,.0f} SPS over {updates} updates ({split} of {result['elapsed_s']:.2f} s)\n"
+            f"  update: {flops / 1e9:,.2f} GFLOP each by the 6N rule, {achieved:,.1f} GFLOP/s achieved "
+            f"({learn_per_update:.3f} s per update)")
