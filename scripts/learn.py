@@ -40,6 +40,7 @@ import json
 import math
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -285,7 +286,30 @@ def run_seeds(env: str, seeds: list[int], out: Path, steps: int | None, flags: l
     """Trains every seed (``jobs`` processes at a time), printing each new update's smoothed metric;
     returns {seed: exit status}."""
     pending, running, status = list(seeds), {}, {}
-    shown = {s: 0 for s in seeds}
+    try:
+        _run_seeds(env, out, steps, flags, jobs, metric, window, say, poll, pending, running, status)
+    finally:  # stopped (Ctrl-C, SIGTERM, an error): the training processes stop with it, none left behind
+        stop_all([process for process, _, _ in running.values()])
+    return status
+
+
+def stop_all(processes: list[subprocess.Popen], grace: float = 30.0) -> None:
+    """SIGTERM to every process still running (each saves a checkpoint and exits), then SIGKILL to any
+    still there after ``grace`` seconds."""
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    deadline = time.monotonic() + grace
+    for process in processes:
+        try:
+            process.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _run_seeds(env, out, steps, flags, jobs, metric, window, say, poll, pending, running, status) -> None:
+    shown = {s: 0 for s in pending}
     while pending or running:
         while pending and len(running) < jobs:
             seed = pending.pop(0)
@@ -301,9 +325,7 @@ def run_seeds(env: str, seeds: list[int], out: Path, steps: int | None, flags: l
                 try:
                     curve = smooth(records, metric, window, seed)
                 except KeyError as err:
-                    for other, _, _ in running.values():
-                        other.terminate()
-                    raise SystemExit(f"learn.py: {err.args[0]}")
+                    raise SystemExit(f"learn.py: {err.args[0]}")  # run_seeds stops the running processes
                 record = records[-1]
                 value = f"{curve.values[-1]:.3f}" if curve.values else "-"
                 say(f"seed {seed}  step {record['global_step']:>11,}  {record['wall_time']:7.1f}s  "
@@ -315,7 +337,6 @@ def run_seeds(env: str, seeds: list[int], out: Path, steps: int | None, flags: l
                 say(f"seed {seed}: finished with exit status {process.returncode}"
                     + ("" if process.returncode == 0 else f" (see {out / f'seed-{seed}.log'})"))
                 del running[seed]
-    return status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -358,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     # (variant name, its folder, its flags); one unnamed variant in OUT itself without --variant
     plan = [(v, out / v, list(args.flags) + flags) for v, flags in variants.items()] or [("", out, list(args.flags))]
     failed = []
+    # SIGTERM unwinds like Ctrl-C does, so run_seeds stops its training processes on the way out
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     if not args.runs_only:
         say(f"learn.py {name}: {len(seeds)} seed(s){f' x {len(plan)} variants' if variants else ''}, "
             f"{'the config' if steps is None else f'{steps:,}'} steps each, {args.jobs} at a time, following "

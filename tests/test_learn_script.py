@@ -107,3 +107,29 @@ def test_two_variants_each_get_their_runs_a_curve_and_a_row(tmp_path):
     curves = json.loads((out / "curves.json").read_text())
     assert list(curves["variants"]) == ["gae", "vtrace"] and curves["variants"]["gae"]["curves"][0]["seed"] == 0
     assert (out / "curve.png").stat().st_size > 10_000
+
+
+def test_sigterm_stops_the_training_processes_too(tmp_path):
+    """learn.py stopped by SIGTERM leaves no training process behind: each is sent SIGTERM (it saves a
+    checkpoint and exits) and waited for."""
+    import signal
+    import time
+
+    out = tmp_path / "learn"
+    script = subprocess.Popen(
+        [sys.executable, str(ROOT / "scripts" / "learn.py"), "cartpole", "--seeds", "2", "--jobs", "2",
+         "--steps", "50000000", "--out", str(out), "--flags", "--vec.num-envs", "16", "--policy.hidden-size", "16"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(jaxlab.__file__).parents[1])})
+    deadline = time.monotonic() + 300
+    while not all((out / f"seed-{s}" / "metrics.jsonl").is_file() for s in (0, 1)):  # both are training
+        assert script.poll() is None and time.monotonic() < deadline, script.stdout.read()
+        time.sleep(0.5)
+    pids = [(out / f"seed-{s}" / ".lock").read_text().split()[1] for s in (0, 1)]  # "process PID (...)"
+    script.send_signal(signal.SIGTERM)
+    assert script.wait(timeout=120) == 128 + signal.SIGTERM
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(int(pid), 0)
+    for s in (0, 1):  # each stopped the way SIGTERM stops a run: with a checkpoint
+        assert "stopped by SIGTERM" in (out / f"seed-{s}.log").read_text()
