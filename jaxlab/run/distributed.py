@@ -96,10 +96,21 @@ def start(flags: Sequence[str] = (), environ: Mapping[str, str] = os.environ) ->
 
 
 def is_primary() -> bool:
-    """Whether this process writes the run's records (process 0; always in a one-process run)."""
+    """Whether this process writes the run's records and what else is written once (a checkpoint's
+    files.json): process 0; always in a one-process run."""
     import jax
 
     return jax.process_index() == 0
+
+
+def sync_processes(name: str) -> None:
+    """In a run over several processes, waits until every process has called it with ``name``."""
+    import jax
+
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(f"jaxlab {name}")
 
 
 def train_processes(config, run_dir, on_log=None, on_start=None) -> list[dict]:

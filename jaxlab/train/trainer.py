@@ -21,6 +21,7 @@ from jaxlab.agent.distributions import ActionSpec
 from jaxlab.env.sdk import source_hash
 from jaxlab.train.learner import TrainState, lr_schedule, make_optimizer, make_update
 from jaxlab.train.parallel import DataParallel
+from jaxlab.train.process_state import ProcessState
 from jaxlab.train.build import learner_reward_scale, make_policy, obs_norm_on, reward_norm_on
 from jaxlab.train.normalization import Normalization
 from jaxlab.train.rollout import EpisodeStats, Rollout, make_step
@@ -142,6 +143,8 @@ class Trainer:
         self.rollout.first_group = jax.process_index() * c.vec.groups  # the sampling keys' group index
         if self.parallel:
             self.parallel.place(self)
+        # a run over several processes: checkpoints of global arrays, each process's rows its own
+        self.process_state = ProcessState() if jax.process_count() > 1 else None
 
         self.global_step = 0
         self.update_index = 0
@@ -237,7 +240,13 @@ class Trainer:
         """Every array that shapes the rest of the run (taken between updates); the C envs' state
         ("env": one host copy per group, see VecEnv.save_state) only ``with_env`` and only for an env
         that has one (a Python env has ``has_state`` False: its checkpoints hold no env state, said once
-        per trainer on stderr)."""
+        per trainer on stderr). In a run over several processes, global arrays that hold every
+        process's state (see jaxlab.train.process_state); in one process, this process's arrays."""
+        state = self.own_checkpoint_state(with_env)
+        return self.process_state.to_global(state) if self.process_state else state
+
+    def own_checkpoint_state(self, with_env: bool = True) -> dict:
+        """checkpoint_state's tree of this process's own values (its envs, carries and keys)."""
         r = self.rollout
         state = {"train": {"params": self.state.params, "opt_state": self.state.opt_state, "step": self.state.step},
                  "update_key": self.update_key, "rollout": {"key": r.key, "carry": r.carry}}
@@ -258,7 +267,7 @@ class Trainer:
                 "config": config_lib.to_toml(self.config),
                 "global_step": self.global_step, "update": self.update_index, "rollout_steps": self.rollout.step_count,
                 "wall_time": time.perf_counter() - self.start_time, "timing": self.timing,
-                "metadata": metadata or {}}
+                "metadata": metadata or {}, **({"processes": jax.process_count()} if self.process_state else {})}
 
     def restore_state(self, state: dict, meta: dict) -> None:
         """Puts a checkpoint's ``state`` and ``meta`` (from jaxlab.checkpoint.read) into this trainer."""
@@ -293,37 +302,41 @@ class Trainer:
             self.parallel.place(self)
 
     def save_checkpoint(self, path: str | Path, metadata: dict | None = None) -> Path:
-        """Writes a checkpoint of the whole training state at ``path`` (a new directory), synchronously."""
+        """Writes a checkpoint of the whole training state at ``path`` (a new directory), synchronously;
+        in a run over several processes every process calls it, in step, with the same path."""
         from jaxlab import checkpoint
 
         return checkpoint.write(Path(path), self.checkpoint_state(), self.checkpoint_meta(metadata))
 
     def checkpoint_template(self) -> dict:
         """The shapes and dtypes of checkpoint_state() as jax.ShapeDtypeStruct leaves, without copying
-        any array (the restore target of a checkpoint)."""
-        state = {k: v for k, v in self.checkpoint_state(with_env=False).items()}
+        any array (the restore target of a checkpoint; with the global shapes and shardings in a run over
+        several processes)."""
+        state = self.own_checkpoint_state(with_env=False)
         template = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), state)
         if self.env.has_state:
             template["env"] = [{k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in env.state_shapes().items()}
                                for env in self.envs]
-        return template
+        return self.process_state.template(template) if self.process_state else template
 
     def load_checkpoint(self, path: str | Path, meta: dict | None = None, any_env: bool = False,
                         warn: Callable[[str], None] = print) -> dict:
         """Restores the checkpoint at ``path`` (written by save_checkpoint or a run); returns its meta
         (``meta``: the checkpoint's meta when the caller has read it already). The checkpoint must
-        come from the same env, env params, agent count and network, and from the same env source
-        (see check_env_source; ``any_env`` accepts another, with a warning)."""
+        come from the same env, env params, agent count and network, from the same env source
+        (see check_env_source; ``any_env`` accepts another, with a warning) and from as many processes
+        (check_processes; in a run over several, every process calls this, in step)."""
         from jaxlab import checkpoint
 
         meta = checkpoint.read_meta(Path(path)) if meta is None else meta
+        check_processes(meta, Path(path), jax.process_count())
         check_compatible(config_lib.config_from_toml(meta["config"], library=self.config.env_library or None),
                          self.config)
         changed = check_env_source(meta.get("env_source"), self.env_source, any_env)
         if changed:
             warn(changed)
         state, meta = checkpoint.read(Path(path), self.checkpoint_template(), meta)
-        self.restore_state(state, meta)
+        self.restore_state(self.process_state.own_rows(state) if self.process_state else state, meta)
         return meta
 
     def close(self) -> None:
@@ -355,6 +368,23 @@ def check_env_source(saved: dict | None, current: dict, any_env: bool = False) -
     raise config_lib.ConfigError(f"cannot resume: the env's source changed since the checkpoint: it came from "
                                  f"{before}, now from {now}; resume anyway with --resume-any-env (the saved env "
                                  "state must still fit the new code) or start a new run")
+
+
+def check_processes(meta: dict, path: Path, processes: int) -> None:
+    """ConfigError naming both counts when the checkpoint at ``path`` (its ``meta``) was written by a
+    run over another number of processes than ``processes``: each process's envs, carries and keys
+    are its own rows of the checkpoint, which another count cannot share out."""
+    saved = int(meta.get("processes", 1))
+    if saved == processes:
+        return
+
+    def count(n):
+        return "1 process" if n == 1 else f"{n} processes"
+
+    how = ("in one process (no --dist.num-processes, or --dist.num-processes 1)" if saved == 1 else
+           f"with --dist.num-processes {saved} (and --dist.coordinator, --dist.process-id 0..{saved - 1})")
+    raise config_lib.ConfigError(f"cannot resume: checkpoint {path} was written by a run of {count(saved)}, "
+                                 f"this run has {count(processes)}; resume it {how}, or start a new run")
 
 
 #: Config fields a checkpoint's arrays depend on: resuming with another value is refused.
