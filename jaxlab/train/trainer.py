@@ -401,13 +401,14 @@ def _get(config, name: str):
 
 
 def config_changes(saved: config_lib.Config, new: config_lib.Config) -> list[tuple[str, Any, Any]]:
-    """(key, saved value, new value) for every config value that differs."""
+    """(key, saved value, new value) for every config value that differs, [dist] aside (how the run's
+    processes meet; their count is checked by check_processes)."""
     changes = [(name, _get(saved, name), _get(new, name))
                for name in ("env_name", "env", "env_library", "env_mask_check", "preset")
                if _get(saved, name) != _get(new, name)]
     new_values = config_lib.as_layer(new)
     for section, table in config_lib.as_layer(saved).items():
-        if section != "env":  # compared whole above
+        if section not in ("env", "dist"):  # env compared whole above
             changes += [(f"{section}.{key}", value, new_values[section][key]) for key, value in table.items()
                         if new_values[section][key] != value]
     return changes
