@@ -111,7 +111,7 @@ class SaveCheckpoints:
         stop, due = any_process(self.stop.received is not None, self.saves.due(trainer.update_index))
         if stop or last or due:
             self.saves.save(trainer.update_index, trainer.checkpoint_state(), trainer.checkpoint_meta(), self.best)
-        self.result.stopped = self.stop.received or ("another process's signal" if stop else None)
+        self.result.stopped = self.stop.received or ("a signal to another process" if stop else None)
         return stop
 
 
