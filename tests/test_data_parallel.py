@@ -287,3 +287,33 @@ def test_another_process_count_than_the_checkpoints_is_refused_naming_both():
                                           r"with --dist.num-processes 4 \(and --dist.coordinator, --dist.process-id "
                                           r"0..3\), or start a new run"):
         check_processes({"processes": 4}, "ck", 2)
+
+
+def test_a_signal_to_one_process_saves_and_stops_every_process(tmp_path):
+    """SIGTERM to process 1 alone: the processes agree after the update, save one checkpoint together
+    and both exit 0 (none is left waiting in a collective)."""
+    import signal
+    import time
+
+    from jaxlab import checkpoint
+
+    run = tmp_path / "run"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    coordinator = f"localhost:{free_port()}"
+    flags = [*FLAGS, "--train.total-timesteps", str(128 * 300), "--log.dashboard", "none", "--run-dir", str(run)]
+    procs = [subprocess.Popen([sys.executable, "-m", "jaxlab.cli", "train", "cartpole", *flags, "--dist.coordinator",
+                               coordinator, "--dist.num-processes", "2", "--dist.process-id", str(i)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for i in range(2)]
+    metrics = run / "metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 3):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "the run did not start"
+        time.sleep(0.2)
+    procs[1].send_signal(signal.SIGTERM)
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outputs]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["stopped"] == "a signal to another process" and summary["updates"] < 300
+    saved = checkpoint.step_dirs(run / "checkpoints")[0]
+    assert int(saved.name) == summary["updates"] and checkpoint.verify(saved)
+    assert f"stopped by a signal to another process after update {saved.name}" in outputs[0][1]
