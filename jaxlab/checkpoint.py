@@ -161,25 +161,50 @@ def read(path: Path, target: Any, meta: dict | None = None) -> tuple[Any, dict]:
     missing, partial or damaged (see the module docstring). ``target``: a tree of arrays or
     jax.ShapeDtypeStruct giving the shapes and dtypes; None reads the arrays as saved (for inspection).
     ``meta``: the checkpoint's meta when the caller has read it already (read_meta)."""
-    import orbax.checkpoint as ocp
-
-    path = Path(path).absolute()
-    meta = read_meta(path) if meta is None else meta
-    verified = verify(path)
-    try:
-        with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
-            restored = checkpointer.restore(path, ocp.args.Composite(state=ocp.args.StandardRestore(target)))
-    except Exception as err:  # noqa: BLE001 - sorted into damage (CheckpointError) and the rest (re-raised)
-        if (verified and not isinstance(err, OSError)) or not is_damage(err):
-            raise
-        raise CheckpointError(f"checkpoint {path} is unreadable: {type(err).__name__}: {err}") from err
-    state = restored["state"]
+    state, meta = _restore(Path(path).absolute(), lambda path: target, meta)
     if target is not None:
         for got, want in zip(jax.tree.leaves(state), jax.tree.leaves(target), strict=True):
             if np.shape(got) != tuple(want.shape):
                 raise ValueError(f"checkpoint {path}: an array has shape {np.shape(got)}, this trainer "
                                  f"expects {tuple(want.shape)}")
     return state, meta
+
+
+def read_parts(path: Path, parts: dict[str, Any], meta: dict | None = None) -> tuple[dict, dict]:
+    """({name: part shaped like parts[name]}, meta): some top-level parts of the checkpoint's state
+    (e.g. "train" and "norm", the policy), from a checkpoint of any process count: every array is
+    read onto this process's first device, the other parts as saved (then dropped). ``parts``: trees
+    of jax.ShapeDtypeStruct; CheckpointError as for read."""
+    import orbax.checkpoint as ocp
+
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+
+    def on_device(x):
+        return jax.ShapeDtypeStruct(tuple(x.shape), x.dtype, sharding=device)
+
+    def target(path: Path) -> dict:
+        saved = ocp.StandardCheckpointHandler().metadata(path / "state").tree
+        return {name: jax.tree.map(on_device, parts.get(name, tree)) for name, tree in saved.items()}
+
+    state, meta = _restore(Path(path).absolute(), target, meta)
+    return {name: jax.tree.map(np.asarray, state[name]) for name in parts}, meta
+
+
+def _restore(path: Path, target, meta: dict | None) -> tuple[Any, dict]:
+    """(state, meta) of the checkpoint at ``path`` restored with the target ``target(path)`` (made once
+    its files are checked); see read."""
+    import orbax.checkpoint as ocp
+
+    meta = read_meta(path) if meta is None else meta
+    verified = verify(path)
+    try:
+        with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
+            restored = checkpointer.restore(path, ocp.args.Composite(state=ocp.args.StandardRestore(target(path))))
+    except Exception as err:  # noqa: BLE001 - sorted into damage (CheckpointError) and the rest (re-raised)
+        if (verified and not isinstance(err, OSError)) or not is_damage(err):
+            raise
+        raise CheckpointError(f"checkpoint {path} is unreadable: {type(err).__name__}: {err}") from err
+    return restored["state"], meta
 
 
 def step_dirs(directory: Path) -> list[Path]:

@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
@@ -215,10 +216,9 @@ def train_in_processes(*args, processes=2, timeout=600) -> list[subprocess.Compl
     return [subprocess.CompletedProcess(c, p.returncode, *out) for c, p, out in zip(commands, procs, outputs, strict=True)]
 
 
-def saved_arrays(path) -> list:
-    """Every array of a checkpoint's state as saved (a run over several processes: [P, ...] rows), read
-    in this one process."""
-    import jax
+def saved_arrays(path) -> dict:
+    """A checkpoint's state as saved (a run over several processes: [P, ...] rows), read in this one
+    process as numpy arrays."""
     import orbax.checkpoint as ocp
 
     one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
@@ -226,14 +226,22 @@ def saved_arrays(path) -> list:
     target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=one), tree)
     with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
         state = checkpointer.restore(path, ocp.args.Composite(state=ocp.args.StandardRestore(target)))["state"]
-    return [np.asarray(x) for x in jax.tree.leaves(state)]
+    return jax.tree.map(np.asarray, state)
+
+
+def as_dicts(tree):
+    """``tree`` with its named tuples as dicts (as Orbax saves them: leaves in key order)."""
+    if hasattr(tree, "_asdict"):
+        tree = tree._asdict()
+    return {k: as_dicts(v) for k, v in tree.items()} if isinstance(tree, dict) else tree
 
 
 def test_two_processes_save_checkpoints_and_resume_as_if_uninterrupted(tmp_path):
     """2 processes on localhost (gloo) train 4 updates with a checkpoint every 2; 2 fresh processes
     resume from update 2 and train to 4: the same records (losses, episodes) bit for bit and a final
     checkpoint equal to the uninterrupted one in every array (params, optimizer, keys, each process's
-    carries and env state). Resuming it in 1 process is refused with one line naming both counts."""
+    carries and env state). Resuming it in 1 process is refused with one line naming both counts;
+    evaluating it in 1 process loads its policy (params and normalisation statistics)."""
     from jaxlab import checkpoint
 
     run = tmp_path / "run"
@@ -261,7 +269,8 @@ def test_two_processes_save_checkpoints_and_resume_as_if_uninterrupted(tmp_path)
         for key in ("global_step", "episodes", "episode_return", "policy_loss", "value_loss", "entropy",
                     "approx_kl", "grad_norm", "explained_variance"):
             assert a[key] == b[key], f"{key} at update {a['update']}"
-    for a, b in zip(uninterrupted, saved_arrays(run / "checkpoints" / "4"), strict=True):
+    final = saved_arrays(run / "checkpoints" / "4")
+    for a, b in zip(jax.tree.leaves(uninterrupted), jax.tree.leaves(final), strict=True):
         np.testing.assert_array_equal(a, b)
 
     listing = sorted(str(p) for p in run.rglob("*"))
@@ -273,6 +282,14 @@ def test_two_processes_save_checkpoints_and_resume_as_if_uninterrupted(tmp_path)
     assert (f"checkpoint {run / 'checkpoints' / '4'} was written by a run of 2 processes, this run has 1 process; "
             "resume it with --dist.num-processes 2") in one.stderr
     assert sorted(str(p) for p in run.rglob("*")) == listing  # nothing saved was touched
+
+    from jaxlab.train.evaluation import load_trainer  # eval in one process: the policy alone
+
+    with load_trainer(run / "checkpoints" / "4") as trainer:
+        assert trainer.update_index == 0  # the counters, envs and carries stay its own
+        for saved, mine in ((final["train"]["params"], trainer.state.params), (final["norm"], trainer.norm.state)):
+            for a, b in zip(jax.tree.leaves(saved), jax.tree.leaves(as_dicts(mine)), strict=True):
+                np.testing.assert_array_equal(a, np.asarray(b))
 
 
 def test_another_process_count_than_the_checkpoints_is_refused_naming_both():

@@ -312,12 +312,17 @@ class Trainer:
         """The shapes and dtypes of checkpoint_state() as jax.ShapeDtypeStruct leaves, without copying
         any array (the restore target of a checkpoint; with the global shapes and shardings in a run over
         several processes)."""
+        template = self.checkpoint_template_local()
+        return self.process_state.template(template) if self.process_state else template
+
+    def checkpoint_template_local(self) -> dict:
+        """checkpoint_template with this process's shapes and no sharding (own_checkpoint_state's)."""
         state = self.own_checkpoint_state(with_env=False)
         template = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), state)
         if self.env.has_state:
             template["env"] = [{k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in env.state_shapes().items()}
                                for env in self.envs]
-        return self.process_state.template(template) if self.process_state else template
+        return template
 
     def load_checkpoint(self, path: str | Path, meta: dict | None = None, any_env: bool = False,
                         warn: Callable[[str], None] = print) -> dict:
@@ -337,6 +342,27 @@ class Trainer:
             warn(changed)
         state, meta = checkpoint.read(Path(path), self.checkpoint_template(), meta)
         self.restore_state(self.process_state.own_rows(state) if self.process_state else state, meta)
+        return meta
+
+    def load_policy(self, path: str | Path, meta: dict | None = None) -> dict:
+        """Restores only the policy of the checkpoint at ``path``: the train state (params, optimizer
+        state, step) and the normalisation statistics, what playing it needs, from a checkpoint of any
+        process count (the envs, carries, keys and counters stay this trainer's); returns its meta.
+        The checkpoint must come from the same network and normalisation (check_compatible)."""
+        from jaxlab import checkpoint
+
+        meta = checkpoint.read_meta(Path(path)) if meta is None else meta
+        check_compatible(config_lib.config_from_toml(meta["config"], library=self.config.env_library or None),
+                         self.config)
+        template = {k: v for k, v in self.checkpoint_template_local().items() if k in ("train", "norm")}
+        parts, meta = checkpoint.read_parts(Path(path), template, meta)
+        to_jax = lambda tree: jax.tree.map(jnp.asarray, tree)  # noqa: E731
+        train = parts["train"]
+        self.state = TrainState(to_jax(train["params"]), to_jax(train["opt_state"]), jnp.asarray(train["step"]))
+        if self.norm.state:
+            self.norm.state = to_jax(parts["norm"])
+        if self.parallel:
+            self.parallel.place(self)
         return meta
 
     def close(self) -> None:
