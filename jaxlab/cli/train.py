@@ -298,8 +298,8 @@ def add_commands(add) -> None:
                        "under runs/), a run dir, or one checkpoint directory; flags change allowed values")
     train.add_argument("--resume-any-env", action="store_true", help="resume even when the env's source (its "
                        "header or library) changed since the checkpoint")
-    train.add_argument("--profile", metavar="DIR", help="write a JAX profiler trace of some updates to DIR (process 0's in a run over several processes) "
-                       "(TensorBoard's profile plugin or Perfetto open it)")
+    train.add_argument("--profile", metavar="DIR", help="write a JAX profiler trace of some updates to DIR "
+                       "(TensorBoard's profile plugin or Perfetto open it; process 0's in a run over several processes)")
     train.add_argument("--profile-updates", default="2:3", metavar="A:B", help="the updates the trace covers, "
                        "counted from 1, both included (default 2:3: update 1 compiles)")
     evaluate = add("eval", "play a checkpoint's policy and report returns",
