@@ -288,8 +288,9 @@ class Trainer:
             except ValueError as err:  # the env's code or parameters changed (see check_env_source)
                 raise config_lib.ConfigError(f"cannot load the checkpoint's env state into this env: {err}; "
                                              "resume with the env as it was, or start a new run") from None
-        else:  # no env state saved: new episodes, seeded from the run's seed, the step and the group
-            for g, env in enumerate(self.envs):
+        else:  # no env state saved: new episodes, seeded from the run's seed, the step and the group (its
+            # index among every process's groups)
+            for g, env in enumerate(self.envs, start=r.first_group):
                 env.reset(seed=int(np.random.SeedSequence([self.config.train.seed, r.step_count, g]).generate_state(1)[0]))
                 env.terminals.fill(True)  # every agent starts an episode
         self.global_step, self.update_index = int(meta["global_step"]), int(meta["update"])
