@@ -18,6 +18,12 @@ altered array's bytes) is reported as a damaged checkpoint before Orbax is asked
 while reading (a code bug, a tree that does not match) propagates instead of passing for damage.
 A checkpoint without files.json (its process was killed between Orbax's rename and that write) is
 read as is, and only I/O and format errors count as damage.
+
+A run over several processes writes one checkpoint together (Orbax's multi-host save: every process
+calls the save, in step, into the same directory, which every process must see, e.g. a shared file
+system): the state's arrays are global jax.Arrays, the replicated ones written once and each process's
+own rows (its envs, carries, keys) by that process (see jaxlab.train.process_state); the meta (process
+0's) holds the process count, and process 0 writes files.json once every process's files are complete.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxlab.run.distributed import is_primary, sync_processes
+
 FORMAT_VERSION = 1
 ITEMS = ("state", "meta")
 MANIFEST = "files.json"
@@ -45,8 +53,14 @@ class CheckpointError(RuntimeError):
 
 def host_copy(tree: Any) -> Any:
     """Every array leaf as an owned numpy copy (the trainer may donate or overwrite the originals while
-    an asynchronous save is still writing)."""
-    return jax.tree.map(lambda x: np.array(x, copy=True), tree)
+    an asynchronous save is still writing); the global arrays of a run over several processes, made
+    for the save (process_state.ProcessState.to_global), as they are."""
+    def copy(x):
+        if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            return x
+        return np.array(x, copy=True)
+
+    return jax.tree.map(copy, tree)
 
 
 def _save_args(state: Any, meta: dict):
@@ -64,14 +78,18 @@ def write(path: Path, state: Any, meta: dict) -> Path:
     import orbax.checkpoint as ocp
 
     path = Path(path).absolute()
-    if path.exists():
+    exists = path.exists()
+    sync_processes(f"write {path}")  # every process has looked before any creates it
+    if exists:
         raise CheckpointError(f"{path} already exists; choose a new path for the checkpoint")
     try:
         with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
             checkpointer.save(path, _save_args(host_copy(state), meta))
-        write_manifest(path)
+        if is_primary():
+            write_manifest(path)
     except OSError as err:
         raise CheckpointError(f"cannot write the checkpoint {path}: {err.strerror or err}") from err
+    sync_processes(f"wrote {path}")  # complete with its files.json when any process returns
     return path
 
 
@@ -143,25 +161,50 @@ def read(path: Path, target: Any, meta: dict | None = None) -> tuple[Any, dict]:
     missing, partial or damaged (see the module docstring). ``target``: a tree of arrays or
     jax.ShapeDtypeStruct giving the shapes and dtypes; None reads the arrays as saved (for inspection).
     ``meta``: the checkpoint's meta when the caller has read it already (read_meta)."""
-    import orbax.checkpoint as ocp
-
-    path = Path(path).absolute()
-    meta = read_meta(path) if meta is None else meta
-    verified = verify(path)
-    try:
-        with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
-            restored = checkpointer.restore(path, ocp.args.Composite(state=ocp.args.StandardRestore(target)))
-    except Exception as err:  # noqa: BLE001 - sorted into damage (CheckpointError) and the rest (re-raised)
-        if (verified and not isinstance(err, OSError)) or not is_damage(err):
-            raise
-        raise CheckpointError(f"checkpoint {path} is unreadable: {type(err).__name__}: {err}") from err
-    state = restored["state"]
+    state, meta = _restore(Path(path).absolute(), lambda path: target, meta)
     if target is not None:
         for got, want in zip(jax.tree.leaves(state), jax.tree.leaves(target), strict=True):
             if np.shape(got) != tuple(want.shape):
                 raise ValueError(f"checkpoint {path}: an array has shape {np.shape(got)}, this trainer "
                                  f"expects {tuple(want.shape)}")
     return state, meta
+
+
+def read_parts(path: Path, parts: dict[str, Any], meta: dict | None = None) -> tuple[dict, dict]:
+    """({name: part shaped like parts[name]}, meta): some top-level parts of the checkpoint's state
+    (e.g. "train" and "norm", the policy), from a checkpoint of any process count: every array is
+    read onto this process's first device, the other parts as saved (then dropped). ``parts``: trees
+    of jax.ShapeDtypeStruct; CheckpointError as for read."""
+    import orbax.checkpoint as ocp
+
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+
+    def on_device(x):
+        return jax.ShapeDtypeStruct(tuple(x.shape), x.dtype, sharding=device)
+
+    def target(path: Path) -> dict:
+        saved = ocp.StandardCheckpointHandler().metadata(path / "state").tree
+        return {name: jax.tree.map(on_device, parts.get(name, tree)) for name, tree in saved.items()}
+
+    state, meta = _restore(Path(path).absolute(), target, meta)
+    return {name: jax.tree.map(np.asarray, state[name]) for name in parts}, meta
+
+
+def _restore(path: Path, target, meta: dict | None) -> tuple[Any, dict]:
+    """(state, meta) of the checkpoint at ``path`` restored with the target ``target(path)`` (made once
+    its files are checked); see read."""
+    import orbax.checkpoint as ocp
+
+    meta = read_meta(path) if meta is None else meta
+    verified = verify(path)
+    try:
+        with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
+            restored = checkpointer.restore(path, ocp.args.Composite(state=ocp.args.StandardRestore(target(path))))
+    except Exception as err:  # noqa: BLE001 - sorted into damage (CheckpointError) and the rest (re-raised)
+        if (verified and not isinstance(err, OSError)) or not is_damage(err):
+            raise
+        raise CheckpointError(f"checkpoint {path} is unreadable: {type(err).__name__}: {err}") from err
+    return restored["state"], meta
 
 
 def step_dirs(directory: Path) -> list[Path]:
@@ -237,9 +280,10 @@ class RunCheckpoints:
         return self.last_good
 
     def _finish_pending(self) -> None:
-        """Waits for the asynchronous save in flight, then writes its files.json."""
+        """Waits for the asynchronous save in flight, then writes its files.json (process 0: Orbax's
+        save returns in every process only once every process's files are written and renamed)."""
         self.manager.wait_until_finished()
-        if self._pending is not None and self._pending.is_dir():
+        if self._pending is not None and self._pending.is_dir() and is_primary():
             write_manifest(self._pending)
         self._pending = None
         self.last_good = self._latest_path()

@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
@@ -202,3 +203,134 @@ def test_dist_settings_come_from_flags_or_slurm():
         resolve(DistConfig("h:1", 2, 2), {})
     with pytest.raises(ConfigError, match=r"dist.coordinator='h' must be HOST:PORT"):
         resolve(DistConfig("h", 2, 0), {})
+
+
+def train_in_processes(*args, processes=2, timeout=600) -> list[subprocess.CompletedProcess]:
+    """`jaxlab train cartpole ARGS` in ``processes`` processes on localhost (1 CPU device each, gloo)."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    coordinator = f"localhost:{free_port()}"
+    commands = [[sys.executable, "-m", "jaxlab.cli", "train", "cartpole", *args, "--dist.coordinator", coordinator,
+                 "--dist.num-processes", str(processes), "--dist.process-id", str(i)] for i in range(processes)]
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for c in commands]
+    outputs = [p.communicate(timeout=timeout) for p in procs]
+    return [subprocess.CompletedProcess(c, p.returncode, *out) for c, p, out in zip(commands, procs, outputs, strict=True)]
+
+
+def saved_arrays(path) -> dict:
+    """A checkpoint's state as saved (a run over several processes: [P, ...] rows), read in this one
+    process as numpy arrays."""
+    import orbax.checkpoint as ocp
+
+    one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    tree = ocp.StandardCheckpointHandler().metadata(path / "state").tree
+    target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=one), tree)
+    with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
+        state = checkpointer.restore(path, ocp.args.Composite(state=ocp.args.StandardRestore(target)))["state"]
+    return jax.tree.map(np.asarray, state)
+
+
+def as_dicts(tree):
+    """``tree`` with its named tuples as dicts (as Orbax saves them: leaves in key order)."""
+    if hasattr(tree, "_asdict"):
+        tree = tree._asdict()
+    return {k: as_dicts(v) for k, v in tree.items()} if isinstance(tree, dict) else tree
+
+
+def test_two_processes_save_checkpoints_and_resume_as_if_uninterrupted(tmp_path):
+    """2 processes on localhost (gloo) train 4 updates with a checkpoint every 2; 2 fresh processes
+    resume from update 2 and train to 4: the same records (losses, episodes) bit for bit and a final
+    checkpoint equal to the uninterrupted one in every array (params, optimizer, keys, each process's
+    carries and env state). Resuming it in 1 process is refused with one line naming both counts;
+    evaluating it in 1 process loads its policy (params and normalisation statistics)."""
+    from jaxlab import checkpoint
+
+    run = tmp_path / "run"
+    flags = [*FLAGS, "--train.total-timesteps", "512", "--vec.groups", "2", "--checkpoint.interval", "2",
+             "--log.dashboard", "none", "--run-dir", str(run)]
+    for result in train_in_processes(*flags):
+        assert result.returncode == 0, result.stderr[-3000:]
+    straight = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in straight] == [1, 2, 3, 4]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["2", "4"]
+    for path in checkpoint.step_dirs(run / "checkpoints"):
+        assert checkpoint.verify(path)  # process 0 wrote files.json over every process's files
+        assert checkpoint.read_meta(path)["processes"] == 2
+    assert {p.name for p in (run / "checkpoints" / "4" / "state").glob("ocdbt.process_*")} == \
+        {"ocdbt.process_0", "ocdbt.process_1"}  # each process wrote its own part
+    uninterrupted = saved_arrays(run / "checkpoints" / "4")
+
+    results = train_in_processes(*flags, "--resume", str(run / "checkpoints" / "2"))
+    for result in results:
+        assert result.returncode == 0, result.stderr[-3000:]
+    assert "resumed from" in results[0].stderr and "resumed from" not in results[1].stderr  # process 0 speaks
+    resumed = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in resumed] == [1, 2, 3, 4]
+    for a, b in zip(straight, resumed, strict=True):
+        for key in ("global_step", "episodes", "episode_return", "policy_loss", "value_loss", "entropy",
+                    "approx_kl", "grad_norm", "explained_variance"):
+            assert a[key] == b[key], f"{key} at update {a['update']}"
+    final = saved_arrays(run / "checkpoints" / "4")
+    for a, b in zip(jax.tree.leaves(uninterrupted), jax.tree.leaves(final), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+    listing = sorted(str(p) for p in run.rglob("*"))
+    one = subprocess.run([sys.executable, "-m", "jaxlab.cli", "train", "cartpole", "--resume", str(run)],
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""})
+    assert one.returncode == 2
+    assert one.stderr.count("\n") == 1 and "Traceback" not in one.stderr
+    assert (f"checkpoint {run / 'checkpoints' / '4'} was written by a run of 2 processes, this run has 1 process; "
+            "resume it with --dist.num-processes 2") in one.stderr
+    assert sorted(str(p) for p in run.rglob("*")) == listing  # nothing saved was touched
+
+    from jaxlab.train.evaluation import load_trainer  # eval in one process: the policy alone
+
+    with load_trainer(run / "checkpoints" / "4") as trainer:
+        assert trainer.update_index == 0  # the counters, envs and carries stay its own
+        for saved, mine in ((final["train"]["params"], trainer.state.params), (final["norm"], trainer.norm.state)):
+            for a, b in zip(jax.tree.leaves(saved), jax.tree.leaves(as_dicts(mine)), strict=True):
+                np.testing.assert_array_equal(a, np.asarray(b))
+
+
+def test_another_process_count_than_the_checkpoints_is_refused_naming_both():
+    from jaxlab.train.trainer import check_processes
+
+    check_processes({"processes": 2}, "ck", 2)
+    check_processes({}, "ck", 1)  # a one-process checkpoint records no count
+    with pytest.raises(ConfigError, match=r"checkpoint ck was written by a run of 1 process, this run has 2 "
+                                          r"processes; resume it in one process"):
+        check_processes({}, "ck", 2)
+    with pytest.raises(ConfigError, match=r"written by a run of 4 processes, this run has 2 processes; resume it "
+                                          r"with --dist.num-processes 4 \(and --dist.coordinator, --dist.process-id "
+                                          r"0..3\), or start a new run"):
+        check_processes({"processes": 4}, "ck", 2)
+
+
+def test_a_signal_to_one_process_saves_and_stops_every_process(tmp_path):
+    """SIGTERM to process 1 alone: the processes agree after the update, save one checkpoint together
+    and both exit 0 (none is left waiting in a collective)."""
+    import signal
+    import time
+
+    from jaxlab import checkpoint
+
+    run = tmp_path / "run"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    coordinator = f"localhost:{free_port()}"
+    flags = [*FLAGS, "--train.total-timesteps", str(128 * 300), "--log.dashboard", "none", "--run-dir", str(run)]
+    procs = [subprocess.Popen([sys.executable, "-m", "jaxlab.cli", "train", "cartpole", *flags, "--dist.coordinator",
+                               coordinator, "--dist.num-processes", "2", "--dist.process-id", str(i)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for i in range(2)]
+    metrics = run / "metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 3):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "the run did not start"
+        time.sleep(0.2)
+    procs[1].send_signal(signal.SIGTERM)
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outputs]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["stopped"] == "a signal to another process" and summary["updates"] < 300
+    saved = checkpoint.step_dirs(run / "checkpoints")[0]
+    assert int(saved.name) == summary["updates"] and checkpoint.verify(saved)
+    assert f"stopped by a signal to another process after update {saved.name}" in outputs[0][1]

@@ -12,46 +12,12 @@ import numpy as np
 from jaxlab.cli.common import LAYERS, env_name_of, fail, resolve, warn
 
 
-def train_processes_command(args: argparse.Namespace) -> int:
-    """`jaxlab train` in one process of a run over several (jaxlab.run.distributed): process 0 prints
-    and writes the records; no checkpoints and no resume yet."""
-    import jax
-
-    from jaxlab.config import ConfigError
-    from jaxlab.run.distributed import train_processes
-
-    try:
-        if args.resume is not None:
-            raise ConfigError("--resume is not supported yet for a run over several processes (it saves no "
-                              "checkpoints); resume a one-process run, or start a new one")
-        resolved = resolve(args)
-    except ConfigError as err:
-        return fail("train", err)
-    config, sizes = resolved.config, resolved.sizes
-    primary = jax.process_index() == 0
-    run_dir = args.run_dir or f"runs/{config.env_name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    if primary:
-        print(f"jaxlab train {config.env_name}: {sizes.describe()}; process 0 of {jax.process_count()} "
-              f"({jax.device_count()} devices in all); run dir {run_dir}; no checkpoints (several processes)")
-    observers = RunObservers(config, sizes, run_dir) if primary else None
-    try:
-        records = train_processes(config, run_dir, on_log=observers,
-                                  on_start=observers.start if observers else None)
-    finally:
-        if observers is not None:
-            observers.close()
-    ended = [r for r in records if r["episodes"]]
-    if primary and records:
-        final = f"; final mean return {ended[-1]['episode_return']:.2f}" if ended else ""
-        print(f"done: {records[-1]['global_step']:,} steps in {records[-1]['wall_time']:.1f}s{final}; "
-              f"metrics in {run_dir}/metrics.jsonl")
-    return 0
-
-
 def train_command(args: argparse.Namespace) -> int:
     """Trains ARGS.env (or resumes a run) with checkpoints; prints progress and where things went.
     Exit status: 0 done or stopped by SIGTERM after saving, 130 stopped by SIGINT after saving, 1 the
-    run stopped on an error (a checkpoint that cannot be written, a NaN loss), 2 bad config or input."""
+    run stopped on an error (a checkpoint that cannot be written, a NaN loss), 2 bad config or input.
+    In a run over several processes (--dist.*, jaxlab.run.distributed) every process runs this; process
+    0 prints and writes the records, and every process saves and resumes its part of each checkpoint."""
     from jaxlab.checkpoint import CheckpointError
     from jaxlab.config import ConfigError
     from jaxlab.run import distributed
@@ -60,10 +26,16 @@ def train_command(args: argparse.Namespace) -> int:
         processes = distributed.start(args.flags).num_processes  # before anything uses JAX
     except ConfigError as err:
         return fail("train", err)
-    if processes > 1:
-        return train_processes_command(args)
-    resolved = resolve(args)
+    import jax
+
+    from jaxlab.train.trainer import check_processes
+
+    resolved = resolve(args)  # JAX's backend starts here, with its memory options
     config, sizes = resolved.config, resolved.sizes
+    for path, meta in resolved.resume_meta.items():  # before anything is built or loaded
+        check_processes(meta, path, processes)
+    primary = distributed.is_primary()
+    say = print if primary else quiet
     profile = None
     if args.profile:
         from jaxlab.run.profile import ProfileUpdates, parse_updates
@@ -73,66 +45,81 @@ def train_command(args: argparse.Namespace) -> int:
         except ValueError as err:
             print(f"jaxlab train: error: {err}", file=sys.stderr)
             return 2
+        profile = profile if primary else None  # several processes: process 0's updates are traced
     if resolved.resume is not None:
         run_dir = args.run_dir or str(resume_run_dir(resolved.resume))
-    else:
-        run_dir = args.run_dir or f"runs/{config.env_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    else:  # several processes: process 0's clock names the one run dir of them all
+        stamp = distributed.from_process_0(time.strftime("%Y%m%d-%H%M%S"))
+        run_dir = args.run_dir or f"runs/{config.env_name}-{stamp}"
+    probe = f".write-test-{jax.process_index()}"  # one per process: they may share the directory
     for directory in (Path(run_dir), Path(run_dir) / "checkpoints"):
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            (directory / ".write-test").touch()
-            (directory / ".write-test").unlink()
+            (directory / probe).touch()
+            (directory / probe).unlink()
         except OSError as err:
             print(f"jaxlab train: error: cannot write {str(directory)!r} ({err.strerror}); "
                   "pass a writable --run-dir DIR", file=sys.stderr)
             return 2
-    print(f"jaxlab train {config.env_name}: {sizes.describe()}; preset {config.preset} "
-          f"({resolved.preset_reason}); run dir {run_dir}")
+    where_from = (f"process 0 of {processes} ({jax.device_count()} devices in all)" if processes > 1
+                  else f"preset {config.preset} ({resolved.preset_reason})")
+    say(f"jaxlab train {config.env_name}: {sizes.describe()}; {where_from}; run dir {run_dir}")
     for change in resolved.changes:
-        print(f"resume: applying the changed {change}")
+        say(f"resume: applying the changed {change}")
     if sizes.num_updates < 10:
-        print(f"note: only {sizes.num_updates} update(s) of {sizes.batch_size:,} steps; PPO needs tens of "
-              f"updates: raise --train.total-timesteps (e.g. {50 * sizes.batch_size}) or use fewer envs")
+        say(f"note: only {sizes.num_updates} update(s) of {sizes.batch_size:,} steps; PPO needs tens of "
+            f"updates: raise --train.total-timesteps (e.g. {50 * sizes.batch_size}) or use fewer envs")
     from jaxlab.config.memory import out_of_memory_message
     from jaxlab.run.lock import RunDirInUse
     from jaxlab.run.loop import train_run
 
-    observers = RunObservers(config, sizes, run_dir)
+    observers = RunObservers(config, sizes, run_dir) if primary else None
     try:
-        result = train_run(config, run_dir, resume=resolved.resume, on_log=observers, warn=warn,
-                           notes=args.notes, on_start=observers.start, resume_meta=resolved.resume_meta,
-                           resume_any_env=args.resume_any_env, profile=profile)
+        result = train_run(config, run_dir, resume=resolved.resume, on_log=observers, warn=warn if primary else quiet,
+                           notes=args.notes, on_start=observers.start if observers else None,
+                           resume_meta=resolved.resume_meta, resume_any_env=args.resume_any_env, profile=profile)
     except KeyboardInterrupt:
-        observers.close()
+        close(observers)
         print(f"interrupted; the metrics so far are in {run_dir}/metrics.jsonl", file=sys.stderr)
         return 130
     except (ConfigError, CheckpointError, RunDirInUse) as err:
-        observers.close()
+        close(observers)
         return fail("train", err)
     except Exception as err:  # an out-of-memory the estimate did not foresee: one line; the rest propagates
-        observers.close()
+        close(observers)
         message = out_of_memory_message(err, config)
         if message is None:
             raise
         print(f"jaxlab train: error: {message}; the run's records and checkpoints are in {run_dir}", file=sys.stderr)
         return 1
-    observers.close()
+    close(observers)
     where = f"checkpoint {result.checkpoint}" if result.checkpoint else "no checkpoint"
     if result.error:
         print(f"jaxlab train: error: {result.error}; {where}", file=sys.stderr)
         return 1
     if result.stopped:
-        print(f"stopped by {result.stopped} after update {result.records[-1]['update'] if result.records else 0}; "
-              f"saved {where}; continue with `jaxlab train {config.env_name} --resume {run_dir}`", file=sys.stderr)
+        if primary:
+            print(f"stopped by {result.stopped} after update "
+                  f"{result.records[-1]['update'] if result.records else 0}; saved {where}; continue with "
+                  f"`jaxlab train {config.env_name} --resume {run_dir}`", file=sys.stderr)
         return 130 if result.stopped == "SIGINT" else 0
     ended = [r for r in result.records if r["episodes"]]
     if ended:
-        print(f"done: {result.records[-1]['global_step']:,} steps in {result.records[-1]['wall_time']:.1f}s; "
-              f"final mean return {ended[-1]['episode_return']:.2f}; metrics in {run_dir}/metrics.jsonl; {where}")
+        say(f"done: {result.records[-1]['global_step']:,} steps in {result.records[-1]['wall_time']:.1f}s; "
+            f"final mean return {ended[-1]['episode_return']:.2f}; metrics in {run_dir}/metrics.jsonl; {where}")
     elif not result.records:
-        print(f"nothing to train: the checkpoint is at update {sizes.num_updates} of {sizes.num_updates}; "
-              "raise --train.total-timesteps to continue")
+        say(f"nothing to train: the checkpoint is at update {sizes.num_updates} of {sizes.num_updates}; "
+            "raise --train.total-timesteps to continue")
     return 0
+
+
+def quiet(*args, **kwargs) -> None:
+    """What another process than 0 of a run over several does with a message: nothing."""
+
+
+def close(observers) -> None:
+    if observers is not None:
+        observers.close()
 
 
 def resume_run_dir(location: Path) -> Path:
@@ -312,7 +299,7 @@ def add_commands(add) -> None:
     train.add_argument("--resume-any-env", action="store_true", help="resume even when the env's source (its "
                        "header or library) changed since the checkpoint")
     train.add_argument("--profile", metavar="DIR", help="write a JAX profiler trace of some updates to DIR "
-                       "(TensorBoard's profile plugin or Perfetto open it)")
+                       "(TensorBoard's profile plugin or Perfetto open it; process 0's in a run over several processes)")
     train.add_argument("--profile-updates", default="2:3", metavar="A:B", help="the updates the trace covers, "
                        "counted from 1, both included (default 2:3: update 1 compiles)")
     evaluate = add("eval", "play a checkpoint's policy and report returns",

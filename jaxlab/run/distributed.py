@@ -4,7 +4,10 @@ before anything else uses JAX, from the [dist] keys or the environment.
     jaxlab train ENV --dist.coordinator HOST:PORT --dist.num-processes N --dist.process-id I
 
 Each process steps its own envs (its share of vec.num_envs) on its local devices; the update runs
-over every process's devices at once (see jaxlab.train.parallel). Process 0 writes the records.
+over every process's devices at once (see jaxlab.train.parallel). Every process runs the same
+jaxlab.run.loop.train_run: process 0 writes the records, and every process takes part in the
+checkpoints (Orbax multi-host saves, see jaxlab.train.process_state) and in a resume, which needs
+the same process count as the checkpoint.
 Where a key is not given: JAXLAB_COORDINATOR for the coordinator, SLURM_NTASKS and SLURM_PROCID for
 the count and the index (under SLURM with no coordinator, JAX's own SLURM detection finds one).
 On a CPU the processes' collectives go through gloo.
@@ -96,23 +99,46 @@ def start(flags: Sequence[str] = (), environ: Mapping[str, str] = os.environ) ->
 
 
 def is_primary() -> bool:
-    """Whether this process writes the run's records (process 0; always in a one-process run)."""
+    """Whether this process writes the run's records and what else is written once (a checkpoint's
+    files.json): process 0; always in a one-process run."""
     import jax
 
     return jax.process_index() == 0
 
 
-def train_processes(config, run_dir, on_log=None, on_start=None) -> list[dict]:
-    """Trains ``config`` in this process of a run over several (every process calls it, in step).
-    Process 0 writes RUN_DIR's config.toml and metrics.jsonl and calls ``on_start(trainer)`` and
-    ``on_log(record)``; the others write nothing. No checkpoints yet: a checkpoint of a run over
-    several processes needs every process's env state and carries (Orbax multi-host saves), not done.
-    The records' losses are the whole batch's, their episode statistics every process's."""
-    from jaxlab.run.loop import log_to, train_loop
-    from jaxlab.train.trainer import Trainer
+def sync_processes(name: str) -> None:
+    """In a run over several processes, waits until every process has called it with ``name``."""
+    import jax
 
-    primary = is_primary()
-    with Trainer(config, run_dir=run_dir if primary else None) as trainer:
-        if primary and on_start is not None:
-            on_start(trainer)
-        return train_loop(trainer, [log_to(on_log)] if primary and on_log is not None else [])
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(f"jaxlab {name}")
+
+
+def any_process(*flags: bool) -> tuple[bool, ...]:
+    """Each flag true in any process of the run (one small all-gather; every process must call it, in
+    step); the flags themselves in a one-process run."""
+    import jax
+
+    if jax.process_count() == 1:
+        return tuple(bool(f) for f in flags)
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    gathered = np.asarray(multihost_utils.process_allgather(np.array(flags, np.int32)))
+    return tuple(bool(f) for f in gathered.reshape(jax.process_count(), len(flags)).any(axis=0))
+
+
+def from_process_0(text: str) -> str:
+    """Process 0's ``text`` in every process (a broadcast; every process must call it, in step, with a
+    text of the same length in bytes); ``text`` itself in a one-process run."""
+    import jax
+
+    if jax.process_count() == 1:
+        return text
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    data = np.frombuffer(text.encode(), np.uint8)
+    return np.asarray(multihost_utils.broadcast_one_to_all(data)).astype(np.uint8).tobytes().decode()

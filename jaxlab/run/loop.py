@@ -7,7 +7,8 @@ run records, a lock on the run dir and a graceful stop on SIGINT/SIGTERM).
     result = train_run(config, run_dir, resume=CHECKPOINTS)  # continue one (a run's checkpoints/ or one
                                                               # checkpoint directory)
 A stop signal lets the current update finish, then saves a checkpoint and returns (result.stopped
-names the signal); a second SIGINT interrupts at once. A checkpoint that cannot be written stops the
+names the signal); a second SIGINT interrupts at once. In a run over several processes every process
+calls ``train_run``; see its docstring. A checkpoint that cannot be written stops the
 run with result.error set; the last good checkpoint stays on disk and the trainer's state as it was
 is returned in result.unsaved, to be written elsewhere.
 """
@@ -15,12 +16,14 @@ is returned in result.unsaved, to be written elsewhere.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from jaxlab import checkpoint
 from jaxlab import config as config_lib
 from jaxlab.observe.alerts import nonfinite_losses
+from jaxlab.run.distributed import any_process, is_primary, sync_processes
 from jaxlab.run.resume import keep_metrics_until, newest_usable, set_aside_after
 from jaxlab.run.lock import RunDirLock
 from jaxlab.run.signals import StopSignals
@@ -93,7 +96,9 @@ class NonfiniteStop:
 
 class SaveCheckpoints:
     """A hook that saves when the checkpoint rules ask, after the last update, and on a stop signal,
-    after which it stops the loop (result.stopped names the signal). It tracks the best metric."""
+    after which it stops the loop (result.stopped names the signal). It tracks the best metric.
+    In a run over several processes the processes agree after every update (any_process): a signal
+    to any of them, or a wall-time save due in any of them, saves and stops in every one."""
 
     def __init__(self, saves: checkpoint.RunCheckpoints, stop: StopSignals, best_metric: str, result: RunResult):
         self.saves, self.stop, self.best_metric, self.result = saves, stop, best_metric, result
@@ -103,10 +108,11 @@ class SaveCheckpoints:
         if record.get(self.best_metric) is not None:
             self.best = record[self.best_metric]
         last = trainer.update_index == trainer.sizes.num_updates
-        if self.stop.received or last or self.saves.due(trainer.update_index):
+        stop, due = any_process(self.stop.received is not None, self.saves.due(trainer.update_index))
+        if stop or last or due:
             self.saves.save(trainer.update_index, trainer.checkpoint_state(), trainer.checkpoint_meta(), self.best)
-        self.result.stopped = self.stop.received
-        return self.stop.received is not None
+        self.result.stopped = self.stop.received or ("a signal to another process" if stop else None)
+        return stop
 
 
 def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | None = None,
@@ -122,7 +128,14 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
     checkpoints are set up too (tests inject faults with it). ``resume_meta``: {checkpoint path: its
     meta} for checkpoints whose meta the caller has read already (each is read once);
     ``resume_any_env`` resumes even when the env's source changed since the checkpoint (a warning);
-    ``profile``: a jaxlab.run.profile.ProfileUpdates that traces some updates."""
+    ``profile``: a jaxlab.run.profile.ProfileUpdates that traces some updates.
+
+    In a run over several processes (jaxlab.run.distributed) every process calls it, in step, with the
+    same arguments (``warn``, ``on_log``, ``on_start`` and ``profile`` may differ): process 0 alone
+    holds the lock and writes the run dir's files (records, config, run.log, files.json); every
+    process takes part in each checkpoint's save and in the resume (Orbax multi-host: each saves and
+    restores its own envs, carries and keys), and a stop signal to any process stops them all after
+    the same update, with a checkpoint. The run dir must be one directory that every process sees."""
     import jax
 
     from jaxlab.observe import records
@@ -132,16 +145,21 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
     run_dir = Path(run_dir)
     result = RunResult()
     c = config.checkpoint
-    with RunDirLock(run_dir), library_logs_to(run_dir / "run.log"), Trainer(config, run_dir=run_dir) as trainer, \
-            StopSignals() as stop:
-        records.write_run_info(run_dir, config, [f"{d.platform}:{d.device_kind}" for d in jax.devices()], notes)
+    primary = is_primary()
+    lock = RunDirLock(run_dir) if primary else nullcontext()
+    logs = library_logs_to(run_dir / "run.log") if primary else nullcontext()
+    with lock, logs, Trainer(config, run_dir=run_dir if primary else None) as trainer, StopSignals() as stop:
+        if primary:
+            records.write_run_info(run_dir, config, [f"{d.platform}:{d.device_kind}" for d in jax.devices()], notes)
         if resume is not None:
             known = resume_meta or {}
             result.resumed_from, _ = newest_usable(
                 Path(resume), lambda path: trainer.load_checkpoint(path, known.get(path), resume_any_env, warn), warn)
-            keep_metrics_until(run_dir / "metrics.jsonl", trainer.update_index)
-            for path in set_aside_after(run_dir / "checkpoints", trainer.update_index):
-                warn(f"moved {path.name} aside to {path} (newer than the checkpoint resumed from)")
+            sync_processes("resumed")  # every process has read before process 0 tidies the run dir
+            if primary:
+                keep_metrics_until(run_dir / "metrics.jsonl", trainer.update_index)
+                for path in set_aside_after(run_dir / "checkpoints", trainer.update_index):
+                    warn(f"moved {path.name} aside to {path} (newer than the checkpoint resumed from)")
             warn(f"resumed from {result.resumed_from} at update {trainer.update_index}, "
                  f"step {trainer.global_step:,}")
         if on_start is not None:
@@ -172,7 +190,8 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
             except checkpoint.CheckpointError as err:
                 result.error = result.error or str(err)
             result.stopped = result.stopped or stop.received  # a signal during the last update or the saves
-            records.write_summary(run_dir, c.best_metric or "episode_return", stopped=result.stopped,
-                                  error=result.error, checkpoint=result.checkpoint,
-                                  resumed_from=result.resumed_from)
+            if primary:
+                records.write_summary(run_dir, c.best_metric or "episode_return", stopped=result.stopped,
+                                      error=result.error, checkpoint=result.checkpoint,
+                                      resumed_from=result.resumed_from)
     return result

@@ -16,7 +16,9 @@ from jaxlab.train.rollout import Rollout, make_step
 
 def load_trainer(path: str | Path):
     """A Trainer built from the config saved in the checkpoint at ``path`` with its state loaded: the
-    policy can be played from the path alone."""
+    policy can be played from the path alone. A checkpoint of a run over another number of processes
+    (several, read in one) gives its policy alone (Trainer.load_policy): its envs and carries were
+    other processes'."""
     from jaxlab import checkpoint
     from jaxlab.config import config_from_toml
     from jaxlab.train.trainer import Trainer
@@ -24,7 +26,10 @@ def load_trainer(path: str | Path):
     meta = checkpoint.read_meta(Path(path))
     trainer = Trainer(config_from_toml(meta["config"]))
     try:
-        trainer.load_checkpoint(path, meta)
+        if int(meta.get("processes", 1)) != jax.process_count():
+            trainer.load_policy(path, meta)
+        else:
+            trainer.load_checkpoint(path, meta)
     except BaseException:
         trainer.close()
         raise

@@ -22,6 +22,7 @@ from jaxlab.env.sdk import source_hash
 from jaxlab.observe.device_memory import memory_fields
 from jaxlab.train.learner import TrainState, lr_schedule, make_optimizer, make_update
 from jaxlab.train.parallel import DataParallel
+from jaxlab.train.process_state import ProcessState
 from jaxlab.train.build import learner_reward_scale, make_policy, obs_norm_on, reward_norm_on
 from jaxlab.train.normalization import Normalization
 from jaxlab.train.rollout import EpisodeStats, Rollout, make_step
@@ -143,6 +144,8 @@ class Trainer:
         self.rollout.first_group = jax.process_index() * c.vec.groups  # the sampling keys' group index
         if self.parallel:
             self.parallel.place(self)
+        # a run over several processes: checkpoints of global arrays, each process's rows its own
+        self.process_state = ProcessState() if jax.process_count() > 1 else None
 
         self.global_step = 0
         self.update_index = 0
@@ -239,7 +242,13 @@ class Trainer:
         """Every array that shapes the rest of the run (taken between updates); the C envs' state
         ("env": one host copy per group, see VecEnv.save_state) only ``with_env`` and only for an env
         that has one (a Python env has ``has_state`` False: its checkpoints hold no env state, said once
-        per trainer on stderr)."""
+        per trainer on stderr). In a run over several processes, global arrays that hold every
+        process's state (see jaxlab.train.process_state); in one process, this process's arrays."""
+        state = self.own_checkpoint_state(with_env)
+        return self.process_state.to_global(state) if self.process_state else state
+
+    def own_checkpoint_state(self, with_env: bool = True) -> dict:
+        """checkpoint_state's tree of this process's own values (its envs, carries and keys)."""
         r = self.rollout
         state = {"train": {"params": self.state.params, "opt_state": self.state.opt_state, "step": self.state.step},
                  "update_key": self.update_key, "rollout": {"key": r.key, "carry": r.carry}}
@@ -260,7 +269,7 @@ class Trainer:
                 "config": config_lib.to_toml(self.config),
                 "global_step": self.global_step, "update": self.update_index, "rollout_steps": self.rollout.step_count,
                 "wall_time": time.perf_counter() - self.start_time, "timing": self.timing,
-                "metadata": metadata or {}}
+                "metadata": metadata or {}, **({"processes": jax.process_count()} if self.process_state else {})}
 
     def restore_state(self, state: dict, meta: dict) -> None:
         """Puts a checkpoint's ``state`` and ``meta`` (from jaxlab.checkpoint.read) into this trainer."""
@@ -281,8 +290,9 @@ class Trainer:
             except ValueError as err:  # the env's code or parameters changed (see check_env_source)
                 raise config_lib.ConfigError(f"cannot load the checkpoint's env state into this env: {err}; "
                                              "resume with the env as it was, or start a new run") from None
-        else:  # no env state saved: new episodes, seeded from the run's seed, the step and the group
-            for g, env in enumerate(self.envs):
+        else:  # no env state saved: new episodes, seeded from the run's seed, the step and the group (its
+            # index among every process's groups)
+            for g, env in enumerate(self.envs, start=r.first_group):
                 env.reset(seed=int(np.random.SeedSequence([self.config.train.seed, r.step_count, g]).generate_state(1)[0]))
                 env.terminals.fill(True)  # every agent starts an episode
         self.global_step, self.update_index = int(meta["global_step"]), int(meta["update"])
@@ -295,15 +305,22 @@ class Trainer:
             self.parallel.place(self)
 
     def save_checkpoint(self, path: str | Path, metadata: dict | None = None) -> Path:
-        """Writes a checkpoint of the whole training state at ``path`` (a new directory), synchronously."""
+        """Writes a checkpoint of the whole training state at ``path`` (a new directory), synchronously;
+        in a run over several processes every process calls it, in step, with the same path."""
         from jaxlab import checkpoint
 
         return checkpoint.write(Path(path), self.checkpoint_state(), self.checkpoint_meta(metadata))
 
     def checkpoint_template(self) -> dict:
         """The shapes and dtypes of checkpoint_state() as jax.ShapeDtypeStruct leaves, without copying
-        any array (the restore target of a checkpoint)."""
-        state = {k: v for k, v in self.checkpoint_state(with_env=False).items()}
+        any array (the restore target of a checkpoint; with the global shapes and shardings in a run over
+        several processes)."""
+        template = self.checkpoint_template_local()
+        return self.process_state.template(template) if self.process_state else template
+
+    def checkpoint_template_local(self) -> dict:
+        """checkpoint_template with this process's shapes and no sharding (own_checkpoint_state's)."""
+        state = self.own_checkpoint_state(with_env=False)
         template = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), state)
         if self.env.has_state:
             template["env"] = [{k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in env.state_shapes().items()}
@@ -314,18 +331,41 @@ class Trainer:
                         warn: Callable[[str], None] = print) -> dict:
         """Restores the checkpoint at ``path`` (written by save_checkpoint or a run); returns its meta
         (``meta``: the checkpoint's meta when the caller has read it already). The checkpoint must
-        come from the same env, env params, agent count and network, and from the same env source
-        (see check_env_source; ``any_env`` accepts another, with a warning)."""
+        come from the same env, env params, agent count and network, from the same env source
+        (see check_env_source; ``any_env`` accepts another, with a warning) and from as many processes
+        (check_processes; in a run over several, every process calls this, in step)."""
         from jaxlab import checkpoint
 
         meta = checkpoint.read_meta(Path(path)) if meta is None else meta
+        check_processes(meta, Path(path), jax.process_count())
         check_compatible(config_lib.config_from_toml(meta["config"], library=self.config.env_library or None),
                          self.config)
         changed = check_env_source(meta.get("env_source"), self.env_source, any_env)
         if changed:
             warn(changed)
         state, meta = checkpoint.read(Path(path), self.checkpoint_template(), meta)
-        self.restore_state(state, meta)
+        self.restore_state(self.process_state.own_rows(state) if self.process_state else state, meta)
+        return meta
+
+    def load_policy(self, path: str | Path, meta: dict | None = None) -> dict:
+        """Restores only the policy of the checkpoint at ``path``: the train state (params, optimizer
+        state, step) and the normalisation statistics, what playing it needs, from a checkpoint of any
+        process count (the envs, carries, keys and counters stay this trainer's); returns its meta.
+        The checkpoint must come from the same network and normalisation (check_compatible)."""
+        from jaxlab import checkpoint
+
+        meta = checkpoint.read_meta(Path(path)) if meta is None else meta
+        check_compatible(config_lib.config_from_toml(meta["config"], library=self.config.env_library or None),
+                         self.config)
+        template = {k: v for k, v in self.checkpoint_template_local().items() if k in ("train", "norm")}
+        parts, meta = checkpoint.read_parts(Path(path), template, meta)
+        to_jax = lambda tree: jax.tree.map(jnp.asarray, tree)  # noqa: E731
+        train = parts["train"]
+        self.state = TrainState(to_jax(train["params"]), to_jax(train["opt_state"]), jnp.asarray(train["step"]))
+        if self.norm.state:
+            self.norm.state = to_jax(parts["norm"])
+        if self.parallel:
+            self.parallel.place(self)
         return meta
 
     def close(self) -> None:
@@ -359,6 +399,23 @@ def check_env_source(saved: dict | None, current: dict, any_env: bool = False) -
                                  "state must still fit the new code) or start a new run")
 
 
+def check_processes(meta: dict, path: Path, processes: int) -> None:
+    """ConfigError naming both counts when the checkpoint at ``path`` (its ``meta``) was written by a
+    run over another number of processes than ``processes``: each process's envs, carries and keys
+    are its own rows of the checkpoint, which another count cannot share out."""
+    saved = int(meta.get("processes", 1))
+    if saved == processes:
+        return
+
+    def count(n):
+        return "1 process" if n == 1 else f"{n} processes"
+
+    how = ("in one process (no --dist.num-processes, or --dist.num-processes 1)" if saved == 1 else
+           f"with --dist.num-processes {saved} (and --dist.coordinator, --dist.process-id 0..{saved - 1})")
+    raise config_lib.ConfigError(f"cannot resume: checkpoint {path} was written by a run of {count(saved)}, "
+                                 f"this run has {count(processes)}; resume it {how}, or start a new run")
+
+
 #: Config fields a checkpoint's arrays depend on: resuming with another value is refused.
 SHAPING = ("env_name", "env", "vec.num_envs", "policy.hidden_size", "policy.lstm", "policy.encoder", "policy.mlp_layers",
            "policy.shared_trunk", "policy.cnn_channels", "policy.cnn_kernels", "policy.cnn_strides", "policy.module",
@@ -373,13 +430,14 @@ def _get(config, name: str):
 
 
 def config_changes(saved: config_lib.Config, new: config_lib.Config) -> list[tuple[str, Any, Any]]:
-    """(key, saved value, new value) for every config value that differs."""
+    """(key, saved value, new value) for every config value that differs, [dist] aside (how the run's
+    processes meet; their count is checked by check_processes)."""
     changes = [(name, _get(saved, name), _get(new, name))
                for name in ("env_name", "env", "env_library", "env_mask_check", "preset")
                if _get(saved, name) != _get(new, name)]
     new_values = config_lib.as_layer(new)
     for section, table in config_lib.as_layer(saved).items():
-        if section != "env":  # compared whole above
+        if section not in ("env", "dist"):  # env compared whole above
             changes += [(f"{section}.{key}", value, new_values[section][key]) for key, value in table.items()
                         if new_values[section][key] != value]
     return changes
