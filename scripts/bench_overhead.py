@@ -8,9 +8,12 @@ For each agent count (one group, horizon 16, the trainer's own jitted step):
   step     wall time per step of Rollout.collect (the finish call spread over the T steps)
   policy   the same jitted policy step called alone back to back, waiting for its action each time
            (the jit dispatch included: that is the policy call's own cost)
+  finish   the rollout's last call (the values of the observations after the T steps: one more policy
+           forward) called alone, per step (divided by T)
   env      VecEnv.step alone with fixed actions (the ctypes call and the C step)
-  overhead step - policy - env: the outputs' transfer to the device, the action's copy to the host,
-           the truncation check and the bookkeeping; the issue's goal is under 30 us.
+  overhead step - policy - finish - env: the action's copy to the host, the truncation check, the timers
+           and the bookkeeping (the outputs' transfer is inside the policy call, which takes the host
+           block); the issue's goal is under 30 us.
 Each figure is the median of --repeats measurements of --rollouts rollouts each. Prints a table.
 """
 
@@ -32,10 +35,10 @@ def measure(env_name: str, agents: int, rollouts: int, repeats: int) -> dict[str
                                              "--train.total-timesteps", str(agents * 16 * 1000),
                                              "--device.compile-cache", "off"])
     with Trainer(config) as trainer:
-        rollout, params, env = trainer.rollout, trainer.state.params, trainer.envs[0]
+        rollout, params, env = trainer.rollout, trainer.acting_params, trainer.envs[0]
         T = rollout.horizon
         rollout.collect(params)  # compile and warm up
-        steps, policies, envs = [], [], []
+        steps, policies, finishes, envs = [], [], [], []
         for _ in range(repeats):
             tic = time.perf_counter()
             for _ in range(rollouts):
@@ -52,6 +55,11 @@ def measure(env_name: str, agents: int, rollouts: int, repeats: int) -> dict[str
                                                        key, np.int32(t))
                 action.block_until_ready()
             policies.append((time.perf_counter() - tic) / (rollouts * T))
+            tic = time.perf_counter()
+            for _ in range(rollouts):
+                buffers, value = rollout._finish(params, carry, buffers, packed, final, np.int32(T), zero)
+                value.block_until_ready()
+            finishes.append((time.perf_counter() - tic) / (rollouts * T))
             rollout.carries[0], rollout.buffers = carry, buffers
 
             actions = np.asarray(action)
@@ -59,8 +67,9 @@ def measure(env_name: str, agents: int, rollouts: int, repeats: int) -> dict[str
             for _ in range(rollouts * T):
                 env.step(actions)
             envs.append((time.perf_counter() - tic) / (rollouts * T))
-    step, policy, env_step = (statistics.median(x) for x in (steps, policies, envs))
-    return {"step": step, "policy": policy, "env": env_step, "overhead": step - policy - env_step}
+    step, policy, finish, env_step = (statistics.median(x) for x in (steps, policies, finishes, envs))
+    return {"step": step, "policy": policy, "finish": finish, "env": env_step,
+            "overhead": step - policy - finish - env_step}
 
 
 def main() -> None:
@@ -72,10 +81,11 @@ def main() -> None:
     args = parser.parse_args()
     print(f"{args.env}, one group, horizon 16, 1 C thread; jax {jax.__version__} on {jax.devices()[0].platform}; "
           f"median of {args.repeats} x {args.rollouts} rollouts")
-    print(f"{'agents':>8} {'step us':>9} {'policy us':>10} {'env us':>8} {'overhead us':>12}")
+    print(f"{'agents':>8} {'step us':>9} {'policy us':>10} {'finish us':>10} {'env us':>8} {'overhead us':>12}")
     for agents in args.agents:
         r = measure(args.env, agents, args.rollouts, args.repeats)
-        print(f"{agents:>8,} {r['step'] * 1e6:>9.1f} {r['policy'] * 1e6:>10.1f} {r['env'] * 1e6:>8.1f} "
+        print(f"{agents:>8,} {r['step'] * 1e6:>9.1f} {r['policy'] * 1e6:>10.1f} {r['finish'] * 1e6:>10.1f} "
+              f"{r['env'] * 1e6:>8.1f} "
               f"{r['overhead'] * 1e6:>12.1f}")
 
 
