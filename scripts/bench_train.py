@@ -58,7 +58,7 @@ def run_to_threshold(env: str, threshold: float, window: int, flags: list[str]) 
         steady_steps = trainer.global_step - trainer.sizes.batch_size
         print(f"{env}: {trainer.sizes.describe()}; "
               f"{trainer.num_params:,} parameters, lstm={config.policy.lstm}")
-        print(f"  first update (both compiles + one update): {hook.first_update:.2f} s")
+        print(f"  first update (the compiles + one update): {hook.first_update:.2f} s")
         print(f"  steady SPS: {steady_steps / max(elapsed - hook.first_update, 1e-9):,.0f}")
         if hook.reached:
             print(f"  mean return {hook.reached[2]:.1f} >= {threshold} over the last {window} updates after "
