@@ -284,11 +284,39 @@ class Printer:
 def run_seeds(env: str, seeds: list[int], out: Path, steps: int | None, flags: list[str], jobs: int, metric: str,
               window: int, say, poll: float = 2.0) -> dict[int, int]:
     """Trains every seed (``jobs`` processes at a time), printing each new update's smoothed metric;
-    returns {seed: exit status}."""
+    returns {seed: exit status}. Stopped any way (Ctrl-C, SIGTERM, an error), it stops the training
+    processes still running (stop_all): none is left behind."""
     pending, running, status = list(seeds), {}, {}
+    shown = {s: 0 for s in seeds}
     try:
-        _run_seeds(env, out, steps, flags, jobs, metric, window, say, poll, pending, running, status)
-    finally:  # stopped (Ctrl-C, SIGTERM, an error): the training processes stop with it, none left behind
+        while pending or running:
+            while pending and len(running) < jobs:
+                seed = pending.pop(0)
+                run_dir = out / f"seed-{seed}"
+                log = (out / f"seed-{seed}.log").open("w")
+                cmd = train_command(env, seed, run_dir, steps, flags)
+                say(f"seed {seed}: {' '.join(cmd[1:])}")
+                running[seed] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log, run_dir)
+            time.sleep(poll)
+            for seed, (process, log, run_dir) in list(running.items()):
+                records = read_records(run_dir / "metrics.jsonl")
+                if len(records) > shown[seed]:
+                    try:
+                        curve = smooth(records, metric, window, seed)
+                    except KeyError as err:
+                        raise SystemExit(f"learn.py: {err.args[0]}")
+                    record = records[-1]
+                    value = f"{curve.values[-1]:.3f}" if curve.values else "-"
+                    say(f"seed {seed}  step {record['global_step']:>11,}  {record['wall_time']:7.1f}s  "
+                        f"{record['sps']:>9,.0f} SPS  {metric} {value}")
+                    shown[seed] = len(records)
+                if process.poll() is not None:
+                    log.close()
+                    status[seed] = process.returncode
+                    say(f"seed {seed}: finished with exit status {process.returncode}"
+                        + ("" if process.returncode == 0 else f" (see {out / f'seed-{seed}.log'})"))
+                    del running[seed]
+    finally:
         stop_all([process for process, _, _ in running.values()])
     return status
 
@@ -306,37 +334,6 @@ def stop_all(processes: list[subprocess.Popen], grace: float = 30.0) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-
-
-def _run_seeds(env, out, steps, flags, jobs, metric, window, say, poll, pending, running, status) -> None:
-    shown = {s: 0 for s in pending}
-    while pending or running:
-        while pending and len(running) < jobs:
-            seed = pending.pop(0)
-            run_dir = out / f"seed-{seed}"
-            log = (out / f"seed-{seed}.log").open("w")
-            cmd = train_command(env, seed, run_dir, steps, flags)
-            say(f"seed {seed}: {' '.join(cmd[1:])}")
-            running[seed] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log, run_dir)
-        time.sleep(poll)
-        for seed, (process, log, run_dir) in list(running.items()):
-            records = read_records(run_dir / "metrics.jsonl")
-            if len(records) > shown[seed]:
-                try:
-                    curve = smooth(records, metric, window, seed)
-                except KeyError as err:
-                    raise SystemExit(f"learn.py: {err.args[0]}")  # run_seeds stops the running processes
-                record = records[-1]
-                value = f"{curve.values[-1]:.3f}" if curve.values else "-"
-                say(f"seed {seed}  step {record['global_step']:>11,}  {record['wall_time']:7.1f}s  "
-                    f"{record['sps']:>9,.0f} SPS  {metric} {value}")
-                shown[seed] = len(records)
-            if process.poll() is not None:
-                log.close()
-                status[seed] = process.returncode
-                say(f"seed {seed}: finished with exit status {process.returncode}"
-                    + ("" if process.returncode == 0 else f" (see {out / f'seed-{seed}.log'})"))
-                del running[seed]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,12 +21,12 @@ def load_trainer(path: str | Path):
     other processes'."""
     from jaxlab import checkpoint
     from jaxlab.config import config_from_toml
-    from jaxlab.train.trainer import Trainer
+    from jaxlab.train.trainer import Trainer, checkpoint_processes
 
     meta = checkpoint.read_meta(Path(path))
     trainer = Trainer(config_from_toml(meta["config"]))
     try:
-        if int(meta.get("processes", 1)) != jax.process_count():
+        if checkpoint_processes(meta) != jax.process_count():
             trainer.load_policy(path, meta)
         else:
             trainer.load_checkpoint(path, meta)

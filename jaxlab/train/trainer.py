@@ -399,11 +399,16 @@ def check_env_source(saved: dict | None, current: dict, any_env: bool = False) -
                                  "state must still fit the new code) or start a new run")
 
 
+def checkpoint_processes(meta: dict) -> int:
+    """How many processes wrote the checkpoint of ``meta`` (1 when its meta does not say)."""
+    return int(meta.get("processes", 1))
+
+
 def check_processes(meta: dict, path: Path, processes: int) -> None:
     """ConfigError naming both counts when the checkpoint at ``path`` (its ``meta``) was written by a
     run over another number of processes than ``processes``: each process's envs, carries and keys
     are its own rows of the checkpoint, which another count cannot share out."""
-    saved = int(meta.get("processes", 1))
+    saved = checkpoint_processes(meta)
     if saved == processes:
         return
 
