@@ -27,7 +27,9 @@ uniform first policy) and ``critic_init_scale`` for the heads; zero biases excep
 Parameter names: the shared trunk's layers are conv_0.., encoder, encoder_1.., input_gates and
 recurrent_kernel; separate trunks prefix them with actor_ and critic_; then actor, critic, log_std.
 The input projection of the LSTM is applied to all T steps at once; only the recurrent matmul is
-inside the lax.scan. ``dtype`` (float32 or bfloat16) is the input dtype of every encoder and LSTM
+inside the lax.scan. One step (the rollout's call) computes the gates in one matmul instead, [x, h]
+[A, F + H] by [W_x; W_h] [F + H, 4H]: two matmuls each writing an [A, 4H] output and their sum cost
+twice as long at 4,096 agents on a 2-core CPU (8 against 16 ms a step, scripts/bench_overhead.py). ``dtype`` (float32 or bfloat16) is the input dtype of every encoder and LSTM
 matmul and convolution; each accumulates and returns float32 (``preferred_element_type``), so bias
 adds, activations, the carry, the heads and all outputs are float32, as are the params.
 """
@@ -57,10 +59,14 @@ def lstm_cell(recurrent_kernel: jax.Array, carry: Carry, input_gates: jax.Array,
     c, h = c * keep, h * keep
     gates = input_gates + jnp.dot(h.astype(dtype), recurrent_kernel.astype(dtype),
                                   preferred_element_type=jnp.float32)
+    return lstm_gates((c, h), gates)
+
+
+def lstm_gates(carry: Carry, gates: jax.Array) -> Carry:
+    """The new carry from the old (c [A, H], h [A, H]) and the gates [A, 4H] (i, f, g, o)."""
     i, f, g, o = jnp.split(gates, 4, axis=-1)
-    c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-    h = jax.nn.sigmoid(o) * jnp.tanh(c)
-    return c, h
+    c = jax.nn.sigmoid(f) * carry[0] + jax.nn.sigmoid(i) * jnp.tanh(g)
+    return c, jax.nn.sigmoid(o) * jnp.tanh(c)
 
 
 class ActorCritic(nn.Module):
@@ -142,14 +148,26 @@ class ActorCritic(nn.Module):
         log_std = self.log_std if self.action.kind == "continuous" else None
         return self.actor(actor_x.astype(jnp.float32)), self.critic(critic_x.astype(jnp.float32))[..., 0], log_std
 
+    def _step_gates(self, prefix: str, x: jax.Array, h: jax.Array) -> jax.Array:
+        """W_x x + b + W_h h [A, 4H] of features x [A, F] and the (reset) hidden state h [A, H] in one
+        matmul, [x, h] by [W_x; W_h] (the same params as unroll's two)."""
+        dense = getattr(self, f"{prefix}input_gates")
+        if self.is_initializing():
+            dense(x)  # creates its params
+        p = dense.variables["params"]
+        kernel = jnp.concatenate([p["kernel"], getattr(self, f"{prefix}recurrent_kernel")]).astype(self.dtype)
+        inputs = jnp.concatenate([x, h], axis=-1).astype(self.dtype)
+        return jnp.dot(inputs, kernel, preferred_element_type=jnp.float32) + p["bias"]
+
     def __call__(self, carry, obs: jax.Array, reset: jax.Array):
         """One step for all agents: (carry, head [A, k], value [A], log_std or None)."""
         features, carries = [], []
         for prefix, c in zip(self.trunks, self._split(carry)):
             x = self._encode(prefix, obs, 1)
             if self.lstm:
-                c = lstm_cell(getattr(self, f"{prefix}recurrent_kernel"), c,
-                              getattr(self, f"{prefix}input_gates")(x), reset, self.dtype)
+                keep = (~reset)[:, None].astype(jnp.float32)
+                c = (c[0] * keep, c[1] * keep)
+                c = lstm_gates(c, self._step_gates(prefix, x, c[1]))
                 x = c[1]
             features.append(x)
             carries.append(c)

@@ -11,7 +11,7 @@ import numpy as np
 
 import jaxlab
 from jaxlab.config import env_args
-from jaxlab.train.rollout import Rollout, make_step
+from jaxlab.train.rollout import Rollout, jit_step, make_step
 
 
 def load_trainer(path: str | Path):
@@ -77,7 +77,7 @@ def play(trainer, steps: int | None = None, num_envs: int | None = None, seed: i
         last_round_agents = None if episodes is None else -(-(episodes - (rounds - 1) * A) // per_env) * per_env
         quota = None if rounds is None else np.where(np.arange(A) < last_round_agents, rounds, rounds - 1)
         env.track_episodes()
-        rollout = Rollout([env], jax.jit(step, donate_argnums=(2,)), jax.jit(finish, donate_argnums=(2,)),
+        rollout = Rollout([env], jit_step(step), jit_step(finish),
                           horizon=1, carries=[trainer.policy.initial_carry(A)], key=jax.random.PRNGKey(seed))
         running_return = np.zeros(A)
         running_length = np.zeros(A, np.int64)

@@ -73,6 +73,21 @@ def _write(buffer: jax.Array, row: jax.Array, t, offset) -> jax.Array:
     return jax.lax.dynamic_update_slice(buffer, row[None].astype(buffer.dtype), index)
 
 
+# XLA:CPU's default scheduler runs independent parts of a program side by side; in the step that put
+# the truncation bootstrap's lax.cond beside the policy's matmuls, which then ran on one core of two:
+# 16 against 8 ms a step at 4,096 agents, 31 against 16 at 8,192 (scripts/bench_overhead.py). The
+# memory-optimised scheduler keeps them in sequence, each on every core. The update is as fast with
+# either (0.63 s, scripts/bench_update.py), so only the step and the finish take this.
+CPU_STEP_OPTIONS = {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}
+
+
+def jit_step(fn: Callable) -> Callable:
+    """``fn`` (a step or finish of make_step) jitted with its segment buffers (argument 2) donated, and
+    XLA's memory-optimised scheduler on a CPU backend (CPU_STEP_OPTIONS)."""
+    options = CPU_STEP_OPTIONS if jax.default_backend() == "cpu" else None
+    return jax.jit(fn, donate_argnums=(2,), compiler_options=options)
+
+
 def make_step(policy, spec: distributions.ActionSpec, layout, deterministic: bool = False,
               on_trace: Callable[[], None] = lambda: None) -> tuple[Callable, Callable]:
     """(step, finish) for envs whose outputs block has ``layout`` (see the module docstring); not yet

@@ -25,7 +25,7 @@ from jaxlab.train.parallel import DataParallel
 from jaxlab.train.process_state import ProcessState
 from jaxlab.train.build import learner_reward_scale, make_policy, obs_norm_on, reward_norm_on
 from jaxlab.train.normalization import Normalization
-from jaxlab.train.rollout import EpisodeStats, Rollout, make_step
+from jaxlab.train.rollout import EpisodeStats, Rollout, jit_step, make_step
 
 
 def group_seed(seed: int, group: int) -> int:
@@ -138,7 +138,7 @@ class Trainer:
         if self.parallel:
             self._update = self.parallel.wrap_update(self._update)
         group = self.env.num_agents
-        self.rollout = Rollout(self.envs, jax.jit(step, donate_argnums=(2,)), jax.jit(finish, donate_argnums=(2,)),
+        self.rollout = Rollout(self.envs, jit_step(step), jit_step(finish),
                                self.sizes.horizon, [self.policy.initial_carry(group) for _ in self.envs], rollout_key,
                                segments=self.sizes.segments)
         self.rollout.first_group = jax.process_index() * c.vec.groups  # the sampling keys' group index
