@@ -28,9 +28,9 @@ Parameter names: the shared trunk's layers are conv_0.., encoder, encoder_1.., i
 recurrent_kernel; separate trunks prefix them with actor_ and critic_; then actor, critic, log_std.
 The input projection of the LSTM is applied to all T steps at once; only the recurrent matmul is
 inside the lax.scan. One step (the rollout's call) computes the gates in one matmul instead, [x, h]
-[A, F + H] by [W_x; W_h] [F + H, 4H]: two matmuls each writing an [A, 4H] output and their sum cost
-twice as long at 4,096 agents on a 2-core CPU (8 against 16 ms a step, scripts/bench_overhead.py). ``dtype`` (float32 or bfloat16) is the input dtype of every encoder and LSTM
-matmul and convolution; each accumulates and returns float32 (``preferred_element_type``), so bias
+[A, F + H] by [W_x; W_h] [F + H, 4H], one [A, 4H] output where two matmuls write two and sum them
+(README, "The rollout step on a CPU"). ``dtype`` (float32 or bfloat16) is the input dtype of every
+encoder and LSTM matmul and convolution; each accumulates and returns float32 (``preferred_element_type``), so bias
 adds, activations, the carry, the heads and all outputs are float32, as are the params.
 """
 
@@ -54,12 +54,16 @@ def lstm_cell(recurrent_kernel: jax.Array, carry: Carry, input_gates: jax.Array,
               dtype=jnp.float32) -> Carry:
     """One LSTM step. input_gates [A, 4H] = W_x x + b (precomputed, float32); reset [A] zeroes the carry
     first; the recurrent matmul takes ``dtype`` inputs and accumulates in float32."""
-    c, h = carry
-    keep = (~reset)[:, None].astype(c.dtype)
-    c, h = c * keep, h * keep
+    c, h = reset_carry(carry, reset)
     gates = input_gates + jnp.dot(h.astype(dtype), recurrent_kernel.astype(dtype),
                                   preferred_element_type=jnp.float32)
     return lstm_gates((c, h), gates)
+
+
+def reset_carry(carry: Carry, reset: jax.Array) -> Carry:
+    """(c [A, H], h [A, H]) with the rows of agents whose ``reset`` [A] is set zeroed."""
+    keep = (~reset)[:, None].astype(carry[0].dtype)
+    return carry[0] * keep, carry[1] * keep
 
 
 def lstm_gates(carry: Carry, gates: jax.Array) -> Carry:
@@ -165,8 +169,7 @@ class ActorCritic(nn.Module):
         for prefix, c in zip(self.trunks, self._split(carry)):
             x = self._encode(prefix, obs, 1)
             if self.lstm:
-                keep = (~reset)[:, None].astype(jnp.float32)
-                c = (c[0] * keep, c[1] * keep)
+                c = reset_carry(c, reset)
                 c = lstm_gates(c, self._step_gates(prefix, x, c[1]))
                 x = c[1]
             features.append(x)
