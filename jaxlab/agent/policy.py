@@ -30,8 +30,9 @@ The input projection of the LSTM is applied to all T steps at once; only the rec
 inside the lax.scan. One step (the rollout's call) computes the gates in one matmul instead, [x, h]
 [A, F + H] by [W_x; W_h] [F + H, 4H], one [A, 4H] output where two matmuls write two and sum them
 (README, "The rollout step on a CPU"). ``dtype`` (float32 or bfloat16) is the input dtype of every
-encoder and LSTM matmul and convolution; each accumulates and returns float32 (``preferred_element_type``), so bias
-adds, activations, the carry, the heads and all outputs are float32, as are the params.
+encoder and LSTM matmul and convolution; each accumulates and returns float32
+(``preferred_element_type``), so bias adds, activations, the carry, the heads and all outputs are
+float32, as are the params.
 """
 
 from __future__ import annotations
