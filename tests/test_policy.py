@@ -9,7 +9,7 @@ import pytest
 
 from jaxlab.agent import distributions
 from jaxlab.agent.distributions import ActionSpec
-from jaxlab.agent.policy import ActorCritic, lstm_cell, zero_carry
+from jaxlab.agent.policy import ActorCritic, zero_carry
 
 KEY = jax.random.PRNGKey(0)
 
@@ -21,13 +21,12 @@ def make(spec=ActionSpec("discrete", (3,)), lstm=True, obs_dim=5, hidden=8, agen
 
 
 def test_reset_zeroes_the_carry_only_for_flagged_agents():
-    kernel = jax.random.normal(KEY, (4, 16))
-    carry = (jnp.ones((2, 4)), jnp.ones((2, 4)))
-    gates = jax.random.normal(jax.random.PRNGKey(1), (2, 16))
-    reset = jnp.array([True, False])
-    c, h = lstm_cell(kernel, carry, gates, reset)
-    c0, h0 = lstm_cell(kernel, zero_carry(2, 4), gates, jnp.zeros(2, bool))
-    c1, h1 = lstm_cell(kernel, carry, gates, jnp.zeros(2, bool))
+    policy, params = make(agents=2)
+    obs = jax.random.normal(jax.random.PRNGKey(1), (2, 5))
+    carry = (jnp.ones((2, 8)), jnp.ones((2, 8)))
+    (c, h), _, _, _ = policy.apply(params, carry, obs, jnp.array([True, False]))
+    (c0, h0), _, _, _ = policy.apply(params, zero_carry(2, 8), obs, jnp.zeros(2, bool))
+    (c1, h1), _, _, _ = policy.apply(params, carry, obs, jnp.zeros(2, bool))
     np.testing.assert_allclose(c[0], c0[0], rtol=1e-6)
     np.testing.assert_allclose(h[1], h1[1], rtol=1e-6)
     assert not np.allclose(h[0], h1[0])
@@ -161,8 +160,8 @@ def test_bfloat16_only_feeds_matmuls_which_accumulate_and_return_float32(method)
             if var.aval.dtype == jnp.bfloat16:
                 assert eqn.primitive.name == "convert_element_type", eqn
                 assert set(readers.get(id(var), [])) <= {"dot_general"}, (eqn, readers.get(id(var)))
-    # the encoder, then the LSTM's input projection and recurrent matmul (one step: one matmul of both)
-    assert bf16_inputs == (2 if method == "__call__" else 3)
+    # the encoder, then the LSTM's gates: one matmul of [x, h] by [W_x; W_h], in a step and in the unroll
+    assert bf16_inputs == 2
 
 
 # ---- a mask row that allows nothing: never a silent action ---------------------------------------

@@ -26,10 +26,10 @@ uniform first policy) and ``critic_init_scale`` for the heads; zero biases excep
 
 Parameter names: the shared trunk's layers are conv_0.., encoder, encoder_1.., input_gates and
 recurrent_kernel; separate trunks prefix them with actor_ and critic_; then actor, critic, log_std.
-The input projection of the LSTM is applied to all T steps at once; only the recurrent matmul is
-inside the lax.scan. One step (the rollout's call) computes the gates in one matmul instead, [x, h]
-[A, F + H] by [W_x; W_h] [F + H, 4H], one [A, 4H] output where two matmuls write two and sum them
-(README, "The rollout step on a CPU"). ``dtype`` (float32 or bfloat16) is the input dtype of every
+Every LSTM step, the rollout's call and each step of the training unroll's lax.scan alike, computes its
+gates in one matmul, [x, h] [A, F + H] by [W_x; W_h] [F + H, 4H]: no [T, A, 4H] input projection of
+all T steps is materialised, which on a CPU keeps each step's operands in cache (README, "The rollout
+step on a CPU" and "The update on a CPU"). ``dtype`` (float32 or bfloat16) is the input dtype of every
 encoder and LSTM matmul and convolution; each accumulates and returns float32
 (``preferred_element_type``), so bias adds, activations, the carry, the heads and all outputs are
 float32, as are the params.
@@ -49,16 +49,6 @@ Carry = tuple[jax.Array, jax.Array]
 
 def zero_carry(num_agents: int, hidden_size: int) -> Carry:
     return (jnp.zeros((num_agents, hidden_size), jnp.float32), jnp.zeros((num_agents, hidden_size), jnp.float32))
-
-
-def lstm_cell(recurrent_kernel: jax.Array, carry: Carry, input_gates: jax.Array, reset: jax.Array,
-              dtype=jnp.float32) -> Carry:
-    """One LSTM step. input_gates [A, 4H] = W_x x + b (precomputed, float32); reset [A] zeroes the carry
-    first; the recurrent matmul takes ``dtype`` inputs and accumulates in float32."""
-    c, h = reset_carry(carry, reset)
-    gates = input_gates + jnp.dot(h.astype(dtype), recurrent_kernel.astype(dtype),
-                                  preferred_element_type=jnp.float32)
-    return lstm_gates((c, h), gates)
 
 
 def reset_carry(carry: Carry, reset: jax.Array) -> Carry:
@@ -153,16 +143,24 @@ class ActorCritic(nn.Module):
         log_std = self.log_std if self.action.kind == "continuous" else None
         return self.actor(actor_x.astype(jnp.float32)), self.critic(critic_x.astype(jnp.float32))[..., 0], log_std
 
-    def _step_gates(self, prefix: str, x: jax.Array, h: jax.Array) -> jax.Array:
-        """W_x x + b + W_h h [A, 4H] of features x [A, F] and the (reset) hidden state h [A, H] in one
-        matmul, [x, h] by [W_x; W_h] (the same params as unroll's two)."""
+    def _gate_weights(self, prefix: str, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """The LSTM's gate weights of one trunk as one matmul: ([W_x; W_h] [F + H, 4H], b [4H]), float32,
+        of the params input_gates (kernel, bias) and recurrent_kernel. x [..., F] is only used to create the
+        params at init."""
         dense = getattr(self, f"{prefix}input_gates")
         if self.is_initializing():
             dense(x)  # creates its params
         p = dense.variables["params"]
-        kernel = jnp.concatenate([p["kernel"], getattr(self, f"{prefix}recurrent_kernel")]).astype(self.dtype)
+        return jnp.concatenate([p["kernel"], getattr(self, f"{prefix}recurrent_kernel")]), p["bias"]
+
+    def _lstm_step(self, weights: tuple[jax.Array, jax.Array], carry: Carry, x: jax.Array, reset: jax.Array) -> Carry:
+        """One LSTM step from features x [A, F]: the carry is reset, then the gates W_x x + W_h h + b
+        [A, 4H] are one matmul, [x, h] [A, F + H] by [W_x; W_h]."""
+        kernel, bias = weights
+        c, h = reset_carry(carry, reset)
         inputs = jnp.concatenate([x, h], axis=-1).astype(self.dtype)
-        return jnp.dot(inputs, kernel, preferred_element_type=jnp.float32) + p["bias"]
+        gates = jnp.dot(inputs, kernel.astype(self.dtype), preferred_element_type=jnp.float32) + bias
+        return lstm_gates((c, h), gates)
 
     def __call__(self, carry, obs: jax.Array, reset: jax.Array):
         """One step for all agents: (carry, head [A, k], value [A], log_std or None)."""
@@ -170,8 +168,7 @@ class ActorCritic(nn.Module):
         for prefix, c in zip(self.trunks, self._split(carry)):
             x = self._encode(prefix, obs, 1)
             if self.lstm:
-                c = reset_carry(c, reset)
-                c = lstm_gates(c, self._step_gates(prefix, x, c[1]))
+                c = self._lstm_step(self._gate_weights(prefix, x), c, x, reset)
                 x = c[1]
             features.append(x)
             carries.append(c)
@@ -183,15 +180,13 @@ class ActorCritic(nn.Module):
         for prefix, c in zip(self.trunks, self._split(carry)):
             x = self._encode(prefix, obs, 2)
             if self.lstm:
-                kernel = getattr(self, f"{prefix}recurrent_kernel")
+                weights = self._gate_weights(prefix, x)
 
-                def step(c, inputs, kernel=kernel):
-                    gates, r = inputs
-                    c = lstm_cell(kernel, c, gates, r, self.dtype)
+                def step(c, inputs, weights=weights):
+                    c = self._lstm_step(weights, c, *inputs)
                     return c, c[1]
 
-                gates = getattr(self, f"{prefix}input_gates")(x)
-                c, x = jax.lax.scan(step, c, (gates, reset), unroll=self.scan_unroll)
+                c, x = jax.lax.scan(step, c, (x, reset), unroll=self.scan_unroll)
             features.append(x)
             carries.append(c)
         return (self._join(carries), *self._heads(features[0], features[-1]))
