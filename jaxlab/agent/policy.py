@@ -37,6 +37,8 @@ float32, as are the params.
 
 from __future__ import annotations
 
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -182,6 +184,10 @@ class ActorCritic(nn.Module):
             if self.lstm:
                 weights = self._gate_weights(prefix, x)
 
+                # the backward pass keeps each step's gate matmul output and recomputes the step's
+                # elementwise ops instead of storing them (prevent_cse is not needed inside a scan)
+                @functools.partial(jax.checkpoint, policy=jax.checkpoint_policies.dots_saveable,
+                                   prevent_cse=False)
                 def step(c, inputs, weights=weights):
                     c = self._lstm_step(weights, c, *inputs)
                     return c, c[1]
