@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 EPSILON = 1e-8        # added to the variance before the square root
 EPSILON_COUNT = 1e-4  # the count stats start from (SB3's), so the first merge takes the batch's moments
@@ -35,9 +36,9 @@ class ReturnScale(NamedTuple):
 
 
 def init_stats(shape: tuple[int, ...] = ()) -> RunningStats:
-    """Mean 0, variance 1, count EPSILON_COUNT."""
-    return RunningStats(jnp.zeros(shape, jnp.float32), jnp.ones(shape, jnp.float32),
-                        jnp.asarray(EPSILON_COUNT, jnp.float32))
+    """Mean 0, variance 1, count EPSILON_COUNT (copied from numpy: jnp.zeros would compile at start-up)."""
+    return RunningStats(*(jax.device_put(np.full(s, v, np.float32), may_alias=False)
+                          for s, v in ((shape, 0.0), (shape, 1.0), ((), EPSILON_COUNT))))
 
 
 def merge(stats: RunningStats, batch_mean: jax.Array, batch_var: jax.Array, batch_count) -> RunningStats:
@@ -66,7 +67,7 @@ def normalize(stats: RunningStats, x: jax.Array, clip: float = CLIP) -> jax.Arra
 
 
 def init_return_scale(num_agents: int) -> ReturnScale:
-    return ReturnScale(jnp.zeros((num_agents,), jnp.float32), init_stats(()))
+    return ReturnScale(jax.device_put(np.zeros(num_agents, np.float32), may_alias=False), init_stats(()))
 
 
 def discounted_returns(returns: jax.Array, rewards: jax.Array, ended: jax.Array, gamma: float):

@@ -42,6 +42,7 @@ import functools
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxlab.agent.distributions import ActionSpec
 from jaxlab.agent.networks import ACTIVATIONS, Conv, as_float, dense, image_dims, matmul_in  # noqa: F401
@@ -50,7 +51,9 @@ Carry = tuple[jax.Array, jax.Array]
 
 
 def zero_carry(num_agents: int, hidden_size: int) -> Carry:
-    return (jnp.zeros((num_agents, hidden_size), jnp.float32), jnp.zeros((num_agents, hidden_size), jnp.float32))
+    """Zeros (c [A, H], h [A, H]), float32, copied from numpy: jnp.zeros would compile at start-up."""
+    zeros = np.zeros((num_agents, hidden_size), np.float32)
+    return jax.device_put(zeros, may_alias=False), jax.device_put(zeros, may_alias=False)
 
 
 def reset_carry(carry: Carry, reset: jax.Array) -> Carry:

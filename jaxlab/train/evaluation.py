@@ -11,7 +11,8 @@ import numpy as np
 
 import jaxlab
 from jaxlab.config import env_args
-from jaxlab.train.rollout import Rollout, jit_step, make_step
+from jaxlab.train.compiling import jit_step
+from jaxlab.train.rollout import Rollout, make_step
 
 
 def load_trainer(path: str | Path):

@@ -17,6 +17,7 @@ of segment s + 1 following the last of segment s for the same agent).
 from __future__ import annotations
 
 import jax
+import numpy as np
 
 from jaxlab.agent import normalize
 
@@ -84,4 +85,4 @@ class Normalization:
         if "reward" not in self.state:
             return {}
         stats = self.state["reward"].stats
-        return {"return_std": float(jax.numpy.sqrt(stats.var + normalize.EPSILON))}
+        return {"return_std": float(np.sqrt(np.asarray(stats.var) + normalize.EPSILON))}

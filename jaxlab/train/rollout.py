@@ -33,6 +33,7 @@ import numpy as np
 
 from jaxlab.agent import distributions
 from jaxlab.env.buffers import decode
+from jaxlab.train.compiling import host_zeros, jit_once
 from jaxlab.train.learner import Segment
 
 
@@ -57,7 +58,7 @@ class SegmentBuffers(NamedTuple):
 def segment_buffers(horizon: int, rows: int, env) -> SegmentBuffers:
     """Zeroed segment buffers of ``horizon`` x ``rows`` for the spaces of ``env``."""
     obs_space, act = env.observation_space, env.action_space
-    zeros = lambda *shape, dtype=jnp.float32: jnp.zeros((horizon, rows, *shape), dtype)  # noqa: E731
+    zeros = lambda *shape, dtype=np.float32: host_zeros((horizon, rows, *shape), dtype)  # noqa: E731
     flags = lambda: zeros(dtype=bool)  # noqa: E731
     return SegmentBuffers(
         obs=zeros(*obs_space.shape, dtype=obs_space.dtype), resets=flags(),
@@ -71,21 +72,6 @@ def _write(buffer: jax.Array, row: jax.Array, t, offset) -> jax.Array:
     """``buffer`` [T, N, ...] with ``row`` [n, ...] written at time t, rows offset..offset+n."""
     index = (t, offset) + (0,) * (buffer.ndim - 2)
     return jax.lax.dynamic_update_slice(buffer, row[None].astype(buffer.dtype), index)
-
-
-# XLA:CPU's default scheduler runs independent parts of a program side by side; in the step that put
-# the truncation bootstrap's lax.cond beside the policy's matmuls, which then ran on one core of two:
-# 16 against 8 ms a step at 4,096 agents, 31 against 16 at 8,192 (scripts/bench_overhead.py). The
-# memory-optimised scheduler keeps them in sequence, each on every core. The update is as fast with
-# either (0.63 s, scripts/bench_update.py), so only the step and the finish take this.
-CPU_STEP_OPTIONS = {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}
-
-
-def jit_step(fn: Callable) -> Callable:
-    """``fn`` (a step or finish of make_step) jitted with its segment buffers (argument 2) donated, and
-    XLA's memory-optimised scheduler on a CPU backend (CPU_STEP_OPTIONS)."""
-    options = CPU_STEP_OPTIONS if jax.default_backend() == "cpu" else None
-    return jax.jit(fn, donate_argnums=(2,), compiler_options=options)
 
 
 def make_step(policy, spec: distributions.ActionSpec, layout, deterministic: bool = False,
@@ -165,8 +151,8 @@ class EpisodeStats:
 
 def to_device(array: np.ndarray) -> jax.Array:
     """A device copy. jax.device_put may alias a numpy buffer on the CPU, and the env overwrites its
-    buffers every step, so the copy is explicit."""
-    return jnp.array(array, copy=True)
+    buffers every step, so the copy is explicit (a device_put: jnp.array would compile at start-up)."""
+    return jax.device_put(array, may_alias=False)
 
 
 class Rollout:
@@ -184,6 +170,7 @@ class Rollout:
         self.carries = list(carries)
         self.key = key  # each group samples with fold_in(key, group), then the step count
         self._group_keys = (None, 0, [])  # (the key and first group they were folded from, the keys)
+        self._fold_in = jit_once(jax.random.fold_in)
         self.step_count = 0
         self.first_group = 0  # the index of the first group among every process's (keys fold it in)
         self.group_size = envs[0].num_agents
@@ -200,7 +187,7 @@ class Rollout:
         """fold_in(self.key, first_group + g) per group, folded once per key (a fold_in outside jit costs far more
         than a step's other Python work; the key changes only on a restore)."""
         if self._group_keys[0] is not self.key or self._group_keys[1] != self.first_group:
-            keys = [jax.random.fold_in(self.key, self.first_group + g) for g in range(len(self.envs))]
+            keys = [self._fold_in(self.key, np.uint32(self.first_group + g)) for g in range(len(self.envs))]
             self._group_keys = (self.key, self.first_group, keys)
         return self._group_keys[2]
 

@@ -25,7 +25,8 @@ from jaxlab.train.parallel import DataParallel
 from jaxlab.train.process_state import ProcessState
 from jaxlab.train.build import learner_reward_scale, make_policy, obs_norm_on, reward_norm_on
 from jaxlab.train.normalization import Normalization
-from jaxlab.train.rollout import EpisodeStats, Rollout, jit_step, make_step
+from jaxlab.train.compiling import host_zeros, jit_once, jit_step
+from jaxlab.train.rollout import EpisodeStats, Rollout, make_step
 
 
 def group_seed(seed: int, group: int) -> int:
@@ -95,16 +96,22 @@ class Trainer:
         self.norm = Normalization(obs_norm_on(c, obs_space.dtype), reward_norm_on(c), obs_space.shape,
                                   self.sizes.num_agents, t.gamma)
         A = self.sizes.num_agents
-        key = jax.random.PRNGKey(t.seed)
-        init_key, rollout_key, self.update_key = jax.random.split(key, 3)
-        obs = jnp.zeros((A, *obs_space.shape), jnp.float32 if self.norm.obs_norm else obs_space.dtype)
-        # init and the optimizer's init jitted: one executable each (cached on disk like the others)
-        # instead of one small compile per op of an eager init, about 4.7 s of a warm start
-        params = jax.jit(self.policy.init)(init_key, self.policy.initial_carry(A), obs, jnp.ones(A, bool))
         total_opt_steps = self.sizes.num_updates * t.update_epochs * self.sizes.num_minibatches
         self.schedule = lr_schedule(t.learning_rate, t.anneal_lr, total_opt_steps, t.min_lr_ratio)
         optimizer = make_optimizer(self.schedule, t.max_grad_norm)
-        self.state = TrainState(params, jax.jit(optimizer.init)(params), jnp.zeros((), jnp.int32))
+        obs = np.zeros((A, *obs_space.shape), np.float32 if self.norm.obs_norm else obs_space.dtype)
+
+        def init_state(seed, carry, obs, reset):
+            init_key, rollout_key, update_key = jax.random.split(jax.random.PRNGKey(seed), 3)
+            params = self.policy.init(init_key, carry, obs, reset)
+            return params, optimizer.init(params), rollout_key, update_key
+
+        # the keys, the policy's init and the optimizer's: one executable that runs once (cached on disk
+        # like the others), instead of a small compile per eager op (about 4.7 s of a warm start)
+        params, opt_state, rollout_key, self.update_key = jit_once(init_state)(
+            np.int64(t.seed), self.policy.initial_carry(A), obs, np.ones(A, bool))
+        self.state = TrainState(params, opt_state, host_zeros((), np.int32))
+        self._split_key = jit_once(lambda key: tuple(jax.random.split(key)))  # each update's key
         self.num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
 
         self.traces = defaultdict(int)
@@ -200,7 +207,7 @@ class Trainer:
         if self.segment is None:
             raise RuntimeError("Trainer.train() needs a segment: call evaluate() first")
         tic = time.perf_counter()
-        self.update_key, key = jax.random.split(self.update_key)
+        self.update_key, key = self._split_key(self.update_key)
         self.state, self.norm.state, metrics = self._update(self.state, self.norm.state, self.segment, key)
         self.segment = None
         self._last_metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
