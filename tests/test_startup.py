@@ -66,3 +66,33 @@ def test_an_empty_cache_setting_is_refused():
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert "device.compile_cache='' is empty; write auto, off or a folder" in result.stderr
+
+
+COMPILED_NAMES = """
+import logging, sys
+import jax
+jax.config.update("jax_log_compiles", True)
+names = []
+class Names(logging.Handler):
+    def emit(self, record):
+        message = record.getMessage()
+        if message.startswith("Compiling jit("):
+            names.append(message[len("Compiling jit("):message.index(")")])
+logging.getLogger("jax._src.interpreters.pxla").addHandler(Names())
+from jaxlab.config import load_config
+from jaxlab.run.loop import train
+config, _ = load_config("cartpole", flags=["--vec.num-envs", "16", "--train.total-timesteps", "512",
+                                           "--train.reward-scale", "auto", "--device.compile-cache", "off"])
+train(config)
+print(sorted(names))
+"""
+
+
+def test_start_up_compiles_the_hot_functions_and_three_small_run_once_ones_only():
+    """Nothing at start-up compiles an executable of its own (an eager jnp.zeros, a key split outside
+    jit: tens of ms each): only the step, the finish and the update, the run-once init (keys, policy
+    and optimizer), the group keys' fold and each update's key split, each once in a 4-update run."""
+    result = subprocess.run([sys.executable, "-c", COMPILED_NAMES], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    names = eval(result.stdout.strip().splitlines()[-1])
+    assert names == sorted(["init_state", "fold_in", "step", "finish", "<lambda>", "prepare_and_update"])
