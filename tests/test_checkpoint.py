@@ -253,7 +253,7 @@ def test_sigterm_saves_and_exits_0_with_nothing_left_running(tmp_path):
         os.killpg(process.pid, 0)  # no process of its session is left
 
 
-def test_a_second_ctrl_c_interrupts_at_once_and_the_run_resumes_from_what_was_saved(tmp_path, monkeypatch, capsys):
+def test_a_second_ctrl_c_interrupts_at_once_and_the_run_resumes_from_what_was_saved(tmp_path, monkeypatch, capfd):
     """Ctrl-C twice: the first asks for a graceful stop, the second, before that stop is done, interrupts
     at once: exit 130 with one line, no traceback, no thread of Orbax's left, and the checkpoints saved
     before resume. (In-process, so that the two signals reach Python's handler one after the other: a
@@ -274,7 +274,8 @@ def test_a_second_ctrl_c_interrupts_at_once_and_the_run_resumes_from_what_was_sa
 
     monkeypatch.setattr(Trainer, "mean_and_log", log_then_ctrl_c_twice_at_5)
     assert cli.main(["train", "cartpole", *flags]) == 130
-    err = capsys.readouterr().err
+    err = capfd.readouterr().err
+    assert "SIGINT: finishing this update, then saving a checkpoint; Ctrl-C again to stop at once" in err
     assert f"interrupted; the metrics so far are in {run}/metrics.jsonl" in err and "Traceback" not in err
     assert [p.name for p in checkpoint.step_dirs(run / "checkpoints")] == ["4", "2"]
     assert set(threading.enumerate()) <= threads_before
