@@ -145,16 +145,7 @@ class ActorCritic(nn.Module):
         return carries[0] if self.shared_trunk else tuple(carries)
 
     def _heads(self, actor_x: jax.Array, critic_x: jax.Array):
-        """(head [..., k], value [...], log_std or None) of the actor's and the critic's features [..., F].
-        With one shared trunk both heads are one matmul, by [W_actor, W_critic] [F, k + 1] (the same
-        params): on a CPU a matmul k or 1 wide runs far below the peak, so one call instead of two is
-        the cheaper (README, "The update on a CPU")."""
         log_std = self.log_std if self.action.kind == "continuous" else None
-        if self.shared_trunk and not self.is_initializing():
-            actor, critic = self.actor.variables["params"], self.critic.variables["params"]
-            kernel = jnp.concatenate([actor["kernel"], critic["kernel"]], axis=1)
-            out = jnp.dot(actor_x.astype(jnp.float32), kernel) + jnp.concatenate([actor["bias"], critic["bias"]])
-            return out[..., :-1], out[..., -1], log_std
         return self.actor(actor_x.astype(jnp.float32)), self.critic(critic_x.astype(jnp.float32))[..., 0], log_std
 
     def _gate_weights(self, prefix: str, x: jax.Array) -> tuple[jax.Array, jax.Array]:
