@@ -49,6 +49,8 @@ def test_bad_flags(flags, message):
     (["--train.gamma", "0"], r"train.gamma=0.0 must be in \(0, 1\]"),
     (["--train.gae-lambda", "1.5"], r"train.gae_lambda=1.5 must be in \(0, 1\]"),
     (["--train.learning-rate", "0"], r"train.learning_rate=0.0 must be positive"),
+    (["--train.seed", "-3"], r"train.seed=-3 must be an integer in \[0, 2\*\*63\), e.g. --train.seed 0"),
+    (["--train.seed", str(2**63)], r"train.seed=9223372036854775808 must be an integer in \[0, 2\*\*63\)"),
     (["--train.clip-coef", "-0.1"], r"train.clip_coef=-0.1 must be >= 0"),
     (["--train.anneal-lr", "step"], r"train.anneal_lr='step' is not a schedule; use one of linear, cosine, none"),
     (["--train.minibatch-size", "100"], r"minibatch_size=100 must be a multiple of train.bptt_horizon=16"),

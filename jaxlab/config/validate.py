@@ -162,6 +162,8 @@ def derive_sizes(config: Config, agents_per_env: int) -> Sizes:
     for name, value in positive:
         if value < 1:
             raise ConfigError(f"{name}={value} must be at least 1")
+    if not 0 <= t.seed < 2**63:  # the envs take seeds in [0, 2**64); the JAX keys are made from an int64
+        raise ConfigError(f"train.seed={t.seed} must be an integer in [0, 2**63), e.g. --train.seed 0")
     if not t.learning_rate > 0:
         raise ConfigError(f"train.learning_rate={t.learning_rate} must be positive, e.g. 3e-4")
     for name in ("gamma", "gae_lambda"):
