@@ -4,8 +4,9 @@
                    memory-optimised scheduler (CPU_STEP_OPTIONS)
     jit_once(fn)   what runs once per run (the keys, the policy's and the optimizer's init): on a CPU
                    backend XLA's backend optimisations off (CPU_ONCE_OPTIONS), which compile faster
-    host_zeros     a zeroed device array copied from numpy: no executable to compile, where
-                   jnp.zeros compiles one per shape and dtype (tens of ms each at start-up)
+    to_device      a device copy of a numpy array, never aliasing it: no executable to compile,
+                   where jnp.array compiles one per shape and dtype (tens of ms each at start-up)
+    host_zeros     a zeroed device array the same way (jnp.zeros compiles one too)
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ def jit_once(fn: Callable) -> Callable:
     return jax.jit(fn, compiler_options=_on_cpu(CPU_ONCE_OPTIONS))
 
 
+def to_device(array: np.ndarray) -> jax.Array:
+    """A device copy. jax.device_put may alias a numpy buffer on the CPU, and an env overwrites its
+    buffers every step, so the copy is explicit."""
+    return jax.device_put(array, may_alias=False)
+
+
 def host_zeros(shape: tuple[int, ...], dtype) -> jax.Array:
-    """A zeroed device array of ``shape`` and ``dtype``, copied from numpy (not aliasing it)."""
-    return jax.device_put(np.zeros(shape, dtype), may_alias=False)
+    """A zeroed device array of ``shape`` and ``dtype``, copied from numpy."""
+    return to_device(np.zeros(shape, dtype))

@@ -16,7 +16,6 @@ of segment s + 1 following the last of segment s for the same agent).
 
 from __future__ import annotations
 
-import jax
 import numpy as np
 
 from jaxlab.agent import normalize

@@ -33,7 +33,7 @@ import numpy as np
 
 from jaxlab.agent import distributions
 from jaxlab.env.buffers import decode
-from jaxlab.train.compiling import host_zeros, jit_once
+from jaxlab.train.compiling import host_zeros, jit_once, to_device
 from jaxlab.train.learner import Segment
 
 
@@ -147,12 +147,6 @@ class EpisodeStats:
                   **{k: self.sums[k] / self.episodes if self.episodes else None for k in self.names}}
         self.sums, self.episodes = {}, 0
         return result
-
-
-def to_device(array: np.ndarray) -> jax.Array:
-    """A device copy. jax.device_put may alias a numpy buffer on the CPU, and the env overwrites its
-    buffers every step, so the copy is explicit (a device_put: jnp.array would compile at start-up)."""
-    return jax.device_put(array, may_alias=False)
 
 
 class Rollout:
