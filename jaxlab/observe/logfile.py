@@ -2,9 +2,10 @@
 
 absl (used by Orbax) logs warnings such as "Requested `tracked_metric`; did not provide metrics" through
 Python's logging, and a failed Orbax read leaves TensorStore callbacks that later hit a closed asyncio
-loop ("RuntimeError: Event loop is closed", reported through sys.unraisablehook). While
-``library_logs_to(path)`` is active, both are written to ``path`` with their tracebacks; jaxlab's own
-messages are unaffected.
+loop ("RuntimeError: Event loop is closed", reported through sys.unraisablehook) or tasks whose
+exception nobody read (asyncio's "Task exception was never retrieved", logged by the "asyncio" logger).
+While ``library_logs_to(path)`` is active, all of them are written to ``path`` with their tracebacks;
+jaxlab's own messages are unaffected.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 import traceback
 from pathlib import Path
 
-LIBRARY_LOGGERS = ("absl", "orbax", "jax", "tensorstore")
+LIBRARY_LOGGERS = ("absl", "orbax", "jax", "tensorstore", "asyncio")
 
 
 def _is_closed_loop_callback(unraisable) -> bool:
