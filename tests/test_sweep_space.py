@@ -5,6 +5,7 @@ trials, following a metrics file, and the samplers on an in-memory study."""
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import ENV_NAMES
@@ -108,6 +109,42 @@ def test_show_of_a_study_that_does_not_exist_exits_2(tmp_path):
                              str(tmp_path), "--show"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "no study 'nope' in" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_study_another_sweep_is_still_creating_is_waited_for_and_an_abandoned_one_is_completed(tmp_path):
+    """Two sweeps started together: one creates the study and stores its attributes one at a time; the
+    other, finding the study without them (CI once saw a KeyError: 'sweep'), waits for them."""
+    import threading
+
+    import optuna
+
+    storage = study_lib.storage_for(None, tmp_path)
+    spec = spec_of(GOOD)
+    base = to_toml(load_config("cartpole")[0])
+    optuna.create_study(study_name="s", storage=storage, directions=spec.directions)  # the creator, mid-way
+
+    def creator_finishes():
+        time.sleep(0.5)
+        study = optuna.load_study(study_name="s", storage=storage)
+        for key, value in (("env_name", "cartpole"), ("base_config", base), ("sweep", spec.to_dict())):
+            study.set_user_attr(key, value)
+
+    finisher = threading.Thread(target=creator_finishes)
+    finisher.start()
+    _, stored, stored_base = study_lib.open_study("s", storage, None, None, "cartpole", wait_s=30)
+    finisher.join()
+    assert stored == spec and stored_base == base
+
+    # a study whose creator was killed before storing anything: --show cannot use it, a sweep completes it
+    optuna.create_study(study_name="t", storage=storage, directions=spec.directions)
+    with pytest.raises(ConfigError, match="study 't' was never completed"):
+        study_lib.open_study("t", storage, None, None, "cartpole", wait_s=0)
+    _, stored, stored_base = study_lib.open_study("t", storage, spec, base, "cartpole", wait_s=0)
+    assert stored == spec and stored_base == base
+    assert study_lib.open_study("t", storage, None, None, "cartpole", wait_s=0)[1] == spec
+    # another sweep file on the completed study is refused as before
+    with pytest.raises(ConfigError, match="study 't' was created with"):
+        study_lib.open_study("t", storage, spec_of({**GOOD, "trials": 5, "average_last": 0.3}), base, "cartpole")
 
 
 def test_apply_params_and_the_trial_flags_give_the_same_config():

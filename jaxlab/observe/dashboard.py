@@ -129,15 +129,17 @@ class PlainReporter:
 
 
 class RichDashboard:
-    """The live dashboard: redrawn at most ``max_per_second`` times a second and after the last update."""
+    """The live dashboard: redrawn at most ``max_per_second`` times a second and after the last update.
+    ``now`` gives the time in seconds (time.monotonic; a test passes its own clock)."""
 
-    def __init__(self, info: RunInfo, console=None, max_per_second: float = 4.0):
+    def __init__(self, info: RunInfo, console=None, max_per_second: float = 4.0, now=time.monotonic):
         from rich.console import Console
         from rich.live import Live
 
         self.info = info
         self.console = console or Console()
         self.min_gap = 1.0 / max_per_second
+        self.now = now
         self.warnings: list[str] = []
         self.record: dict | None = None
         self.start: str | None = None  # start_line of the first record
@@ -150,7 +152,7 @@ class RichDashboard:
     def update(self, record: dict) -> None:
         self.record = record
         self.start = start_line(record) or self.start
-        now = time.monotonic()
+        now = self.now()
         if record["update"] < self.info.num_updates and now - self.last_draw < self.min_gap:
             self.dirty = True
             return
@@ -159,7 +161,7 @@ class RichDashboard:
     def warn(self, message: str) -> None:
         self.warnings.append(message)
         if self.record is not None:
-            self._draw(time.monotonic())
+            self._draw(self.now())
 
     def _draw(self, now: float) -> None:
         if self.record is None:
@@ -172,7 +174,7 @@ class RichDashboard:
     def close(self) -> None:
         if self.live.is_started:
             if self.dirty:
-                self._draw(time.monotonic())
+                self._draw(self.now())
             self.live.stop()
 
 

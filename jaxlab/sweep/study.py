@@ -104,40 +104,74 @@ def make_pruner(spec: SweepSpec):
                                        n_warmup_steps=math.ceil(spec.warmup * spec.reports))
 
 
-def open_study(name: str, storage, spec: SweepSpec | None, base_toml: str | None, env_name: str):
+#: Attributes a study's creator stores, "sweep" last: a study whose attrs hold "sweep" is complete.
+STUDY_ATTRS = ("env_name", "base_config", "sweep")
+
+#: How long a sweep waits for another process that created the same study to store its attributes.
+CREATION_WAIT_S = 60.0
+
+
+def open_study(name: str, storage, spec: SweepSpec | None, base_toml: str | None, env_name: str,
+               wait_s: float = CREATION_WAIT_S):
     """(study, spec, base config TOML) of study ``name``: created with ``spec`` and ``base_toml`` stored
     in it when new; when it exists, its stored spec and base are returned (a spec or base given that
-    differs is a ConfigError naming the first difference). ``spec`` None: the study must exist."""
+    differs is a ConfigError naming the first difference). ``spec`` None: the study must exist.
+
+    Two sweeps started together on one storage may both find no study: Optuna creates it once, and the
+    creator stores its attributes one at a time. The other waits up to ``wait_s`` seconds for them
+    (a study without them after that, e.g. its creator was killed, is completed with ``spec``)."""
     import optuna
 
     try:
         summaries = {s.study_name: s for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
     except Exception as err:  # noqa: BLE001 - a broken journal or database: one line
         raise ConfigError(f"cannot read the study storage ({type(err).__name__}: {str(err).splitlines()[0]})") from None
-    if name not in summaries:
+    existed = name in summaries
+    if not existed:
         if spec is None:
             known = ", ".join(sorted(summaries)) or "none"
             raise ConfigError(f"no study {name!r} in this storage (studies: {known}); run a sweep first: "
                               f"jaxlab sweep {env_name} --study {name}")
-        study = optuna.create_study(study_name=name, storage=storage, directions=spec.directions,
-                                    sampler=make_sampler(spec), pruner=make_pruner(spec), load_if_exists=True)
-        if "sweep" not in study.user_attrs:
-            study.set_user_attr("sweep", spec.to_dict())
-            study.set_user_attr("base_config", base_toml)
-            study.set_user_attr("env_name", env_name)
-    attrs = summaries[name].user_attrs if name in summaries else optuna.load_study(
-        study_name=name, storage=storage).user_attrs
+        optuna.create_study(study_name=name, storage=storage, directions=spec.directions,
+                            sampler=make_sampler(spec), pruner=make_pruner(spec), load_if_exists=True)
+    attrs = _complete_attrs(name, storage, summaries[name].user_attrs if existed else {}, wait_s)
+    if "sweep" not in attrs:
+        if spec is None:
+            raise ConfigError(f"study {name!r} was never completed: its creator stopped before storing its sweep "
+                              f"file; run `jaxlab sweep {env_name} --study {name} --sweep FILE` to complete it")
+        values = {"env_name": env_name, "base_config": base_toml, "sweep": spec.to_dict()}
+        study = optuna.load_study(study_name=name, storage=storage)
+        for key in STUDY_ATTRS:
+            study.set_user_attr(key, values[key])
+        attrs = optuna.load_study(study_name=name, storage=storage).user_attrs
     stored_env = attrs.get("env_name", env_name)
     if stored_env != env_name:
         raise ConfigError(f"study {name!r} is a sweep of {stored_env!r}, not {env_name!r}; "
                           f"run `jaxlab sweep {stored_env} --study {name}`")
     stored = SweepSpec.from_dict(attrs["sweep"])
     stored_base = attrs["base_config"]
-    if spec is not None and name in summaries:
+    if spec is not None:
         check_same(name, spec, stored, base_toml, stored_base)
     study = optuna.load_study(study_name=name, storage=storage, sampler=make_sampler(stored),
                               pruner=make_pruner(stored))
     return study, stored, stored_base
+
+
+def _complete_attrs(name: str, storage, attrs: dict, wait_s: float) -> dict:
+    """The study's user attrs once they hold "sweep" (read again every 0.2 s), or as they are after
+    ``wait_s`` seconds."""
+    import time
+
+    import optuna
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        if "sweep" in attrs:
+            return attrs
+        attrs = optuna.load_study(study_name=name, storage=storage).user_attrs
+        if "sweep" in attrs or time.monotonic() >= deadline:
+            return attrs
+        time.sleep(0.2)
 
 
 #: Settings a resumed sweep may change: they shape how many trials run, not what a trial is.
