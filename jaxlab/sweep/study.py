@@ -126,15 +126,19 @@ def open_study(name: str, storage, spec: SweepSpec | None, base_toml: str | None
         summaries = {s.study_name: s for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
     except Exception as err:  # noqa: BLE001 - a broken journal or database: one line
         raise ConfigError(f"cannot read the study storage ({type(err).__name__}: {str(err).splitlines()[0]})") from None
-    existed = name in summaries
-    if not existed:
+    attrs = summaries[name].user_attrs if name in summaries else None
+    if attrs is None:
         if spec is None:
             known = ", ".join(sorted(summaries)) or "none"
             raise ConfigError(f"no study {name!r} in this storage (studies: {known}); run a sweep first: "
                               f"jaxlab sweep {env_name} --study {name}")
-        optuna.create_study(study_name=name, storage=storage, directions=spec.directions,
-                            sampler=make_sampler(spec), pruner=make_pruner(spec), load_if_exists=True)
-    attrs = _complete_attrs(name, storage, summaries[name].user_attrs if existed else {}, wait_s)
+        try:
+            optuna.create_study(study_name=name, storage=storage, directions=spec.directions,
+                                sampler=make_sampler(spec), pruner=make_pruner(spec))
+            attrs, wait_s = {}, 0.0  # this process created it: nobody else stores its attributes
+        except optuna.exceptions.DuplicatedStudyError:  # another sweep created it since get_all_study_summaries
+            attrs = {}
+    attrs = _complete_attrs(name, storage, attrs, wait_s)
     if "sweep" not in attrs:
         if spec is None:
             raise ConfigError(f"study {name!r} was never completed: its creator stopped before storing its sweep "
@@ -165,13 +169,10 @@ def _complete_attrs(name: str, storage, attrs: dict, wait_s: float) -> dict:
     import optuna
 
     deadline = time.monotonic() + wait_s
-    while True:
-        if "sweep" in attrs:
-            return attrs
-        attrs = optuna.load_study(study_name=name, storage=storage).user_attrs
-        if "sweep" in attrs or time.monotonic() >= deadline:
-            return attrs
+    while "sweep" not in attrs and time.monotonic() < deadline:
         time.sleep(0.2)
+        attrs = optuna.load_study(study_name=name, storage=storage).user_attrs
+    return attrs
 
 
 #: Settings a resumed sweep may change: they shape how many trials run, not what a trial is.
