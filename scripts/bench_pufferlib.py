@@ -1,6 +1,7 @@
 """jaxlab against PufferLib 3's PuffeRL, side by side on this machine, at the sizes of issue 13's table.
 
     python scripts/bench_pufferlib.py --puffer-python /path/to/venv/bin/python [--rounds 3] [--updates 5]
+                                      [--precision float32|bfloat16]
 
 Both train CartPole at 4,096 agents, horizon 16, one epoch, minibatches of 16,384, with the same network
 (Linear 4 -> 128 + GELU, LSTM-128, policy and value heads) on the CPU: jaxlab with its C cartpole and
@@ -9,7 +10,9 @@ compile) and a vectorised numpy CartPole written here as a native PufferEnv (puf
 C envs; at 4,096 agents its step is a small share of either side's time). Each round runs each side
 once in a fresh process, alternating which goes first; a run is one warm-up update (compiles for
 jaxlab), then --updates timed ones. Prints every run and the medians: steady SPS, the rollout's and
-the update's seconds per 65,536-step update, and jaxlab / PufferLib.
+the update's seconds per 65,536-step update, and jaxlab / PufferLib. --precision bfloat16 runs both in
+mixed precision: jaxlab with --device.precision bfloat16 (matmul inputs bfloat16, forward and backward),
+PufferLib with its precision = "bfloat16" (torch.autocast on the CPU).
 
 PufferLib is no dependency of jaxlab: --puffer-python names a Python that has it, made with e.g.
     python -m venv /tmp/pvenv && /tmp/pvenv/bin/pip install pufferlib-core==3.0.23 gymnasium
@@ -28,10 +31,11 @@ JAXLAB = r'''
 import json, sys
 from jaxlab.config import load_config
 from jaxlab.run.bench import steady_training
-updates = int(sys.argv[1])
+updates, precision = int(sys.argv[1]), sys.argv[2]
 config, _ = load_config("cartpole", flags=["--vec.num-envs", "4096", "--train.bptt-horizon", "16",
                                            "--train.update-epochs", "1", "--train.minibatch-size", "16384",
-                                           "--train.total-timesteps", str(4096 * 16 * 100)])
+                                           "--train.total-timesteps", str(4096 * 16 * 100),
+                                           "--device.precision", precision])
 r = steady_training(config, updates)
 print(json.dumps({"sps": r["sps"], "rollout_s": (r["elapsed_s"] - r["split"]["learn"]) / updates,
                   "update_s": r["split"]["learn"] / updates, "first_s": r["first_update_s"]}))
@@ -85,14 +89,14 @@ class VecCartPole(pufferlib.PufferEnv):
         return self.observations, self.rewards, self.terminals, self.truncations, self.infos
 
 
-updates = int(sys.argv[1])
+updates, precision = int(sys.argv[1]), sys.argv[2]
 env = VecCartPole(4096)
 policy = pufferlib.models.LSTMWrapper(env, pufferlib.models.Default(env, 128), 128, 128)
 config = dict(torch_deterministic=False, seed=0, batch_size="auto", bptt_horizon=16, device="cpu",
               cpu_offload=False, use_rnn=True, minibatch_size=16384, max_minibatch_size=32768, update_epochs=1,
               compile=False, compile_mode="default", compile_fullgraph=True, optimizer="adam", learning_rate=3e-3,
               adam_beta1=0.9, adam_beta2=0.999, adam_eps=1e-8, total_timesteps=4096 * 16 * 100,
-              precision="float32", prio_alpha=0.0, prio_beta0=0.2, clip_coef=0.2, vf_clip_coef=0.2, vf_coef=0.5,
+              precision=precision, prio_alpha=0.0, prio_beta0=0.2, clip_coef=0.2, vf_clip_coef=0.2, vf_coef=0.5,
               ent_coef=0.0, max_grad_norm=0.5, gamma=0.99, gae_lambda=0.95, vtrace_rho_clip=1.0,
               vtrace_c_clip=1.0, anneal_lr=True, checkpoint_interval=10**9, data_dir="/tmp", env="cartpole")
 trainer = pufferl.PuffeRL(config, env, policy)
@@ -112,9 +116,10 @@ print(json.dumps({"sps": updates * 65536 / (rollout + update), "rollout_s": roll
 '''
 
 
-def run(python: str, code: str, updates: int, timeout: float) -> dict:
+def run(python: str, code: str, updates: int, precision: str, timeout: float) -> dict:
     """One run in a fresh process: the JSON line it prints last."""
-    result = subprocess.run([python, "-c", code, str(updates)], capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run([python, "-c", code, str(updates), precision], capture_output=True, text=True,
+                            timeout=timeout)
     if result.returncode != 0:
         raise SystemExit(f"bench_pufferlib.py: {python} failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -126,20 +131,22 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--updates", type=int, default=5, help="timed updates per run (after one warm-up)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per run")
+    parser.add_argument("--precision", choices=("float32", "bfloat16"), default="float32",
+                        help="matmul precision of both sides (default float32)")
     args = parser.parse_args()
     sides = {"jaxlab": (sys.executable, JAXLAB), "pufferlib": (args.puffer_python, PUFFERLIB)}
     runs: dict[str, list[dict]] = {name: [] for name in sides}
     for r in range(args.rounds):
         for name in (("jaxlab", "pufferlib") if r % 2 == 0 else ("pufferlib", "jaxlab")):
             python, code = sides[name]
-            figures = run(python, code, args.updates, args.timeout)
+            figures = run(python, code, args.updates, args.precision, args.timeout)
             runs[name].append(figures)
             print(f"round {r + 1} {name:>9}: {figures['sps']:>9,.0f} SPS  rollout {figures['rollout_s']:.3f} s  "
                   f"update {figures['update_s']:.3f} s per 65,536 steps  first update {figures['first_s']:.2f} s",
                   flush=True)
     med = {name: {k: statistics.median(f[k] for f in fs) for k in ("sps", "rollout_s", "update_s", "first_s")}
            for name, fs in runs.items()}
-    print(f"\nmedians of {args.rounds} rounds, {args.updates} timed updates each (torch "
+    print(f"\nmedians of {args.rounds} rounds, {args.updates} timed updates each, {args.precision} (torch "
           f"{runs['pufferlib'][0].get('torch', '?')}):")
     print(f"{'':>10} {'SPS':>9} {'rollout s':>10} {'update s':>9} {'first s':>8}")
     for name, m in med.items():

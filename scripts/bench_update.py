@@ -3,7 +3,8 @@
     python scripts/bench_update.py [--agents 4096] [--horizon 16] [--minibatch 16384] [--epochs 1]
                                    [--hidden 128] [--unroll 1 4 16] [--precision float32]
 
-Prints the peak of a plain float32 matmul (the update's biggest shape: [minibatch, H] x [H, 4H]),
+Prints the peak of a plain matmul in --precision (float32, or bfloat16 inputs accumulating float32) of
+the LSTM gates' shape, the update's biggest: [x, h] [minibatch / horizon, 2H] x [W_x; W_h] [2H, 4H],
 and for each scan unroll the update's time, its achieved GFLOP/s and the fraction of the peak. FLOPs
 are the matmuls' by the 6N rule: every weight of the network takes part in one multiply-add per
 sample forward and two backward, so 6 x params FLOPs per sample and epoch (0.79 MFLOP for cartpole's
@@ -22,11 +23,12 @@ import jax.numpy as jnp
 import numpy as np
 
 
-def matmul_peak(m: int, k: int, n: int, seconds: float = 2.0) -> float:
-    """GFLOP/s of a jitted float32 [m, k] x [k, n] matmul, the best of repeated timed batches."""
-    a = jnp.ones((m, k), jnp.float32)
-    b = jnp.ones((k, n), jnp.float32)
-    f = jax.jit(lambda a, b: a @ b)
+def matmul_peak(m: int, k: int, n: int, dtype: str = "float32", seconds: float = 2.0) -> float:
+    """GFLOP/s of a jitted [m, k] x [k, n] matmul of ``dtype`` inputs accumulating and returning float32,
+    the best of repeated timed batches."""
+    a = jnp.ones((m, k), dtype)
+    b = jnp.ones((k, n), dtype)
+    f = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32))
     f(a, b).block_until_ready()
     best, end = 0.0, time.perf_counter() + seconds
     while time.perf_counter() < end:
@@ -76,13 +78,13 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--unroll", type=int, nargs="+", default=[1, 4, 16])
-    parser.add_argument("--precision", default="float32")
+    parser.add_argument("--precision", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     rows = args.minibatch // args.horizon
-    peak = matmul_peak(rows, args.hidden, 4 * args.hidden)
-    print(f"{jax.devices()[0].device_kind}: float32 matmul [{rows}, {args.hidden}] x [{args.hidden}, "
-          f"{4 * args.hidden}] peak {peak:,.1f} GFLOP/s")
+    peak = matmul_peak(rows, 2 * args.hidden, 4 * args.hidden, args.precision)
+    print(f"{jax.devices()[0].device_kind}: {args.precision} matmul [{rows}, {2 * args.hidden}] x "
+          f"[{2 * args.hidden}, {4 * args.hidden}] peak {peak:,.1f} GFLOP/s")
     samples = args.agents * args.horizon * args.epochs
     for unroll in args.unroll:
         seconds, flops = update_figures(args, unroll)

@@ -164,6 +164,41 @@ def test_bfloat16_only_feeds_matmuls_which_accumulate_and_return_float32(method)
     assert bf16_inputs == 2
 
 
+def test_bfloat16_gradients_take_bfloat16_matmul_inputs_too_and_stay_close_to_float32():
+    """In bfloat16 the backward's matmuls (the gradients of the encoder's and the LSTM's inputs and
+    weights) take bfloat16 inputs as well; only the float32 heads' matmuls take float32. The gradients
+    are float32 and within bfloat16's rounding of the float32 ones."""
+    spec, hidden, A, T = ActionSpec("discrete", (3,)), 16, 4, 6
+    full = ActorCritic(spec, hidden_size=hidden)
+    half = ActorCritic(spec, hidden_size=hidden, dtype="bfloat16")
+    params = full.init(KEY, zero_carry(A, hidden), jnp.zeros((A, 5)), jnp.ones(A, bool))
+    obs = jax.random.normal(jax.random.PRNGKey(3), (T, A, 5))
+    resets = jnp.zeros((T, A), bool).at[0].set(True)
+
+    def loss(model):
+        def of(p):
+            _, head, value, _ = model.apply(p, zero_carry(A, hidden), obs, resets, method="unroll")
+            return jnp.sum(jnp.sin(head)) + jnp.sum(value ** 2)
+        return of
+
+    jaxpr = jax.make_jaxpr(jax.grad(loss(half)))(params).jaxpr
+    kinds = {"bfloat16": 0, "float32": 0}
+    for eqn in all_equations(jaxpr):
+        if eqn.primitive.name == "dot_general":
+            dtypes = {v.aval.dtype for v in eqn.invars}
+            assert len(dtypes) == 1 and all(v.aval.dtype == jnp.float32 for v in eqn.outvars), eqn
+            kinds[str(dtypes.pop())] += 1
+            if jnp.float32 in {v.aval.dtype for v in eqn.invars}:  # a head's: an operand has 3 or 1 features
+                assert any(3 in v.aval.shape or 1 in v.aval.shape for v in eqn.invars), eqn
+    assert kinds["bfloat16"] >= 6  # encoder and LSTM: forward, gradient of the input, gradient of the weights
+    grads_f, grads_h = jax.grad(loss(full))(params), jax.grad(loss(half))(params)
+    for (path, gf), gh in zip(jax.tree_util.tree_leaves_with_path(grads_f), jax.tree.leaves(grads_h)):
+        assert gh.dtype == jnp.float32
+        scale = float(jnp.max(jnp.abs(gf)))
+        err = float(jnp.max(jnp.abs(gh - gf)))
+        assert err < 0.05 * scale + 1e-6, (jax.tree_util.keystr(path), err, scale)
+
+
 # ---- a mask row that allows nothing: never a silent action ---------------------------------------
 
 def test_a_discrete_mask_row_that_allows_nothing_gives_action_minus_one_and_nan():

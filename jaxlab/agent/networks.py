@@ -7,11 +7,14 @@ Shapes (B = any batch shape, e.g. [A] or [T, A]):
     as_float      obs [B, ...] of any dtype -> float32 [B, ...]; uint8 (pixels, 0..255) divided by 255
 
 Every matmul and convolution takes ``dtype`` (float32 or bfloat16) inputs and returns float32
-(``preferred_element_type``); params, bias adds and activations are float32.
+(``preferred_element_type``); params, bias adds and activations are float32. In bfloat16 a matmul's
+backward takes bfloat16 inputs too (the incoming gradient is cast), as mixed precision does on GPUs and
+TPUs: otherwise two thirds of the update's matmul work would run in float32.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import flax.linen as nn
@@ -25,11 +28,58 @@ ACTIVATIONS = {"gelu": nn.gelu, "relu": nn.relu, "silu": nn.silu, "tanh": jnp.ta
 HIDDEN_GAIN = math.sqrt(2)
 
 
+def matmul(x: jax.Array, w: jax.Array, dtype) -> jax.Array:
+    """x [..., k] by w [k, n] -> float32 [..., n] with ``dtype`` inputs. float32: one plain dot;
+    bfloat16: the backward's two matmuls (gradients of x and w) take bfloat16 inputs as well and
+    accumulate and return float32."""
+    if jnp.dtype(dtype) == jnp.float32:
+        return jnp.dot(x.astype(jnp.float32), w.astype(jnp.float32), preferred_element_type=jnp.float32)
+    return _low_precision_matmul(x, w, jnp.dtype(dtype))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _low_precision_matmul(x, w, dtype):
+    return jnp.dot(x.astype(dtype), w.astype(dtype), preferred_element_type=jnp.float32)
+
+
+def _low_precision_matmul_fwd(x, w, dtype):
+    low_x, low_w = x.astype(dtype), w.astype(dtype)
+    # the zero-size arrays carry the primal dtypes to the backward (residuals must be arrays)
+    return (jnp.dot(low_x, low_w, preferred_element_type=jnp.float32),
+            (low_x, low_w, jnp.zeros((0,), x.dtype), jnp.zeros((0,), w.dtype)))
+
+
+def _low_precision_matmul_bwd(dtype, residuals, g):
+    low_x, low_w, x_kind, w_kind = residuals
+    low_g = g.astype(dtype)
+    dx = jax.lax.dot_general(low_g, low_w, (((g.ndim - 1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+    rows_x, rows_g = low_x.reshape(-1, low_x.shape[-1]), low_g.reshape(-1, g.shape[-1])
+    dw = jnp.dot(_transposed(rows_x), rows_g, preferred_element_type=jnp.float32)
+    return dx.astype(x_kind.dtype), dw.astype(w_kind.dtype)
+
+
+def _transposed(a: jax.Array) -> jax.Array:
+    """a [M, k] -> a.T [k, M], on a CPU as a copy XLA keeps: a dot whose operand is a plain transpose
+    is rewritten to contract over the operand's first dimension, and XLA's CPU backend runs such a
+    bfloat16 dot in float32 (at half the speed); the transposes of two column halves, concatenated,
+    stay a copy and the dot stays bfloat16. Elsewhere a.T."""
+    k = a.shape[1]
+    if jax.default_backend() != "cpu" or k < 2:
+        return a.T
+    return jnp.concatenate([a[:, :k // 2].T, a[:, k // 2:].T])
+
+
+_low_precision_matmul.defvjp(_low_precision_matmul_fwd, _low_precision_matmul_bwd)
+
+
 def matmul_in(dtype):
     """A dot_general for flax's Dense that casts both operands to ``dtype`` and accumulates and returns
-    float32, whatever ``dtype`` is."""
+    float32, whatever ``dtype`` is (Dense's [..., k] by [k, n] goes through ``matmul``)."""
 
     def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
+        if (jnp.dtype(dtype) != jnp.float32 and rhs.ndim == 2
+                and dimension_numbers == (((lhs.ndim - 1,), (0,)), ((), ()))):
+            return matmul(lhs, rhs, dtype)
         return jax.lax.dot_general(lhs.astype(dtype), rhs.astype(dtype), dimension_numbers, precision=precision,
                                    preferred_element_type=jnp.float32)
 

@@ -45,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxlab.agent.distributions import ActionSpec
-from jaxlab.agent.networks import ACTIVATIONS, Conv, as_float, dense, image_dims, matmul_in  # noqa: F401
+from jaxlab.agent.networks import ACTIVATIONS, Conv, as_float, dense, image_dims, matmul, matmul_in  # noqa: F401
 
 Carry = tuple[jax.Array, jax.Array]
 
@@ -163,8 +163,8 @@ class ActorCritic(nn.Module):
         [A, 4H] are one matmul, [x, h] [A, F + H] by [W_x; W_h]."""
         kernel, bias = weights
         c, h = reset_carry(carry, reset)
-        inputs = jnp.concatenate([x, h], axis=-1).astype(self.dtype)
-        gates = jnp.dot(inputs, kernel.astype(self.dtype), preferred_element_type=jnp.float32) + bias
+        inputs = jnp.concatenate([x, h], axis=-1)
+        gates = matmul(inputs, kernel, self.dtype) + bias
         return lstm_gates((c, h), gates)
 
     def __call__(self, carry, obs: jax.Array, reset: jax.Array):
