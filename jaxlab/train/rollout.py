@@ -272,11 +272,13 @@ class Rollout:
                     dispatch(g, t + 1)  # runs on the device while the next group steps in C
         self.step_count += T
         values = []
+        tic = time.perf_counter()
         for g in range(G):
             packed, final = inputs[g]
             self.buffers, value = self._finish(params, self.carries[g], self.buffers, packed, final, np.int32(T),
                                                offsets[g])
             values.append(value)
+        self.timing["policy"] += time.perf_counter() - tic  # the dispatch; a small call may run in it
         self._next.append(jnp.concatenate(values) if G > 1 else values[0])
         if segment < self.segments - 1:
             return None, infos
