@@ -73,6 +73,29 @@ def test_a_gpu_that_jax_does_not_see_is_named_with_the_fix():
     assert unused_gpu_warning(cpu, present=lambda: None) is None             # a CPU-only machine
 
 
+def test_bfloat16_on_a_cpu_without_bfloat16_instructions_is_named_with_the_fix(tmp_path):
+    from jaxlab.config.presets import cpu_flags, emulated_bfloat16_warning
+
+    zen3 = tmp_path / "zen3"
+    zen3.write_text("processor\t: 0\nmodel name\t: AMD EPYC 7763\nflags\t\t: fpu sse2 avx avx2 fma\n\n"
+                    "processor\t: 1\nflags\t\t: fpu sse2 avx avx2 fma\n")
+    zen4 = tmp_path / "zen4"
+    zen4.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 avx512_vnni\n")
+    graviton3 = tmp_path / "graviton3"
+    graviton3.write_text("processor\t: 0\nFeatures\t: fp asimd sve i8mm bf16 sve2\n")
+    assert cpu_flags(zen3) == {"fpu", "sse2", "avx", "avx2", "fma"}
+    assert cpu_flags(tmp_path / "missing") is None
+    cpu, gpu = [DeviceInfo("cpu", "cpu", None)], [DeviceInfo("gpu", "NVIDIA H100 80GB HBM3", 80 * 2**30)]
+    message = emulated_bfloat16_warning("bfloat16", cpu, flags=lambda: cpu_flags(zen3))
+    assert message.startswith("device.precision=bfloat16 on a CPU without bfloat16 matmul instructions (none "
+                              "of avx512_bf16, amx_bf16, bf16 in /proc/cpuinfo)")
+    assert message.endswith("--device.precision float32 (the cpu preset's) is the better choice on this CPU")
+    for quiet in (lambda: cpu_flags(zen4), lambda: cpu_flags(graviton3), lambda: None):
+        assert emulated_bfloat16_warning("bfloat16", cpu, flags=quiet) is None
+    assert emulated_bfloat16_warning("float32", cpu, flags=lambda: cpu_flags(zen3)) is None
+    assert emulated_bfloat16_warning("bfloat16", gpu, flags=lambda: cpu_flags(zen3)) is None
+
+
 def test_the_nvidia_driver_is_found_by_its_proc_file(monkeypatch, tmp_path):
     from jaxlab.config import presets
 

@@ -127,9 +127,11 @@ def resolve(args: argparse.Namespace) -> Resolved:
             reason = "chosen with --preset"
         if workloads:
             reason += f"; workload size {', '.join(workloads)}"
-    unused_gpu = presets.unused_gpu_warning(presets.current_devices())
-    if unused_gpu is not None:
-        warn(f"warning: {unused_gpu}")
+    devices = presets.current_devices()
+    for line in (presets.unused_gpu_warning(devices),
+                 presets.emulated_bfloat16_warning(config.device.precision, devices)):
+        if line is not None:
+            warn(f"warning: {line}")
     shape = memory.env_shape(config)  # ConfigError for an env parameter out of range or of the wrong type
     sizes = derive_sizes(config, shape.agents_per_env)
     check_network(config, shape.obs_shape)

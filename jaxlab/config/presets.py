@@ -152,6 +152,37 @@ def unused_gpu_warning(devices: list[DeviceInfo], present=nvidia_gpu_present) ->
             "`jaxlab presets`")
 
 
+#: /proc/cpuinfo flags of bfloat16 matmul instructions: x86 (AVX512-BF16, AMX) and Arm (BF16).
+BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str] | None:
+    """The first CPU's feature flags from /proc/cpuinfo ("flags" on x86, "Features" on Arm); None where
+    there is no such file (macOS, Windows) or it names none."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return set(value.split())
+    return None
+
+
+def emulated_bfloat16_warning(precision: str, devices: list[DeviceInfo], flags=cpu_flags) -> str | None:
+    """The one line for device.precision bfloat16 on a CPU whose flags show no bfloat16 matmul
+    instructions; None otherwise (float32, an accelerator, or flags unknown)."""
+    if precision != "bfloat16" or (devices and devices[0].platform != "cpu"):
+        return None
+    known = flags()
+    if known is None or known & set(BFLOAT16_CPU_FLAGS):
+        return None
+    return ("device.precision=bfloat16 on a CPU without bfloat16 matmul instructions (none of "
+            f"{', '.join(BFLOAT16_CPU_FLAGS)} in /proc/cpuinfo): it cannot speed up the matmuls here and "
+            "rounds them; --device.precision float32 (the cpu preset's) is the better choice on this CPU")
+
+
 def describe_presets(devices: list[DeviceInfo]) -> str:
     """The table `jaxlab presets` prints: the card presets (marking the one auto picks here), then the
     workload presets, and how they combine."""
