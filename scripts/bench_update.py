@@ -2,6 +2,7 @@
 
     python scripts/bench_update.py [--agents 4096] [--horizon 16] [--minibatch 16384] [--epochs 1]
                                    [--hidden 128] [--unroll 1 4 16] [--precision float32]
+                                   [--flags --policy.activation relu ...]
 
 Prints the peak of a plain matmul in --precision (float32, or bfloat16 inputs accumulating float32) of
 the LSTM gates' shape, the update's biggest: [x, h] [minibatch / horizon, 2H] x [W_x; W_h] [2H, 4H],
@@ -50,7 +51,7 @@ def update_figures(args, unroll: int) -> tuple[float, float]:
     flags = ["--vec.num-envs", str(num_envs), "--train.bptt-horizon", str(args.horizon), "--train.minibatch-size",
              str(args.minibatch), "--train.update-epochs", str(args.epochs), "--policy.hidden-size", str(args.hidden),
              "--policy.scan-unroll", str(unroll), "--device.precision", args.precision,
-             "--train.total-timesteps", str(num_envs * args.horizon * 100)]
+             "--train.total-timesteps", str(num_envs * args.horizon * 100), *args.flags]
     config, _ = load_config("cartpole", flags=flags)
     with Trainer(config) as trainer:
         trainer.evaluate()
@@ -80,6 +81,7 @@ def main() -> None:
     parser.add_argument("--unroll", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--precision", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--flags", nargs=argparse.REMAINDER, default=[], help="more config flags, last")
     args = parser.parse_args()
     rows = args.minibatch // args.horizon
     peak = matmul_peak(rows, 2 * args.hidden, 4 * args.hidden, args.precision)
