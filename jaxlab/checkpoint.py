@@ -279,6 +279,18 @@ class RunCheckpoints:
             raise CheckpointError(self._failure(self.last_saved_update, err)) from err
         return self.last_good
 
+    def wait_for_write(self) -> None:
+        """Waits for the asynchronous save in flight without marking it complete (no files.json yet);
+        CheckpointError naming it when its write failed."""
+        try:
+            self.manager.wait_until_finished()
+        except Exception as err:  # noqa: BLE001
+            raise CheckpointError(self._failure(self.last_saved_update, err)) from err
+
+    def abandon_pending(self) -> None:
+        """The save in flight failed (in this process or another): it will not be marked complete."""
+        self._pending = None
+
     def _finish_pending(self) -> None:
         """Waits for the asynchronous save in flight, then writes its files.json (process 0: Orbax's
         save returns in every process only once every process's files are written and renamed)."""

@@ -223,6 +223,28 @@ def test_a_failed_save_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path
     assert set(threading.enumerate()) <= threads_before  # Orbax's threads are gone
 
 
+def test_a_failed_asynchronous_write_stops_the_run_and_is_never_marked_complete(tmp_path):
+    """The write of update 2's checkpoint fails in the background; the save after update 4 finds it:
+    the run stops there with the error, and checkpoint 2 gets no files.json (not even when the run's
+    checkpoints are closed)."""
+    def fail_the_first_write(trainer, saves):
+        real, waits = saves.wait_for_write, []
+
+        def wait_for_write():
+            waits.append(saves.last_saved_update)
+            if waits == [None, 2]:
+                raise checkpoint.CheckpointError("cannot save checkpoint 2 (Input/output error)")
+            return real()
+
+        saves.wait_for_write = wait_for_write
+
+    result = train_run(small_config(6, "--checkpoint.interval", "2"), tmp_path / "run",
+                       trainer_hook=fail_the_first_write)
+    assert result.error == "cannot save checkpoint 2 (Input/output error)" and len(result.records) == 4
+    assert (tmp_path / "run/checkpoints/2").is_dir() and not checkpoint.verify(tmp_path / "run/checkpoints/2")
+    assert not (tmp_path / "run/checkpoints/4").exists()
+
+
 def test_an_unusable_checkpoint_dir_is_a_clear_error(tmp_path):
     run = tmp_path / "run"
     run.mkdir()

@@ -334,3 +334,61 @@ def test_a_signal_to_one_process_saves_and_stops_every_process(tmp_path):
     saved = checkpoint.step_dirs(run / "checkpoints")[0]
     assert int(saved.name) == summary["updates"] and checkpoint.verify(saved)
     assert f"stopped by a signal to another process after update {saved.name}" in outputs[0][1]
+
+
+ASYNC_SAVE_FAILS_IN_PROCESS_1 = r"""
+import json, sys
+from jaxlab.run.distributed import start
+pid = int(sys.argv[1])
+start(["--dist.coordinator", sys.argv[2], "--dist.num-processes", "2", "--dist.process-id", str(pid)])
+from jaxlab import checkpoint
+from jaxlab.config import load_config
+from jaxlab.run.loop import train_run
+
+config, _ = load_config("cartpole", flags=sys.argv[4:])
+waits = []
+
+def fail_the_second_write_in_process_1(trainer, saves):
+    if pid != 1:
+        return
+    real = saves.wait_for_write
+
+    def wait_for_write():  # the asynchronous write of update 2's checkpoint fails on this host alone
+        waits.append(saves.last_saved_update)
+        if len(waits) == 2:
+            raise checkpoint.CheckpointError("cannot save checkpoint 2 (No space left on device)")
+        return real()
+
+    saves.wait_for_write = wait_for_write
+
+result = train_run(config, sys.argv[3], trainer_hook=fail_the_second_write_in_process_1, warn=lambda m: None)
+print("RESULT " + json.dumps({"error": result.error, "updates": len(result.records),
+                              "checkpoint": str(result.checkpoint)}))
+"""
+
+
+def test_a_checkpoint_write_failing_in_one_process_stops_every_process_after_the_same_update(tmp_path):
+    """The asynchronous write of a checkpoint fails in process 1 alone (found when the next save waits
+    for it): the processes agree before that save, so both stop after update 4 with an error, nobody is
+    left waiting in a collective, and the failed checkpoint gets no files.json."""
+    from jaxlab import checkpoint
+
+    run = tmp_path / "run"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    coordinator = f"localhost:{free_port()}"
+    flags = [*FLAGS, "--train.total-timesteps", str(128 * 8), "--checkpoint.interval", "2", "--log.dashboard", "none"]
+    procs = [subprocess.Popen([sys.executable, "-c", ASYNC_SAVE_FAILS_IN_PROCESS_1, str(i), coordinator, str(run),
+                               *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for i in range(2)]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outputs]
+    results = [json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
+               for out, _ in outputs]
+    assert results[1]["error"] == "cannot save checkpoint 2 (No space left on device)"
+    assert results[0]["error"] == (f"cannot save checkpoint {run / 'checkpoints' / '2'}: another process of this run "
+                                   "could not write its part (its output says why); the last good checkpoint is none")
+    assert [r["updates"] for r in results] == [4, 4]  # of 8: both stopped at update 4's save
+    assert [r["checkpoint"] for r in results] == ["None", "None"]
+    assert (run / "checkpoints" / "2").is_dir() and not checkpoint.verify(run / "checkpoints" / "2")  # no files.json
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["error"] == results[0]["error"] and summary["updates"] == 4

@@ -98,7 +98,13 @@ class SaveCheckpoints:
     """A hook that saves when the checkpoint rules ask, after the last update, and on a stop signal,
     after which it stops the loop (result.stopped names the signal). It tracks the best metric.
     In a run over several processes the processes agree after every update (any_process): a signal
-    to any of them, or a wall-time save due in any of them, saves and stops in every one."""
+    to any of them, or a wall-time save due in any of them, saves and stops in every one. Before a save
+    they also agree on the previous save's asynchronous write, before process 0 marks it complete
+    (files.json): an error of it in one process (a disk failing on one host) is a CheckpointError in
+    every process, so all of them stop after the same update instead of waiting for the one that
+    left, and that checkpoint gets no files.json. (An error raised by the save call itself in one
+    process is not agreed: Orbax's save runs collectives of its own, which an agreement there would
+    be matched against.)"""
 
     def __init__(self, saves: checkpoint.RunCheckpoints, stop: StopSignals, best_metric: str, result: RunResult):
         self.saves, self.stop, self.best_metric, self.result = saves, stop, best_metric, result
@@ -110,9 +116,31 @@ class SaveCheckpoints:
         last = trainer.update_index == trainer.sizes.num_updates
         stop, due = any_process(self.stop.received is not None, self.saves.due(trainer.update_index))
         if stop or last or due:
+            self._previous_write_in_every_process()
             self.saves.save(trainer.update_index, trainer.checkpoint_state(), trainer.checkpoint_meta(), self.best)
         self.result.stopped = self.stop.received or ("a signal to another process" if stop else None)
         return stop
+
+    def _previous_write_in_every_process(self) -> None:
+        """Waits for the previous save's asynchronous write, then agrees on it with the other processes
+        (one small all-gather; nothing in a one-process run; nothing in the wait runs collectives): a
+        CheckpointError in any process is raised in every process, the others' naming the checkpoint
+        and the last good one, and the failed checkpoint is not marked complete."""
+        saves, failure = self.saves, None
+        try:
+            saves.wait_for_write()
+        except checkpoint.CheckpointError as err:
+            failure = err
+        (failed,) = any_process(failure is not None)
+        if failed:
+            saves.abandon_pending()
+        if failure is not None:
+            raise failure
+        if failed:
+            raise checkpoint.CheckpointError(
+                f"cannot save checkpoint {saves.directory / str(saves.last_saved_update)}: another process of this "
+                f"run could not write its part (its output says why); the last good checkpoint is "
+                f"{saves.last_good or 'none'}")
 
 
 def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | None = None,
