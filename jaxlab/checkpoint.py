@@ -283,7 +283,7 @@ class RunCheckpoints:
         """Waits for the asynchronous save in flight without marking it complete (no files.json yet);
         CheckpointError naming it when its write failed."""
         try:
-            self.manager.wait_until_finished()
+            self._wait()
         except Exception as err:  # noqa: BLE001
             raise CheckpointError(self._failure(self.last_saved_update, err)) from err
 
@@ -291,10 +291,19 @@ class RunCheckpoints:
         """The save in flight failed (in this process or another): it will not be marked complete."""
         self._pending = None
 
+    def _wait(self) -> None:
+        """Orbax's wait for the save in flight; when its write failed, the save is abandoned (a later
+        finish or close must not mark it complete) and the error raised."""
+        try:
+            self.manager.wait_until_finished()
+        except Exception:
+            self.abandon_pending()
+            raise
+
     def _finish_pending(self) -> None:
         """Waits for the asynchronous save in flight, then writes its files.json (process 0: Orbax's
         save returns in every process only once every process's files are written and renamed)."""
-        self.manager.wait_until_finished()
+        self._wait()
         if self._pending is not None and self._pending.is_dir() and is_primary():
             write_manifest(self._pending)
         self._pending = None

@@ -245,6 +245,27 @@ def test_a_failed_asynchronous_write_stops_the_run_and_is_never_marked_complete(
     assert not (tmp_path / "run/checkpoints/4").exists()
 
 
+def test_a_failed_write_of_the_last_checkpoint_is_never_marked_complete(tmp_path):
+    """The write of the run's last checkpoint (update 6) fails in the background: the run ends with the
+    error, and closing the checkpoints afterwards does not write that checkpoint's files.json."""
+    def fail_the_last_write_once(trainer, saves):
+        real, failed = saves.manager.wait_until_finished, []
+
+        def wait_until_finished():
+            if saves.last_saved_update == 6 and not failed:
+                failed.append(6)
+                raise OSError(5, "Input/output error")
+            return real()
+
+        saves.manager.wait_until_finished = wait_until_finished
+
+    result = train_run(small_config(6, "--checkpoint.interval", "2"), tmp_path / "run",
+                       trainer_hook=fail_the_last_write_once)
+    assert result.error.startswith(f"cannot save checkpoint {tmp_path / 'run/checkpoints/6'} (Input/output error)")
+    assert len(result.records) == 6 and checkpoint.verify(tmp_path / "run/checkpoints/4")
+    assert not checkpoint.verify(tmp_path / "run/checkpoints/6")  # no files.json
+
+
 def test_an_unusable_checkpoint_dir_is_a_clear_error(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
