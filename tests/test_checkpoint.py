@@ -19,6 +19,7 @@ from jaxlab import checkpoint
 from jaxlab.config import ConfigError, load_config
 from jaxlab.run.loop import train_loop, train_run
 from jaxlab.train.trainer import Trainer
+from threads_left import threads_left_since
 
 SMALL = ["--vec.num-envs", "8", "--train.bptt-horizon", "8", "--train.minibatch-size", "16",
          "--policy.hidden-size", "16"]
@@ -220,7 +221,7 @@ def test_a_failed_save_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path
     with Trainer(small_config(6)) as trainer:
         assert trainer.load_checkpoint(rescued)["update"] == 4
         assert_same_params(trainer.state.params, result.unsaved[0]["train"]["params"])
-    assert set(threading.enumerate()) <= threads_before  # Orbax's threads are gone
+    assert threads_left_since(threads_before) == []  # Orbax's threads are gone
 
 
 def test_a_failed_asynchronous_write_stops_the_run_and_is_never_marked_complete(tmp_path):
@@ -321,7 +322,7 @@ def test_a_second_ctrl_c_interrupts_at_once_and_the_run_resumes_from_what_was_sa
     assert "SIGINT: finishing this update, then saving a checkpoint; Ctrl-C again to stop at once" in err
     assert f"interrupted; the metrics so far are in {run}/metrics.jsonl" in err and "Traceback" not in err
     assert [p.name for p in checkpoint.step_dirs(run / "checkpoints")] == ["4", "2"]
-    assert set(threading.enumerate()) <= threads_before
+    assert threads_left_since(threads_before) == []
     monkeypatch.undo()
     assert cli.main(["train", "cartpole", "--resume", str(run), *flags]) == 0
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

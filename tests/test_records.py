@@ -12,6 +12,7 @@ import pytest
 from jaxlab.observe.alerts import Alerts
 from jaxlab.observe.dashboard import PlainReporter, RichDashboard, RunInfo, make_reporter
 from jaxlab.observe.records import run_rows, summarize
+from threads_left import threads_left_since
 
 INFO = RunInfo("cartpole", 41_730, "cpu:cpu", "cpu", "runs/x", num_updates=10, total_steps=10_240,
                stat_names=("episode_return", "episode_length"))
@@ -197,7 +198,7 @@ def test_a_run_leaves_no_thread_behind(tmp_path):
     before = set(threading.enumerate())
     result = train_run(config, tmp_path / "run")
     assert result.checkpoint is not None
-    assert set(threading.enumerate()) <= before
+    assert threads_left_since(before) == []
 
 
 def test_a_failing_logger_never_stops_training(tmp_path, monkeypatch, capsys):
