@@ -152,6 +152,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def communicate_all(procs: list, timeout: float) -> list[tuple[str, str]]:
+    """(stdout, stderr) of every process, read at once: reading one process to its end while another
+    fills its pipe would leave both waiting (it for the reader, the first for it in a collective)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(procs)) as pool:
+        return list(pool.map(lambda p: p.communicate(timeout=timeout), procs))
+
+
 def test_two_processes_give_the_losses_of_one_process_with_two_devices():
     """2 processes on localhost (gloo collectives on the CPU), 1 device and 2 groups of 2 envs each, against
     1 process with 2 forced devices and the same 4 groups (the same env seeds and sampling keys, by
@@ -164,8 +173,7 @@ def test_two_processes_give_the_losses_of_one_process_with_two_devices():
                                "--vec.groups", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for i in range(2)]
     outputs = []
-    for proc in procs:
-        stdout, stderr = proc.communicate(timeout=600)
+    for proc, (stdout, stderr) in zip(procs, communicate_all(procs, timeout=600), strict=True):
         assert proc.returncode == 0, stderr[-3000:]
         outputs.append(json.loads(next(l for l in stdout.splitlines() if l.startswith("RESULT "))[len("RESULT "):]))
     env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
@@ -212,7 +220,7 @@ def train_in_processes(*args, processes=2, timeout=600) -> list[subprocess.Compl
     commands = [[sys.executable, "-m", "jaxlab.cli", "train", "cartpole", *args, "--dist.coordinator", coordinator,
                  "--dist.num-processes", str(processes), "--dist.process-id", str(i)] for i in range(processes)]
     procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for c in commands]
-    outputs = [p.communicate(timeout=timeout) for p in procs]
+    outputs = communicate_all(procs, timeout)
     return [subprocess.CompletedProcess(c, p.returncode, *out) for c, p, out in zip(commands, procs, outputs, strict=True)]
 
 
@@ -317,7 +325,7 @@ def test_a_signal_to_one_process_saves_and_stops_every_process(tmp_path):
     run = tmp_path / "run"
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
     coordinator = f"localhost:{free_port()}"
-    flags = [*FLAGS, "--train.total-timesteps", str(128 * 300), "--log.dashboard", "none", "--run-dir", str(run)]
+    flags = [*FLAGS, "--train.total-timesteps", str(128 * 3_000), "--log.dashboard", "none", "--run-dir", str(run)]
     procs = [subprocess.Popen([sys.executable, "-m", "jaxlab.cli", "train", "cartpole", *flags, "--dist.coordinator",
                                coordinator, "--dist.num-processes", "2", "--dist.process-id", str(i)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for i in range(2)]
@@ -327,10 +335,10 @@ def test_a_signal_to_one_process_saves_and_stops_every_process(tmp_path):
         assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "the run did not start"
         time.sleep(0.2)
     procs[1].send_signal(signal.SIGTERM)
-    outputs = [p.communicate(timeout=300) for p in procs]
+    outputs = communicate_all(procs, 300)
     assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outputs]
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["stopped"] == "a signal to another process" and summary["updates"] < 300
+    assert summary["stopped"] == "a signal to another process" and summary["updates"] < 3_000
     saved = checkpoint.step_dirs(run / "checkpoints")[0]
     assert int(saved.name) == summary["updates"] and checkpoint.verify(saved)
     assert f"stopped by a signal to another process after update {saved.name}" in outputs[0][1]
@@ -380,7 +388,7 @@ def test_a_checkpoint_write_failing_in_one_process_stops_every_process_after_the
     procs = [subprocess.Popen([sys.executable, "-c", ASYNC_SAVE_FAILS_IN_PROCESS_1, str(i), coordinator, str(run),
                                *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for i in range(2)]
-    outputs = [p.communicate(timeout=300) for p in procs]
+    outputs = communicate_all(procs, 300)
     assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outputs]
     results = [json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
                for out, _ in outputs]

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import jaxlab
+from process_output import output_of
 
 LAB = ["--vec.num-envs", "24", "--env.num-drones", "64"]
 TINY = ["--vec.num-envs", "2", "--train.bptt-horizon", "8", "--train.minibatch-size", "16", "--policy.hidden-size", "16",
@@ -51,7 +52,7 @@ def test_the_labs_horizon_16_command_trains(tmp_path):
     metrics = run / "metrics.jsonl"
     deadline = time.monotonic() + 240
     while not metrics.is_file() or metrics.read_text().count("\n") < 2:
-        assert time.monotonic() < deadline and process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline and process.poll() is None, output_of(process)
         time.sleep(0.1)
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=120)

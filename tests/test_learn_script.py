@@ -122,7 +122,11 @@ def test_sigterm_stops_the_training_processes_too(tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "PYTHONPATH": str(Path(jaxlab.__file__).parents[1])})
     deadline = time.monotonic() + 300
-    while not all((out / f"seed-{s}" / "metrics.jsonl").is_file() for s in (0, 1)):  # both are training
+    def trained(s):  # a first update is done: the compiles are behind it and SIGTERM is handled
+        metrics = out / f"seed-{s}" / "metrics.jsonl"
+        return metrics.is_file() and metrics.read_text().count("\n") >= 1
+
+    while not all(trained(s) for s in (0, 1)):  # both are training
         assert script.poll() is None and time.monotonic() < deadline, script.stdout.read()
         time.sleep(0.5)
     pids = [(out / f"seed-{s}" / ".lock").read_text().split()[1] for s in (0, 1)]  # "process PID (...)"

@@ -25,7 +25,7 @@ def test_a_second_run_on_a_run_dir_in_use_exits_2_naming_the_owner(tmp_path):
                               "--train.total-timesteps", "10_000_000", "--checkpoint.interval", "1", "--run-dir", str(run)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300
         while not checkpoint.step_dirs(run / "checkpoints"):
             assert time.monotonic() < deadline and first.poll() is None
             time.sleep(0.05)

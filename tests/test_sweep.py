@@ -18,6 +18,7 @@ from jaxlab.sweep import study as study_lib
 # on two cores) their timing goes wrong, so the suite runs them alone, after the rest (README, .ci/run).
 pytestmark = pytest.mark.exclusive
 from jaxlab.sweep.space import SweepSpec
+from process_output import output_of
 
 # 32 envs x horizon 16 = 512 steps per update; hidden 16 or 32: a few seconds of training per trial
 SMALL = ["--vec.num-envs", "32", "--train.minibatch-size", "128", "--log.dashboard", "none"]
@@ -76,8 +77,7 @@ def test_a_parallel_sweep_killed_and_resumed_loses_no_trial_runs_none_twice_and_
                                stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 300
     while True:  # stop it once a trial has finished and another is part way through its training
-        assert process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline
+        assert process.poll() is None and time.monotonic() < deadline, output_of(process)
         runs = list(study_dir.glob("trial-*"))
         finished = [r for r in runs if (r / "summary.json").is_file()]
         training = [r for r in runs if not (r / "summary.json").is_file() and (r / "metrics.jsonl").is_file()
