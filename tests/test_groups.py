@@ -28,6 +28,8 @@ def test_overlapped_groups_give_bit_for_bit_the_results_of_serial_groups():
     with Trainer(config) as overlapped, Trainer(config) as serial:
         serial.rollout.overlap = False
         assert overlapped.rollout.overlap and len(overlapped.envs) == 2 and overlapped.env.num_envs == 4
+        assert not overlapped.rollout.prefetch_actions  # a CPU backend: nothing to prefetch
+        overlapped.rollout.prefetch_actions = True  # as on an accelerator: each action's copy starts early
         for _ in range(3):
             records = [train_loop(t, updates=1)[0] for t in (overlapped, serial)]
             for key in ("policy_loss", "value_loss", "episode_return", "episodes"):

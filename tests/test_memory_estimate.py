@@ -150,11 +150,15 @@ def test_a_fitting_config_returns_its_estimate_and_an_unknown_limit_refuses_noth
 def test_out_of_memory_message_is_one_line_with_the_estimate_and_a_fix(err, monkeypatch):
     config, _ = load_config("cartpole", flags=["--device.memory-fraction", "0.3"])
     monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
+    monkeypatch.delenv("XLA_CLIENT_MEM_FRACTION", raising=False)
     message = memory.out_of_memory_message(err, config)
     assert message.startswith(f"out of memory ({str(err).splitlines()[0]}); the config needs about ")
     assert "\n" not in message and "for JAX (params" in message and "most of it is " in message
     assert "reduce " in message and "memory_fraction" not in message   # XLA was not given the fraction
     monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.3")     # as presets.prepare_backend sets it
+    assert memory.out_of_memory_message(err, config).endswith("or raise device.memory_fraction (now 0.3)")
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION")
+    monkeypatch.setenv("XLA_CLIENT_MEM_FRACTION", "0.3")     # its newer name, set by the user
     assert memory.out_of_memory_message(err, config).endswith("or raise device.memory_fraction (now 0.3)")
 
 

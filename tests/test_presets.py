@@ -46,7 +46,8 @@ def test_describe_marks_the_auto_choice():
 
 
 def test_memory_options_are_set_before_the_backend_and_never_override_the_user(monkeypatch):
-    for var in ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_ALLOCATOR"):
+    for var in ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE",
+                "XLA_PYTHON_CLIENT_ALLOCATOR"):
         monkeypatch.delenv(var, raising=False)
     import os
 
@@ -56,6 +57,12 @@ def test_memory_options_are_set_before_the_backend_and_never_override_the_user(m
     assert prepare_backend(0.3) == "XLA memory options from the environment"
     assert os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.9"
     monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION")
+    # the newer name of the same setting: setting the old one beside it would make the CUDA plugin fail
+    # to start (jaxlib raises inside it and JAX falls back to the CPU)
+    monkeypatch.setenv("XLA_CLIENT_MEM_FRACTION", "0.9")
+    assert prepare_backend(0.3) == "XLA memory options from the environment"
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in os.environ
+    monkeypatch.delenv("XLA_CLIENT_MEM_FRACTION")
     assert prepare_backend(None).startswith("GPU memory allocated on demand")
     assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
 

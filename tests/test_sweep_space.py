@@ -3,6 +3,7 @@ one line), the objective's window mean and report points, the split of the machi
 trials, following a metrics file, and the samplers on an in-memory study."""
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -192,9 +193,32 @@ def test_child_environment_sets_the_memory_fraction_unless_the_user_did():
     assert child_environment(slot, {})["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.45"
     mine = child_environment(slot, {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"})
     assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in mine and mine["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    newer = child_environment(slot, {"XLA_CLIENT_MEM_FRACTION": "0.2"})  # both names set: CUDA fails to start
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in newer and newer["XLA_CLIENT_MEM_FRACTION"] == "0.2"
     cpu = plan_slots(2, on_gpu=False, cores=[0, 1], max_threads=1)[0]
     flags = child_environment(cpu, {"XLA_FLAGS": "--xla_dump_to=/tmp/x"})["XLA_FLAGS"]
     assert flags.startswith("--xla_dump_to=/tmp/x --xla_cpu_multi_thread_eigen=false")
+
+
+def test_the_sweep_process_itself_takes_gpu_memory_only_as_it_needs_it(tmp_path, monkeypatch):
+    """The supervising process never takes the config's device.memory_fraction (a card preset's 0.45 held
+    for the whole sweep beside trials given 0.9 / K each would not fit one GPU): it allocates on demand,
+    and the trials' environment is the one from before (each gets its own fraction)."""
+    from jaxlab.cli import build_parser
+    from jaxlab.cli.sweep import create_or_check
+
+    for var in ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE",
+                "XLA_PYTHON_CLIENT_ALLOCATOR"):
+        monkeypatch.setenv(var, "")  # recorded, so that the end of the test puts back what was there
+        monkeypatch.delenv(var)
+    args, flags = build_parser().parse_known_args(["sweep", "cartpole", "--preset", "cpu", "--study", "m", "--root",
+                                                   str(tmp_path), "--device.memory-fraction", "0.5"])
+    args.flags = flags
+    storage = study_lib.storage_for(None, tmp_path / "m")
+    _, _, base_toml, _ = create_or_check(args, "m", storage, {"trials": None, "seeds": None, "sampler": None,
+                                                              "pruner": None, "objective": None})
+    assert "memory_fraction = 0.5" in base_toml  # the trials' base config keeps it
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in os.environ and os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
 
 
 def test_metrics_follower_reads_complete_lines_and_rereads_a_truncated_file(tmp_path):

@@ -77,6 +77,9 @@ def create_or_check(args, name: str, storage, overrides: dict):
 
     path = Path(args.sweep) if args.sweep else default_sweep_file(args.env)
     table = read_sweep_file(path)  # before JAX starts: a bad file fails fast
+    # this process only supervises: on a GPU it takes memory as needed (next to nothing) instead of the
+    # card preset's share, which its trials get (each its own, set in its environment)
+    presets.prepare_backend(None)
     resolved = resolve(args)
     spec = parse_spec(table, args.env, str(path), overrides)
     check_space(spec, resolved.config)

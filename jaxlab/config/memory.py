@@ -40,6 +40,7 @@ import math
 import os
 from dataclasses import dataclass
 
+from jaxlab.config.presets import MEMORY_FRACTION_VARS
 from jaxlab.config.schema import Config, ConfigError
 from jaxlab.config.validate import Sizes
 
@@ -424,6 +425,6 @@ def out_of_memory_message(err: BaseException, config: Config) -> str | None:
     except Exception:  # noqa: BLE001 - the message must come out whatever else is wrong
         detail = "reduce policy.hidden_size, vec.num_envs or train.minibatch_size"
     fraction = config.device.memory_fraction
-    applied = os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION") == str(fraction)  # see presets.prepare_backend
+    applied = any(os.environ.get(var) == str(fraction) for var in MEMORY_FRACTION_VARS)  # presets.prepare_backend
     more = f", or raise device.memory_fraction (now {fraction:g})" if applied and 0 < fraction < 1 else ""
     return f"out of memory ({first}); {detail}{more}"

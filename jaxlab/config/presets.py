@@ -21,8 +21,11 @@ from jaxlab.config.schema import ConfigError
 #: Device kinds (substrings of jax's device_kind, upper case) for the big-GPU presets, checked in order.
 KIND_PRESETS = (("H100", "h100"), ("H200", "h100"), ("H800", "h100"), ("A100", "a100"), ("A800", "a100"))
 GPU_PLATFORMS = ("gpu", "cuda", "rocm")
-MEMORY_ENV_VARS = ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE",
-                   "XLA_PYTHON_CLIENT_ALLOCATOR")
+#: XLA's GPU memory variables: one the user set means jaxlab sets none. XLA_CLIENT_MEM_FRACTION is the
+#: newer name of XLA_PYTHON_CLIENT_MEM_FRACTION (jaxlib 0.10 reads both, older ones the second only; with
+#: both set the CUDA plugin fails to start and JAX falls back to the CPU), so jaxlab sets the second.
+MEMORY_FRACTION_VARS = ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION")
+MEMORY_ENV_VARS = (*MEMORY_FRACTION_VARS, "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_ALLOCATOR")
 
 
 @dataclass(frozen=True)
@@ -94,11 +97,12 @@ def check_preset_fits(name: str, devices: list[DeviceInfo]) -> None:
 
 
 def current_devices() -> list[DeviceInfo]:
-    """This process's JAX devices (initialises JAX's backend)."""
+    """This process's own JAX devices (initialises JAX's backend): in a run over several processes the
+    first of jax.devices() is process 0's, whose memory another process cannot read."""
     import jax
 
     devices = []
-    for device in jax.devices():
+    for device in jax.local_devices():
         try:
             stats = device.memory_stats() or {}
         except Exception:  # noqa: BLE001 - platforms without memory stats raise various errors

@@ -19,8 +19,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-#: XLA's memory variables (presets.prepare_backend sets one in the sweep process itself).
-XLA_MEMORY_VARS = ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_ALLOCATOR")
+from jaxlab.config.presets import MEMORY_ENV_VARS  # XLA's memory variables (set in the sweep process too)
+
 CPU_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads={threads}"
 
 
@@ -79,7 +79,7 @@ def child_environment(slot: Slot, base_env: dict) -> dict:
     env = dict(base_env)
     for key, value in slot.env.items():
         env[key] = f"{base_env[key]} {value}" if key == "XLA_FLAGS" and base_env.get(key) else value
-    if slot.memory_fraction is not None and not any(v in base_env for v in XLA_MEMORY_VARS):
+    if slot.memory_fraction is not None and not any(v in base_env for v in MEMORY_ENV_VARS):
         env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = str(slot.memory_fraction)
     # the child imports this jaxlab, wherever the sweep was started from
     root = str(Path(__file__).resolve().parent.parent.parent)

@@ -161,6 +161,9 @@ class Rollout:
                  segments: int = 1, overlap: bool = True):
         self.envs, self._step, self._finish = envs, step, finish
         self.horizon, self.segments, self.overlap = horizon, segments, overlap
+        # on an accelerator each action starts its copy to the host as soon as it is computed (so that
+        # the wait for it is the wait for the policy call alone); on a CPU there is no copy to start
+        self.prefetch_actions = jax.default_backend() != "cpu"
         self.carries = list(carries)
         self.key = key  # each group samples with fold_in(key, group), then the step count
         self._group_keys = (None, 0, [])  # (the key and first group they were folded from, the keys)
@@ -255,6 +258,8 @@ class Rollout:
             self.carries[g], actions[g], self.buffers = self._step(
                 params, self.carries[g], self.buffers, packed, final, np.int32(t), offsets[g], group_keys[g],
                 np.int32(first_step + t))
+            if self.prefetch_actions:
+                actions[g].copy_to_host_async()
             self.timing["policy"] += time.perf_counter() - tic
 
         if self.overlap:
