@@ -119,6 +119,29 @@ def test_the_nvidia_driver_is_found_by_its_proc_file(monkeypatch, tmp_path):
     assert presets.nvidia_gpu_present() == "an NVIDIA GPU"
 
 
+def test_a_card_preset_sizes_the_agents_so_multi_agent_envs_get_a_batch_that_runs():
+    """The card presets give agents, not envs: an env of 8 agents gets an eighth of the envs (before, 8
+    times the batch and 9 updates; drone's 64 agents at the gpu preset were more than its total steps),
+    rounded down to whole groups and to a batch its minibatches divide; a vec.num_envs given after the
+    preset (a --config file, a flag) wins."""
+    from jaxlab.config import derive_sizes, load_config
+    from jaxlab.config.memory import env_shape
+
+    def sized(*flags, preset="h100"):
+        config, sources = load_config("target", preset=preset, flags=list(flags))
+        sizes = derive_sizes(config, env_shape(config).agents_per_env)  # raises when the batch cannot run
+        return config.vec.num_envs, sizes.batch_size, sizes.num_updates, sources["vec.num_envs"]
+
+    assert sized() == (1024, 131_072, 76, "configs/presets/h100.toml (8,192 agents)")  # 8 agents per env
+    assert sized(preset="gpu")[:3] == (128, 16_384, 122)
+    # 3 agents per env: 2,730 envs would make batches of 131,040, which minibatches of 32,768 do not
+    # divide; 2,048 envs (6,144 agents) give 3 minibatches
+    assert sized("--env.agents-per-env", "3")[:3] == (2048, 98_304, 101)
+    assert sized("--vec.num-envs", "256")[::3] == (256, "command line")
+    config, _ = load_config("target", preset="h100,heavy")  # a workload preset after the card keeps it
+    assert config.vec.num_envs == 1024
+
+
 # ---- two axes: the card and the workload size ----------------------------------------------------------
 
 def test_a_card_and_a_workload_size_combine_in_order():
@@ -131,7 +154,7 @@ def test_a_card_and_a_workload_size_combine_in_order():
     assert split_presets("auto,beast") == ("auto", ["beast"])
     assert split_presets("a100") == ("a100", [])
     config, sources = load_config("cartpole", preset="h100,heavy")
-    assert config.vec.num_envs == 8192 and sources["vec.num_envs"] == "configs/presets/h100.toml"  # the card's
+    assert config.vec.num_envs == 8192 and sources["vec.num_envs"] == "configs/presets/h100.toml (8,192 agents)"
     assert config.policy.mlp_layers == (1024, 512, 256) and config.train.update_epochs == 4  # the workload's
     assert sources["policy.mlp_layers"] == "configs/presets/heavy.toml" and config.preset == "h100,heavy"
     beast, _ = load_config("cartpole", preset="cpu,beast")

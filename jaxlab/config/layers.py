@@ -299,8 +299,12 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
         layers.append(("header", {"env": {"library": header}}))
         if beside.is_file():
             layers.append((str(beside), read_toml(beside)))
+    preset_agents = None  # (agents, the preset's label): a card preset sizes the agents, not the envs
     for name in preset_list(preset):  # "h100,heavy": each preset's layer in order
-        layers.append((f"configs/presets/{name}.toml", read_preset(name)[1]))
+        info, layer = read_preset(name)
+        layers.append((f"configs/presets/{name}.toml", layer))
+        if "agents" in info:
+            preset_agents = (info["agents"], f"configs/presets/{name}.toml")
     layers += list(extra_layers or [])
     if config_file is not None:
         path = Path(config_file)
@@ -327,10 +331,44 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
     env_params = {p.name: p for p in kind.params}
     values: dict[str, dict] = {"env": {}, **{s: {} for s in SECTIONS}}
     sources: dict[str, str] = {}
+    envs_set_after_preset = False
     for label, layer in layers:
         apply_layer(values, layer, label, sources, env_params)
+        if preset_agents is not None and label == preset_agents[1]:
+            envs_set_after_preset = False
+        elif any(key.replace("-", "_") == "num_envs" for key in layer.get("vec", {})):
+            envs_set_after_preset = True
     config = build_config(env_name, values, env_params, preset or "none")
+    if preset_agents is not None and not envs_set_after_preset:
+        config = with_num_envs(config, envs_for_agents(config, *preset_agents))
+        sources["vec.num_envs"] = f"{preset_agents[1]} ({preset_agents[0]:,} agents)"
     return config, sources
+
+
+def envs_for_agents(config: Config, agents: int, source: str) -> int:
+    """vec.num_envs for a card preset's ``agents`` (from ``source``) with ``config``'s env: agents / the
+    env's agents per env, rounded down to whole groups (at least one env per group), and, where such a
+    count is at least a tenth of that, to one whose batch divides into train.minibatch_size (so that a
+    multi-agent env gets about as many agents and samples per update as a single-agent one)."""
+    from jaxlab.env import spaces_of
+
+    if not isinstance(agents, int) or isinstance(agents, bool) or agents < 1:
+        raise ConfigError(f"agents = {agents!r} in the [preset] table of {source} must be a positive integer, "
+                          "e.g. agents = 8192")
+    try:
+        per_env = int(spaces_of(config.env_name, library=config.env_library or None, **config.env).agents_per_env)
+    except (ValueError, TypeError) as err:
+        raise ConfigError(str(err)) from None
+    groups = max(1, config.vec.groups)
+    most = max(groups, agents // per_env // groups * groups)
+    rows = per_env * config.train.bptt_horizon
+    fitting = [n for n in range(most, max(groups, most // 10) - 1, -groups)
+               if config.train.minibatch_size and n * rows % config.train.minibatch_size == 0]
+    return fitting[0] if fitting else most
+
+
+def with_num_envs(config: Config, num_envs: int) -> Config:
+    return dataclasses.replace(config, vec=dataclasses.replace(config.vec, num_envs=num_envs))
 
 
 def config_from_toml(text: str, library: str | None = None) -> Config:
