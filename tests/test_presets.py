@@ -138,6 +138,13 @@ def test_a_card_preset_sizes_the_agents_so_multi_agent_envs_get_a_batch_that_run
     # divide; 2,048 envs (6,144 agents) give 3 minibatches
     assert sized("--env.agents-per-env", "3")[:3] == (2048, 98_304, 101)
     assert sized("--vec.num-envs", "256")[::3] == (256, "command line")
+    # 20 agents per env: no count of envs near 409 makes a batch that 32,768 divides, so the minibatch
+    # is the batch in as many whole-sequence minibatches as 32,768 would give (4 of 32,640); a
+    # minibatch given after the preset is kept
+    config, sources = load_config("target", preset="h100", flags=["--env.agents-per-env", "20"])
+    assert (config.vec.num_envs, config.train.minibatch_size) == (408, 32_640)
+    assert sources["train.minibatch_size"] == "configs/presets/h100.toml (32,768, made to divide the batch)"
+    assert sized("--env.agents-per-env", "20", "--train.minibatch-size", "4096")[:3] == (384, 122_880, 81)
     config, _ = load_config("target", preset="h100,heavy")  # a workload preset after the card keeps it
     assert config.vec.num_envs == 1024
 

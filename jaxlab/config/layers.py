@@ -331,25 +331,32 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
     env_params = {p.name: p for p in kind.params}
     values: dict[str, dict] = {"env": {}, **{s: {} for s in SECTIONS}}
     sources: dict[str, str] = {}
-    envs_set_after_preset = False
+    set_after_preset = set()  # of vec.num_envs and train.minibatch_size: set by a layer after the card preset
     for label, layer in layers:
         apply_layer(values, layer, label, sources, env_params)
         if preset_agents is not None and label == preset_agents[1]:
-            envs_set_after_preset = False
-        elif any(key.replace("-", "_") == "num_envs" for key in layer.get("vec", {})):
-            envs_set_after_preset = True
+            set_after_preset.clear()
+            continue
+        for section, key in (("vec", "num_envs"), ("train", "minibatch_size")):
+            if any(k.replace("-", "_") == key for k in layer.get(section, {})):
+                set_after_preset.add(key)
     config = build_config(env_name, values, env_params, preset or "none")
-    if preset_agents is not None and not envs_set_after_preset:
-        config = with_num_envs(config, envs_for_agents(config, *preset_agents))
+    if preset_agents is not None and "num_envs" not in set_after_preset:
+        minibatch = config.train.minibatch_size
+        config = with_agents(config, *preset_agents, keep_minibatch="minibatch_size" in set_after_preset)
         sources["vec.num_envs"] = f"{preset_agents[1]} ({preset_agents[0]:,} agents)"
+        if config.train.minibatch_size != minibatch:
+            sources["train.minibatch_size"] = f"{preset_agents[1]} ({minibatch:,}, made to divide the batch)"
     return config, sources
 
 
-def envs_for_agents(config: Config, agents: int, source: str) -> int:
-    """vec.num_envs for a card preset's ``agents`` (from ``source``) with ``config``'s env: agents / the
-    env's agents per env, rounded down to whole groups (at least one env per group), and, where such a
-    count is at least a tenth of that, to one whose batch divides into train.minibatch_size (so that a
-    multi-agent env gets about as many agents and samples per update as a single-agent one)."""
+def with_agents(config: Config, agents: int, source: str, keep_minibatch: bool = False) -> Config:
+    """``config`` sized for a card preset's ``agents`` (from ``source``): vec.num_envs = agents / the env's
+    agents per env, rounded down to whole groups (at least one env per group), and where such a count is
+    at least a tenth of that, to one whose batch train.minibatch_size divides, so that a multi-agent env
+    gets about as many agents and samples per update as a single-agent one. When none is, the minibatch
+    becomes the batch over as many minibatches as the preset's would give, in whole sequences (unless
+    ``keep_minibatch``: it was set after the preset, and the config's check names a fix)."""
     from jaxlab.env import spaces_of
 
     if not isinstance(agents, int) or isinstance(agents, bool) or agents < 1:
@@ -359,16 +366,17 @@ def envs_for_agents(config: Config, agents: int, source: str) -> int:
         per_env = int(spaces_of(config.env_name, library=config.env_library or None, **config.env).agents_per_env)
     except (ValueError, TypeError) as err:
         raise ConfigError(str(err)) from None
-    groups = max(1, config.vec.groups)
+    groups, horizon, minibatch = max(1, config.vec.groups), config.train.bptt_horizon, config.train.minibatch_size
     most = max(groups, agents // per_env // groups * groups)
-    rows = per_env * config.train.bptt_horizon
-    fitting = [n for n in range(most, max(groups, most // 10) - 1, -groups)
-               if config.train.minibatch_size and n * rows % config.train.minibatch_size == 0]
-    return fitting[0] if fitting else most
-
-
-def with_num_envs(config: Config, num_envs: int) -> Config:
-    return dataclasses.replace(config, vec=dataclasses.replace(config.vec, num_envs=num_envs))
+    fitting = [n for n in range(most, max(groups, most // 10) - 1, -groups) if minibatch and n * per_env * horizon % minibatch == 0]
+    num_envs = fitting[0] if fitting else most
+    train = config.train
+    if not fitting and not keep_minibatch and minibatch > 0 and horizon > 0:
+        sequences = num_envs * per_env
+        count = max(1, round(sequences * horizon / minibatch))
+        count = next(k for k in range(count, sequences + 1) if sequences % k == 0)
+        train = dataclasses.replace(train, minibatch_size=sequences // count * horizon)
+    return dataclasses.replace(config, vec=dataclasses.replace(config.vec, num_envs=num_envs), train=train)
 
 
 def config_from_toml(text: str, library: str | None = None) -> Config:

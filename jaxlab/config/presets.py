@@ -201,7 +201,7 @@ def describe_presets(devices: list[DeviceInfo]) -> str:
             mark = "*" if name == chosen else " "
             lines.append(f"{mark} {name:<6} {info.get('description', '')}")
             settings = [f"{section}.{key}={value}" for section, table in layer.items() for key, value in table.items()]
-            if "agents" in info:  # see jaxlab.config.layers.envs_for_agents
+            if "agents" in info:  # see jaxlab.config.layers.with_agents
                 settings.insert(0, f"{info['agents']:,} agents (vec.num_envs = agents / the env's agents per env)")
             lines.append(f"         sets {', '.join(settings) if settings else 'nothing'}")
     lines.append(f"auto picks {chosen!r} here: {reason}. Combine a card and workload sizes in order: --preset "
