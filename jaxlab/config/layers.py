@@ -357,18 +357,16 @@ def with_agents(config: Config, agents: int, source: str, keep_minibatch: bool =
     gets about as many agents and samples per update as a single-agent one. When none is, the minibatch
     becomes the batch over as many minibatches as the preset's would give, in whole sequences (unless
     ``keep_minibatch``: it was set after the preset, and the config's check names a fix)."""
-    from jaxlab.env import spaces_of
+    from jaxlab.config.memory import env_shape
 
     if not isinstance(agents, int) or isinstance(agents, bool) or agents < 1:
         raise ConfigError(f"agents = {agents!r} in the [preset] table of {source} must be a positive integer, "
                           "e.g. agents = 8192")
-    try:
-        per_env = int(spaces_of(config.env_name, library=config.env_library or None, **config.env).agents_per_env)
-    except (ValueError, TypeError) as err:
-        raise ConfigError(str(err)) from None
+    per_env = env_shape(config).agents_per_env
     groups, horizon, minibatch = max(1, config.vec.groups), config.train.bptt_horizon, config.train.minibatch_size
     most = max(groups, agents // per_env // groups * groups)
-    fitting = [n for n in range(most, max(groups, most // 10) - 1, -groups) if minibatch and n * per_env * horizon % minibatch == 0]
+    fitting = [n for n in range(most, max(groups, most // 10) - 1, -groups)
+               if minibatch and n * per_env * horizon % minibatch == 0]
     num_envs = fitting[0] if fitting else most
     train = config.train
     if not fitting and not keep_minibatch and minibatch > 0 and horizon > 0:
