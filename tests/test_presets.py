@@ -1,5 +1,6 @@
 """Preset selection from simulated device lists, platform checks and XLA memory options."""
 
+import numpy as np
 import pytest
 
 from jaxlab.config import ConfigError
@@ -192,3 +193,19 @@ def test_a_bad_combination_exits_2_from_the_command_line():
     result = subprocess.run([sys.executable, "-m", "jaxlab.cli", "config", "cartpole", "--preset", "cpu,heavy"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and "mlp_layers = [1024, 512, 256]" in result.stdout
+
+
+def test_a_multi_agent_env_trains_at_a_card_presets_sizes():
+    """End to end at the a100 preset's sizes (on the CPU: the preset's platform check is the CLI's):
+    target's 8 agents per env give 512 envs in 2 agent groups, one update of 65,536 steps in bfloat16."""
+    from jaxlab.config import load_config
+    from jaxlab.run.loop import train_loop
+    from jaxlab.train.trainer import Trainer
+
+    config, _ = load_config("target", preset="a100", flags=["--policy.hidden-size", "16", "--train.total-timesteps",
+                                                            "65536"])
+    assert (config.vec.num_envs, config.vec.groups, config.device.precision) == (512, 2, "bfloat16")
+    with Trainer(config) as trainer:
+        assert [env.num_envs for env in trainer.envs] == [256, 256]
+        [record] = train_loop(trainer)
+    assert record["global_step"] == 65_536 and np.isfinite(record["policy_loss"])
