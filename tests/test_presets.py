@@ -209,3 +209,30 @@ def test_a_multi_agent_env_trains_at_a_card_presets_sizes():
         assert [env.num_envs for env in trainer.envs] == [256, 256]
         [record] = train_loop(trainer)
     assert record["global_step"] == 65_536 and np.isfinite(record["policy_loss"])
+
+
+def test_a_memory_fraction_the_user_gives_applies_under_preset_auto(tmp_path, monkeypatch):
+    """Preset auto starts JAX before it knows the card, so it turns preallocation off instead of taking a
+    preset's fraction; a device.memory_fraction the user gave (a flag, a --config file) still reaches XLA
+    before JAX starts (before, it was recorded and not applied)."""
+    import os
+
+    from jaxlab.cli import build_parser
+    from jaxlab.cli.common import resolve
+
+    def memory_variables_after(*argv):
+        for var in ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE",
+                    "XLA_PYTHON_CLIENT_ALLOCATOR"):
+            monkeypatch.setenv(var, "")  # recorded, so that the end of the test puts back what was there
+            monkeypatch.delenv(var)
+        args, flags = build_parser().parse_known_args(["train", "cartpole", *argv])
+        args.flags = flags
+        config = resolve(args).config
+        return (config.device.memory_fraction, os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION"),
+                os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"))
+
+    assert memory_variables_after() == (0.0, None, "false")  # on demand
+    assert memory_variables_after("--device.memory-fraction", "0.2") == (0.2, "0.2", None)
+    own = tmp_path / "mine.toml"
+    own.write_text("[device]\nmemory_fraction = 0.35\n")
+    assert memory_variables_after("--config", str(own)) == (0.35, "0.35", None)

@@ -85,6 +85,18 @@ def warn(message: str) -> None:
     print(f"jaxlab: {message}", file=sys.stderr, flush=True)
 
 
+def users_memory_fraction(args: argparse.Namespace) -> float | None:
+    """device.memory_fraction when ARGS set it (a flag or the --config file, not a preset or a default),
+    else None; read before JAX starts, which is when XLA takes it."""
+    from jaxlab.config import load_config, presets
+
+    workloads = presets.split_presets(args.preset)[1]
+    config, sources = load_config(args.env, config_file=args.config, flags=args.flags,
+                                  preset=",".join(workloads) or None)
+    own = sources.get("device.memory_fraction") in ("command line", str(Path(args.config or "")))
+    return config.device.memory_fraction if own else None
+
+
 def resolve(args: argparse.Namespace) -> Resolved:
     """The config of ARGS (preset, --config, flags) with its sizes checked and its memory estimate
     checked against the device's and the host's; ConfigError (or CheckpointError for --resume)
@@ -116,8 +128,8 @@ def resolve(args: argparse.Namespace) -> Resolved:
     else:
         card, workloads = presets.split_presets(args.preset)  # an unknown name fails here, before JAX starts
         auto = card == "auto"
-        if auto:
-            backend = presets.prepare_backend(None)
+        if auto:  # the card is known once JAX sees the devices; a fraction the user gave applies before
+            backend = presets.prepare_backend(users_memory_fraction(args))
             card, reason = presets.select_preset(presets.current_devices())
         config, sources = load_config(args.env, config_file=args.config, flags=args.flags,
                                       preset=",".join([card, *workloads]))
