@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import jaxlab
 from jaxlab.env import env_types
@@ -87,3 +88,14 @@ def run_with_library(library: Path, code: str, timeout: float = 120) -> object:
                             env={**os.environ, "JAXLAB_CENV_LIB": str(library)})
     assert result.returncode == 0, result.stdout + result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def no_xla_memory_env(monkeypatch):
+    """None of XLA's GPU memory variables is set during the test, and whatever jaxlab sets of them is
+    undone after it (monkeypatch puts back only what it recorded, so each is recorded first)."""
+    for var in ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE",
+                "XLA_PYTHON_CLIENT_ALLOCATOR"):
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
+    return monkeypatch

@@ -46,10 +46,8 @@ def test_describe_marks_the_auto_choice():
     assert "device.precision=bfloat16" in text
 
 
-def test_memory_options_are_set_before_the_backend_and_never_override_the_user(monkeypatch):
-    for var in ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE",
-                "XLA_PYTHON_CLIENT_ALLOCATOR"):
-        monkeypatch.delenv(var, raising=False)
+def test_memory_options_are_set_before_the_backend_and_never_override_the_user(no_xla_memory_env):
+    monkeypatch = no_xla_memory_env
     import os
 
     assert prepare_backend(0.3) == "GPU memory capped at 30%"
@@ -211,7 +209,7 @@ def test_a_multi_agent_env_trains_at_a_card_presets_sizes():
     assert record["global_step"] == 65_536 and np.isfinite(record["policy_loss"])
 
 
-def test_a_memory_fraction_the_user_gives_applies_under_preset_auto(tmp_path, monkeypatch):
+def test_a_memory_fraction_the_user_gives_applies_under_preset_auto(tmp_path, no_xla_memory_env):
     """Preset auto starts JAX before it knows the card, so it turns preallocation off instead of taking a
     preset's fraction; a device.memory_fraction the user gave (a flag, a --config file) still reaches XLA
     before JAX starts (before, it was recorded and not applied)."""
@@ -221,10 +219,8 @@ def test_a_memory_fraction_the_user_gives_applies_under_preset_auto(tmp_path, mo
     from jaxlab.cli.common import resolve
 
     def memory_variables_after(*argv):
-        for var in ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE",
-                    "XLA_PYTHON_CLIENT_ALLOCATOR"):
-            monkeypatch.setenv(var, "")  # recorded, so that the end of the test puts back what was there
-            monkeypatch.delenv(var)
+        for var in ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE"):
+            no_xla_memory_env.delenv(var, raising=False)  # what the call before set
         args, flags = build_parser().parse_known_args(["train", "cartpole", *argv])
         args.flags = flags
         config = resolve(args).config

@@ -200,17 +200,13 @@ def test_child_environment_sets_the_memory_fraction_unless_the_user_did():
     assert flags.startswith("--xla_dump_to=/tmp/x --xla_cpu_multi_thread_eigen=false")
 
 
-def test_the_sweep_process_itself_takes_gpu_memory_only_as_it_needs_it(tmp_path, monkeypatch):
+def test_the_sweep_process_itself_takes_gpu_memory_only_as_it_needs_it(tmp_path, no_xla_memory_env):
     """The supervising process never takes the config's device.memory_fraction (a card preset's 0.45 held
     for the whole sweep beside trials given 0.9 / K each would not fit one GPU): it allocates on demand,
     and the trials' environment is the one from before (each gets its own fraction)."""
     from jaxlab.cli import build_parser
     from jaxlab.cli.sweep import create_or_check
 
-    for var in ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE",
-                "XLA_PYTHON_CLIENT_ALLOCATOR"):
-        monkeypatch.setenv(var, "")  # recorded, so that the end of the test puts back what was there
-        monkeypatch.delenv(var)
     args, flags = build_parser().parse_known_args(["sweep", "cartpole", "--preset", "cpu", "--study", "m", "--root",
                                                    str(tmp_path), "--device.memory-fraction", "0.5"])
     args.flags = flags

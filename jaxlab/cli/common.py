@@ -93,8 +93,8 @@ def users_memory_fraction(args: argparse.Namespace) -> float | None:
     workloads = presets.split_presets(args.preset)[1]
     config, sources = load_config(args.env, config_file=args.config, flags=args.flags,
                                   preset=",".join(workloads) or None)
-    own = sources.get("device.memory_fraction") in ("command line", str(Path(args.config or "")))
-    return config.device.memory_fraction if own else None
+    users = {"command line", *([str(Path(args.config))] if args.config else [])}  # load_config's layer labels
+    return config.device.memory_fraction if sources.get("device.memory_fraction") in users else None
 
 
 def resolve(args: argparse.Namespace) -> Resolved:
