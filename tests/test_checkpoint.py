@@ -371,7 +371,7 @@ def test_eval_command_prints_returns_and_renders(tmp_path):
     result = jaxlab("eval", "pendulum", "--checkpoint", str(run))
     assert result.returncode == 2 and "is a checkpoint of 'cartpole', not 'pendulum'" in result.stderr
     result = jaxlab("eval", "cartpole", "--checkpoint", str(tmp_path / "nothing"))
-    assert result.returncode == 2 and "no checkpoint there" in result.stderr
+    assert result.returncode == 2 and f"--checkpoint {tmp_path / 'nothing'}: no checkpoint there" in result.stderr
 
 
 def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):

@@ -34,6 +34,8 @@ def test_integers(text):
 
 @pytest.mark.parametrize("flags, message", [
     (["--train.total-timesteps", "1.5"], r"train.total_timesteps='1.5' is not an integer"),
+    (["--policy.mlp-layers", "abc"], r"policy.mlp_layers\[0\]='abc' is not an integer; write a list of integers, "
+                                     r"e.g. \[512, 512\] in TOML or --policy.mlp-layers 512,512"),
     (["--train.gama", "0.9"], r"unknown config key 'train.gama'; did you mean 'train.gamma'"),
     (["--trian.gamma", "0.9"], r"unknown config section \[trian\].*did you mean \[train\]"),
     (["--env.delay", "3"], r"unknown config key 'env.delay'"),
@@ -148,8 +150,8 @@ def test_auto_batch_is_agents_times_horizon_and_a_multiple_collects_several_segm
     (["--log.dashboard", "fancy"], r"log.dashboard='fancy' is not known"),
     (["--checkpoint.keep", "0"], r"checkpoint.keep=0 must be at least 1"),
     (["--checkpoint.minutes", "-1"], r"checkpoint.minutes=-1.0 must be >= 0"),
-    (["--vec.num-envs", "0"], r"vec.num_envs=0 must be at least 1"),
-    (["--train.ent-coef", "-0.01"], r"train.ent_coef=-0.01 must be >= 0"),
+    (["--vec.num-envs", "0"], r"vec.num_envs=0 must be at least 1; e.g. --vec.num-envs 64 \(the default\)"),
+    (["--train.ent-coef", "-0.01"], r"train.ent_coef=-0.01 must be >= 0; e.g. --train.ent-coef 0.0 \(the default\)"),
 ])
 def test_more_invariants(flags, message):
     config, _ = load_config("cartpole", flags=flags)

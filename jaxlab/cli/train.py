@@ -222,7 +222,7 @@ def eval_command(args: argparse.Namespace) -> int:
         except PillowMissing as err:
             raise ConfigError(str(err)) from None
     name = env_name_of(args.env)
-    path, trainer = newest_usable(find_checkpoint(args.checkpoint, name), load_trainer, warn)
+    path, trainer = newest_usable(find_checkpoint(args.checkpoint, name, flag="--checkpoint"), load_trainer, warn)
     if trainer.config.env_name != name:
         trainer.close()
         raise ConfigError(f"{path} is a checkpoint of {trainer.config.env_name!r}, not {name!r}; "
@@ -295,7 +295,8 @@ def add_commands(add) -> None:
     train.add_argument("--notes", metavar="TEXT", help="the run's hypothesis, saved as notes.md in the run dir "
                        "and shown by `jaxlab runs`")
     train.add_argument("--resume", metavar="WHAT", help="continue a run: latest (the newest run of ENV "
-                       "under runs/), a run dir, or one checkpoint directory; flags change allowed values")
+                       "under runs/), a run dir, its checkpoints/ directory or one checkpoint directory; flags "
+                       "change allowed values")
     train.add_argument("--resume-any-env", action="store_true", help="resume even when the env's source (its "
                        "header or library) changed since the checkpoint")
     train.add_argument("--profile", metavar="DIR", help="write a JAX profiler trace of some updates to DIR "

@@ -112,7 +112,11 @@ def coerce_int_list(value: Any, where: str) -> tuple[int, ...]:
     if not isinstance(items, (list, tuple)):
         raise ConfigError(f"{where}={value!r} is not a list of integers; write e.g. [512, 512] in TOML or "
                           f"--{where.replace('_', '-')} 512,512")
-    numbers = tuple(coerce(item, int, f"{where}[{i}]") for i, item in enumerate(items))
+    try:
+        numbers = tuple(coerce(item, int, f"{where}[{i}]") for i, item in enumerate(items))
+    except ConfigError as err:  # the integer's own fix (1e6, ...) does not fit a list
+        raise ConfigError(f"{str(err).partition(';')[0]}; write a list of integers, e.g. [512, 512] in TOML or "
+                          f"--{where.replace('_', '-')} 512,512") from None
     for i, number in enumerate(numbers):
         if number < 1:
             raise ConfigError(f"{where}[{i}]={number} must be at least 1 (a width, a size or a stride)")

@@ -161,7 +161,7 @@ def derive_sizes(config: Config, agents_per_env: int) -> Sizes:
                 ("vec.groups", v.groups), ("policy.scan_unroll", config.policy.scan_unroll)]
     for name, value in positive:
         if value < 1:
-            raise ConfigError(f"{name}={value} must be at least 1")
+            raise ConfigError(f"{name}={value} must be at least 1; e.g. {default_flag(name)}")
     if not 0 <= t.seed < 2**63:  # the envs take seeds in [0, 2**64); the JAX keys are made from an int64
         raise ConfigError(f"train.seed={t.seed} must be an integer in [0, 2**63), e.g. --train.seed 0")
     if not t.learning_rate > 0:
@@ -175,7 +175,7 @@ def derive_sizes(config: Config, agents_per_env: int) -> Sizes:
                           "running std of the discounted return)")
     for name in ("clip_coef", "vf_clip_coef", "vf_coef", "ent_coef", "max_grad_norm", "min_lr_ratio", "prio_alpha"):
         if getattr(t, name) < 0:
-            raise ConfigError(f"train.{name}={getattr(t, name)} must be >= 0")
+            raise ConfigError(f"train.{name}={getattr(t, name)} must be >= 0; e.g. {default_flag(f'train.{name}')}")
     check_advantage(config)
     check_policy(config)
     if t.min_lr_ratio > 1:
@@ -287,3 +287,11 @@ def check_devices(config: Config, agents_per_env: int, available: int | None = N
                           f"(train.minibatch_size={t.minibatch_size} / train.bptt_horizon={t.bptt_horizon}); "
                           f"e.g. --train.minibatch-size {devices * max(1, minibatch_agents // devices) * t.bptt_horizon}")
     return setting
+
+
+def default_flag(key: str) -> str:
+    """The flag that sets ``key`` ("section.name") to its schema default, for an error's fix:
+    "--vec.num-envs 64 (the default)"."""
+    section, name = key.split(".", 1)
+    default = next(f.default for f in fields(SECTIONS[section]) if f.name == name)
+    return f"--{section}.{name.replace('_', '-')} {default} (the default)"

@@ -36,10 +36,10 @@ def resume_config(checkpoint_path: Path, config_file=None, flags=None,
     return config, check_compatible(saved, config)
 
 
-def find_checkpoint(target: str, env_name: str, runs_root: Path = Path("runs")) -> Path:
-    """The checkpoint a ``--resume`` value names: ``latest`` (the newest checkpoint of ENV under
-    runs/), a run dir (its newest checkpoint), a run's checkpoints/ directory, or one checkpoint.
-    CheckpointError when nothing usable is there."""
+def find_checkpoint(target: str, env_name: str, runs_root: Path = Path("runs"), flag: str = "--resume") -> Path:
+    """The checkpoint a ``--resume`` value (or another ``flag``'s: eval's --checkpoint) names: ``latest``
+    (the newest checkpoint of ENV under runs/), a run dir (its newest checkpoint), a run's checkpoints/
+    directory, or one checkpoint. CheckpointError naming ``flag`` when nothing usable is there."""
     if target == "latest":
         candidates = []
         for run in runs_root.glob("*/checkpoints"):
@@ -47,7 +47,7 @@ def find_checkpoint(target: str, env_name: str, runs_root: Path = Path("runs")) 
             if steps and run_env_name(run.parent) == env_name:
                 candidates.append(steps[0])
         if not candidates:
-            raise checkpoint.CheckpointError(f"--resume latest: no run of {env_name} with checkpoints under "
+            raise checkpoint.CheckpointError(f"{flag} latest: no run of {env_name} with checkpoints under "
                                              f"{runs_root.absolute()}; pass a run dir instead")
         return max(candidates, key=lambda p: p.stat().st_mtime)
     path = Path(target)
@@ -57,7 +57,7 @@ def find_checkpoint(target: str, env_name: str, runs_root: Path = Path("runs")) 
         steps = checkpoint.step_dirs(directory)
         if steps:
             return directory
-    raise checkpoint.CheckpointError(f"--resume {target}: no checkpoint there (expected a run dir with "
+    raise checkpoint.CheckpointError(f"{flag} {target}: no checkpoint there (expected a run dir with "
                                      "checkpoints/, a checkpoints/ directory or one checkpoint directory)")
 
 
