@@ -144,3 +144,7 @@ def test_gif_for_an_env_without_pictures_and_without_pillow_is_one_clear_line(tm
                         PYTHONPATH=f"{blocker.parent}{os.pathsep}{Path(jaxlab.__file__).parents[1]}")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "writing a GIF needs Pillow" in result.stderr and "pip install 'jaxlab[gif]'" in result.stderr
+    # a --gif-* option without --gif would be ignored: it is refused before anything is loaded
+    result = jaxlab_cli("eval", "cartpole", "--checkpoint", str(tmp_path / "nowhere"), "--gif-size", "10x10")
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        "jaxlab eval: error: --gif-size only shapes a GIF: add --gif FILE (e.g. --gif episode.gif) or leave it out"]

@@ -185,6 +185,10 @@ class RunObservers:
                 print(line, file=sys.stderr)
 
 
+#: eval's --gif-* options and their defaults (None on the command line: not given, which --gif needs to know)
+GIF_DEFAULTS = {"gif_size": "480x240", "gif_frames": 500, "gif_every": 1, "gif_fps": 25.0}
+
+
 def gif_size(text: str) -> tuple[int, int]:
     """--gif-size WxH as (width, height); ConfigError naming the value otherwise."""
     from jaxlab.config import ConfigError
@@ -206,7 +210,14 @@ def eval_command(args: argparse.Namespace) -> int:
     from jaxlab.train.evaluation import load_trainer, play
 
     if args.episodes < 1:
-        raise ConfigError(f"--episodes {args.episodes} must be at least 1")
+        raise ConfigError(f"--episodes {args.episodes} must be at least 1, e.g. --episodes 10")
+    given = [f"--{key.replace('_', '-')}" for key in GIF_DEFAULTS if getattr(args, key) is not None]
+    if given and not args.gif:
+        one = len(given) == 1
+        raise ConfigError(f"{' and '.join(given)} only shape{'s' if one else ''} a GIF: add --gif FILE "
+                          f"(e.g. --gif episode.gif) or leave {'it' if one else 'them'} out")
+    for key, default in GIF_DEFAULTS.items():
+        setattr(args, key, default if getattr(args, key) is None else getattr(args, key))
     size = None
     if args.gif:
         from jaxlab.observe.gif import PillowMissing, require_pillow
@@ -318,8 +329,7 @@ def add_commands(add) -> None:
     evaluate.add_argument("--save-frames", metavar="FILE", help="write env 0's first episode as text to FILE")
     evaluate.add_argument("--gif", metavar="FILE", help="draw env 0's first episode (of its first agent) as an "
                           "animated GIF (envs with a pixels hook; needs Pillow: pip install 'jaxlab[gif]')")
-    evaluate.add_argument("--gif-size", default="480x240", metavar="WxH", help="picture size in pixels (default 480x240)")
-    evaluate.add_argument("--gif-frames", type=int, default=500, metavar="N", help="at most N pictures (default 500)")
-    evaluate.add_argument("--gif-every", type=int, default=1, metavar="K", help="draw every K-th step (default 1)")
-    evaluate.add_argument("--gif-fps", type=float, default=25.0, metavar="FPS", help="pictures per second of the GIF "
-                          "(default 25)")
+    evaluate.add_argument("--gif-size", metavar="WxH", help="picture size in pixels (default 480x240)")
+    evaluate.add_argument("--gif-frames", type=int, metavar="N", help="at most N pictures (default 500)")
+    evaluate.add_argument("--gif-every", type=int, metavar="K", help="draw every K-th step (default 1)")
+    evaluate.add_argument("--gif-fps", type=float, metavar="FPS", help="pictures per second of the GIF (default 25)")
