@@ -116,6 +116,8 @@ def test_a_big_hidden_size_is_refused_with_a_hidden_size_that_fits():
         in message and "\n" not in message
     assert "most of it is optimizer" in message and "reduce policy.hidden_size (now 20,000) or policy.mlp_layers, " \
         "e.g. --policy.hidden-size 2048" in message
+    listed = message.split("optimizer ")[1].split(",")[0]  # the breakdown's figure, before XLA's x1.5
+    assert f"most of it is optimizer ({listed})" in message
     # 2048 fits and 4096 does not
     fits = memory.estimate(*memory._with(config, sizes, "policy.hidden_size", 2048), CARTPOLE)
     too_big = memory.estimate(*memory._with(config, sizes, "policy.hidden_size", 4096), CARTPOLE)

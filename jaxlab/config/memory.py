@@ -190,8 +190,8 @@ class MemoryEstimate:
         return sum(self.host.values())
 
     def term_bytes(self, term: str) -> int:
-        """A term's bytes as counted in the totals (device terms with SAFETY)."""
-        return int(SAFETY * self.device[term]) if term in self.device else self.host[term]
+        """A term's bytes as describe() lists them (device terms before SAFETY, which the totals add)."""
+        return self.device[term] if term in self.device else self.host[term]
 
     def describe(self) -> str:
         """'about 6.4 MiB for JAX (params 518.0 KiB, ..., update 2.0 MiB; x1.5 for XLA's temporaries)
