@@ -173,6 +173,8 @@ def test_a_card_and_a_workload_size_combine_in_order():
     ("cpu,heavy,beast", r"names 2 workload sizes \(heavy, beast\); name at most one, after the card, e.g. --preset "
                         r"cpu,beast"),
     ("nope,heavy", r"unknown preset 'nope'"),
+    ("", r"--preset '' names no preset; name one \(`jaxlab presets` lists them\), e.g. --preset auto, or leave"),
+    (" , ", r"--preset ' , ' names no preset"),
 ])
 def test_bad_combinations_are_refused(value, message):
     from jaxlab.config.presets import split_presets

@@ -62,6 +62,9 @@ def split_presets(value: str) -> tuple[str, list[str]]:
     presets, two workload sizes, or a card preset after a workload one."""
     from jaxlab.config.layers import preset_list
 
+    if not preset_list(value) and value != "none":
+        raise ConfigError(f"--preset {value!r} names no preset; name one (`jaxlab presets` lists them), e.g. "
+                          "--preset auto, or leave the flag out")
     names = preset_list(value) or ["auto"]
     cards, workloads = [], []
     for name in names:
