@@ -80,6 +80,28 @@ def test_the_default_cartpole_estimate_term_by_term():
     assert est.device_total == int(1.5 * sum(est.device.values()))
 
 
+
+def test_with_several_devices_each_holds_the_replicated_terms_and_its_share_of_the_samples():
+    """2 devices: params, optimizer and gradients on each, the segment and the update halved; a GPU's
+    limit is per device, so a config can fit on two cards and not on one; on a CPU every device's
+    arrays are host memory, so the replicated terms count twice there."""
+    import dataclasses
+
+    config, _ = load_config("cartpole")
+    one_sizes = derive_sizes(config, 1)
+    one = estimate(config, one_sizes, CARTPOLE)
+    two = estimate(config, dataclasses.replace(one_sizes, devices=2), CARTPOLE)
+    for term in ("params", "optimizer", "gradients"):
+        assert two.device[term] == one.device[term]
+    assert (two.device["segment"], two.device["update"]) == (one.device["segment"] // 2, one.device["update"] // 2)
+    assert "for JAX on each of 2 devices (params" in two.describe() and "each of" not in one.describe()
+    between = MemoryLimit(device=(one.device_total + two.device_total) // 2, host=100 * GIB, device_name="a GPU")
+    assert memory.shortfall(one, between)[0] == "device" and memory.shortfall(two, between) is None
+    cpu = MemoryLimit(device=None, host=2 * two.device_total + two.host_total)
+    assert memory.shortfall(two, cpu) is None
+    assert memory.shortfall(two, dataclasses.replace(cpu, host=cpu.host - 1))[0] == "host"
+
+
 def test_limits_from_simulated_devices():
     cpu = memory.device_limit([DeviceInfo("cpu", "cpu", None)], host=8 * GIB)
     assert (cpu.device, cpu.host) == (None, 8 * GIB)

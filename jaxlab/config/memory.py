@@ -174,15 +174,17 @@ def obs_norm_on(config: Config, shape: EnvShape) -> bool:
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """Bytes per term (before SAFETY): device {params, optimizer, gradients, segment, update}, host
-    {env, host segment}."""
+    """Bytes per term (before SAFETY): device {params, optimizer, gradients, segment, update} on each of
+    ``devices`` devices (params, optimizer and gradients replicated, the segment and the update's
+    samples sharded), host {env, host segment}."""
 
     device: dict
     host: dict
+    devices: int = 1
 
     @property
     def device_total(self) -> int:
-        """Bytes JAX needs, SAFETY included."""
+        """Bytes JAX needs on each device, SAFETY included."""
         return int(SAFETY * sum(self.device.values()))
 
     @property
@@ -197,7 +199,8 @@ class MemoryEstimate:
         """'about 6.4 MiB for JAX (params 518.0 KiB, ..., update 2.0 MiB; x1.5 for XLA's temporaries)
         and 16.6 KiB of host buffers'."""
         terms = ", ".join(f"{name} {format_bytes(n)}" for name, n in self.device.items())
-        return (f"about {format_bytes(self.device_total)} for JAX ({terms}; x{SAFETY:g} for XLA's "
+        each = f" on each of {self.devices} devices" if self.devices > 1 else ""
+        return (f"about {format_bytes(self.device_total)} for JAX{each} ({terms}; x{SAFETY:g} for XLA's "
                 f"temporaries) and {format_bytes(self.host_total)} of host buffers")
 
 
@@ -226,10 +229,12 @@ def estimate(config: Config, sizes: Sizes, shape: EnvShape) -> MemoryEstimate:
     minibatch = sizes.minibatch_size * (network.kept * FLOAT + _segment_sample_bytes(shape))
     A, T = sizes.num_agents, sizes.horizon
     env = A * (2 * shape.obs_size * shape.obs_itemsize + shape.action_size * FLOAT + FLOAT + 2 + shape.mask_width)
+    devices = max(1, sizes.devices)
+    update = minibatch + 2 * sizes.batch_size * FLOAT
     return MemoryEstimate(
         device={"params": params * FLOAT, "optimizer": 2 * params * FLOAT, "gradients": params * FLOAT,
-                "segment": 2 * segment, "update": minibatch + 2 * sizes.batch_size * FLOAT},
-        host={"env": env, "host segment": 2 * T * A * (FLOAT + 3)})
+                "segment": -(-2 * segment // devices), "update": -(-update // devices)},  # ceil: sharded
+        host={"env": env, "host segment": 2 * T * A * (FLOAT + 3)}, devices=devices)
 
 
 # ---- the memory there is ---------------------------------------------------------------------------
@@ -315,7 +320,7 @@ def shortfall(est: MemoryEstimate, limit: MemoryLimit) -> tuple[str, int, int] |
     None when the estimate fits (or the limit is unknown). On a CPU JAX's arrays count as host memory."""
     if limit.device is not None and est.device_total > limit.device:
         return "device", est.device_total, limit.device
-    host_need = est.host_total + (est.device_total if limit.device is None else 0)
+    host_need = est.host_total + (est.devices * est.device_total if limit.device is None else 0)
     if limit.host is not None and host_need > limit.host:
         return "host", host_need, limit.host
     return None
