@@ -217,7 +217,8 @@ def eval_command(args: argparse.Namespace) -> int:
         raise ConfigError(f"{' and '.join(given)} only shape{'s' if one else ''} a GIF: add --gif FILE "
                           f"(e.g. --gif episode.gif) or leave {'it' if one else 'them'} out")
     for key, default in GIF_DEFAULTS.items():
-        setattr(args, key, default if getattr(args, key) is None else getattr(args, key))
+        if getattr(args, key) is None:
+            setattr(args, key, default)
     size = None
     if args.gif:
         from jaxlab.observe.gif import PillowMissing, require_pillow

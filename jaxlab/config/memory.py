@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from jaxlab.config.presets import MEMORY_FRACTION_VARS
 from jaxlab.config.schema import Config, ConfigError
-from jaxlab.config.validate import Sizes
+from jaxlab.config.validate import Sizes, flag_of
 
 SAFETY = 1.5
 FLOAT = 4  # bytes of a float32 (params, optimizer state, values, activations) and of an int32 action
@@ -335,10 +335,6 @@ def biggest_term(est: MemoryEstimate, where: str, on_cpu: bool) -> str:
     return max(terms, key=terms.get)
 
 
-def _flag(key: str) -> str:
-    return "--" + key.replace("_", "-")
-
-
 def _get(config: Config, key: str):
     section, name = key.split(".")
     return getattr(getattr(config, section), name)
@@ -378,7 +374,7 @@ def reduce_hint(config: Config, sizes: Sizes, shape: EnvShape, term: str, fits) 
     first = f"{keys[0]} (now {_get(config, keys[0]):,})"
     names = first if len(keys) == 1 else f"{', '.join([first, *keys[1:-1]])} or {keys[-1]}"
     value = suggest(config, sizes, shape, keys[0], fits)
-    return f"reduce {names}" + (f", e.g. {_flag(keys[0])} {value}" if value is not None else "")
+    return f"reduce {names}" + (f", e.g. {flag_of(keys[0])} {value}" if value is not None else "")
 
 
 def check_fits(config: Config, sizes: Sizes, shape: EnvShape, limit: MemoryLimit) -> MemoryEstimate:

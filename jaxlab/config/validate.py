@@ -289,9 +289,14 @@ def check_devices(config: Config, agents_per_env: int, available: int | None = N
     return setting
 
 
+def flag_of(key: str) -> str:
+    """The command-line flag of config key ``key``: "vec.num_envs" -> "--vec.num-envs"."""
+    return "--" + key.replace("_", "-")
+
+
 def default_flag(key: str) -> str:
     """The flag that sets ``key`` ("section.name") to its schema default, for an error's fix:
     "--vec.num-envs 64 (the default)"."""
     section, name = key.split(".", 1)
     default = next(f.default for f in fields(SECTIONS[section]) if f.name == name)
-    return f"--{section}.{name.replace('_', '-')} {default} (the default)"
+    return f"{flag_of(key)} {default} (the default)"
