@@ -29,27 +29,28 @@ HIDDEN_GAIN = math.sqrt(2)
 
 
 def matmul(x: jax.Array, w: jax.Array, dtype) -> jax.Array:
-    """x [..., k] by w [k, n] -> float32 [..., n] with ``dtype`` inputs. float32: one plain dot;
-    bfloat16: the backward's two matmuls (gradients of x and w) take bfloat16 inputs as well and
-    accumulate and return float32."""
-    if jnp.dtype(dtype) == jnp.float32:
+    """x [..., k] by w [k, n] -> float32 [..., n] with ``dtype`` inputs, through a VJP of our own
+    (``_matmul``): in bfloat16 the backward's two matmuls (gradients of x and w) take bfloat16 inputs
+    as well and accumulate and return float32; on a CPU, in either dtype, the weight gradient
+    contracts a transposed copy of x (``_transposed``). float32 elsewhere: one plain dot."""
+    if jnp.dtype(dtype) == jnp.float32 and jax.default_backend() != "cpu":
         return jnp.dot(x.astype(jnp.float32), w.astype(jnp.float32), preferred_element_type=jnp.float32)
-    return _low_precision_matmul(x, w, jnp.dtype(dtype))
+    return _matmul(x, w, jnp.dtype(dtype))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _low_precision_matmul(x, w, dtype):
+def _matmul(x, w, dtype):
     return jnp.dot(x.astype(dtype), w.astype(dtype), preferred_element_type=jnp.float32)
 
 
-def _low_precision_matmul_fwd(x, w, dtype):
+def _matmul_fwd(x, w, dtype):
     low_x, low_w = x.astype(dtype), w.astype(dtype)
     # the zero-size arrays carry the primal dtypes to the backward (residuals must be arrays)
     return (jnp.dot(low_x, low_w, preferred_element_type=jnp.float32),
             (low_x, low_w, jnp.zeros((0,), x.dtype), jnp.zeros((0,), w.dtype)))
 
 
-def _low_precision_matmul_bwd(dtype, residuals, g):
+def _matmul_bwd(dtype, residuals, g):
     low_x, low_w, x_kind, w_kind = residuals
     low_g = g.astype(dtype)
     dx = jax.lax.dot_general(low_g, low_w, (((g.ndim - 1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
@@ -60,16 +61,19 @@ def _low_precision_matmul_bwd(dtype, residuals, g):
 
 def _transposed(a: jax.Array) -> jax.Array:
     """a [M, k] -> a.T [k, M], on a CPU as a copy XLA keeps: a dot whose operand is a plain transpose
-    is rewritten to contract over the operand's first dimension, and XLA's CPU backend runs such a
-    bfloat16 dot in float32 (at half the speed); the transposes of two column halves, concatenated,
-    stay a copy and the dot stays bfloat16. Elsewhere a.T."""
+    is rewritten to contract over the operand's first dimension, which XLA's CPU backend runs slowly:
+    a bfloat16 dot in float32 (at half the speed), and in float32 the encoder's weight gradient,
+    [16384, 4] by [16384, 128] contracted over the 16,384 rows, at about 6 GFLOP/s (2.9 ms; a float32
+    update at the benchmark's sizes took 389 to 399 ms through the copy against 414 to 424 ms without,
+    README, "The update on a CPU"). The transposes of two column halves, concatenated, stay a copy and
+    the dot a plain [k, M] by [M, n]. Elsewhere a.T."""
     k = a.shape[1]
     if jax.default_backend() != "cpu" or k < 2:
         return a.T
     return jnp.concatenate([a[:, :k // 2].T, a[:, k // 2:].T])
 
 
-_low_precision_matmul.defvjp(_low_precision_matmul_fwd, _low_precision_matmul_bwd)
+_matmul.defvjp(_matmul_fwd, _matmul_bwd)
 
 
 def matmul_in(dtype):
@@ -77,8 +81,7 @@ def matmul_in(dtype):
     float32, whatever ``dtype`` is (Dense's [..., k] by [k, n] goes through ``matmul``)."""
 
     def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
-        if (jnp.dtype(dtype) != jnp.float32 and rhs.ndim == 2
-                and dimension_numbers == (((lhs.ndim - 1,), (0,)), ((), ()))):
+        if rhs.ndim == 2 and dimension_numbers == (((lhs.ndim - 1,), (0,)), ((), ())):
             return matmul(lhs, rhs, dtype)
         return jax.lax.dot_general(lhs.astype(dtype), rhs.astype(dtype), dimension_numbers, precision=precision,
                                    preferred_element_type=jnp.float32)
