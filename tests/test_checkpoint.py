@@ -194,6 +194,48 @@ def test_incompatible_resume_names_every_mismatch_and_allowed_changes_are_applie
         other.load_checkpoint(checkpoint.step_dirs(run / "checkpoints")[0])
 
 
+def run_files(run) -> dict:
+    """Every file under ``run`` (the lock file left out) -> its bytes."""
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file() and p.name != ".lock"}
+
+
+def test_a_new_run_into_a_run_dir_that_holds_a_run_is_refused_and_changes_nothing(tmp_path):
+    """Without --resume, a run dir with checkpoints (or metrics) is refused before anything is written: a
+    second run there would mix its records into the first's and its pruning delete the first's
+    checkpoints."""
+    from jaxlab import cli
+
+    run = tmp_path / "run"
+    assert train_run(small_config(2), run).checkpoint is not None
+    before = run_files(run)
+    with pytest.raises(ConfigError, match=rf"run dir {run} already holds a run \(checkpoints up to update 2\); "
+                                          rf"continue it with --resume {run}, or give a new --run-dir"):
+        train_run(small_config(4), run)
+    assert cli.main(["train", "cartpole", *SMALL, "--train.total-timesteps", "256", "--run-dir", str(run),
+                     "--log.dashboard", "none"]) == 2
+    assert run_files(run) == before
+    metrics_only = tmp_path / "metrics-only"
+    metrics_only.mkdir()
+    (metrics_only / "metrics.jsonl").write_text('{"update": 1}\n')
+    with pytest.raises(ConfigError, match=r"already holds a run \(metrics.jsonl\)"):
+        train_run(small_config(2), metrics_only)
+
+
+def test_a_resume_that_fails_leaves_the_runs_records_as_they_were(tmp_path):
+    """Another vec.groups is refused (the checkpoint holds one env state and carry per group), and a
+    resume that fails writes nothing: config.toml, run.json and metrics.jsonl stay the run's own."""
+    run = tmp_path / "run"
+    assert train_run(small_config(2), run).checkpoint is not None
+    before = run_files(run)
+    result = jaxlab("train", "cartpole", "--resume", str(run), "--vec.groups", "2")
+    assert result.returncode == 2
+    assert ("cannot resume: the checkpoint was trained with another vec.groups (vec.groups was 1, now 2)"
+            in result.stderr), result.stderr
+    with pytest.raises(ConfigError, match=r"another vec.groups"):  # the same refusal inside the run itself
+        train_run(small_config(4, "--vec.groups", "2"), run, resume=run / "checkpoints")
+    assert run_files(run) == before
+
+
 def test_a_failed_save_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
     calls = []
 

@@ -143,15 +143,26 @@ class SaveCheckpoints:
                 f"{saves.last_good or 'none'}")
 
 
+def refuse_an_earlier_run(run_dir: Path) -> None:
+    """ConfigError when ``run_dir`` already holds a run's checkpoints or metrics: a new run there would
+    mix its records into that run's and its checkpoint pruning would delete that run's checkpoints."""
+    held = checkpoint.step_dirs(run_dir / "checkpoints")
+    metrics = run_dir / "metrics.jsonl"
+    if held or (metrics.is_file() and metrics.stat().st_size > 0):
+        what = f"checkpoints up to update {held[0].name}" if held else "metrics.jsonl"
+        raise config_lib.ConfigError(f"run dir {run_dir} already holds a run ({what}); continue it with "
+                                     f"--resume {run_dir}, or give a new --run-dir")
+
+
 def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | None = None,
               on_log: Callable[[dict], None] | None = None, warn: Callable[[str], None] = print,
               trainer_hook: Callable | None = None, notes: str | None = None,
               on_start: Callable | None = None, resume_meta: dict | None = None,
               resume_any_env: bool = False, profile=None) -> RunResult:
     """Trains ``config`` to its last update in ``run_dir`` with checkpoints; see the module docstring.
-    Holds the run dir's lock for the whole run (RunDirInUse when another process holds it), sends
-    library log lines (absl, Orbax) to RUN_DIR/run.log, writes run.json (and notes.md from ``notes``)
-    at the start and summary.json at the end (see jaxlab.observe.records). ``on_start(trainer)`` is
+    Without ``resume``, ``run_dir`` must not hold a run already (ConfigError). Holds the run dir's lock for the whole run (RunDirInUse when another process holds it), sends
+    library log lines (absl, Orbax) to RUN_DIR/run.log, writes config.toml and run.json (and notes.md
+    from ``notes``) once the trainer is built and any resume has loaded, and summary.json at the end (see jaxlab.observe.records). ``on_start(trainer)`` is
     called once the trainer is built and restored; ``trainer_hook(trainer, saves)`` once the
     checkpoints are set up too (tests inject faults with it). ``resume_meta``: {checkpoint path: its
     meta} for checkpoints whose meta the caller has read already (each is read once);
@@ -176,9 +187,9 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
     primary = is_primary()
     lock = RunDirLock(run_dir) if primary else nullcontext()
     logs = library_logs_to(run_dir / "run.log") if primary else nullcontext()
-    with lock, logs, Trainer(config, run_dir=run_dir if primary else None) as trainer, StopSignals() as stop:
-        if primary:
-            records.write_run_info(run_dir, config, [f"{d.platform}:{d.device_kind}" for d in jax.devices()], notes)
+    if resume is None:
+        refuse_an_earlier_run(run_dir)
+    with lock, logs, Trainer(config) as trainer, StopSignals() as stop:
         if resume is not None:
             known = resume_meta or {}
             result.resumed_from, _ = newest_usable(
@@ -190,6 +201,9 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
                     warn(f"moved {path.name} aside to {path} (newer than the checkpoint resumed from)")
             warn(f"resumed from {result.resumed_from} at update {trainer.update_index}, "
                  f"step {trainer.global_step:,}")
+        if primary:  # only now: a resume that fails leaves the run's records as they were
+            trainer.record_to(run_dir)
+            records.write_run_info(run_dir, config, [f"{d.platform}:{d.device_kind}" for d in jax.devices()], notes)
         if on_start is not None:
             on_start(trainer)
         if profile is not None:

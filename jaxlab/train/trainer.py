@@ -68,7 +68,7 @@ def with_matmul_precision(fn, precision: str):
 
 class Trainer:
     """PPO on one VecEnv. evaluate() collects a segment, train() updates on it, mean_and_log() returns
-    (and, with a run_dir, appends to metrics.jsonl) the metrics of the update.
+    (and, with a run_dir or after record_to(run_dir), appends to metrics.jsonl) the metrics of the update.
 
     ``max_traces``: when set, each jitted function fails (chex.assert_max_traces) if traced more often.
     """
@@ -164,11 +164,17 @@ class Trainer:
         self._last_log_time = self.start_time
         self._last_log_step = 0
         self._warned_env_state = False
-        self.run_dir = Path(run_dir) if run_dir is not None else None
-        if self.run_dir is not None:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / "config.toml").write_text(config_lib.to_toml(config))
-            self._metrics_file = open(self.run_dir / "metrics.jsonl", "a")
+        self.run_dir = None
+        if run_dir is not None:
+            self.record_to(run_dir)
+
+    def record_to(self, run_dir: str | Path) -> None:
+        """Writes the config to RUN_DIR/config.toml and appends each update's metrics to metrics.jsonl
+        from now on (a run that resumes calls it once the checkpoint is loaded)."""
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.toml").write_text(config_lib.to_toml(self.config))
+        self._metrics_file = open(self.run_dir / "metrics.jsonl", "a")
 
     def _traced(self, name: str) -> None:
         self.traces[name] += 1
@@ -429,7 +435,7 @@ def check_processes(meta: dict, path: Path, processes: int) -> None:
 
 
 #: Config fields a checkpoint's arrays depend on: resuming with another value is refused.
-SHAPING = ("env_name", "env", "vec.num_envs", "policy.hidden_size", "policy.lstm", "policy.encoder", "policy.mlp_layers",
+SHAPING = ("env_name", "env", "vec.num_envs", "vec.groups", "policy.hidden_size", "policy.lstm", "policy.encoder", "policy.mlp_layers",
            "policy.shared_trunk", "policy.cnn_channels", "policy.cnn_kernels", "policy.cnn_strides", "policy.module",
            "train.obs_norm")
 
