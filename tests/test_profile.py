@@ -1,5 +1,8 @@
 """`jaxlab train --profile DIR --profile-updates A:B`: a profiler trace of exactly those updates."""
 
+import re
+from types import SimpleNamespace
+
 import jax
 import pytest
 
@@ -20,21 +23,24 @@ def test_bad_update_ranges_name_the_text_and_the_form(text):
 
 
 class FakeTrainer:
-    def __init__(self, update_index=0):
+    def __init__(self, update_index=0, num_updates=7):
         self.update_index, self.state = update_index, jax.numpy.zeros(())
+        self.sizes = SimpleNamespace(num_updates=num_updates)
 
 
 @pytest.mark.parametrize("first, last, resumed_at, traced", [
     (2, 3, 0, [2, 3]), (1, 1, 0, [1]), (1, 2, 0, [1, 2]), (3, 5, 0, [3, 4, 5]),
     (2, 3, 2, [3]),      # resumed after update 2: update 3 is still traced
-    (2, 3, 5, []),       # resumed past the range: nothing
+    (2, 3, 5, []),       # resumed past the range: nothing (and a warning)
+    (7, 9, 0, [7]),      # the run ends at update 7: traced until its end
+    (8, 9, 0, []),       # past the run's last update: nothing, no trace started after it (and a warning)
 ])
 def test_the_trace_covers_exactly_the_updates_asked(monkeypatch, tmp_path, first, last, resumed_at, traced):
-    events = []
+    events, warnings = [], []
     monkeypatch.setattr(jax.profiler, "start_trace", lambda folder: events.append("start"))
     monkeypatch.setattr(jax.profiler, "stop_trace", lambda: events.append("stop"))
     trainer = FakeTrainer(resumed_at)
-    profile = ProfileUpdates(tmp_path, first, last)
+    profile = ProfileUpdates(tmp_path, first, last, warn=warnings.append)
     profile.start(trainer)
     inside = []
     for update in range(resumed_at + 1, 8):
@@ -44,6 +50,48 @@ def test_the_trace_covers_exactly_the_updates_asked(monkeypatch, tmp_path, first
     profile.close(trainer)
     assert inside == traced
     assert events == (["start", "stop"] if traced else [])
+    if traced:
+        assert warnings == []
+    else:
+        assert warnings == [f"--profile-updates {first}:{last} is outside this run's updates {resumed_at + 1}..7, so "
+                            f"no trace would be written; e.g. --profile-updates {max(resumed_at + 1, 2)}:"
+                            f"{max(resumed_at + 1, 2) + 1}"]
+
+
+def test_a_trace_that_cannot_start_is_a_warning_and_the_run_goes_on(monkeypatch, tmp_path):
+    def refuse(folder):
+        raise RuntimeError("a profiler session is already running")
+
+    monkeypatch.setattr(jax.profiler, "start_trace", refuse)
+    warnings = []
+    profile = ProfileUpdates(tmp_path / "trace", 1, 2, warn=warnings.append)
+    trainer = FakeTrainer()
+    profile.start(trainer)
+    assert profile(trainer, {"update": 1}) is False and not profile.tracing
+    profile.close(trainer)
+    assert warnings == [f"--profile {tmp_path / 'trace'}: the trace could not start (RuntimeError: a profiler "
+                        "session is already running); training goes on without it"]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--profile", "AFILE"], r"--profile '.*AFILE': cannot write there \(.*\); pass a folder you can write"),
+    (["--profile", "AFILE/sub"], r"--profile '.*AFILE/sub': cannot write there \(Not a directory\)"),
+    (["--profile", ""], r"--profile '': cannot write there \(an empty name\)"),
+    (["--profile", "TRACE", "--profile-updates", "5:6"],
+     r"--profile-updates 5:6 is outside this run's updates 1..4, so no trace would be written; e.g. "
+     r"--profile-updates 2:3"),
+    (["--profile-updates", "2:3"], r"--profile-updates 2:3 needs --profile DIR"),
+])
+def test_a_profile_the_run_cannot_write_is_refused_before_training(tmp_path, capsys, flags, message):
+    from jaxlab import cli
+
+    (tmp_path / "AFILE").write_text("")
+    flags = [f.replace("AFILE", str(tmp_path / "AFILE")).replace("TRACE", str(tmp_path / "trace")) for f in flags]
+    code = cli.main(["train", "cartpole", "--vec.num-envs", "16", "--train.total-timesteps", "1024",
+                     "--log.dashboard", "none", "--run-dir", str(tmp_path / "run"), *flags])
+    assert code == 2
+    assert re.search(message, capsys.readouterr().err)
+    assert not (tmp_path / "run" / "metrics.jsonl").exists() and not (tmp_path / "trace").exists()
 
 
 @pytest.mark.slow

@@ -37,28 +37,37 @@ def train_command(args: argparse.Namespace) -> int:
     primary = distributed.is_primary()
     say = print if primary else quiet
     profile = None
-    if args.profile:
+    if args.profile is not None:
         from jaxlab.run.profile import ProfileUpdates, parse_updates
 
         try:
-            profile = ProfileUpdates(args.profile, *parse_updates(args.profile_updates))
+            profile = ProfileUpdates(args.profile, *parse_updates(args.profile_updates or "2:3"))
         except ValueError as err:
             print(f"jaxlab train: error: {err}", file=sys.stderr)
             return 2
+        # a resumed run's range is checked once its update is known (a warning)
+        problem = None if resolved.resume is not None else profile.missed(1, sizes.num_updates)
+        if problem is None:
+            unwritable = cannot_write(Path(args.profile)) if args.profile.strip() else "an empty name"
+            problem = unwritable and f"--profile {args.profile!r}: cannot write there ({unwritable}); pass a " \
+                                     "folder you can write"
+        if problem:
+            print(f"jaxlab train: error: {problem}", file=sys.stderr)
+            return 2
         profile = profile if primary else None  # several processes: process 0's updates are traced
+    elif args.profile_updates is not None:
+        print(f"jaxlab train: error: --profile-updates {args.profile_updates} needs --profile DIR, the folder the "
+              "trace goes to", file=sys.stderr)
+        return 2
     if resolved.resume is not None:
         run_dir = args.run_dir or str(resume_run_dir(resolved.resume))
     else:  # several processes: process 0's clock names the one run dir of them all
         stamp = distributed.from_process_0(time.strftime("%Y%m%d-%H%M%S"))
         run_dir = args.run_dir or f"runs/{config.env_name}-{stamp}"
-    probe = f".write-test-{jax.process_index()}"  # one per process: they may share the directory
     for directory in (Path(run_dir), Path(run_dir) / "checkpoints"):
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-            (directory / probe).touch()
-            (directory / probe).unlink()
-        except OSError as err:
-            print(f"jaxlab train: error: cannot write {str(directory)!r} ({err.strerror}); "
+        problem = cannot_write(directory)
+        if problem:
+            print(f"jaxlab train: error: cannot write {str(directory)!r} ({problem}); "
                   "pass a writable --run-dir DIR", file=sys.stderr)
             return 2
     where_from = (f"process 0 of {processes} ({jax.device_count()} devices in all)" if processes > 1
@@ -111,6 +120,20 @@ def train_command(args: argparse.Namespace) -> int:
         say(f"nothing to train: the checkpoint is at update {sizes.num_updates} of {sizes.num_updates}; "
             "raise --train.total-timesteps to continue")
     return 0
+
+
+def cannot_write(directory: Path) -> str | None:
+    """Why this process cannot create ``directory`` (parents too) and write a file in it, or None."""
+    import jax
+
+    probe = directory / f".write-test-{jax.process_index()}"  # one per process: they may share the directory
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe.touch()
+        probe.unlink()
+    except OSError as err:
+        return err.strerror or str(err)
+    return None
 
 
 def quiet(*args, **kwargs) -> None:
@@ -313,7 +336,7 @@ def add_commands(add) -> None:
                        "header or library) changed since the checkpoint")
     train.add_argument("--profile", metavar="DIR", help="write a JAX profiler trace of some updates to DIR "
                        "(TensorBoard's profile plugin or Perfetto open it; process 0's in a run over several processes)")
-    train.add_argument("--profile-updates", default="2:3", metavar="A:B", help="the updates the trace covers, "
+    train.add_argument("--profile-updates", metavar="A:B", help="the updates the trace covers, "
                        "counted from 1, both included (default 2:3: update 1 compiles)")
     evaluate = add("eval", "play a checkpoint's policy and report returns",
                    "Play the policy saved in a checkpoint (its config is read from the checkpoint) on new "

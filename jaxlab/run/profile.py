@@ -10,6 +10,8 @@ Update 1 compiles, so the default 2:3 skips it.
 from __future__ import annotations
 
 import re
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -23,32 +25,55 @@ def parse_updates(text: str) -> tuple[int, int]:
     return first, last
 
 
+def to_stderr(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
 class ProfileUpdates:
     """A train_loop hook (with ``start(trainer)`` before the first update and ``close()`` at the end)
-    that traces updates ``first`` to ``last`` into ``folder``."""
+    that traces updates ``first`` to ``last`` into ``folder``. A trace that cannot start (the profiler
+    fails) is reported with ``warn`` and the run goes on untraced; so is a range the run never reaches."""
 
-    def __init__(self, folder: str | Path, first: int, last: int):
-        self.folder, self.first, self.last = Path(folder), first, last
+    def __init__(self, folder: str | Path, first: int, last: int, warn: Callable[[str], None] = to_stderr):
+        self.folder, self.first, self.last, self.warn = Path(folder), first, last, warn
         self.tracing = False
         self.done = False
+
+    def missed(self, first_update: int, last_update: int) -> str | None:
+        """Why a run of updates ``first_update``..``last_update`` would write no trace, or None."""
+        if self.first <= last_update and self.last >= first_update:
+            return None
+        example = max(first_update, min(2, last_update))
+        return (f"--profile-updates {self.first}:{self.last} is outside this run's updates {first_update}..{last_update}, "
+                f"so no trace would be written; e.g. --profile-updates {example}:{min(example + 1, last_update)}")
 
     def _start(self) -> None:
         import jax
 
-        self.folder.mkdir(parents=True, exist_ok=True)
-        jax.profiler.start_trace(str(self.folder))
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            jax.profiler.start_trace(str(self.folder))
+        except Exception as err:  # noqa: BLE001 - a profiler that cannot start must not end the run
+            self.warn(f"--profile {self.folder}: the trace could not start ({type(err).__name__}: {err}); "
+                      "training goes on without it")
+            self.done = True
+            return
         self.tracing = True
 
     def start(self, trainer) -> None:
         """Before the run's first update (a resumed run starts after update trainer.update_index)."""
-        if trainer.update_index + 1 >= self.first and trainer.update_index < self.last:
+        missed = self.missed(trainer.update_index + 1, trainer.sizes.num_updates)
+        if missed:
+            self.warn(missed)
+            self.done = True
+        elif trainer.update_index + 1 >= self.first:
             self._start()
 
     def __call__(self, trainer, record) -> bool:
         update = record["update"]
         if self.tracing and update >= self.last:
             self.close(trainer)
-        elif not self.tracing and not self.done and update + 1 == self.first:
+        elif not (self.tracing or self.done) and update + 1 == self.first:
             self._start()
         return False
 
