@@ -61,6 +61,29 @@ def test_a_second_run_of_the_same_shapes_loads_every_executable_from_the_cache(t
     assert off_records[0]["compile_cache"] == "off"
 
 
+def test_a_cache_folder_that_cannot_be_made_is_an_error_when_named_and_a_warning_under_auto(monkeypatch, tmp_path,
+                                                                                            capsys):
+    import jax
+
+    from jaxlab.config import ConfigError
+    from jaxlab.run import compile_cache
+
+    updates = []
+    monkeypatch.setattr(jax.config, "update", lambda name, value: updates.append(name))
+    monkeypatch.setattr(compile_cache, "_state", {"listening": True, "dir": None, "setting": None})
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    with pytest.raises(ConfigError, match=rf"device.compile_cache='{afile}/sub': cannot create {afile}/sub/jaxlab-"
+                                          r".*; give a folder you can write, e.g. --device.compile-cache .*, or off"):
+        compile_cache.enable(str(afile / "sub"))
+    assert updates == []
+    monkeypatch.setenv("JAXLAB_CACHE_DIR", str(afile))
+    assert compile_cache.enable("auto") == "compile cache off"  # the run goes on, and says why
+    assert "warning: compile cache off: cannot create" in capsys.readouterr().err
+    assert updates == []
+    assert cache_folder("OFF") is None and cache_folder(" Auto ") == afile / "xla" / f"jaxlab-{__version__}"
+
+
 def test_an_empty_cache_setting_is_refused():
     result = subprocess.run([sys.executable, "-m", "jaxlab.cli", "config", "cartpole", "--device.compile-cache", ""],
                             capture_output=True, text=True, timeout=120)

@@ -7,14 +7,17 @@ its own version as a subfolder, so an upgrade never reads another version's entr
 
 ``device.compile_cache``: "auto" (``$JAXLAB_CACHE_DIR``, else ``$XDG_CACHE_HOME/jaxlab``, else
 ``~/.cache/jaxlab``; then ``xla/jaxlab-<version>``), a folder (``<folder>/jaxlab-<version>``), or
-"off". The cache is set up once per process, before the first compile: a later Trainer with another
+"off" (auto and off in any case). The cache is set up once per process, before the first compile: a later Trainer with another
 setting in the same process keeps the first one (JAX reads the option once).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
+
+from jaxlab.config.schema import ConfigError
 
 _EVENTS = {"/jax/compilation_cache/cache_hits": "hits", "/jax/compilation_cache/cache_misses": "misses"}
 _counts = {"hits": 0, "misses": 0}
@@ -26,9 +29,9 @@ def cache_folder(setting: str) -> Path | None:
     None for "off"."""
     from jaxlab import __version__
 
-    if setting == "off":
+    if setting.strip().lower() == "off":
         return None
-    if setting == "auto":
+    if setting.strip().lower() == "auto":
         root = os.environ.get("JAXLAB_CACHE_DIR")
         if root:
             base = Path(root)
@@ -48,7 +51,9 @@ def _listen(event: str, *args, **kwargs) -> None:
 
 def enable(setting: str) -> str:
     """Turns JAX's persistent cache on at ``setting``'s folder (or leaves it off); returns a short
-    description for the log. Safe to call again: only the first call of a process changes JAX."""
+    description for the log. Safe to call again: only the first call of a process changes JAX. A folder
+    that cannot be created is a ConfigError when the user named it, and a warning (the run goes on
+    without the cache) under "auto"."""
     import jax
 
     if not _state["listening"]:
@@ -62,7 +67,14 @@ def enable(setting: str) -> str:
                 folder.mkdir(parents=True, exist_ok=True)
             except OSError as err:
                 _state["dir"] = None
-                return f"compile cache off: cannot create {folder} ({err.strerror}); set device.compile_cache"
+                if setting.strip().lower() != "auto":
+                    _state["setting"] = None  # a later call with a usable setting may still turn it on
+                    raise ConfigError(f"device.compile_cache={setting!r}: cannot create {folder} ({err.strerror}); "
+                                      "give a folder you can write, e.g. --device.compile-cache ~/.cache/jaxlab-xla, "
+                                      "or off") from None
+                print(f"warning: compile cache off: cannot create {folder} ({err.strerror}); set "
+                      "device.compile_cache to a folder you can write, or off", file=sys.stderr)
+                return describe()
             jax.config.update("jax_compilation_cache_dir", str(folder))
             jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
             jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
