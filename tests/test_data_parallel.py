@@ -211,6 +211,18 @@ def test_dist_settings_come_from_flags_or_slurm():
         resolve(DistConfig("h:1", 2, 2), {})
     with pytest.raises(ConfigError, match=r"dist.coordinator='h' must be HOST:PORT"):
         resolve(DistConfig("h", 2, 0), {})
+    for bad in ("h:0", "h:65536", ":1234", "h:x"):
+        with pytest.raises(ConfigError, match=rf"dist.coordinator='{bad}' must be HOST:PORT with a port in 1..65535"):
+            resolve(DistConfig(bad, 2, 0), {})
+    with pytest.raises(ConfigError, match=r"dist.coordinator='h:1' is given but the run has 1 process; give every "
+                                          r"process --dist.num-processes N"):
+        resolve(DistConfig("h:1", 0, -1), {})
+    with pytest.raises(ConfigError, match=r"dist.process_id=-2 must be -1 \(from SLURM_PROCID, else 0\) or"):
+        resolve(DistConfig("h:1", 2, -2), {})
+    with pytest.raises(ConfigError, match=r"--dist.num-processes 'x' is not an integer; e.g. --dist.num-processes 2"):
+        dist_from_flags(["--dist.num-processes", "x"])
+    with pytest.raises(ConfigError, match=r"--dist.process-id '' is not an integer; e.g. --dist.process-id 0"):
+        dist_from_flags(["--dist.process-id"])
 
 
 def train_in_processes(*args, processes=2, timeout=600) -> list[subprocess.CompletedProcess]:

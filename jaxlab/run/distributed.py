@@ -16,6 +16,7 @@ On a CPU the processes' collectives go through gloo.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -38,6 +39,9 @@ def resolve(dist: DistConfig, environ: Mapping[str, str] = os.environ) -> Settin
         except ValueError:
             raise ConfigError(f"{name}={environ[name]!r} is not an integer") from None
 
+    if dist.process_id < -1:
+        raise ConfigError(f"dist.process_id={dist.process_id} must be -1 (from SLURM_PROCID, else 0) or a "
+                          f"process's index from 0, e.g. --dist.process-id 0")
     n = dist.num_processes or env_int("SLURM_NTASKS", 1)
     pid = dist.process_id if dist.process_id >= 0 else env_int("SLURM_PROCID", 0)
     coordinator = dist.coordinator or environ.get("JAXLAB_COORDINATOR", "")
@@ -48,9 +52,14 @@ def resolve(dist: DistConfig, environ: Mapping[str, str] = os.environ) -> Settin
     if n > 1 and not coordinator and "SLURM_JOB_ID" not in environ:
         raise ConfigError(f"dist.num_processes={n} needs process 0's address: --dist.coordinator HOST:PORT "
                           "(or JAXLAB_COORDINATOR), the same for every process")
-    if coordinator and (":" not in coordinator or not coordinator.rsplit(":", 1)[1].isdigit()):
-        raise ConfigError(f"dist.coordinator={coordinator!r} must be HOST:PORT, e.g. --dist.coordinator "
-                          f"node0:12345")
+    host, _, port = coordinator.rpartition(":")
+    if coordinator and (not host or not port.isdigit() or not 1 <= int(port) <= 65535):
+        raise ConfigError(f"dist.coordinator={coordinator!r} must be HOST:PORT with a port in 1..65535, e.g. "
+                          f"--dist.coordinator node0:12345")
+    if dist.coordinator and n == 1:
+        raise ConfigError(f"dist.coordinator={dist.coordinator!r} is given but the run has 1 process; give every "
+                          f"process --dist.num-processes N (N >= 2) and its --dist.process-id, or leave out "
+                          f"--dist.coordinator")
     return Settings(coordinator, n, pid)
 
 
@@ -67,12 +76,17 @@ def dist_from_flags(flags: Sequence[str]) -> DistConfig:
         if not eq:
             value = flags[i + 1] if i + 1 < len(flags) else ""
         values[name.replace("-", "_")] = value
-    try:
-        return DistConfig(coordinator=values.get("coordinator", ""),
-                          num_processes=int(values.get("num_processes", 0)),
-                          process_id=int(values.get("process_id", -1)))
-    except ValueError as err:
-        raise ConfigError(f"a --dist flag is not an integer: {err}") from None
+    def integer(name: str, default: int) -> int:
+        text = values.get(name, str(default))
+        try:
+            return int(text)
+        except ValueError:
+            flag = "--dist." + name.replace("_", "-")
+            raise ConfigError(f"{flag} {text!r} is not an integer; e.g. {flag} {2 if name == 'num_processes' else 0}") \
+                from None
+
+    return DistConfig(coordinator=values.get("coordinator", ""), num_processes=integer("num_processes", 0),
+                      process_id=integer("process_id", -1))
 
 
 def initialize(settings: Settings) -> bool:
@@ -83,6 +97,10 @@ def initialize(settings: Settings) -> bool:
     import jax
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    if settings.process_id > 0:  # process 0 starts the coordinator; the others wait for it, silently otherwise
+        where = f"at {settings.coordinator}" if settings.coordinator else "(from SLURM)"
+        print(f"process {settings.process_id} of {settings.num_processes}: joining the run's coordinator "
+              f"{where}…", file=sys.stderr, flush=True)
     if settings.coordinator:
         jax.distributed.initialize(coordinator_address=settings.coordinator,
                                    num_processes=settings.num_processes, process_id=settings.process_id)
