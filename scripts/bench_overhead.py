@@ -4,7 +4,8 @@ and the C step, measured side by side in one process.
     python scripts/bench_overhead.py                       # cartpole at 64 and 8,192 agents
     python scripts/bench_overhead.py --env target --agents 512 4096 --rollouts 50
 
-For each agent count (one group, horizon 16, the trainer's own jitted step):
+For each agent count (agents, not envs: a multi-agent env gets agents / its agents per env envs; one
+group, horizon 16, the trainer's own jitted step):
   step     wall time per step of Rollout.collect (the finish call spread over the T steps)
   policy   the same jitted policy step called alone back to back, waiting for its action each time
            (the jit dispatch included: that is the policy call's own cost)
@@ -28,17 +29,30 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 
 import jax
 import numpy as np
 
+from jaxlab.run.bench import at_least, script_main
+
 
 def measure(env_name: str, agents: int, rollouts: int, repeats: int) -> dict[str, float]:
-    from jaxlab.config import load_config
+    from jaxlab.config import ConfigError, load_config
+    from jaxlab.config.memory import EnvShape
+    from jaxlab.env import spaces_of
     from jaxlab.train.trainer import Trainer
 
-    config, _ = load_config(env_name, flags=["--vec.num-envs", str(agents), "--vec.num-threads", "1",
+    try:
+        per_env = EnvShape.of(spaces_of(env_name)).agents_per_env
+    except ValueError as err:  # an unknown env
+        raise ConfigError(f"--env {env_name}: {err}") from None
+    if agents % per_env:
+        raise ConfigError(f"--agents {agents}: {env_name} has {per_env} agents per env, so the agents must be a "
+                          f"multiple of {per_env}, e.g. --agents {per_env * max(1, agents // per_env)}")
+    config, _ = load_config(env_name, flags=["--vec.num-envs", str(agents // per_env), "--vec.num-threads", "1",
+                                             "--train.bptt-horizon", "16", "--train.minibatch-size", str(agents * 16),
                                              "--train.total-timesteps", str(agents * 16 * 1000),
                                              "--device.compile-cache", "off"])
     with Trainer(config) as trainer:
@@ -86,9 +100,9 @@ def measure(env_name: str, agents: int, rollouts: int, repeats: int) -> dict[str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="cartpole")
-    parser.add_argument("--agents", type=int, nargs="+", default=[64, 8192])
-    parser.add_argument("--rollouts", type=int, default=40, help="rollouts per measurement (default 40)")
-    parser.add_argument("--repeats", type=int, default=5, help="measurements per figure (default 5)")
+    parser.add_argument("--agents", type=at_least(1), nargs="+", default=[64, 8192])
+    parser.add_argument("--rollouts", type=at_least(1), default=40, help="rollouts per measurement (default 40)")
+    parser.add_argument("--repeats", type=at_least(1), default=5, help="measurements per figure (default 5)")
     args = parser.parse_args()
     print(f"{args.env}, one group, horizon 16, 1 C thread; jax {jax.__version__} on {jax.devices()[0].platform}; "
           f"median of {args.repeats} x {args.rollouts} rollouts")
@@ -102,4 +116,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(script_main(main, "bench_overhead.py"))

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from jaxlab.run.bench import report_training
+from jaxlab.run.bench import at_least, report_training, script_main
 from jaxlab.run.loop import train_loop
 from jaxlab.config import load_config
 from jaxlab.train.trainer import Trainer
@@ -121,9 +121,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", default="cartpole")
     parser.add_argument("--threshold", type=float, default=475.0)
-    parser.add_argument("--window", type=int, default=5, help="updates averaged for the threshold")
-    parser.add_argument("--agents", type=int, default=4096, help="agents for the steady-SPS run")
-    parser.add_argument("--updates", type=int, default=3, help="timed updates in the steady-SPS run")
+    parser.add_argument("--window", type=at_least(1), default=5, help="updates averaged for the threshold")
+    parser.add_argument("--agents", type=at_least(1), default=4096, help="agents for the steady-SPS run")
+    parser.add_argument("--updates", type=at_least(1), default=3, help="timed updates in the steady-SPS run")
     parser.add_argument("--sps-only", action="store_true")
     parser.add_argument("--scaling", action="store_true", help="steady SPS on 1 and 2 devices (forced on a CPU)")
     parser.add_argument("--flags", nargs=argparse.REMAINDER, default=[], help="config flags, last")
@@ -141,4 +141,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(script_main(main, "bench_train.py"))

@@ -17,11 +17,14 @@ nothing.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from jaxlab.run.bench import at_least, script_main
 
 
 def matmul_peak(m: int, k: int, n: int, dtype: str = "float32", seconds: float = 2.0) -> float:
@@ -73,14 +76,14 @@ def update_figures(args, unroll: int) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--agents", type=int, default=4096)
-    parser.add_argument("--horizon", type=int, default=16)
-    parser.add_argument("--minibatch", type=int, default=16384)
-    parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--hidden", type=int, default=128)
-    parser.add_argument("--unroll", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--agents", type=at_least(1), default=4096)
+    parser.add_argument("--horizon", type=at_least(1), default=16)
+    parser.add_argument("--minibatch", type=at_least(1), default=16384)
+    parser.add_argument("--epochs", type=at_least(1), default=1)
+    parser.add_argument("--hidden", type=at_least(1), default=128)
+    parser.add_argument("--unroll", type=at_least(1), nargs="+", default=[1, 4, 16])
     parser.add_argument("--precision", choices=("float32", "bfloat16"), default="float32")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=at_least(1), default=3)
     parser.add_argument("--flags", nargs=argparse.REMAINDER, default=[], help="more config flags, last")
     args = parser.parse_args()
     rows = args.minibatch // args.horizon
@@ -97,4 +100,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(script_main(main, "bench_update.py"))

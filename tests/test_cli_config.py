@@ -64,6 +64,31 @@ def test_bench_prints_env_and_training_figures():
     assert gflop == pytest.approx(6 * params * 8 * 16 * 2 / 1e9, abs=0.006)
 
 
+@pytest.mark.parametrize("flags, message", [
+    (["--updates", "0"], "--updates 0 must be at least 1 (the timed updates after the first), e.g. --updates 3"),
+    (["--seconds", "0"], "--seconds 0.0 must be positive (the env-stepping timing window), e.g. --seconds 1"),
+])
+def test_bench_refuses_a_count_it_cannot_time(capsys, flags, message):
+    from jaxlab import cli
+
+    assert cli.main(["bench", "cartpole", *flags]) == 2
+    assert capsys.readouterr().err == f"jaxlab bench: error: {message}\n"
+
+
+def test_steady_training_reports_the_updates_that_ran():
+    """A config whose total steps end before the updates asked for: the SPS is over the updates that ran,
+    and none after the first is an error naming the flag, not a figure divided by a count that never ran."""
+    from jaxlab.config import ConfigError, load_config
+    from jaxlab.run.bench import steady_training
+
+    flags = ["--vec.num-envs", "8", "--train.minibatch-size", "128", "--policy.hidden-size", "16"]
+    config, _ = load_config("cartpole", flags=[*flags, "--train.total-timesteps", str(128 * 3)])
+    assert steady_training(config, 5)["updates"] == 2
+    config, _ = load_config("cartpole", flags=[*flags, "--train.total-timesteps", "128"])
+    with pytest.raises(ConfigError, match=r"train.total_timesteps=128 leaves no update to time after the first"):
+        steady_training(config, 5)
+
+
 @pytest.mark.parametrize("command", ["train", "eval", "config", "bench", "presets", "envs"])
 def test_every_command_has_help(command):
     result = jaxlab(command, "--help")

@@ -5,13 +5,20 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from jaxlab.cli.common import LAYERS, resolve
+from jaxlab.cli.common import LAYERS, fail, resolve
 
 
 def bench_command(args: argparse.Namespace) -> int:
     """C env stepping and steady training SPS for ENV with the resolved config."""
+    from jaxlab.config import ConfigError
     from jaxlab.run.bench import report_env, report_training
 
+    if args.updates < 1:
+        return fail("bench", ConfigError(f"--updates {args.updates} must be at least 1 (the timed updates after "
+                                         "the first), e.g. --updates 3"))
+    if not args.seconds > 0:
+        return fail("bench", ConfigError(f"--seconds {args.seconds} must be positive (the env-stepping timing "
+                                         "window), e.g. --seconds 1"))
     resolved = resolve(args)
     config, sizes = resolved.config, resolved.sizes
     print(f"device preset {config.preset} ({resolved.preset_reason}); {resolved.backend}")
@@ -20,7 +27,6 @@ def bench_command(args: argparse.Namespace) -> int:
     timed = replace(config, train=replace(config.train, total_timesteps=sizes.batch_size * (args.updates + 1)))
     print(report_training(timed, args.updates))
     return 0
-
 
 
 def add_commands(add) -> None:

@@ -105,9 +105,11 @@ def update_flops(num_params: int, samples: int, epochs: int) -> float:
 
 
 def steady_training(config, updates: int) -> dict:
-    """Trains ``config`` for 1 + ``updates`` updates; returns the first update's seconds (compiles
-    included), the steady SPS of the rest and their time split {env, policy, copy, learn, other} in
-    seconds."""
+    """Trains ``config`` for 1 + ``updates`` updates (fewer when its total steps end sooner); returns the
+    first update's seconds (compiles included), the steady SPS of the updates after it, how many ran
+    (``updates``) and their time split {env, policy, copy, learn, other} in seconds. ConfigError when
+    the config's total steps leave no update after the first."""
+    from jaxlab.config import ConfigError
     from jaxlab.run.loop import train_loop
     from jaxlab.train.trainer import Trainer
 
@@ -117,16 +119,21 @@ def steady_training(config, updates: int) -> dict:
         first = time.perf_counter() - tic
         before = dict(trainer.timing)
         tic = time.perf_counter()
-        train_loop(trainer, updates=updates)
+        ran = len(train_loop(trainer, updates=updates))
         elapsed = time.perf_counter() - tic
+        if ran == 0:
+            raise ConfigError(f"train.total_timesteps={config.train.total_timesteps} leaves no update to time "
+                              f"after the first (a batch is {trainer.sizes.batch_size:,} steps); leave "
+                              "--train.total-timesteps out, the benchmark sets it from its updates")
         split = {k: trainer.timing[k] - before[k] for k in trainer.timing}
         split["other"] = elapsed - sum(split.values())
-        return {"first_update_s": first, "sps": updates * trainer.sizes.batch_size / elapsed,
+        return {"first_update_s": first, "sps": ran * trainer.sizes.batch_size / elapsed, "updates": ran,
                 "elapsed_s": elapsed, "split": split, "sizes": trainer.sizes, "num_params": trainer.num_params}
 
 
 def report_training(config, updates: int) -> str:
     result = steady_training(config, updates)
+    updates = result["updates"]
     split = ", ".join(f"{k} {v:.2f} s" for k, v in result["split"].items())
     flops = update_flops(result["num_params"], result["sizes"].batch_size, config.train.update_epochs)
     learn_per_update = result["split"]["learn"] / updates
@@ -137,3 +144,35 @@ def report_training(config, updates: int) -> str:
             f"{result['sps']:,.0f} SPS over {updates} updates ({split} of {result['elapsed_s']:.2f} s)\n"
             f"  update: {flops / 1e9:,.2f} GFLOP each by the 6N rule, {achieved:,.1f} GFLOP/s achieved "
             f"({learn_per_update:.3f} s per update)")
+
+
+def at_least(minimum: int):
+    """An argparse type for the benchmark scripts: a whole number >= ``minimum``, else argparse's usage
+    error (exit 2) naming the value."""
+    import argparse
+
+    def whole(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= {minimum}")
+        return value
+
+    return whole
+
+
+def script_main(main, prog: str) -> int:
+    """Runs a benchmark script's ``main()``; a ConfigError (a flag the config refuses) is one line on
+    stderr, "PROG: error: ...", and exit status 2 instead of a traceback."""
+    import sys
+
+    from jaxlab.config import ConfigError
+
+    try:
+        main()
+    except ConfigError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 2
+    return 0

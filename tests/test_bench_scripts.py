@@ -1,0 +1,30 @@
+"""The benchmark scripts' argument handling: a bad count or a flag the config refuses is one line and
+exit status 2, never a traceback (their figures are speed, measured by hand, not tested)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+
+
+@pytest.mark.parametrize("script, args, message", [
+    ("bench_update.py", ["--repeats", "0"], "bench_update.py: error: argument --repeats: '0' is not a whole number >= 1"),
+    ("bench_update.py", ["--minibatch", "7", "--unroll", "1"],
+     "bench_update.py: error: train.minibatch_size=7 must be a multiple of train.bptt_horizon=16"),
+    ("bench_overhead.py", ["--rollouts", "0"], "bench_overhead.py: error: argument --rollouts: '0' is not a whole number >= 1"),
+    ("bench_overhead.py", ["--env", "target", "--agents", "12"],
+     "bench_overhead.py: error: --agents 12: target has 8 agents per env, so the agents must be a multiple of 8, "
+     "e.g. --agents 8"),
+    ("bench_overhead.py", ["--env", "nosuchenv"], "bench_overhead.py: error: --env nosuchenv: unknown env 'nosuchenv'"),
+    ("bench_train.py", ["--window", "0"], "bench_train.py: error: argument --window: '0' is not a whole number >= 1"),
+    ("bench_train.py", ["--sps-only", "--agents", "8", "--flags", "--vec.groups", "3"],
+     "bench_train.py: error: vec.groups=3 must divide vec.num_envs=8"),
+])
+def test_a_bad_argument_is_one_line_and_exit_2(script, args, message):
+    result = subprocess.run([sys.executable, str(SCRIPTS / script), *args], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 2
+    assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
