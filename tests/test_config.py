@@ -33,13 +33,15 @@ def test_integers(text):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--train.total-timesteps", "1.5"], r"train.total_timesteps='1.5' is not an integer"),
+    (["--train.total-timesteps", "1.5"], r"train.total_timesteps='1.5' is not an integer; write e.g. "
+     r"--train.total-timesteps 1000000 \(the default\)"),
     (["--policy.mlp-layers", "abc"], r"policy.mlp_layers\[0\]='abc' is not an integer; write a list of integers, "
                                      r"e.g. \[512, 512\] in TOML or --policy.mlp-layers 512,512"),
     (["--train.gama", "0.9"], r"unknown config key 'train.gama'; did you mean 'train.gamma'"),
     (["--trian.gamma", "0.9"], r"unknown config section \[trian\].*did you mean \[train\]"),
     (["--env.delay", "3"], r"unknown config key 'env.delay'"),
-    (["--train.learning-rate", "fast"], r"train.learning_rate='fast' is not a number"),
+    (["--train.learning-rate", "fast"], r"train.learning_rate='fast' is not a number; write e.g. "
+     r"--train.learning-rate [0-9.e-]+ \(the default\)"),
     (["--train.gamma"], r"flag --train.gamma needs a value"),
 ])
 def test_bad_flags(flags, message):

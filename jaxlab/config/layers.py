@@ -85,7 +85,7 @@ def coerce(value: Any, kind: type | str, where: str) -> Any:
             return int(number)
         if isinstance(number, int) and not isinstance(number, bool):
             return number
-        raise ConfigError(f"{where}={value!r} is not an integer; write e.g. 1000000, 1_000_000 or 1e6")
+        raise ConfigError(f"{where}={value!r} is not an integer; write {_example(where, 'e.g. 1000000, 1_000_000 or 1e6')}")
     elif kind is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
@@ -94,11 +94,21 @@ def coerce(value: Any, kind: type | str, where: str) -> Any:
                 return float(value.replace("_", ""))
             except ValueError:
                 pass
-        raise ConfigError(f"{where}={value!r} is not a number; write e.g. 3e-4 or 0.0003")
+        raise ConfigError(f"{where}={value!r} is not a number; write {_example(where, 'e.g. 3e-4 or 0.0003')}")
     elif kind is str:
         if isinstance(value, str):
             return value
     raise ConfigError(f"{where}={value!r} must be a {kind.__name__}")
+
+
+def _example(where: str, generic: str) -> str:
+    """An example value for key ``where``: its default as a flag when it is a schema key, else ``generic``."""
+    from jaxlab.config.validate import default_flag
+
+    try:
+        return f"e.g. {default_flag(where)}"
+    except (KeyError, StopIteration, ValueError):  # not "section.name" of the schema (an env parameter, ...)
+        return generic
 
 
 def coerce_int_list(value: Any, where: str) -> tuple[int, ...]:
