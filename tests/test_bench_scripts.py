@@ -11,10 +11,12 @@ SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 
 
 @pytest.mark.parametrize("script, args, message", [
-    ("bench_update.py", ["--repeats", "0"], "bench_update.py: error: argument --repeats: '0' is not a whole number >= 1"),
+    ("bench_update.py", ["--repeats", "0"],
+     "bench_update.py: error: argument --repeats: '0' is not a whole number >= 1"),
     ("bench_update.py", ["--minibatch", "7", "--unroll", "1"],
      "bench_update.py: error: train.minibatch_size=7 must be a multiple of train.bptt_horizon=16"),
-    ("bench_overhead.py", ["--rollouts", "0"], "bench_overhead.py: error: argument --rollouts: '0' is not a whole number >= 1"),
+    ("bench_overhead.py", ["--rollouts", "0"],
+     "bench_overhead.py: error: argument --rollouts: '0' is not a whole number >= 1"),
     ("bench_overhead.py", ["--env", "target", "--agents", "12"],
      "bench_overhead.py: error: --agents 12: target has 8 agents per env, so the agents must be a multiple of 8, "
      "e.g. --agents 8"),

@@ -196,7 +196,8 @@ def test_incompatible_resume_names_every_mismatch_and_allowed_changes_are_applie
 
 def run_files(run) -> dict:
     """Every file under ``run`` (the lock file left out) -> its bytes."""
-    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file() and p.name != ".lock"}
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*"))
+            if p.is_file() and p.name != ".lock"}
 
 
 def test_a_new_run_into_a_run_dir_that_holds_a_run_is_refused_and_changes_nothing(tmp_path):

@@ -102,3 +102,9 @@ def test_a_run_with_profile_writes_a_trace(tmp_path):
     assert result.error is None and len(result.records) == 4
     (trace,) = (tmp_path / "trace" / "plugins" / "profile").glob("*/*.xplane.pb")
     assert trace.stat().st_size > 1000
+
+
+def test_a_resumed_run_with_no_update_left_says_so_instead_of_naming_an_empty_range(tmp_path):
+    profile = ProfileUpdates(tmp_path, 2, 3)
+    assert profile.missed(8, 7) == f"--profile {tmp_path}: this run has no update left to trace (it is at its last, 7)"
+    assert profile.missed(1, 7) is None and profile.missed(3, 7) is None

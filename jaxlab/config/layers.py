@@ -85,7 +85,8 @@ def coerce(value: Any, kind: type | str, where: str) -> Any:
             return int(number)
         if isinstance(number, int) and not isinstance(number, bool):
             return number
-        raise ConfigError(f"{where}={value!r} is not an integer; write {_example(where, 'e.g. 1000000, 1_000_000 or 1e6')}")
+        example = _example(where, "e.g. 1000000, 1_000_000 or 1e6")
+        raise ConfigError(f"{where}={value!r} is not an integer; write {example}")
     elif kind is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)

@@ -7,8 +7,8 @@ its own version as a subfolder, so an upgrade never reads another version's entr
 
 ``device.compile_cache``: "auto" (``$JAXLAB_CACHE_DIR``, else ``$XDG_CACHE_HOME/jaxlab``, else
 ``~/.cache/jaxlab``; then ``xla/jaxlab-<version>``), a folder (``<folder>/jaxlab-<version>``), or
-"off" (auto and off in any case). The cache is set up once per process, before the first compile: a later Trainer with another
-setting in the same process keeps the first one (JAX reads the option once).
+"off" (auto and off in any case). The cache is set up once per process, before the first compile: a
+later Trainer with another setting in the same process keeps the first one (JAX reads the option once).
 """
 
 from __future__ import annotations

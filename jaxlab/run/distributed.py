@@ -81,9 +81,8 @@ def dist_from_flags(flags: Sequence[str]) -> DistConfig:
         try:
             return int(text)
         except ValueError:
-            flag = "--dist." + name.replace("_", "-")
-            raise ConfigError(f"{flag} {text!r} is not an integer; e.g. {flag} {2 if name == 'num_processes' else 0}") \
-                from None
+            flag, example = "--dist." + name.replace("_", "-"), 2 if name == "num_processes" else 0
+            raise ConfigError(f"{flag} {text!r} is not an integer; e.g. {flag} {example}") from None
 
     return DistConfig(coordinator=values.get("coordinator", ""), num_processes=integer("num_processes", 0),
                       process_id=integer("process_id", -1))

@@ -160,12 +160,14 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
               on_start: Callable | None = None, resume_meta: dict | None = None,
               resume_any_env: bool = False, profile=None) -> RunResult:
     """Trains ``config`` to its last update in ``run_dir`` with checkpoints; see the module docstring.
-    Without ``resume``, ``run_dir`` must not hold a run already (ConfigError). Holds the run dir's lock for the whole run (RunDirInUse when another process holds it), sends
-    library log lines (absl, Orbax) to RUN_DIR/run.log, writes config.toml and run.json (and notes.md
-    from ``notes``) once the trainer is built and any resume has loaded, and summary.json at the end (see jaxlab.observe.records). ``on_start(trainer)`` is
-    called once the trainer is built and restored; ``trainer_hook(trainer, saves)`` once the
-    checkpoints are set up too (tests inject faults with it). ``resume_meta``: {checkpoint path: its
-    meta} for checkpoints whose meta the caller has read already (each is read once);
+    Without ``resume``, ``run_dir`` must not hold a run already (ConfigError). Holds the run dir's lock
+    for the whole run (RunDirInUse when another process holds it), sends library log lines (absl,
+    Orbax) to RUN_DIR/run.log, writes config.toml and run.json (and notes.md from ``notes``) once the
+    trainer is built and any resume has loaded, and summary.json at the end (see
+    jaxlab.observe.records). ``on_start(trainer)`` is called once the trainer is built and restored;
+    ``trainer_hook(trainer, saves)`` once the checkpoints are set up too (tests inject faults with it).
+    ``resume_meta``: {checkpoint path: its meta} for checkpoints whose meta the caller has read already
+    (each is read once);
     ``resume_any_env`` resumes even when the env's source changed since the checkpoint (a warning);
     ``profile``: a jaxlab.run.profile.ProfileUpdates that traces some updates.
 

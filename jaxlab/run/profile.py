@@ -41,11 +41,14 @@ class ProfileUpdates:
 
     def missed(self, first_update: int, last_update: int) -> str | None:
         """Why a run of updates ``first_update``..``last_update`` would write no trace, or None."""
+        if first_update > last_update:
+            return f"--profile {self.folder}: this run has no update left to trace (it is at its last, {last_update})"
         if self.first <= last_update and self.last >= first_update:
             return None
         example = max(first_update, min(2, last_update))
-        return (f"--profile-updates {self.first}:{self.last} is outside this run's updates {first_update}..{last_update}, "
-                f"so no trace would be written; e.g. --profile-updates {example}:{min(example + 1, last_update)}")
+        return (f"--profile-updates {self.first}:{self.last} is outside this run's updates "
+                f"{first_update}..{last_update}, so no trace would be written; e.g. --profile-updates "
+                f"{example}:{min(example + 1, last_update)}")
 
     def _start(self) -> None:
         import jax

@@ -435,9 +435,9 @@ def check_processes(meta: dict, path: Path, processes: int) -> None:
 
 
 #: Config fields a checkpoint's arrays depend on: resuming with another value is refused.
-SHAPING = ("env_name", "env", "vec.num_envs", "vec.groups", "policy.hidden_size", "policy.lstm", "policy.encoder", "policy.mlp_layers",
-           "policy.shared_trunk", "policy.cnn_channels", "policy.cnn_kernels", "policy.cnn_strides", "policy.module",
-           "train.obs_norm")
+SHAPING = ("env_name", "env", "vec.num_envs", "vec.groups", "policy.hidden_size", "policy.lstm", "policy.encoder",
+           "policy.mlp_layers", "policy.shared_trunk", "policy.cnn_channels", "policy.cnn_kernels",
+           "policy.cnn_strides", "policy.module", "train.obs_norm")
 
 
 def _get(config, name: str):
