@@ -78,7 +78,7 @@ def build(output: Path, sanitize: bool = False, shared: bool = True,
     cmd = compile_command(output, sanitize=sanitize, shared=shared, sources=sources, include=include)
     if verbose:
         print(" ".join(cmd), file=sys.stderr)
-    result = subprocess.run(cmd, capture_output=True, text=True)
+    result = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
     if result.returncode != 0:
         raise RuntimeError(f"compiling cenv failed:\n{' '.join(cmd)}\n{result.stdout}{result.stderr}")
     return output

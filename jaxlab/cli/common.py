@@ -152,6 +152,45 @@ def resolve(args: argparse.Namespace) -> Resolved:
     return Resolved(config, sources, sizes, reason, backend, resume, tuple(changes), estimate, limit, resume_meta)
 
 
+def cannot_write(directory: Path) -> str | None:
+    """Why this process cannot create ``directory`` (parents too) and write a file in it, or None."""
+    import os
+
+    probe = directory / f".write-test-{os.getpid()}"  # one per process: processes may share the directory
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe.touch()
+        probe.unlink()
+    except OSError as err:
+        return err.strerror or str(err)
+    return None
+
+
+def output_file_problem(flag: str, name: str, suffix: str | None = None) -> str | None:
+    """Why ``name`` (given with ``flag``) cannot be written as a file (ending in ``suffix`` when given),
+    or None: checked before the work that produces it, so that the work is not lost at the end."""
+    import os
+
+    path = Path(name)
+    folder = path.parent if str(path.parent) else Path(".")
+    if suffix is not None and path.suffix.lower() != suffix:
+        return f"{flag} {name}: the file is written as {suffix}, so its name must end in {suffix}, e.g. {flag} " \
+               f"{path.with_suffix(suffix).name}"
+    if path.is_dir():
+        return f"{flag} {name} is a folder; give a file name, e.g. {flag} {path / ('out' + (suffix or '.txt'))}"
+    if not folder.is_dir():
+        return f"{flag} {name}: its folder {folder} does not exist; create it or give another path"
+    probe = path if path.exists() else folder / f".write-test-{os.getpid()}"
+    try:
+        with open(probe, "ab"):  # appends nothing to an existing file
+            pass
+        if probe != path:
+            probe.unlink()
+    except OSError as err:
+        return f"{flag} {name}: cannot write there ({err.strerror}); give a path you can write"
+    return None
+
+
 def fail(command: str, err: Exception) -> int:
     print(f"jaxlab {command}: error: {err}", file=sys.stderr)
     return 2

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from jaxlab.cli.common import LAYERS, fail, resolve
+from jaxlab.cli.common import LAYERS, fail, output_file_problem, resolve
 
 
 def envs_command(args: argparse.Namespace) -> int:
@@ -101,13 +101,15 @@ def plot_command(args: argparse.Namespace) -> int:
     """Draws learning curves of RUN_DIRs into a PNG."""
     from jaxlab.observe.plot import PlotError, plot
 
+    problem = output_file_problem("--output", args.output, ".png")
+    if problem:
+        return fail("plot", PlotError(problem))
     try:
         out = plot([Path(r) for r in args.run_dirs], Path(args.output), args.metric, args.x)
     except PlotError as err:
         return fail("plot", err)
     print(f"wrote {out}")
     return 0
-
 
 
 def add_commands(add) -> None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
 
-from jaxlab.cli.common import LAYERS, resolve
+from jaxlab.cli.common import LAYERS, cannot_write, resolve
 
 
 def sweep_command(args: argparse.Namespace) -> int:
@@ -37,6 +38,10 @@ def sweep_command(args: argparse.Namespace) -> int:
     if (args.show or args.plot) and args.storage is None and not (study_dir / study_lib.JOURNAL).is_file():
         raise ConfigError(f"no study {name!r} in {args.root} (no {study_dir / study_lib.JOURNAL}); pass the "
                           "--study NAME (and --root DIR or --storage URL) of a sweep that ran")
+    new_dir = not study_dir.exists()
+    problem = cannot_write(study_dir) if args.storage is None else None
+    if problem:
+        raise ConfigError(f"cannot write the study folder {study_dir} ({problem}); pass a --root DIR you can write")
     storage = study_lib.storage_for(args.storage, study_dir)
     exists = name in optuna.study.get_all_study_names(storage)
     if args.show or args.plot:
@@ -48,6 +53,10 @@ def sweep_command(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # before the sweep's own signal handling started: nothing runs yet
         print("jaxlab sweep: interrupted before any trial started", file=sys.stderr)
         return 130
+    except ConfigError:  # refused before any trial: a study folder made for it holds only an empty journal
+        if new_dir and all(p.name.startswith(study_lib.JOURNAL) for p in study_dir.iterdir()):
+            shutil.rmtree(study_dir, ignore_errors=True)
+        raise
 
 
 def prepare_and_run(args, name: str, storage, study_dir: Path, exists: bool, overrides: dict,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxlab.cli.common import LAYERS, env_name_of, fail, resolve, warn
+from jaxlab.cli.common import LAYERS, cannot_write, env_name_of, fail, output_file_problem, resolve, warn
 
 
 def train_command(args: argparse.Namespace) -> int:
@@ -122,20 +122,6 @@ def train_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def cannot_write(directory: Path) -> str | None:
-    """Why this process cannot create ``directory`` (parents too) and write a file in it, or None."""
-    import jax
-
-    probe = directory / f".write-test-{jax.process_index()}"  # one per process: they may share the directory
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        probe.touch()
-        probe.unlink()
-    except OSError as err:
-        return err.strerror or str(err)
-    return None
-
-
 def quiet(*args, **kwargs) -> None:
     """What another process than 0 of a run over several does with a message: nothing."""
 
@@ -234,6 +220,15 @@ def eval_command(args: argparse.Namespace) -> int:
 
     if args.episodes < 1:
         raise ConfigError(f"--episodes {args.episodes} must be at least 1, e.g. --episodes 10")
+    if args.num_envs is not None and args.num_envs < 1:
+        raise ConfigError(f"--num-envs {args.num_envs} must be at least 1, e.g. --num-envs 16 (or leave it out: "
+                          f"min(episodes, 64))")
+    if not 0 <= args.seed < 2**63:
+        raise ConfigError(f"--seed {args.seed} must be in [0, 2**63), e.g. --seed 12345")
+    for flag, name, suffix in (("--save-frames", args.save_frames, None), ("--gif", args.gif, ".gif")):
+        problem = name is not None and output_file_problem(flag, name, suffix)
+        if problem:  # before the checkpoint is loaded and played
+            raise ConfigError(problem)
     given = [f"--{key.replace('_', '-')}" for key in GIF_DEFAULTS if getattr(args, key) is not None]
     if given and not args.gif:
         one = len(given) == 1
@@ -346,7 +341,7 @@ def add_commands(add) -> None:
                           help="a checkpoint directory, a run dir or its checkpoints/ (the newest good one), or latest")
     evaluate.add_argument("--episodes", type=int, default=10, help="agent-episodes to play (default 10)")
     evaluate.add_argument("--deterministic", action="store_true", help="take the most likely action (default: sample)")
-    evaluate.add_argument("--num-envs", type=int, default=0, help="envs played at once (default min(episodes, 64))")
+    evaluate.add_argument("--num-envs", type=int, help="envs played at once (default min(episodes, 64))")
     evaluate.add_argument("--seed", type=int, default=12345, help="seed of the new envs and of sampling")
     evaluate.add_argument("--render", action="store_true", help="print env 0's first episode as text (envs "
                           "with a render hook: `jaxlab envs` lists their options)")

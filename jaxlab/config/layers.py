@@ -422,10 +422,17 @@ def legacy_defaults(layer: dict) -> dict:
 
 
 def read_toml(path: Path) -> dict:
+    """The TOML file ``path`` as a dict; ConfigError naming the file when it is not UTF-8 TOML or cannot
+    be read."""
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path} is not valid TOML: {err}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {err.start}: {err.object[err.start:err.start + 1]!r}); "
+                          "save it as UTF-8 TOML") from None
+    except OSError as err:
+        raise ConfigError(f"cannot read {path} ({err.strerror})") from None
 
 
 def build_config(env_name: str, values: dict, env_params: dict, preset: str = "none") -> Config:

@@ -123,6 +123,12 @@ def build_library(headers: list[str | Path], output: str | Path, sanitize: bool 
         if header.suffix != ".h" or not header.is_file():
             raise BuildError(f"{header} is not an env header file (NAME.h); create one with `jaxlab new-env NAME`")
     output = Path(output).expanduser().absolute()
+    if output.resolve() in {h.resolve() for h in headers}:
+        raise BuildError(f"the library {output} would overwrite its own header; give another name, e.g. "
+                         f"-o lib{output.stem}.so")
+    if output.is_file() and output.read_bytes()[:4] != b"\x7fELF":
+        raise BuildError(f"{output} exists and is not a library (it would be overwritten); give another name, "
+                         f"e.g. -o lib{headers[0].stem}.so, or remove it")
     builder = _builder()
     with tempfile.TemporaryDirectory(prefix="jaxlab-build-") as folder:
         source = _translation_unit(headers, Path(folder))
@@ -167,7 +173,7 @@ def dependencies(header: Path) -> list[Path]:
     """The header and every file it includes (the compiler's own list, from -M), sorted."""
     builder = _builder()
     cmd = [*shlex.split(builder.find_compiler()), f"-I{include_dir()}", "-M", "-x", "c", str(header)]
-    result = subprocess.run(cmd, capture_output=True, text=True)
+    result = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
     if result.returncode != 0:
         raise BuildError(f"{header} does not compile (its includes could not be resolved):\n{' '.join(cmd)}\n"
                          f"{result.stderr.strip()}")
@@ -179,7 +185,7 @@ def dependencies(header: Path) -> list[Path]:
 def _compiler_identity() -> str:
     builder = _builder()
     compiler = shlex.split(builder.find_compiler())
-    version = subprocess.run([*compiler, "--version"], capture_output=True, text=True).stdout
+    version = subprocess.run([*compiler, "--version"], capture_output=True, text=True, errors="replace").stdout
     return " ".join(compiler) + "\n" + version
 
 
@@ -240,7 +246,11 @@ def new_env(name: str, folder: str | Path = ".") -> tuple[Path, Path]:
                          "e.g. drone or card_game")
     if name in env_types():
         raise BuildError(f"{name!r} is a built-in env; choose another name")
+    if name == "cenv" or name.startswith("cenv_"):
+        raise BuildError(f"env name {name!r} would clash with the SDK's own cenv_* names; choose another name")
     folder = Path(folder).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise BuildError(f"{folder} is a file, not a folder; give the folder to write into (nothing was written)")
     header, test = folder / f"{name}.h", folder / f"test_{name}.py"
     for path in (header, test):
         if path.exists():
@@ -251,7 +261,11 @@ def new_env(name: str, folder: str | Path = ".") -> tuple[Path, Path]:
     def rename(text: str) -> str:
         return text.replace("CORRIDOR", name.upper()).replace("Corridor", camel).replace("corridor", name)
 
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise BuildError(f"cannot create {folder} ({err.strerror}); give a folder you can write "
+                         "(nothing was written)") from None
     header.write_text(rename((template / "corridor.h").read_text()))
     test.write_text(rename((template / "test_corridor.py").read_text()))
     return header, test

@@ -77,11 +77,34 @@ def summarize(records: list[dict], best_metric: str = "episode_return") -> dict:
                                                "update": best["update"], "global_step": best["global_step"]}}
 
 
-def read_metrics(run_dir: Path) -> list[dict]:
-    path = Path(run_dir) / "metrics.jsonl"
+def metric_lines(path: Path) -> list[tuple[str, dict]]:
+    """(line, record) for each readable record of a metrics.jsonl; a line that is not a JSON object (the
+    last line of a run killed while writing it, a hand edit) is left out with one warning on stderr
+    naming the file and the lines."""
+    path = Path(path)
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    kept, bad = [], []
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if isinstance(record, dict):
+            kept.append((line, record))
+        else:
+            bad.append(number)
+    if bad:
+        print(f"warning: {path}: line(s) {', '.join(map(str, bad[:5]))}{' …' if len(bad) > 5 else ''} "
+              f"are not JSON records (a run killed while writing?); left out", file=sys.stderr)
+    return kept
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    """The records of RUN_DIR/metrics.jsonl, unreadable lines left out (see metric_lines)."""
+    return [record for _, record in metric_lines(Path(run_dir) / "metrics.jsonl")]
 
 
 def write_summary(run_dir: Path, best_metric: str = "episode_return", **status) -> dict:
@@ -105,10 +128,12 @@ def run_env_name(run_dir: Path) -> str | None:
 
 
 def _read_json(path: Path) -> dict:
+    """The JSON object in ``path``; {} when it is missing, unreadable or not an object."""
     try:
-        return json.loads(path.read_text())
+        value = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
+    return value if isinstance(value, dict) else {}
 
 
 def run_rows(root: Path) -> list[dict]:
@@ -130,9 +155,12 @@ def run_rows(root: Path) -> list[dict]:
             summary = summarize(read_metrics(run))
             summary["status"] = "running or killed"
         env = info.get("env_name") or run_env_name(run)
-        notes = (run / "notes.md").read_text().strip().splitlines()[0] if (run / "notes.md").is_file() else ""
-        final = summary.get("final", {}).get("episode_return")
-        best = summary.get("best") or {}
+        notes_file = run / "notes.md"
+        notes = (notes_file.read_text(errors="replace").strip().splitlines() or [""])[0] if notes_file.is_file() else ""
+        final = summary.get("final")
+        final = final.get("episode_return") if isinstance(final, dict) else None
+        best = summary.get("best")
+        best = best if isinstance(best, dict) else {}
         status = summary.get("status") or ("error" if summary.get("error") else
                                           f"stopped ({summary['stopped']})" if summary.get("stopped") else "done")
         rows.append({"run": info.get("run_name", run.name), "path": str(run), "env": env or "?",

@@ -4,7 +4,6 @@ the config to resume with, and tidying the run dir past the checkpoint resumed f
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import TypeVar
 from jaxlab import checkpoint
 from jaxlab import config as config_lib
 from jaxlab.config.layers import flags_library
-from jaxlab.observe.records import run_env_name
+from jaxlab.observe.records import metric_lines, run_env_name
 
 T = TypeVar("T")
 
@@ -80,8 +79,7 @@ def keep_metrics_until(path: Path, update: int) -> None:
     resume goes back to, and will be logged again)."""
     if not path.is_file():
         return
-    kept = [line for line in path.read_text().splitlines()
-            if line.strip() and json.loads(line).get("update", 0) <= update]
+    kept = [line for line, record in metric_lines(path) if record.get("update", 0) <= update]
     path.write_text("".join(line + "\n" for line in kept))
 
 

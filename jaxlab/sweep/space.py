@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import difflib
 import math
-import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from jaxlab.config import SECTIONS, Config, ConfigError, coerce, coerce_key, derive_sizes, with_layer
+from jaxlab.config.layers import read_toml
 
 #: Keys that are not hyperparameters: set per trial by the sweep, or by --seeds, or bookkeeping.
 NOT_SWEPT = {"train.seed": "seeds are --seeds S (each trial runs S seeds and averages them)",
@@ -127,9 +127,9 @@ def read_sweep_file(path: str | Path) -> dict:
     if not path.is_file():
         raise ConfigError(f"sweep file {path} does not exist; pass --sweep FILE (see configs/sweeps/ for examples)")
     try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"sweep file {path} is not valid TOML: {err}") from None
+        data = read_toml(path)
+    except ConfigError as err:
+        raise ConfigError(f"sweep file {err}") from None
     if set(data) != {"sweep"}:
         extra = ", ".join(sorted(set(data) - {"sweep"})) or "nothing"
         raise ConfigError(f"sweep file {path} must hold one [sweep] table (found {extra}); put every key under [sweep]")

@@ -1,0 +1,104 @@
+"""Bad input to eval, plot, runs, build-env, new-env, sweep and config files: one line naming the value
+and a fix (exit 2), checked before the work, and nothing saved damaged."""
+
+import json
+
+import pytest
+
+from jaxlab import cli
+from jaxlab.observe.records import read_metrics, run_rows
+from jaxlab.run.resume import keep_metrics_until
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--num-envs", "0"], "--num-envs 0 must be at least 1"),
+    (["--seed", "-1"], "--seed -1 must be in [0, 2**63)"),
+    (["--save-frames", "FOLDER"], "--save-frames FOLDER is a folder; give a file name"),
+    (["--save-frames", "FOLDER/missing/f.txt"], "--save-frames FOLDER/missing/f.txt: its folder FOLDER/missing does "
+                                                "not exist"),
+    (["--gif", "FOLDER/a.png"], "--gif FOLDER/a.png: the file is written as .gif, so its name must end in .gif"),
+])
+def test_eval_refuses_what_it_could_not_finish_before_loading_anything(tmp_path, capsys, flags, message):
+    flags = [f.replace("FOLDER", str(tmp_path)) for f in flags]
+    # no checkpoint exists there: the checks come first
+    assert cli.main(["eval", "cartpole", "--checkpoint", str(tmp_path / "none"), *flags]) == 2
+    assert message.replace("FOLDER", str(tmp_path)) in capsys.readouterr().err
+
+
+def write_run(folder, lines, notes=None, summary=None):
+    folder.mkdir(parents=True)
+    (folder / "config.toml").write_text('env_name = "cartpole"\n')
+    (folder / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))
+    if notes is not None:
+        (folder / "notes.md").write_bytes(notes)
+    if summary is not None:
+        (folder / "summary.json").write_text(json.dumps(summary))
+
+
+def test_damaged_records_are_read_around_not_a_traceback(tmp_path, capsys):
+    good = [json.dumps({"update": u, "global_step": 64 * u, "wall_time": u, "sps": 64.0, "episodes": 1,
+                        "episode_return": 10.0 * u}) for u in (1, 2)]
+    write_run(tmp_path / "killed", [*good, '{"update": 3, "global_st'])  # killed while writing its last line
+    write_run(tmp_path / "edited", [good[0], "garbage not json", good[1]], notes=b"", summary={"final": 5})
+    write_run(tmp_path / "latin", good, notes=b"caf\xe9 au lait\n")
+    assert [r["update"] for r in read_metrics(tmp_path / "killed")] == [1, 2]
+    assert "killed/metrics.jsonl: line(s) 3 are not JSON records" in capsys.readouterr().err
+    rows = {r["path"].rsplit("/", 1)[1]: r for r in run_rows(tmp_path)}
+    assert rows["killed"]["final_return"] == 20.0 and rows["killed"]["status"] == "running or killed"
+    assert rows["edited"]["notes"] == "" and rows["edited"]["final_return"] is None
+    assert rows["latin"]["notes"].startswith("caf")
+    assert cli.main(["plot", str(tmp_path / "killed"), "-o", str(tmp_path / "k.png")]) == 0
+    keep_metrics_until(tmp_path / "killed" / "metrics.jsonl", 1)  # a resume from update 1 drops the rest
+    assert (tmp_path / "killed" / "metrics.jsonl").read_text() == good[0] + "\n"
+
+
+@pytest.mark.parametrize("output, message", [
+    ("a.pdf", "--output a.pdf: the file is written as .png, so its name must end in .png, e.g. --output a.png"),
+    ("FOLDER/missing/a.png", "its folder FOLDER/missing does not exist"),
+])
+def test_plot_checks_its_output_before_drawing(tmp_path, capsys, output, message):
+    output = output.replace("FOLDER", str(tmp_path))
+    assert cli.main(["plot", str(tmp_path), "-o", output]) == 2
+    assert message.replace("FOLDER", str(tmp_path)) in capsys.readouterr().err
+
+
+def test_build_env_never_overwrites_its_header_or_a_file_that_is_not_a_library(tmp_path, capsys):
+    assert cli.main(["new-env", "walker", str(tmp_path)]) == 0
+    header = tmp_path / "walker.h"
+    source = header.read_bytes()
+    assert cli.main(["build-env", str(header), "-o", str(header)]) == 2
+    assert "would overwrite its own header; give another name, e.g. -o libwalker.so" in capsys.readouterr().err
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    assert cli.main(["build-env", str(header), "-o", str(notes)]) == 2
+    assert "exists and is not a library (it would be overwritten)" in capsys.readouterr().err
+    assert header.read_bytes() == source and notes.read_text() == "mine"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["new-env", "cenv"], "env name 'cenv' would clash with the SDK's own cenv_* names"),
+    (["new-env", "walker", "AFILE"], "AFILE is a file, not a folder"),
+])
+def test_new_env_refuses_a_name_or_folder_it_cannot_use(tmp_path, capsys, args, message):
+    (tmp_path / "AFILE").write_text("")
+    args = [a.replace("AFILE", str(tmp_path / "AFILE")) for a in args]
+    assert cli.main(args) == 2
+    assert message.replace("AFILE", str(tmp_path / "AFILE")) in capsys.readouterr().err
+
+
+def test_a_config_file_that_is_not_utf8_is_one_line(tmp_path, capsys):
+    path = tmp_path / "bin.toml"
+    path.write_bytes(b"\xff\xfe[vec]\n")
+    assert cli.main(["config", "cartpole", "--config", str(path)]) == 2
+    assert f"{path} is not UTF-8 text (byte 0: b'\\xff'); save it as UTF-8 TOML" in capsys.readouterr().err
+
+
+def test_a_refused_sweep_leaves_no_study_folder_and_an_unwritable_root_is_one_line(tmp_path, capsys):
+    pytest.importorskip("optuna")
+    root = tmp_path / "sweeps"
+    assert cli.main(["sweep", "cartpole", "--root", str(root), "--study", "c", "--train.gamma", "2"]) == 2
+    assert "train.gamma=2.0 must be in (0, 1]" in capsys.readouterr().err
+    assert not (root / "c").exists()
+    (tmp_path / "afile").write_text("")
+    assert cli.main(["sweep", "cartpole", "--root", str(tmp_path / "afile"), "--study", "c"]) == 2
+    assert f"cannot write the study folder {tmp_path / 'afile' / 'c'}" in capsys.readouterr().err
