@@ -102,3 +102,12 @@ def test_a_refused_sweep_leaves_no_study_folder_and_an_unwritable_root_is_one_li
     (tmp_path / "afile").write_text("")
     assert cli.main(["sweep", "cartpole", "--root", str(tmp_path / "afile"), "--study", "c"]) == 2
     assert f"cannot write the study folder {tmp_path / 'afile' / 'c'}" in capsys.readouterr().err
+
+
+def test_the_sweeps_follow_up_commands_name_its_root(tmp_path, capsys):
+    pytest.importorskip("optuna")
+    root = tmp_path / "sweeps"
+    assert cli.main(["sweep", "cartpole", "--root", str(root), "--study", "s", "--trials", "0"]) == 0
+    assert f"results: `jaxlab sweep cartpole --study s --root {root} --show`" in capsys.readouterr().out
+    assert cli.main(["sweep", "cartpole", "--root", str(root), "--study", "s", "--show"]) == 0
+    assert f"no complete trial yet; run `jaxlab sweep cartpole --study s --root {root}`" in capsys.readouterr().out

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from jaxlab.cli.common import LAYERS, cannot_write, resolve
 
+DEFAULT_ROOT = "runs/sweeps"  # --root: the folder of the study dirs
+
 
 def sweep_command(args: argparse.Namespace) -> int:
     """Runs (or resumes) a sweep, or shows / plots its results. Exit status: 0 done or stopped by
@@ -131,13 +133,20 @@ def run_sweep(args, study, storage, spec, base_toml: str, study_dir: Path, platf
     for t in study.get_trials(deepcopy=False):
         counts[t.state.name.lower()] = counts.get(t.state.name.lower(), 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    again = f"jaxlab sweep {args.env} --study {study.study_name}" + (" --storage URL" if args.storage else "")
+    again = study_command(args, study.study_name)
     if stopped:
         print(f"stopped by {stopped}: {summary}; every running trial saved a checkpoint; continue with "
               f"`{again}`", file=sys.stderr)
         return 130 if stopped == "SIGINT" else 0
     print(f"done: {summary}; results: `{again} --show`")
     return 0
+
+
+def study_command(args, name: str) -> str:
+    """The command that continues study ``name`` (its --root when not the default; --storage URL stands
+    for the database URL, which may hold a password)."""
+    where = " --storage URL" if args.storage else ("" if args.root == DEFAULT_ROOT else f" --root {args.root}")
+    return f"jaxlab sweep {args.env} --study {name}{where}"
 
 
 def show_results(args, name: str, storage, study_dir: Path) -> int:
@@ -147,7 +156,7 @@ def show_results(args, name: str, storage, study_dir: Path) -> int:
     study, spec, base_toml = study_lib.open_study(name, storage, None, None, args.env)
     study_dir.mkdir(parents=True, exist_ok=True)
     if args.show:
-        print(results.show(study, spec, base_toml, study_dir, args.env))
+        print(results.show(study, spec, base_toml, study_dir, args.env, study_command(args, name)))
     if args.plot:
         for line in results.plot(study, spec, study_dir):
             print(line)
@@ -172,7 +181,7 @@ def add_commands(add) -> None:
                        "(default ENV-TIMESTAMP)")
     sweep.add_argument("--storage", metavar="URL", help="postgresql://... or mysql+pymysql://... to share the "
                        "study between machines (default: the journal file runs/sweeps/STUDY/study.journal)")
-    sweep.add_argument("--root", default="runs/sweeps", metavar="DIR", help="folder of the study dirs "
+    sweep.add_argument("--root", default=DEFAULT_ROOT, metavar="DIR", help="folder of the study dirs "
                        "(default runs/sweeps)")
     sweep.add_argument("--seeds", type=int, metavar="S", help="seeds per trial, averaged (default: the file's)")
     sweep.add_argument("--objective", metavar="WHAT", help="score, or score,cost: also minimise wall time "

@@ -53,9 +53,9 @@ def reproduce_command(trial, env_name: str, path: Path) -> str:
     return f"{pin}jaxlab train {env_name} --config {path}"
 
 
-def show(study, spec: SweepSpec, base_toml: str, study_dir: Path, env_name: str) -> str:
+def show(study, spec: SweepSpec, base_toml: str, study_dir: Path, env_name: str, again: str) -> str:
     """The results table; writes STUDY_DIR/best.toml (and pareto-trial-N.toml for each Pareto trial of
-    a score,cost study). Returns the text to print."""
+    a score,cost study). Returns the text to print. ``again``: the command that continues the study."""
     counts = _states(study)
     total = sum(counts.values())
     lines = [f"study {study.study_name}: {total} trials (" + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
@@ -63,7 +63,7 @@ def show(study, spec: SweepSpec, base_toml: str, study_dir: Path, env_name: str)
              f"{spec.seeds} seed(s)"]
     best = ranked(study, spec)
     if not best:
-        lines.append(f"no complete trial yet; run `jaxlab sweep {env_name} --study {study.study_name}`")
+        lines.append(f"no complete trial yet; run `{again}`")
         return "\n".join(lines)
     what = "Pareto front (score up, wall time down)" if spec.multi_objective else f"best {min(SHOWN, len(best))}"
     lines.append(what + ":")
