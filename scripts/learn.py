@@ -375,6 +375,17 @@ def main(argv: list[str] | None = None) -> int:
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     # (variant name, its folder, its flags); one unnamed variant in OUT itself without --variant
     plan = [(v, out / v, list(args.flags) + flags) for v, flags in variants.items()] or [("", out, list(args.flags))]
+    if not args.runs_only:  # a second run into the same folders would mix its records into the first's
+        from jaxlab.config import ConfigError
+        from jaxlab.run.loop import refuse_an_earlier_run
+
+        for _, folder, _ in plan:
+            for seed in seeds:
+                try:
+                    refuse_an_earlier_run(folder / f"seed-{seed}")
+                except ConfigError:
+                    parser.error(f"{folder / f'seed-{seed}'} already holds a run; give a new --out, or --runs-only "
+                                 f"to plot the runs in {out}")
     failed = []
     # SIGTERM unwinds like Ctrl-C does, so run_seeds stops its training processes on the way out
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))

@@ -74,6 +74,12 @@ def test_two_seeds_train_and_the_curve_table_and_json_are_written(tmp_path):
     assert curves["metric"] == "episode_return" and [c["seed"] for c in curves["curves"]] == [0, 1]
     assert all(len(c["steps"]) == len(c["value"]) > 0 for c in curves["curves"])
     assert "curve: " in (out / "learn.log").read_text()
+    again = subprocess.run(result.args, capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "PYTHONPATH": str(Path(jaxlab.__file__).parents[1])})
+    assert again.returncode == 2  # the same folders again: refused before training, the runs kept
+    assert f"{out / 'seed-0'} already holds a run; give a new --out, or --runs-only to plot the runs in {out}" \
+        in again.stderr
+    assert json.loads((out / "curves.json").read_text()) == curves
 
 
 def test_variants_parse_and_compare_by_hand():
