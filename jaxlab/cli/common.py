@@ -169,8 +169,6 @@ def cannot_write(directory: Path) -> str | None:
 def output_file_problem(flag: str, name: str, suffix: str | None = None) -> str | None:
     """Why ``name`` (given with ``flag``) cannot be written as a file (ending in ``suffix`` when given),
     or None: checked before the work that produces it, so that the work is not lost at the end."""
-    import os
-
     path = Path(name)
     folder = path.parent if str(path.parent) else Path(".")
     if suffix is not None and path.suffix.lower() != suffix:
@@ -180,15 +178,16 @@ def output_file_problem(flag: str, name: str, suffix: str | None = None) -> str 
         return f"{flag} {name} is a folder; give a file name, e.g. {flag} {path / ('out' + (suffix or '.txt'))}"
     if not folder.is_dir():
         return f"{flag} {name}: its folder {folder} does not exist; create it or give another path"
-    probe = path if path.exists() else folder / f".write-test-{os.getpid()}"
-    try:
-        with open(probe, "ab"):  # appends nothing to an existing file
-            pass
-        if probe != path:
-            probe.unlink()
-    except OSError as err:
-        return f"{flag} {name}: cannot write there ({err.strerror}); give a path you can write"
-    return None
+    if path.exists():
+        try:
+            with open(path, "ab"):  # appends nothing to the existing file
+                pass
+            unwritable = None
+        except OSError as err:
+            unwritable = err.strerror
+    else:
+        unwritable = cannot_write(folder)
+    return unwritable and f"{flag} {name}: cannot write there ({unwritable}); give a path you can write"
 
 
 def fail(command: str, err: Exception) -> int:

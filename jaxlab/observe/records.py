@@ -156,7 +156,8 @@ def run_rows(root: Path) -> list[dict]:
             summary["status"] = "running or killed"
         env = info.get("env_name") or run_env_name(run)
         notes_file = run / "notes.md"
-        notes = (notes_file.read_text(errors="replace").strip().splitlines() or [""])[0] if notes_file.is_file() else ""
+        notes = notes_file.read_text(errors="replace").strip().splitlines() if notes_file.is_file() else []
+        notes = notes[0] if notes else ""
         final = summary.get("final")
         final = final.get("episode_return") if isinstance(final, dict) else None
         best = summary.get("best")
