@@ -111,3 +111,35 @@ def test_the_sweeps_follow_up_commands_name_its_root(tmp_path, capsys):
     assert f"results: `jaxlab sweep cartpole --study s --root {root} --show`" in capsys.readouterr().out
     assert cli.main(["sweep", "cartpole", "--root", str(root), "--study", "s", "--show"]) == 0
     assert f"no complete trial yet; run `jaxlab sweep cartpole --study s --root {root}`" in capsys.readouterr().out
+
+
+def test_plot_names_the_runs_it_draws_no_line_for(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    returns = [json.dumps({"update": u, "global_step": 64 * u, "wall_time": u, "episode_return": 1.0 * u})
+               for u in (1, 2)]
+    write_run(tmp_path / "learning", returns)
+    write_run(tmp_path / "silent", [json.dumps({"update": 1, "global_step": 64, "wall_time": 1})])
+    assert cli.main(["plot", str(tmp_path / "learning"), str(tmp_path / "silent"), "-o", str(tmp_path / "c.png")]) == 0
+    err = capsys.readouterr().err
+    assert "silent has no values of 'episode_return': it has no line in the plot" in err
+    assert "learning has no values" not in err
+
+
+def test_runs_names_a_copied_run_by_its_folder(tmp_path):
+    write_run(tmp_path / "copy", [json.dumps({"update": 1, "global_step": 64, "wall_time": 1})])
+    (tmp_path / "copy" / "run.json").write_text(json.dumps({"run_name": "original", "env_name": "cartpole"}))
+    write_run(tmp_path / "same", [json.dumps({"update": 1, "global_step": 64, "wall_time": 1})])
+    (tmp_path / "same" / "run.json").write_text(json.dumps({"run_name": "same", "env_name": "cartpole"}))
+    assert sorted(r["run"] for r in run_rows(tmp_path)) == ["copy (original)", "same"]
+
+
+def test_eval_refuses_a_gif_rate_no_gif_can_play(tmp_path, capsys):
+    pytest.importorskip("PIL")
+    assert cli.main(["eval", "cartpole", "--checkpoint", str(tmp_path / "none"), "--gif", str(tmp_path / "a.gif"),
+                     "--gif-fps", "60"]) == 2
+    assert "--gif-fps 60.0 must be in (0, 50]" in capsys.readouterr().err
+
+
+def test_a_config_flag_naming_a_folder_says_so(tmp_path, capsys):
+    assert cli.main(["config", "cartpole", "--config", str(tmp_path)]) == 2
+    assert f"--config {tmp_path}: is a folder, not a TOML file" in capsys.readouterr().err

@@ -45,7 +45,7 @@ def test_build_env_makes_a_library_that_lists_and_steps_like_the_header(user_env
     library = tmp_path / "libstroll.so"
     result = jaxlab_cli("build-env", str(user_env / "stroll.h"), "-o", str(library))
     assert result.returncode == 0, result.stderr
-    assert f"built {library}: stroll" in result.stdout
+    assert f"built {library}: stroll\n  train: jaxlab train stroll --env.library {library}" in result.stdout
     listing = jaxlab_cli("envs", "--library", str(library))
     assert listing.returncode == 0 and listing.stdout.startswith("stroll: ") and "options: render, pixels" in listing.stdout
     rng = np.random.default_rng(0)

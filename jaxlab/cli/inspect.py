@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from jaxlab.cli.common import LAYERS, fail, output_file_problem, resolve
+from jaxlab.cli.common import LAYERS, fail, output_file_problem, resolve, warn
 
 
 def envs_command(args: argparse.Namespace) -> int:
@@ -105,7 +105,7 @@ def plot_command(args: argparse.Namespace) -> int:
     if problem:
         return fail("plot", PlotError(problem))
     try:
-        out = plot([Path(r) for r in args.run_dirs], Path(args.output), args.metric, args.x)
+        out = plot([Path(r) for r in args.run_dirs], Path(args.output), args.metric, args.x, warn=warn)
     except PlotError as err:
         return fail("plot", err)
     print(f"wrote {out}")

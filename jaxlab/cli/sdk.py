@@ -52,8 +52,8 @@ def build_env_command(args: argparse.Namespace) -> int:
         print(f"built {library} with AddressSanitizer and UBSan; load it with "
               f"LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0", file=sys.stderr)
         return 0
-    names = ", ".join(_sdk_errors(lambda: env_types(library)))
-    print(f"built {library}: {names}\n  train: jaxlab train NAME --env.library {library}")
+    names = list(_sdk_errors(lambda: env_types(library)))
+    print(f"built {library}: {', '.join(names)}\n  train: jaxlab train {names[0]} --env.library {library}")
     return 0
 
 

@@ -324,7 +324,8 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
     if config_file is not None:
         path = Path(config_file)
         if not path.is_file():
-            raise ConfigError(f"--config {path}: no such file")
+            what = "is a folder, not a TOML file" if path.is_dir() else "no such file"
+            raise ConfigError(f"--config {path}: {what}; give a TOML file such as a run dir's config.toml")
         layer = read_toml(path)
         file_env = layer.pop("env_name", env_name)
         file_preset = layer.pop("preset", "none")

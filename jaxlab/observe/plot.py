@@ -30,9 +30,15 @@ def curves(run_dirs: list[Path], metric: str, x: str) -> list[tuple[str, list[fl
     return out
 
 
-def plot(run_dirs: list[Path], output: Path, metric: str = "episode_return", x: str = "step") -> Path:
-    """Draws ``metric`` of every run against steps or wall time into the PNG ``output``."""
+def plot(run_dirs: list[Path], output: Path, metric: str = "episode_return", x: str = "step",
+         warn=None) -> Path:
+    """Draws ``metric`` of every run against steps or wall time into the PNG ``output``. A run with no
+    value of ``metric`` gets no line, and ``warn`` (if given) is called with one line naming it."""
     lines = curves(run_dirs, metric, x)
+    if warn is not None:
+        for label, xs, _ in lines:
+            if not xs:
+                warn(f"{label} has no values of {metric!r}: it has no line in the plot")
     try:
         import matplotlib
 

@@ -164,7 +164,9 @@ def run_rows(root: Path) -> list[dict]:
         best = best if isinstance(best, dict) else {}
         status = summary.get("status") or ("error" if summary.get("error") else
                                           f"stopped ({summary['stopped']})" if summary.get("stopped") else "done")
-        rows.append({"run": info.get("run_name", run.name), "path": str(run), "env": env or "?",
+        named = info.get("run_name")
+        label = run.name if not named or named == run.name else f"{run.name} ({named})"
+        rows.append({"run": label, "path": str(run), "env": env or "?",
                      "steps": summary.get("global_step", 0), "sps": summary.get("sps", 0.0),
                      "final_return": final, "best_return": best.get("value"), "status": status, "notes": notes})
     return rows
