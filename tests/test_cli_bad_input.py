@@ -143,3 +143,21 @@ def test_eval_refuses_a_gif_rate_no_gif_can_play(tmp_path, capsys):
 def test_a_config_flag_naming_a_folder_says_so(tmp_path, capsys):
     assert cli.main(["config", "cartpole", "--config", str(tmp_path)]) == 2
     assert f"--config {tmp_path}: is a folder, not a TOML file" in capsys.readouterr().err
+
+
+def test_a_resume_error_says_the_value_came_from_the_saved_run(tmp_path, capsys):
+    import os
+    import subprocess
+    import sys
+
+    run = tmp_path / "two-devices"
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    saved = subprocess.run([sys.executable, "-m", "jaxlab.cli", "train", "cartpole", "--device.count", "2",
+                            "--policy.hidden-size", "16", "--train.total-timesteps", "1024", "--run-dir", str(run),
+                            "--log.dashboard", "none"], capture_output=True, text=True, env=env, timeout=600)
+    assert saved.returncode == 0, saved.stderr[-2000:]
+    # this process sees one device: the saved device.count 2 cannot be used, and the error says where it came from
+    assert cli.main(["train", "cartpole", "--resume", str(run), "--train.total-timesteps", "2048"]) == 2
+    err = capsys.readouterr().err
+    assert "device.count=2 must be between 1 and the 1 local device JAX sees; e.g. --device.count 1 (or auto)" in err
+    assert f"(--resume {run}: the values not given as flags are the ones the run was saved with" in err

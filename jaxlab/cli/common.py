@@ -144,11 +144,17 @@ def resolve(args: argparse.Namespace) -> Resolved:
                  presets.emulated_bfloat16_warning(config.device.precision, devices)):
         if line is not None:
             warn(f"warning: {line}")
-    shape = memory.env_shape(config)  # ConfigError for an env parameter out of range or of the wrong type
-    sizes = derive_sizes(config, shape.agents_per_env)
-    check_network(config, shape.obs_shape)
-    limit = memory.current_limit()
-    estimate = memory.check_fits(config, sizes, shape, limit)  # before anything is allocated
+    try:
+        shape = memory.env_shape(config)  # ConfigError for an env parameter out of range or of the wrong type
+        sizes = derive_sizes(config, shape.agents_per_env)
+        check_network(config, shape.obs_shape)
+        limit = memory.current_limit()
+        estimate = memory.check_fits(config, sizes, shape, limit)  # before anything is allocated
+    except ConfigError as err:
+        if resume is None:
+            raise
+        raise ConfigError(f"{err} (--resume {args.resume}: the values not given as flags are the ones the run "
+                          "was saved with; a flag on this command overrides them)") from None
     return Resolved(config, sources, sizes, reason, backend, resume, tuple(changes), estimate, limit, resume_meta)
 
 
