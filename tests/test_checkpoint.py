@@ -17,6 +17,7 @@ import pytest
 
 from jaxlab import checkpoint
 from jaxlab.config import ConfigError, load_config
+from jaxlab.observe.records import read_metrics
 from jaxlab.run.loop import train_loop, train_run
 from jaxlab.train.trainer import Trainer
 from threads_left import threads_left_since
@@ -220,6 +221,24 @@ def test_a_new_run_into_a_run_dir_that_holds_a_run_is_refused_and_changes_nothin
     (metrics_only / "metrics.jsonl").write_text('{"update": 1}\n')
     with pytest.raises(ConfigError, match=r"already holds a run \(metrics.jsonl\)"):
         train_run(small_config(2), metrics_only)
+
+
+def test_a_resume_into_another_run_dir_that_holds_a_run_is_refused(tmp_path):
+    """--resume A --run-dir B continues A's checkpoint in B: refused when B holds a run of its own (its
+    metrics would be cut to A's update and its newer checkpoints moved aside), allowed into a new B,
+    and A is left as it was either way."""
+    a, b, fresh = tmp_path / "a", tmp_path / "b", tmp_path / "fresh"
+    train_run(small_config(2), a)
+    train_run(small_config(3), b)
+    before_a, before_b = run_files(a), run_files(b)
+    with pytest.raises(ConfigError, match=rf"run dir {b} already holds a run \(checkpoints up to update 3\)"):
+        train_run(small_config(4), b, resume=a / "checkpoints")
+    assert run_files(b) == before_b
+    result = train_run(small_config(4), fresh, resume=a / "checkpoints")
+    assert result.resumed_from == a / "checkpoints" / "2" and run_files(a) == before_a
+    assert [r["update"] for r in read_metrics(fresh)] == [3, 4]
+    train_run(small_config(5), a, resume=a / "checkpoints")  # its own run dir: continued as before
+    assert [r["update"] for r in read_metrics(a)] == [1, 2, 3, 4, 5]
 
 
 def test_a_resume_that_fails_leaves_the_runs_records_as_they_were(tmp_path):

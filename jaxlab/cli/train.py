@@ -60,6 +60,8 @@ def train_command(args: argparse.Namespace) -> int:
               "trace goes to", file=sys.stderr)
         return 2
     if resolved.resume is not None:
+        from jaxlab.run.resume import resume_run_dir
+
         run_dir = args.run_dir or str(resume_run_dir(resolved.resume))
     else:  # several processes: process 0's clock names the one run dir of them all
         stamp = distributed.from_process_0(time.strftime("%Y%m%d-%H%M%S"))
@@ -129,14 +131,6 @@ def quiet(*args, **kwargs) -> None:
 def close(observers) -> None:
     if observers is not None:
         observers.close()
-
-
-def resume_run_dir(location: Path) -> Path:
-    """The run dir a checkpoint (RUN/checkpoints/N) or a checkpoints/ directory belongs to."""
-    from jaxlab.checkpoint import is_checkpoint
-
-    checkpoints = location.parent if is_checkpoint(location) else location
-    return checkpoints.parent if checkpoints.name == "checkpoints" else checkpoints
 
 
 class RunObservers:

@@ -24,7 +24,7 @@ from jaxlab import checkpoint
 from jaxlab import config as config_lib
 from jaxlab.observe.alerts import nonfinite_losses
 from jaxlab.run.distributed import any_process, is_primary, sync_processes
-from jaxlab.run.resume import keep_metrics_until, newest_usable, set_aside_after
+from jaxlab.run.resume import keep_metrics_until, newest_usable, resume_run_dir, set_aside_after
 from jaxlab.run.lock import RunDirLock
 from jaxlab.run.signals import StopSignals
 
@@ -189,8 +189,8 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
     primary = is_primary()
     lock = RunDirLock(run_dir) if primary else nullcontext()
     logs = library_logs_to(run_dir / "run.log") if primary else nullcontext()
-    if resume is None:
-        refuse_an_earlier_run(run_dir)
+    if resume is None or resume_run_dir(Path(resume)).resolve() != run_dir.resolve():
+        refuse_an_earlier_run(run_dir)  # a resume into another run dir starts that dir's records
     with lock, logs, Trainer(config) as trainer, StopSignals() as stop:
         if resume is not None:
             known = resume_meta or {}

@@ -74,6 +74,12 @@ def newest_usable(location: Path, use: Callable[[Path], T], warn: Callable[[str]
     raise checkpoint.CheckpointError(f"no usable checkpoint in {location}")
 
 
+def resume_run_dir(location: Path) -> Path:
+    """The run dir a checkpoint (RUN/checkpoints/N) or a checkpoints/ directory belongs to."""
+    checkpoints = location.parent if checkpoint.is_checkpoint(location) else location
+    return checkpoints.parent if checkpoints.name == "checkpoints" else checkpoints
+
+
 def keep_metrics_until(path: Path, update: int) -> None:
     """Drops records after ``update`` from metrics.jsonl (they were logged after the checkpoint that a
     resume goes back to, and will be logged again)."""
