@@ -108,6 +108,21 @@ def test_the_sweeps_follow_up_commands_name_its_root(tmp_path, capsys):
     pytest.importorskip("optuna")
     root = tmp_path / "sweeps"
     assert cli.main(["sweep", "cartpole", "--root", str(root), "--study", "s", "--trials", "0"]) == 0
-    assert f"results: `jaxlab sweep cartpole --study s --root {root} --show`" in capsys.readouterr().out
+    assert f"add trials with `jaxlab sweep cartpole --study s --root {root} --trials N`" in capsys.readouterr().out
     assert cli.main(["sweep", "cartpole", "--root", str(root), "--study", "s", "--show"]) == 0
     assert f"no complete trial yet; run `jaxlab sweep cartpole --study s --root {root}`" in capsys.readouterr().out
+
+
+def test_trials_0_creates_the_study_and_says_it_ran_nothing_and_a_negative_count_is_refused(tmp_path, capsys):
+    """--trials N counts the trials the study holds: 0 creates it (its space and base config), e.g. to
+    enqueue trials into it, and runs nothing; the last line says so and how to add trials."""
+    pytest.importorskip("optuna")
+    root = tmp_path / "sweeps"
+    assert cli.main(["sweep", "cartpole", "--root", str(root), "--study", "n", "--trials", "-1"]) == 2
+    assert "--trials -1 must be at least 0" in capsys.readouterr().err
+    assert not (root / "n").exists()
+    assert cli.main(["sweep", "cartpole", "--root", str(root), "--study", "z", "--trials", "0"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"done: nothing to run: the study holds 0 trial(s) and --trials is 0; add trials with "
+        f"`jaxlab sweep cartpole --study z --root {root} --trials N` (N above 0)")
+    assert (root / "z" / "study.journal").is_file()

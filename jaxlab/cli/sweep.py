@@ -129,8 +129,9 @@ def run_sweep(args, study, storage, spec, base_toml: str, study_dir: Path, platf
     sweep = Sweep(study, storage, spec, base, base_path, study_dir, slots, environment, target,
                   say=lambda line: print(line, flush=True))
     stopped = sweep.run()
+    trials = study.get_trials(deepcopy=False)
     counts = {}
-    for t in study.get_trials(deepcopy=False):
+    for t in trials:
         counts[t.state.name.lower()] = counts.get(t.state.name.lower(), 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     again = study_command(args, study.study_name)
@@ -138,8 +139,19 @@ def run_sweep(args, study, storage, spec, base_toml: str, study_dir: Path, platf
         print(f"stopped by {stopped}: {summary}; every running trial saved a checkpoint; continue with "
               f"`{again}`", file=sys.stderr)
         return 130 if stopped == "SIGINT" else 0
+    if not sweep.launched and len(trials) == held:
+        print(nothing_to_run(len(trials), summary, target, again))
+        return 0
     print(f"done: {summary}; results: `{again} --show`")
     return 0
+
+
+def nothing_to_run(held: int, summary: str, target: int, again: str) -> str:
+    """The last line of a sweep whose study held --trials N trials already (N = 0 creates the study, or
+    checks a resumed one, and runs nothing): how to add trials."""
+    line = (f"done: nothing to run: the study holds {held} trial(s){f' ({summary})' if summary else ''} and "
+            f"--trials is {target}; add trials with `{again} --trials N` (N above {held})")
+    return line + (f"; results: `{again} --show`" if held else "")
 
 
 def study_command(args, name: str) -> str:
@@ -174,7 +186,7 @@ def add_commands(add) -> None:
                 sweep_command, with_config=True)
     sweep.add_argument("--sweep", metavar="FILE", help="search-space file (default configs/sweeps/ENV.toml)")
     sweep.add_argument("--trials", type=int, metavar="N", help="trials the study should hold when done, counting "
-                       "those it has (default: the file's trials)")
+                       "those it has (default: the file's trials); 0 creates the study and runs nothing")
     sweep.add_argument("--parallel", type=int, default=1, metavar="K", help="trials run at once on this machine "
                        "(CPU: the cores are split between them; GPU: about 0.9/K of its memory each)")
     sweep.add_argument("--study", metavar="NAME", help="study name: a new one, or one to resume or show "

@@ -141,6 +141,7 @@ class Sweep:
         self.locks = self.study_dir / "locks"
         self.locks.mkdir(parents=True, exist_ok=True)
         self.exhausted = False
+        self.launched = 0  # runs this process started (or resumed)
 
     # ---- ownership ----
 
@@ -249,6 +250,7 @@ class Sweep:
         seed_run.run_dir.mkdir(parents=True, exist_ok=True)
         seed_run.process = start(args, slot, child_environment(slot, self.env), seed_run.log_path)
         seed_run.state, seed_run.slot = "running", slot
+        self.launched += 1
         if "cpu_cores" not in run.trial.user_attrs:
             cores = len(slot.cores) if slot.cores else len(os.sched_getaffinity(0))
             run.trial.set_user_attr("cpu_cores", cores)
