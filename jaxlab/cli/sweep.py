@@ -17,7 +17,8 @@ DEFAULT_ROOT = "runs/sweeps"  # --root: the folder of the study dirs
 
 def sweep_command(args: argparse.Namespace) -> int:
     """Runs (or resumes) a sweep, or shows / plots its results. Exit status: 0 done or stopped by
-    SIGTERM (every trial saved), 130 stopped by SIGINT, 2 bad input (sweep file, config, storage)."""
+    SIGTERM (every trial saved), 1 every trial it ended failed, 130 stopped by SIGINT, 2 bad input
+    (sweep file, config, storage)."""
     environment = dict(os.environ)  # what trials start from: before JAX is set up in this process
     from jaxlab.config import ConfigError
 
@@ -139,11 +140,28 @@ def run_sweep(args, study, storage, spec, base_toml: str, study_dir: Path, platf
         print(f"stopped by {stopped}: {summary}; every running trial saved a checkpoint; continue with "
               f"`{again}`", file=sys.stderr)
         return 130 if stopped == "SIGINT" else 0
+    if sweep.told and set(sweep.told.values()) == {"failed"}:
+        print(all_failed(summary, [t for t in trials if t.number in sweep.told]), file=sys.stderr)
+        return 1
     if not sweep.launched and len(trials) == held:
         print(nothing_to_run(len(trials), summary, target, again))
         return 0
     print(f"done: {summary}; results: `{again} --show`")
     return 0
+
+
+def all_failed(summary: str, failed: list) -> str:
+    """The last line of a sweep whose every trial failed (``failed``: their FrozenTrials): where their
+    errors and output are."""
+    dirs = [Path(d) for t in failed for d in t.user_attrs.get("run_dirs", [])]
+    if not dirs:
+        return (f"all {len(failed)} trial(s) of this sweep failed before they ran ({summary} in the study): their "
+                "values broke a config rule (errors above); change the sweep file's ranges so that they fit "
+                "together, and start a new --study")
+    logs = [d / "train-output.log" for d in dirs]
+    log = next((f for f in logs if f.is_file()), logs[0])
+    return (f"all {len(failed)} trial(s) of this sweep failed ({summary} in the study; errors above); each run's "
+            f"output is in train-output.log in its run dir, e.g. {os.path.relpath(log)}")
 
 
 def nothing_to_run(held: int, summary: str, target: int, again: str) -> str:
