@@ -142,3 +142,14 @@ def test_a_sweep_whose_every_trial_failed_before_it_ran_exits_1_saying_so(tmp_pa
     assert captured.err.strip().splitlines() == [
         "all 2 trial(s) of this sweep failed before they ran (2 fail in the study): their values broke a config "
         "rule (errors above); change the sweep file's ranges so that they fit together, and start a new --study"]
+
+
+def test_plot_of_a_study_with_no_complete_trial_writes_nothing_and_says_so(tmp_path, capsys):
+    pytest.importorskip("optuna")
+    root = tmp_path / "sweeps"
+    assert cli.main(["sweep", "cartpole", "--root", str(root), "--study", "p", "--trials", "0"]) == 0
+    capsys.readouterr()
+    assert cli.main(["sweep", "cartpole", "--root", str(root), "--study", "p", "--plot"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"no complete trial yet to plot (nothing written); run `jaxlab sweep cartpole --study p --root {root}`"]
+    assert not list((root / "p").glob("*.png"))

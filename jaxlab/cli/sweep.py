@@ -188,7 +188,7 @@ def show_results(args, name: str, storage, study_dir: Path) -> int:
     if args.show:
         print(results.show(study, spec, base_toml, study_dir, args.env, study_command(args, name)))
     if args.plot:
-        for line in results.plot(study, spec, study_dir):
+        for line in results.plot(study, spec, study_dir, study_command(args, name)):
             print(line)
     return 0
 
