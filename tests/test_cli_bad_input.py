@@ -153,3 +153,19 @@ def test_plot_of_a_study_with_no_complete_trial_writes_nothing_and_says_so(tmp_p
     assert capsys.readouterr().out.splitlines() == [
         f"no complete trial yet to plot (nothing written); run `jaxlab sweep cartpole --study p --root {root}`"]
     assert not list((root / "p").glob("*.png"))
+
+
+def test_the_sweeps_follow_up_commands_give_its_storage_url_with_the_password_masked(tmp_path, capsys):
+    pytest.importorskip("optuna")
+    from argparse import Namespace
+
+    from jaxlab.cli.sweep import DEFAULT_ROOT, study_command
+
+    url = f"sqlite:///{tmp_path / 'studies.db'}"  # no password: given as it is, ready to paste
+    assert cli.main(["sweep", "cartpole", "--storage", url, "--root", str(tmp_path), "--study", "q",
+                     "--trials", "0"]) == 0
+    out = capsys.readouterr().out
+    assert f"storage {url}" in out and f"`jaxlab sweep cartpole --study q --storage {url} --trials N`" in out
+    args = Namespace(env="cartpole", storage="postgresql://me:s3cret@db.example/sweeps", root=DEFAULT_ROOT)
+    masked = "jaxlab sweep cartpole --study q --storage 'postgresql://me:***@db.example/sweeps'"
+    assert study_command(args, "q") == masked

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import shutil
 import sys
 import time
@@ -126,7 +127,7 @@ def run_sweep(args, study, storage, spec, base_toml: str, study_dir: Path, platf
           flush=True)
     print("  " + "; ".join(p.describe() for p in spec.params), flush=True)
     print(f"  run dirs in {study_dir}/ (`jaxlab runs {study_dir}`); storage "
-          f"{args.storage.split('@')[-1] if args.storage else study_dir / 'study.journal'}", flush=True)
+          f"{shown_storage(args.storage) if args.storage else study_dir / 'study.journal'}", flush=True)
     sweep = Sweep(study, storage, spec, base, base_path, study_dir, slots, environment, target,
                   say=lambda line: print(line, flush=True))
     stopped = sweep.run()
@@ -173,10 +174,24 @@ def nothing_to_run(held: int, summary: str, target: int, again: str) -> str:
 
 
 def study_command(args, name: str) -> str:
-    """The command that continues study ``name`` (its --root when not the default; --storage URL stands
-    for the database URL, which may hold a password)."""
-    where = " --storage URL" if args.storage else ("" if args.root == DEFAULT_ROOT else f" --root {args.root}")
+    """The command that continues study ``name``: its --root when not the default, or its --storage
+    with the password masked (see shown_storage)."""
+    if args.storage:
+        where = f" --storage {shlex.quote(shown_storage(args.storage))}"
+    else:
+        where = "" if args.root == DEFAULT_ROOT else f" --root {args.root}"
     return f"jaxlab sweep {args.env} --study {name}{where}"
+
+
+def shown_storage(url: str) -> str:
+    """A --storage URL as the sweep prints it: its password, if any, as *** (postgresql://USER:***@HOST/DB),
+    the rest as given; a placeholder for a URL SQLAlchemy cannot parse."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - SQLAlchemy's ArgumentError or a value error: never print it raw
+        return "<your --storage URL>"
 
 
 def show_results(args, name: str, storage, study_dir: Path) -> int:
