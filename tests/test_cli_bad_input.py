@@ -169,3 +169,21 @@ def test_the_sweeps_follow_up_commands_give_its_storage_url_with_the_password_ma
     args = Namespace(env="cartpole", storage="postgresql://me:s3cret@db.example/sweeps", root=DEFAULT_ROOT)
     masked = "jaxlab sweep cartpole --study q --storage 'postgresql://me:***@db.example/sweeps'"
     assert study_command(args, "q") == masked
+
+
+def test_more_parallel_trials_than_cpu_cores_is_one_warning_line(tmp_path, capsys, monkeypatch):
+    """On a CPU the cores are split between the K trials; K above them pins trials round-robin, one core
+    each, so that they share cores: allowed, with one warning."""
+    pytest.importorskip("optuna")
+    import jax
+
+    from jaxlab.config import threads
+
+    monkeypatch.setattr(threads, "usable_cores", lambda: [0])
+    assert cli.main(["sweep", "cartpole", "--root", str(tmp_path), "--study", "w", "--parallel", "2",
+                     "--trials", "0"]) == 0
+    if jax.default_backend() != "cpu":
+        pytest.skip("a GPU backend: trials share its memory, not pinned cores")
+    assert capsys.readouterr().err.splitlines() == [
+        "jaxlab sweep: warning: --parallel 2 on 1 usable CPU core(s): the trials will share cores (each pinned to "
+        "one, round-robin), each slower; --parallel 1 gives each trial a core of its own"]

@@ -116,6 +116,10 @@ def run_sweep(args, study, storage, spec, base_toml: str, study_dir: Path, platf
     on_gpu = platform in GPU_PLATFORMS
     base_threads = base.vec.num_threads if isinstance(base.vec.num_threads, int) else len(usable_cores())
     slots = plan_slots(args.parallel, on_gpu, usable_cores(), base_threads)
+    if not on_gpu and args.parallel > len(usable_cores()):
+        print(f"jaxlab sweep: warning: --parallel {args.parallel} on {len(usable_cores())} usable CPU core(s): the "
+              "trials will share cores (each pinned to one, round-robin), each slower; --parallel "
+              f"{len(usable_cores())} gives each trial a core of its own", file=sys.stderr, flush=True)
     target = args.trials if args.trials is not None else spec.trials
     held = len(study.get_trials(deepcopy=False))
     print(f"sweep {study.study_name} ({'resumed' if existed else 'new'}): {args.env}, {target} trials "
