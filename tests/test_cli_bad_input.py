@@ -187,3 +187,22 @@ def test_more_parallel_trials_than_cpu_cores_is_one_warning_line(tmp_path, capsy
     assert capsys.readouterr().err.splitlines() == [
         "jaxlab sweep: warning: --parallel 2 on 1 usable CPU core(s): the trials will share cores (each pinned to "
         "one, round-robin), each slower; --parallel 1 gives each trial a core of its own"]
+
+
+def test_a_study_resumed_with_only_another_seeds_count_says_so(tmp_path, capsys):
+    """The study was made from another sweep file than the env's default: `--seeds 2` alone is checked
+    against the study's own space (it was refused as another search space), and refused for its count."""
+    pytest.importorskip("optuna")
+    root = tmp_path / "sweeps"
+    space = tmp_path / "space.toml"
+    space.write_text('[sweep]\n"train.learning_rate" = {low = 1e-3, high = 1e-2, log = true}\n')
+    study = ["sweep", "cartpole", "--root", str(root), "--study", "r", "--trials", "0"]
+    assert cli.main([*study, "--sweep", str(space), "--seeds", "1"]) == 0
+    capsys.readouterr()
+    assert cli.main([*study, "--seeds", "2"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "jaxlab sweep: error: study 'r' was created with 1 seed(s) per trial, not 2 (--seeds 2): its trials' scores "
+        "must average as many seeds; resume it with --seeds 1 (or without --seeds), or start a new --study")
+    assert (root / "r" / "study.journal").is_file()
+    assert cli.main([*study, "--seeds", "1"]) == 0  # its own count (and space) resumes it
+    assert "train.learning_rate float in [0.001, 0.01], log" in capsys.readouterr().out

@@ -77,24 +77,30 @@ def prepare_and_run(args, name: str, storage, study_dir: Path, exists: bool, ove
         presets.prepare_backend(None)
         platform = presets.current_devices()[0].platform
     else:
-        study, spec, base_toml, platform = create_or_check(args, name, storage, overrides)
+        study, spec, base_toml, platform = create_or_check(args, name, storage, overrides, exists)
     return run_sweep(args, study, storage, spec, base_toml, study_dir, platform, environment, existed=exists)
 
 
-def create_or_check(args, name: str, storage, overrides: dict):
+def create_or_check(args, name: str, storage, overrides: dict, exists: bool = False):
     """Resolves the base config (preset, --config, flags) and the sweep file, checks the search space
-    against the config, and creates the study or checks them against the one stored in it."""
+    against the config, and creates the study or checks them against the one stored in it. A study that
+    ``exists`` resumed without --sweep keeps its own search space, with the command line's settings."""
     from jaxlab.config import presets, to_toml
     from jaxlab.sweep import study as study_lib
-    from jaxlab.sweep.space import check_space, default_sweep_file, parse_spec, read_sweep_file
+    from jaxlab.sweep.space import check_space, default_sweep_file, parse_spec, read_sweep_file, with_settings
 
-    path = Path(args.sweep) if args.sweep else default_sweep_file(args.env)
-    table = read_sweep_file(path)  # before JAX starts: a bad file fails fast
+    resumed = exists and not args.sweep  # not the default file: the study may come from another one
+    if resumed:
+        spec = with_settings(study_lib.open_study(name, storage, None, None, args.env)[1], args.env, overrides)
+    else:
+        path = Path(args.sweep) if args.sweep else default_sweep_file(args.env)
+        table = read_sweep_file(path)  # before JAX starts: a bad file fails fast
     # this process only supervises: on a GPU it takes memory as needed (next to nothing) instead of the
     # card preset's share, which its trials get (each its own, set in its environment)
     presets.prepare_backend(None)
     resolved = resolve(args)
-    spec = parse_spec(table, args.env, str(path), overrides)
+    if not resumed:
+        spec = parse_spec(table, args.env, str(path), overrides)
     check_space(spec, resolved.config)
     study, spec, base_toml = study_lib.open_study(name, storage, spec, to_toml(resolved.config), args.env)
     return study, spec, base_toml, presets.current_devices()[0].platform

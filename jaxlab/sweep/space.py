@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +179,14 @@ def parse_spec(table: dict, env_name: str, source: str, overrides: dict | None =
     spec = SweepSpec(params=tuple(params), source=source, flags=frozenset(flags),
                      **{k: _setting(k, v, source) for k, v in settings.items()})
     return check_settings(spec, env_name)
+
+
+def with_settings(spec: SweepSpec, env_name: str, overrides: dict) -> SweepSpec:
+    """A resumed study's stored ``spec`` with the command line's settings (``overrides``, None where not
+    given) in place of its own, checked as parse_spec checks a file's."""
+    flags = {k: v for k, v in overrides.items() if v is not None}
+    settings = {k: _setting(k, v, "the command line") for k, v in flags.items()}
+    return check_settings(replace(spec, flags=frozenset(flags), **settings), env_name)
 
 
 def _setting(key: str, value: Any, source: str) -> Any:

@@ -190,6 +190,11 @@ def check_same(name: str, spec: SweepSpec, stored: SweepSpec, base_toml: str | N
             raise ConfigError(f"study {name!r} was created with another search space "
                               f"({params_change(stored.params, spec.params)}); resume it with the same sweep file "
                               "(or `jaxlab sweep ENV --study NAME` alone), or start a new --study")
+        if f.name == "seeds":  # a trial's score is the mean over its seeds: one study, one count
+            given = f"--seeds {spec.seeds}" if "seeds" in spec.flags else f"seeds = {spec.seeds} in {spec.source}"
+            raise ConfigError(f"study {name!r} was created with {stored.seeds} seed(s) per trial, not {spec.seeds} "
+                              f"({given}): its trials' scores must average as many seeds; resume it with --seeds "
+                              f"{stored.seeds} (or without --seeds), or start a new --study")
         if f.name in spec.flags:
             old = getattr(stored, f.name)
             raise ConfigError(f"study {name!r} was created with {f.name} = {_short(old)}, not --{f.name} "
