@@ -202,7 +202,7 @@ def test_a_study_resumed_with_only_another_seeds_count_says_so(tmp_path, capsys)
     assert cli.main([*study, "--seeds", "2"]) == 2
     assert capsys.readouterr().err.strip() == (
         "jaxlab sweep: error: study 'r' was created with 1 seed(s) per trial, not 2 (--seeds 2): its trials' scores "
-        "must average as many seeds; resume it with --seeds 1 (or without --seeds), or start a new --study")
+        "must average as many seeds; resume it with --seeds 1, or start a new --study")
     assert (root / "r" / "study.journal").is_file()
     assert cli.main([*study, "--seeds", "1"]) == 0  # its own count (and space) resumes it
     assert "train.learning_rate float in [0.001, 0.01], log" in capsys.readouterr().out

@@ -194,12 +194,12 @@ def check_same(name: str, spec: SweepSpec, stored: SweepSpec, base_toml: str | N
             given = f"--seeds {spec.seeds}" if "seeds" in spec.flags else f"seeds = {spec.seeds} in {spec.source}"
             raise ConfigError(f"study {name!r} was created with {stored.seeds} seed(s) per trial, not {spec.seeds} "
                               f"({given}): its trials' scores must average as many seeds; resume it with --seeds "
-                              f"{stored.seeds} (or without --seeds), or start a new --study")
+                              f"{stored.seeds}, or start a new --study")
         if f.name in spec.flags:
             old = getattr(stored, f.name)
             raise ConfigError(f"study {name!r} was created with {f.name} = {_short(old)}, not --{f.name} "
-                              f"{getattr(spec, f.name)}; resume it with --{f.name} {old} (or without --{f.name}), "
-                              "or start a new --study")
+                              f"{getattr(spec, f.name)}; resume it with --{f.name} {old}, or "
+                              "start a new --study")
         raise ConfigError(f"study {name!r} was created with {f.name} = {_short(getattr(stored, f.name))}, not "
                           f"{_short(getattr(spec, f.name))}; resume it with the same sweep file and options "
                           "(or `jaxlab sweep ENV --study NAME` alone), or start a new --study")
