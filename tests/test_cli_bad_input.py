@@ -108,7 +108,7 @@ def test_the_sweeps_follow_up_commands_name_its_root(tmp_path, capsys):
     pytest.importorskip("optuna")
     root = tmp_path / "sweeps"
     assert cli.main(["sweep", "cartpole", "--root", str(root), "--study", "s", "--trials", "0"]) == 0
-    assert f"results: `jaxlab sweep cartpole --study s --root {root} --show`" in capsys.readouterr().out
+    assert f"add trials with `jaxlab sweep cartpole --study s --root {root} --trials N`" in capsys.readouterr().out
     assert cli.main(["sweep", "cartpole", "--root", str(root), "--study", "s", "--show"]) == 0
     assert f"no complete trial yet; run `jaxlab sweep cartpole --study s --root {root}`" in capsys.readouterr().out
 
@@ -161,3 +161,98 @@ def test_a_resume_error_says_the_value_came_from_the_saved_run(tmp_path, capsys)
     err = capsys.readouterr().err
     assert "device.count=2 must be between 1 and the 1 local device JAX sees; e.g. --device.count 1 (or auto)" in err
     assert f"(--resume {run}: the values not given as flags are the ones the run was saved with" in err
+
+
+def test_trials_0_creates_the_study_and_says_it_ran_nothing_and_a_negative_count_is_refused(tmp_path, capsys):
+    """--trials N counts the trials the study holds: 0 creates it (its space and base config), e.g. to
+    enqueue trials into it, and runs nothing; the last line says so and how to add trials."""
+    pytest.importorskip("optuna")
+    root = tmp_path / "sweeps"
+    assert cli.main(["sweep", "cartpole", "--root", str(root), "--study", "n", "--trials", "-1"]) == 2
+    assert "--trials -1 must be at least 0" in capsys.readouterr().err
+    assert not (root / "n").exists()
+    assert cli.main(["sweep", "cartpole", "--root", str(root), "--study", "z", "--trials", "0"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"done: nothing to run: the study holds 0 trial(s) and --trials is 0; add trials with "
+        f"`jaxlab sweep cartpole --study z --root {root} --trials N` (N above 0)")
+    assert (root / "z" / "study.journal").is_file()
+
+
+def test_a_sweep_whose_every_trial_failed_before_it_ran_exits_1_saying_so(tmp_path, capsys):
+    """Each key passes alone, no combination fits (minibatches are whole sequences): every trial fails
+    before it runs; the sweep's last line says so, and it exits 1, not 0."""
+    pytest.importorskip("optuna")
+    space = tmp_path / "space.toml"
+    space.write_text('[sweep]\n"train.bptt_horizon" = {choices = [32, 64]}\n'
+                     '"train.minibatch_size" = {choices = [16]}\n')
+    assert cli.main(["sweep", "cartpole", "--root", str(tmp_path / "sweeps"), "--study", "f", "--sweep", str(space),
+                     "--trials", "2"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out.count("failed before it ran: train.minibatch_size=16 must be a multiple") == 2
+    assert captured.err.strip().splitlines() == [
+        "all 2 trial(s) of this sweep failed before they ran (2 fail in the study): their values broke a config "
+        "rule (errors above); change the sweep file's ranges so that they fit together, and start a new --study"]
+
+
+def test_plot_of_a_study_with_no_complete_trial_writes_nothing_and_says_so(tmp_path, capsys):
+    pytest.importorskip("optuna")
+    root = tmp_path / "sweeps"
+    assert cli.main(["sweep", "cartpole", "--root", str(root), "--study", "p", "--trials", "0"]) == 0
+    capsys.readouterr()
+    assert cli.main(["sweep", "cartpole", "--root", str(root), "--study", "p", "--plot"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"no complete trial yet to plot (nothing written); run `jaxlab sweep cartpole --study p --root {root}`"]
+    assert not list((root / "p").glob("*.png"))
+
+
+def test_the_sweeps_follow_up_commands_give_its_storage_url_with_the_password_masked(tmp_path, capsys):
+    pytest.importorskip("optuna")
+    from argparse import Namespace
+
+    from jaxlab.cli.sweep import DEFAULT_ROOT, study_command
+
+    url = f"sqlite:///{tmp_path / 'studies.db'}"  # no password: given as it is, ready to paste
+    assert cli.main(["sweep", "cartpole", "--storage", url, "--root", str(tmp_path), "--study", "q",
+                     "--trials", "0"]) == 0
+    out = capsys.readouterr().out
+    assert f"storage {url}" in out and f"`jaxlab sweep cartpole --study q --storage {url} --trials N`" in out
+    args = Namespace(env="cartpole", storage="postgresql://me:s3cret@db.example/sweeps", root=DEFAULT_ROOT)
+    masked = "jaxlab sweep cartpole --study q --storage 'postgresql://me:***@db.example/sweeps'"
+    assert study_command(args, "q") == masked
+
+
+def test_more_parallel_trials_than_cpu_cores_is_one_warning_line(tmp_path, capsys, monkeypatch):
+    """On a CPU the cores are split between the K trials; K above them pins trials round-robin, one core
+    each, so that they share cores: allowed, with one warning."""
+    pytest.importorskip("optuna")
+    import jax
+
+    from jaxlab.config import threads
+
+    monkeypatch.setattr(threads, "usable_cores", lambda: [0])
+    assert cli.main(["sweep", "cartpole", "--root", str(tmp_path), "--study", "w", "--parallel", "2",
+                     "--trials", "0"]) == 0
+    if jax.default_backend() != "cpu":
+        pytest.skip("a GPU backend: trials share its memory, not pinned cores")
+    assert capsys.readouterr().err.splitlines() == [
+        "jaxlab sweep: warning: --parallel 2 on 1 usable CPU core(s): the trials will share cores (each pinned to "
+        "one, round-robin), each slower; --parallel 1 gives each trial a core of its own"]
+
+
+def test_a_study_resumed_with_only_another_seeds_count_says_so(tmp_path, capsys):
+    """The study was made from another sweep file than the env's default: `--seeds 2` alone is checked
+    against the study's own space (it was refused as another search space), and refused for its count."""
+    pytest.importorskip("optuna")
+    root = tmp_path / "sweeps"
+    space = tmp_path / "space.toml"
+    space.write_text('[sweep]\n"train.learning_rate" = {low = 1e-3, high = 1e-2, log = true}\n')
+    study = ["sweep", "cartpole", "--root", str(root), "--study", "r", "--trials", "0"]
+    assert cli.main([*study, "--sweep", str(space), "--seeds", "1"]) == 0
+    capsys.readouterr()
+    assert cli.main([*study, "--seeds", "2"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "jaxlab sweep: error: study 'r' was created with 1 seed(s) per trial, not 2 (--seeds 2): its trials' scores "
+        "must average as many seeds; resume it with --seeds 1, or start a new --study")
+    assert (root / "r" / "study.journal").is_file()
+    assert cli.main([*study, "--seeds", "1"]) == 0  # its own count (and space) resumes it
+    assert "train.learning_rate float in [0.001, 0.01], log" in capsys.readouterr().out

@@ -248,3 +248,20 @@ def test_seeds_are_averaged_and_trials_outlive_no_sweep_killed_with_sigkill(tmp_
     assert returns[0] != returns[1]  # two seeds, two runs
     assert trial.value == sum(scores) / 2
     assert trial.user_attrs["scores"] == scores
+
+
+def test_a_sweep_whose_every_trial_failed_exits_1_and_names_their_output(tmp_path):
+    """Runs that end no episode in their last quarter (pendulum's episodes last 200 steps; these runs 16)
+    fail their trial; a sweep whose every trial failed exits 1, its last line naming train-output.log."""
+    root = tmp_path / "sweeps"
+    space = tmp_path / "space.toml"
+    space.write_text('[sweep]\npruner = "none"\n"train.learning_rate" = {low = 1e-3, high = 1e-2, log = true}\n')
+    result = jaxlab("sweep", "pendulum", "--sweep", str(space), "--study", "f", "--root", str(root), "--trials", "1",
+                    "--vec.num-envs", "8", "--train.minibatch-size", "128", "--train.total-timesteps", "128",
+                    "--log.dashboard", "none", cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "trial 0 failed: seed 0: no episode_return in the last 25% of the run" in result.stdout
+    assert result.stderr.strip().splitlines()[-1] == (
+        "all 1 trial(s) of this sweep failed (1 fail in the study; errors above); each run's output is in "
+        "train-output.log in its run dir, e.g. sweeps/f/trial-0-seed-0/train-output.log")
+    assert (root / "f" / "trial-0-seed-0" / "train-output.log").is_file()

@@ -92,6 +92,37 @@ def test_bad_search_spaces_name_the_key_the_value_and_a_fix(table, expected):
     assert expected in error_of(table)
 
 
+@pytest.mark.parametrize("overrides, expected", [
+    ({"seeds": 0}, "--seeds 0 must be at least 1"),
+    ({"sampler": "foo"}, "--sampler foo is not known; use one of tpe, cmaes"),
+    ({"pruner": "medain"}, "--pruner medain is not known; did you mean 'median'? use one of median, hyperband, none"),
+    ({"objective": "score,cost", "sampler": "cmaes"}, "--sampler cmaes optimises one objective, not --objective "
+                                                      "score,cost; use --sampler tpe for the Pareto front, or "
+                                                      "--objective score"),
+])
+def test_bad_settings_from_the_command_line_name_their_flag_not_the_file(overrides, expected):
+    with pytest.raises(ConfigError) as info:
+        parse_spec(GOOD, "cartpole", "test.toml", overrides)
+    assert str(info.value) == expected
+
+
+def test_a_study_resumed_with_another_space_names_the_key_and_both_distributions(tmp_path):
+    storage = study_lib.storage_for(None, tmp_path)
+    base = to_toml(load_config("cartpole")[0])
+    study_lib.open_study("s", storage, spec_of(GOOD), base, "cartpole")
+    narrower = {**GOOD, "train.learning_rate": {"low": 1e-3, "high": 1e-2, "log": True}}
+    fewer = {k: v for k, v in GOOD.items() if k != "train.norm_adv"}
+    more = {**GOOD, "train.gamma": {"low": 0.9, "high": 0.99}}
+    for table, change in ((narrower, "train.learning_rate: float 0.0001..0.01 log, not float 0.001..0.01 log"),
+                          (fewer, "train.norm_adv: one of [True, False], which the new space lacks"),
+                          (more, "no train.gamma, which the new space adds: float 0.9..0.99")):
+        with pytest.raises(ConfigError) as info:
+            study_lib.open_study("s", storage, spec_of(table), base, "cartpole")
+        assert str(info.value).startswith(f"study 's' was created with another search space ({change}); resume it "
+                                          "with the same sweep file"), str(info.value)
+        assert "Param(" not in str(info.value)
+
+
 def test_a_bad_sweep_file_exits_2_with_one_line_before_anything_runs(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text('[sweep]\n"train.gamma" = {low = 0.9, high = 1.5}\n')

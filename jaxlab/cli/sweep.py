@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import shutil
 import sys
 import time
@@ -17,7 +18,8 @@ DEFAULT_ROOT = "runs/sweeps"  # --root: the folder of the study dirs
 
 def sweep_command(args: argparse.Namespace) -> int:
     """Runs (or resumes) a sweep, or shows / plots its results. Exit status: 0 done or stopped by
-    SIGTERM (every trial saved), 130 stopped by SIGINT, 2 bad input (sweep file, config, storage)."""
+    SIGTERM (every trial saved), 1 every trial it ended failed, 130 stopped by SIGINT, 2 bad input
+    (sweep file, config, storage)."""
     environment = dict(os.environ)  # what trials start from: before JAX is set up in this process
     from jaxlab.config import ConfigError
 
@@ -75,24 +77,30 @@ def prepare_and_run(args, name: str, storage, study_dir: Path, exists: bool, ove
         presets.prepare_backend(None)
         platform = presets.current_devices()[0].platform
     else:
-        study, spec, base_toml, platform = create_or_check(args, name, storage, overrides)
+        study, spec, base_toml, platform = create_or_check(args, name, storage, overrides, exists)
     return run_sweep(args, study, storage, spec, base_toml, study_dir, platform, environment, existed=exists)
 
 
-def create_or_check(args, name: str, storage, overrides: dict):
+def create_or_check(args, name: str, storage, overrides: dict, exists: bool = False):
     """Resolves the base config (preset, --config, flags) and the sweep file, checks the search space
-    against the config, and creates the study or checks them against the one stored in it."""
+    against the config, and creates the study or checks them against the one stored in it. A study that
+    ``exists`` resumed without --sweep keeps its own search space, with the command line's settings."""
     from jaxlab.config import presets, to_toml
     from jaxlab.sweep import study as study_lib
-    from jaxlab.sweep.space import check_space, default_sweep_file, parse_spec, read_sweep_file
+    from jaxlab.sweep.space import check_space, default_sweep_file, parse_spec, read_sweep_file, with_settings
 
-    path = Path(args.sweep) if args.sweep else default_sweep_file(args.env)
-    table = read_sweep_file(path)  # before JAX starts: a bad file fails fast
+    resumed = exists and not args.sweep  # not the default file: the study may come from another one
+    if resumed:
+        spec = with_settings(study_lib.open_study(name, storage, None, None, args.env)[1], args.env, overrides)
+    else:
+        path = Path(args.sweep) if args.sweep else default_sweep_file(args.env)
+        table = read_sweep_file(path)  # before JAX starts: a bad file fails fast
     # this process only supervises: on a GPU it takes memory as needed (next to nothing) instead of the
     # card preset's share, which its trials get (each its own, set in its environment)
     presets.prepare_backend(None)
     resolved = resolve(args)
-    spec = parse_spec(table, args.env, str(path), overrides)
+    if not resumed:
+        spec = parse_spec(table, args.env, str(path), overrides)
     check_space(spec, resolved.config)
     study, spec, base_toml = study_lib.open_study(name, storage, spec, to_toml(resolved.config), args.env)
     return study, spec, base_toml, presets.current_devices()[0].platform
@@ -114,6 +122,10 @@ def run_sweep(args, study, storage, spec, base_toml: str, study_dir: Path, platf
     on_gpu = platform in GPU_PLATFORMS
     base_threads = base.vec.num_threads if isinstance(base.vec.num_threads, int) else len(usable_cores())
     slots = plan_slots(args.parallel, on_gpu, usable_cores(), base_threads)
+    if not on_gpu and args.parallel > len(usable_cores()):
+        print(f"jaxlab sweep: warning: --parallel {args.parallel} on {len(usable_cores())} usable CPU core(s): the "
+              "trials will share cores (each pinned to one, round-robin), each slower; --parallel "
+              f"{len(usable_cores())} gives each trial a core of its own", file=sys.stderr, flush=True)
     target = args.trials if args.trials is not None else spec.trials
     held = len(study.get_trials(deepcopy=False))
     print(f"sweep {study.study_name} ({'resumed' if existed else 'new'}): {args.env}, {target} trials "
@@ -125,12 +137,13 @@ def run_sweep(args, study, storage, spec, base_toml: str, study_dir: Path, platf
           flush=True)
     print("  " + "; ".join(p.describe() for p in spec.params), flush=True)
     print(f"  run dirs in {study_dir}/ (`jaxlab runs {study_dir}`); storage "
-          f"{args.storage.split('@')[-1] if args.storage else study_dir / 'study.journal'}", flush=True)
+          f"{shown_storage(args.storage) if args.storage else study_dir / 'study.journal'}", flush=True)
     sweep = Sweep(study, storage, spec, base, base_path, study_dir, slots, environment, target,
                   say=lambda line: print(line, flush=True))
     stopped = sweep.run()
+    trials = study.get_trials(deepcopy=False)
     counts = {}
-    for t in study.get_trials(deepcopy=False):
+    for t in trials:
         counts[t.state.name.lower()] = counts.get(t.state.name.lower(), 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     again = study_command(args, study.study_name)
@@ -138,15 +151,57 @@ def run_sweep(args, study, storage, spec, base_toml: str, study_dir: Path, platf
         print(f"stopped by {stopped}: {summary}; every running trial saved a checkpoint; continue with "
               f"`{again}`", file=sys.stderr)
         return 130 if stopped == "SIGINT" else 0
+    if sweep.told and set(sweep.told.values()) == {"failed"}:
+        print(all_failed(summary, [t for t in trials if t.number in sweep.told]), file=sys.stderr)
+        return 1
+    if not sweep.launched and len(trials) == held:
+        print(nothing_to_run(len(trials), summary, target, again))
+        return 0
     print(f"done: {summary}; results: `{again} --show`")
     return 0
 
 
+def all_failed(summary: str, failed: list) -> str:
+    """The last line of a sweep whose every trial failed (``failed``: their FrozenTrials): where their
+    errors and output are."""
+    dirs = [Path(d) for t in failed for d in t.user_attrs.get("run_dirs", [])]
+    if not dirs:
+        return (f"all {len(failed)} trial(s) of this sweep failed before they ran ({summary} in the study): their "
+                "values broke a config rule (errors above); change the sweep file's ranges so that they fit "
+                "together, and start a new --study")
+    logs = [d / "train-output.log" for d in dirs]
+    log = next((f for f in logs if f.is_file()), logs[0])
+    return (f"all {len(failed)} trial(s) of this sweep failed ({summary} in the study; errors above); each run's "
+            f"output is in train-output.log in its run dir, e.g. {os.path.relpath(log)}")
+
+
+def nothing_to_run(held: int, summary: str, target: int, again: str) -> str:
+    """The last line of a sweep whose study held --trials N trials already (N = 0 creates the study, or
+    checks a resumed one, and runs nothing): how to add trials."""
+    line = (f"done: nothing to run: the study holds {held} trial(s){f' ({summary})' if summary else ''} and "
+            f"--trials is {target}; add trials with `{again} --trials N` (N above {held})")
+    return line + (f"; results: `{again} --show`" if held else "")
+
+
 def study_command(args, name: str) -> str:
-    """The command that continues study ``name`` (its --root when not the default; --storage URL stands
-    for the database URL, which may hold a password)."""
-    where = " --storage URL" if args.storage else ("" if args.root == DEFAULT_ROOT else f" --root {args.root}")
+    """The command that continues study ``name``: its --root when not the default, or its --storage
+    with the password masked (see shown_storage)."""
+    if args.storage:
+        where = f" --storage {shlex.quote(shown_storage(args.storage))}"
+    else:
+        where = "" if args.root == DEFAULT_ROOT else f" --root {args.root}"
     return f"jaxlab sweep {args.env} --study {name}{where}"
+
+
+def shown_storage(url: str) -> str:
+    """A --storage URL as the sweep prints it: its password, if any, as *** (postgresql://USER:***@HOST/DB),
+    the rest as given; a placeholder for a URL SQLAlchemy cannot parse."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - SQLAlchemy's ArgumentError or a value error: never print it raw
+        return "<your --storage URL>"
 
 
 def show_results(args, name: str, storage, study_dir: Path) -> int:
@@ -158,7 +213,7 @@ def show_results(args, name: str, storage, study_dir: Path) -> int:
     if args.show:
         print(results.show(study, spec, base_toml, study_dir, args.env, study_command(args, name)))
     if args.plot:
-        for line in results.plot(study, spec, study_dir):
+        for line in results.plot(study, spec, study_dir, study_command(args, name)):
             print(line)
     return 0
 
@@ -174,7 +229,7 @@ def add_commands(add) -> None:
                 sweep_command, with_config=True)
     sweep.add_argument("--sweep", metavar="FILE", help="search-space file (default configs/sweeps/ENV.toml)")
     sweep.add_argument("--trials", type=int, metavar="N", help="trials the study should hold when done, counting "
-                       "those it has (default: the file's trials)")
+                       "those it has (default: the file's trials); 0 creates the study and runs nothing")
     sweep.add_argument("--parallel", type=int, default=1, metavar="K", help="trials run at once on this machine "
                        "(CPU: the cores are split between them; GPU: about 0.9/K of its memory each)")
     sweep.add_argument("--study", metavar="NAME", help="study name: a new one, or one to resume or show "

@@ -97,9 +97,12 @@ def _cell(value) -> str:
     return "-" if value is None else str(value)
 
 
-def plot(study, spec: SweepSpec, study_dir: Path) -> list[str]:
+def plot(study, spec: SweepSpec, study_dir: Path, again: str) -> list[str]:
     """Writes history.png, importances.png and (score,cost) pareto.png into ``study_dir``; returns one
-    line per plot: where it went, or why it was skipped."""
+    line per plot: where it went, or why it was skipped. A study with no complete trial gets no
+    picture (Optuna would draw empty ones), one line instead; ``again``: the command that continues it."""
+    if not ranked(study, spec):
+        return [f"no complete trial yet to plot (nothing written); run `{again}`"]
     import matplotlib
 
     matplotlib.use("Agg")

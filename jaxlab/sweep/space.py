@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,13 @@ class Param:
         step = f", step {self.step}" if self.step is not None else ""
         return f"{self.name} {self.kind} in [{self.low}, {self.high}]{scale}{step}"
 
+    def short(self) -> str:
+        """The distribution alone, compactly: "float 0.0003..0.01 log", "int 8..32 step 8", "one of [32, 64]"."""
+        if self.kind == "categorical":
+            return f"one of {list(self.choices)}"
+        return (f"{self.kind} {self.low}..{self.high}{' log' if self.log else ''}"
+                f"{f' step {self.step}' if self.step is not None else ''}")
+
 
 @dataclass(frozen=True)
 class SweepSpec:
@@ -86,6 +93,7 @@ class SweepSpec:
     trials: int = 20
     seeds: int = 1
     source: str = field(default="", compare=False)
+    flags: frozenset = field(default=frozenset(), compare=False)  # settings the command line gave (--seeds ...)
 
     @property
     def multi_objective(self) -> bool:
@@ -101,6 +109,7 @@ class SweepSpec:
         data = asdict(self)
         data["params"] = [{**asdict(p), "choices": list(p.choices)} for p in self.params]
         data.pop("source")
+        data.pop("flags")
         return data
 
     @classmethod
@@ -110,7 +119,7 @@ class SweepSpec:
 
 
 #: Settings: name -> (type, default); the defaults are SweepSpec's.
-SETTINGS = {f.name: f.type for f in fields(SweepSpec) if f.name not in ("params", "source")}
+SETTINGS = {f.name: f.type for f in fields(SweepSpec) if f.name not in ("params", "source", "flags")}
 
 
 def default_sweep_file(env_name: str) -> Path:
@@ -162,12 +171,22 @@ def parse_spec(table: dict, env_name: str, source: str, overrides: dict | None =
             hint = f"did you mean {close[0]!r}? " if close else ""
             raise ConfigError(f"unknown sweep setting {key!r} in {source}; {hint}settings: {', '.join(SETTINGS)}; "
                               "hyperparameters are written \"section.key\"")
-    settings.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    flags = {k: v for k, v in (overrides or {}).items() if v is not None}
+    settings.update(flags)
     if not params:
         raise ConfigError(f"{source} has no hyperparameter to search; add one, e.g. "
                           "\"train.learning_rate\" = {low = 1e-4, high = 1e-2, log = true}")
-    spec = SweepSpec(params=tuple(params), source=source, **{k: _setting(k, v, source) for k, v in settings.items()})
+    spec = SweepSpec(params=tuple(params), source=source, flags=frozenset(flags),
+                     **{k: _setting(k, v, source) for k, v in settings.items()})
     return check_settings(spec, env_name)
+
+
+def with_settings(spec: SweepSpec, env_name: str, overrides: dict) -> SweepSpec:
+    """A resumed study's stored ``spec`` with the command line's settings (``overrides``, None where not
+    given) in place of its own, checked as parse_spec checks a file's."""
+    flags = {k: v for k, v in overrides.items() if v is not None}
+    settings = {k: _setting(k, v, "the command line") for k, v in flags.items()}
+    return check_settings(replace(spec, flags=frozenset(flags), **settings), env_name)
 
 
 def _setting(key: str, value: Any, source: str) -> Any:
@@ -186,15 +205,14 @@ def _setting(key: str, value: Any, source: str) -> Any:
 
 
 def check_settings(spec: SweepSpec, env_name: str) -> SweepSpec:
-    """ConfigError for a setting out of its range or not among its names (naming it and a fix)."""
-    from jaxlab.config import check_choice
+    """ConfigError for a setting out of its range or not among its names (naming it, as its flag when the
+    command line gave it, and a fix)."""
     from jaxlab.env import env_type
 
     where = spec.source
-    check_choice(f"sweep setting direction (in {where})", spec.direction, DIRECTIONS)
-    check_choice(f"sweep setting objective (in {where})", spec.objective, OBJECTIVES)
-    check_choice(f"sweep setting sampler (in {where})", spec.sampler, SAMPLERS)
-    check_choice(f"sweep setting pruner (in {where})", spec.pruner, PRUNERS)
+    for key, names in (("direction", DIRECTIONS), ("objective", OBJECTIVES), ("sampler", SAMPLERS),
+                       ("pruner", PRUNERS)):
+        _check_name(spec, key, names)
     known = (*env_type(env_name).log_names, *TRAINER_METRICS)
     if spec.metric not in known:
         close = difflib.get_close_matches(spec.metric, known, n=1)
@@ -208,11 +226,30 @@ def check_settings(spec: SweepSpec, env_name: str) -> SweepSpec:
         raise ConfigError(f"sweep setting warmup={spec.warmup} (in {where}) must be in [0, 1), e.g. 0.3")
     for key, low in (("reports", 1), ("seeds", 1), ("trials", 0), ("startup_trials", 0)):
         if getattr(spec, key) < low:
-            raise ConfigError(f"sweep setting {key}={getattr(spec, key)} (in {where}) must be at least {low}")
+            raise ConfigError(f"{_named(spec, key)} must be at least {low}")
     if spec.multi_objective and spec.sampler == "cmaes":
-        raise ConfigError(f"sampler cmaes (in {where}) optimises one objective, not score,cost; "
-                          "use sampler tpe for the Pareto front, or objective score")
+        flag = "sampler" in spec.flags or "objective" in spec.flags
+        sampler = "--sampler cmaes" if "sampler" in spec.flags else f"sampler cmaes (in {where})"
+        objective = "--objective score,cost" if "objective" in spec.flags else "score,cost"
+        raise ConfigError(f"{sampler} optimises one objective, not {objective}; use {'--' if flag else ''}sampler "
+                          f"tpe for the Pareto front, or {'--' if flag else ''}objective score")
     return spec
+
+
+def _named(spec: SweepSpec, key: str) -> str:
+    """Setting ``key`` and its value as a message names them: "--seeds 0" when the command line gave it,
+    else "sweep setting seeds=0 (in FILE)"."""
+    value = getattr(spec, key)
+    return f"--{key} {value}" if key in spec.flags else f"sweep setting {key}={value} (in {spec.source})"
+
+
+def _check_name(spec: SweepSpec, key: str, names: tuple[str, ...]) -> None:
+    """ConfigError when setting ``key`` is not one of ``names`` (with the closest one)."""
+    value = getattr(spec, key)
+    if value not in names:
+        close = difflib.get_close_matches(value, names, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ConfigError(f"{_named(spec, key)} is not known; {hint}use one of {', '.join(names)}")
 
 
 def schema_type(name: str, env_name: str) -> type | str:

@@ -176,7 +176,7 @@ def _complete_attrs(name: str, storage, attrs: dict, wait_s: float) -> dict:
 
 
 #: Settings a resumed sweep may change: they shape how many trials run, not what a trial is.
-RUN_SETTINGS = ("trials", "source")
+RUN_SETTINGS = ("trials", "source", "flags")
 
 
 def check_same(name: str, spec: SweepSpec, stored: SweepSpec, base_toml: str | None, stored_base: str) -> None:
@@ -184,10 +184,25 @@ def check_same(name: str, spec: SweepSpec, stored: SweepSpec, base_toml: str | N
     from dataclasses import fields
 
     for f in fields(SweepSpec):
-        if f.name not in RUN_SETTINGS and getattr(spec, f.name) != getattr(stored, f.name):
-            raise ConfigError(f"study {name!r} was created with {f.name} = {_short(getattr(stored, f.name))}, not "
-                              f"{_short(getattr(spec, f.name))}; resume it with the same sweep file and options "
+        if f.name in RUN_SETTINGS or getattr(spec, f.name) == getattr(stored, f.name):
+            continue
+        if f.name == "params":
+            raise ConfigError(f"study {name!r} was created with another search space "
+                              f"({params_change(stored.params, spec.params)}); resume it with the same sweep file "
                               "(or `jaxlab sweep ENV --study NAME` alone), or start a new --study")
+        if f.name == "seeds":  # a trial's score is the mean over its seeds: one study, one count
+            given = f"--seeds {spec.seeds}" if "seeds" in spec.flags else f"seeds = {spec.seeds} in {spec.source}"
+            raise ConfigError(f"study {name!r} was created with {stored.seeds} seed(s) per trial, not {spec.seeds} "
+                              f"({given}): its trials' scores must average as many seeds; resume it with --seeds "
+                              f"{stored.seeds}, or start a new --study")
+        if f.name in spec.flags:
+            old = getattr(stored, f.name)
+            raise ConfigError(f"study {name!r} was created with {f.name} = {_short(old)}, not --{f.name} "
+                              f"{getattr(spec, f.name)}; resume it with --{f.name} {old}, or "
+                              "start a new --study")
+        raise ConfigError(f"study {name!r} was created with {f.name} = {_short(getattr(stored, f.name))}, not "
+                          f"{_short(getattr(spec, f.name))}; resume it with the same sweep file and options "
+                          "(or `jaxlab sweep ENV --study NAME` alone), or start a new --study")
     if base_toml is not None and base_toml != stored_base:
         from jaxlab.config import config_from_toml
         from jaxlab.train.trainer import config_changes
@@ -199,6 +214,21 @@ def check_same(name: str, spec: SweepSpec, stored: SweepSpec, base_toml: str | N
             raise ConfigError(f"study {name!r} was created with {key} = {old!r}, not {new!r}; resume it with the "
                               "same --preset/--config/flags (or `jaxlab sweep ENV --study NAME` alone), or start "
                               "a new --study")
+
+
+def params_change(old: tuple, new: tuple) -> str:
+    """The first difference between a study's hyperparameters ``old`` and ``new`` ones (Params), readably:
+    "train.learning_rate: float 0.0003..0.01 log, not float 0.001..0.01 log"."""
+    olds, news = {p.name: p for p in old}, {p.name: p for p in new}
+    for p in old:
+        if p.name not in news:
+            return f"{p.name}: {p.short()}, which the new space lacks"
+        if news[p.name] != p:
+            return f"{p.name}: {p.short()}, not {news[p.name].short()}"
+    for p in new:
+        if p.name not in olds:
+            return f"no {p.name}, which the new space adds: {p.short()}"
+    return f"its keys in the order {', '.join(olds)}, not {', '.join(news)}"
 
 
 def _short(value) -> str:

@@ -141,6 +141,8 @@ class Sweep:
         self.locks = self.study_dir / "locks"
         self.locks.mkdir(parents=True, exist_ok=True)
         self.exhausted = False
+        self.launched = 0  # runs this process started (or resumed)
+        self.told: dict[int, str] = {}  # trial number -> how this process ended it: failed, pruned, complete
 
     # ---- ownership ----
 
@@ -163,6 +165,7 @@ class Sweep:
             os.close(fd)
             trial.set_user_attr("error", str(err))
             self.study.tell(trial, state=_state("FAIL"))
+            self.told[number] = "failed"
             self.say(f"trial {number} failed before it ran: {err} ({describe_params(params)})")
             return None
         seeds = [self.base.train.seed + i for i in range(self.spec.seeds)]
@@ -249,6 +252,7 @@ class Sweep:
         seed_run.run_dir.mkdir(parents=True, exist_ok=True)
         seed_run.process = start(args, slot, child_environment(slot, self.env), seed_run.log_path)
         seed_run.state, seed_run.slot = "running", slot
+        self.launched += 1
         if "cpu_cores" not in run.trial.user_attrs:
             cores = len(slot.cores) if slot.cores else len(os.sched_getaffinity(0))
             run.trial.set_user_attr("cpu_cores", cores)
@@ -351,15 +355,18 @@ class Sweep:
         if run.failed:
             run.trial.set_user_attr("error", run.failed)
             self.study.tell(run.trial, state=_state("FAIL"))
+            self.told[run.number] = "failed"
             self.say(f"trial {run.number} failed: {run.failed}")
         elif run.pruned_at is not None or any(r.state == "pruned" for r in runs):
             self.study.tell(run.trial, state=_state("PRUNED"))
+            self.told[run.number] = "pruned"
         elif all(r.state == "done" for r in runs):
             score = sum(r.score for r in runs) / len(runs)
             cost = sum(r.wall_time for r in runs) / len(runs)
             run.trial.set_user_attr("scores", [r.score for r in runs])
             run.trial.set_user_attr("wall_times", [r.wall_time for r in runs])
             self.study.tell(run.trial, [score, cost] if self.spec.multi_objective else score)
+            self.told[run.number] = "complete"
             seeds = f" (seeds {', '.join(f'{r.score:.4g}' for r in runs)})" if len(runs) > 1 else ""
             self.say(f"trial {run.number} done: {self.spec.metric} {score:.4g}{seeds}, {cost:.1f} s; {dirs}")
         else:
