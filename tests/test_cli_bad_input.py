@@ -219,6 +219,10 @@ def test_the_sweeps_follow_up_commands_give_its_storage_url_with_the_password_ma
     args = Namespace(env="cartpole", storage="postgresql://me:s3cret@db.example/sweeps", root=DEFAULT_ROOT)
     masked = "jaxlab sweep cartpole --study q --storage 'postgresql://me:***@db.example/sweeps'"
     assert study_command(args, "q") == masked
+    assert cli.main(["sweep", "cartpole", "--storage", "mongodb://me:s3cret@db.example/sweeps", "--root",
+                     str(tmp_path), "--study", "m"]) == 2  # not a database URL: refused without the password
+    err = capsys.readouterr().err
+    assert "--storage 'mongodb://me:***@db.example/sweeps' is not a database URL" in err and "s3cret" not in err
 
 
 def test_more_parallel_trials_than_cpu_cores_is_one_warning_line(tmp_path, capsys, monkeypatch):

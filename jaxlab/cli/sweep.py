@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from jaxlab.cli.common import LAYERS, cannot_write, resolve
+from jaxlab.sweep.study import shown_storage
 
 DEFAULT_ROOT = "runs/sweeps"  # --root: the folder of the study dirs
 
@@ -191,17 +192,6 @@ def study_command(args, name: str) -> str:
     else:
         where = "" if args.root == DEFAULT_ROOT else f" --root {args.root}"
     return f"jaxlab sweep {args.env} --study {name}{where}"
-
-
-def shown_storage(url: str) -> str:
-    """A --storage URL as the sweep prints it: its password, if any, as *** (postgresql://USER:***@HOST/DB),
-    the rest as given; a placeholder for a URL SQLAlchemy cannot parse."""
-    from sqlalchemy.engine import make_url
-
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - SQLAlchemy's ArgumentError or a value error: never print it raw
-        return "<your --storage URL>"
 
 
 def show_results(args, name: str, storage, study_dir: Path) -> int:

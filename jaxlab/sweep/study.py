@@ -33,6 +33,17 @@ def quiet_optuna() -> None:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 
+def shown_storage(url: str) -> str:
+    """A --storage URL as the sweep prints it: its password, if any, as *** (postgresql://USER:***@HOST/DB),
+    the rest as given; a placeholder for a URL SQLAlchemy cannot parse."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - SQLAlchemy's ArgumentError or a value error: never print it raw
+        return "<your --storage URL>"
+
+
 def storage_for(url: str | None, study_dir: Path):
     """The Optuna storage: ``url`` None means Optuna's journal file STUDY_DIR/study.journal (safe for
     several processes on one machine); postgresql://, mysql:// and sqlite:// URLs are RDB storages (many
@@ -47,7 +58,7 @@ def storage_for(url: str | None, study_dir: Path):
     if url.startswith("postgresql://") or url.startswith("postgres://"):
         url = "postgresql+psycopg://" + url.split("://", 1)[1]
     if not any(url.startswith(p) for p in ("postgresql", "mysql", "sqlite")):
-        raise ConfigError(f"--storage {url!r} is not a database URL; use postgresql://USER:PASSWORD@HOST/DB, "
+        raise ConfigError(f"--storage {shown_storage(url)!r} is not a database URL; use postgresql://USER:PASSWORD@HOST/DB, "
                           "mysql+pymysql://..., or leave it out for the study's journal file")
     try:
         return _rdb_storage(url)
