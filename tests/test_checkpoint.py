@@ -191,8 +191,13 @@ def test_incompatible_resume_names_every_mismatch_and_allowed_changes_are_applie
     assert result.returncode == 0, result.stderr
     assert "resume: applying the changed train.total_timesteps: 128 -> 256" in result.stdout
     assert "resume: applying the changed log.interval: 1.0 -> 5.0" in result.stdout
-    with Trainer(small_config(2, "--env.max-steps", "100")) as other, pytest.raises(ConfigError, match="env"):
+    with Trainer(small_config(2, "--env.max-steps", "100")) as other, pytest.raises(
+            ConfigError, match=r"another env.max_steps \(env.max_steps was 500, now 100\)"):
         other.load_checkpoint(checkpoint.step_dirs(run / "checkpoints")[0])
+    # a parameter given at its default is no change (it was refused: "env was {}, now {'max_steps': 500}")
+    result = jaxlab("train", "cartpole", "--resume", str(run), "--env.max-steps", "500", "--train.total-timesteps",
+                    "320", "--log.dashboard", "none")
+    assert result.returncode == 0, result.stderr
 
 
 def run_files(run) -> dict:

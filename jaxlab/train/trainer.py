@@ -447,12 +447,30 @@ def _get(config, name: str):
     return value
 
 
+def env_params(config: config_lib.Config) -> dict[str, Any]:
+    """Every parameter of ``config``'s env, by name, its default filled where the config gives none
+    (a C env's); a Python env's, or an env that cannot be found, as the config gives them."""
+    from jaxlab.env import registry
+
+    try:
+        kind = registry.env_type(config.env_name, config.env_library or None)
+        values = registry.resolve_params(kind, dict(config.env))
+    except Exception:  # noqa: BLE001 - a Python env (no C type), a library gone: compare as given
+        return dict(config.env)
+    return {p.name: int(v) if float(v).is_integer() else v for p, v in zip(kind.params, values, strict=True)}
+
+
 def config_changes(saved: config_lib.Config, new: config_lib.Config) -> list[tuple[str, Any, Any]]:
     """(key, saved value, new value) for every config value that differs, [dist] aside (how the run's
-    processes meet; their count is checked by check_processes)."""
+    processes meet; their count is checked by check_processes). Env parameters are compared one by one
+    ("env.NAME"), with their defaults filled, so that a default given explicitly is no change."""
     changes = [(name, _get(saved, name), _get(new, name))
-               for name in ("env_name", "env", "env_library", "env_mask_check", "preset")
+               for name in ("env_name", "env_library", "env_mask_check", "preset")
                if _get(saved, name) != _get(new, name)]
+    if saved.env != new.env and saved.env_name == new.env_name:
+        old, now = env_params(saved), env_params(new)
+        changes += [(f"env.{key}", old.get(key), now.get(key)) for key in sorted({*old, *now})
+                    if old.get(key) != now.get(key)]
     new_values = config_lib.as_layer(new)
     for section, table in config_lib.as_layer(saved).items():
         if section not in ("env", "dist"):  # env compared whole above
