@@ -163,10 +163,18 @@ def read(path: Path, target: Any, meta: dict | None = None) -> tuple[Any, dict]:
     ``meta``: the checkpoint's meta when the caller has read it already (read_meta)."""
     state, meta = _restore(Path(path).absolute(), lambda path: target, meta)
     if target is not None:
-        for got, want in zip(jax.tree.leaves(state), jax.tree.leaves(target), strict=True):
-            if np.shape(got) != tuple(want.shape):
-                raise ValueError(f"checkpoint {path}: an array has shape {np.shape(got)}, this trainer "
-                                 f"expects {tuple(want.shape)}")
+        wanted = jax.tree_util.tree_leaves_with_path(target)
+        misfits = [(jax.tree_util.keystr(where), np.shape(got), tuple(want.shape))
+                   for got, (where, want) in zip(jax.tree.leaves(state), wanted, strict=True)
+                   if np.shape(got) != tuple(want.shape)]
+        if misfits:  # name a parameter rather than its optimizer moments where one is among them
+            where, got, want = min(misfits, key=lambda m: "opt_state" in m[0])
+            from jaxlab.config import ConfigError
+
+            raise ConfigError(
+                f"checkpoint {path} does not fit this policy: {where} has shape {got} there and {want} here, "
+                "so the policy's code changed since it was saved (a policy.module file edited, or another "
+                "jaxlab version); load it with the code it was trained with, or start a new run")
     return state, meta
 
 

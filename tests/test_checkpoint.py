@@ -481,3 +481,29 @@ def test_resume_targets_latest_run_dir_checkpoints_dir_or_one_checkpoint(tmp_pat
     assert find_checkpoint(str(old / "checkpoints/5"), "cartpole") == old / "checkpoints/5"
     with pytest.raises(checkpoint.CheckpointError, match="--resume latest: no run of pendulum with checkpoints"):
         find_checkpoint("latest", "pendulum", tmp_path / "runs")
+
+
+POLICY_FILE = '''
+import flax.linen as nn
+
+
+class Small(nn.Module):
+    action: object
+
+    @nn.compact
+    def __call__(self, carry, obs):
+        x = nn.Dense(WIDTH)(obs.reshape(obs.shape[0], -1))
+        return carry, nn.Dense(self.action.head_size)(x), nn.Dense(1)(x)[:, 0]
+'''
+
+
+def test_a_checkpoint_whose_policy_file_changed_is_one_line_naming_the_parameter(tmp_path):
+    policy, run = tmp_path / "small.py", tmp_path / "run"
+    policy.write_text(POLICY_FILE.replace("WIDTH", "16"))
+    flags = [*SMALL, "--policy.module", f"{policy}:Small", "--log.dashboard", "none"]
+    assert jaxlab("train", "cartpole", *flags, "--train.total-timesteps", "128", "--run-dir", str(run)).returncode == 0
+    policy.write_text(POLICY_FILE.replace("WIDTH", "32"))  # edited after the run
+    result = jaxlab("train", "cartpole", "--resume", str(run), "--train.total-timesteps", "256")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert (f"checkpoint {run}/checkpoints/2 does not fit this policy: ['train']['params']['module']['params']"
+            "['Dense_0']['bias'] has shape (16,) there and (32,) here, so the policy's code changed") in result.stderr
