@@ -260,3 +260,16 @@ def test_a_study_resumed_with_only_another_seeds_count_says_so(tmp_path, capsys)
     assert (root / "r" / "study.journal").is_file()
     assert cli.main([*study, "--seeds", "1"]) == 0  # its own count (and space) resumes it
     assert "train.learning_rate float in [0.001, 0.01], log" in capsys.readouterr().out
+
+
+def test_an_env_that_fails_while_training_is_one_line_naming_it(tmp_path, capsys):
+    run = tmp_path / "run"
+    # cards' fault 1 plants a mask bug that its strict checks catch at the first step
+    assert cli.main(["train", "cards", "--env.fault", "1", "--vec.num-envs", "8", "--train.minibatch-size", "64",
+                     "--train.total-timesteps", "256", "--run-dir", str(run), "--log.dashboard", "none"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert ("jaxlab train: error: env 'cards' failed while stepping: RuntimeError: cenv step failed (-7): env "
+            "'cards' #0 failed at step 1") in err
+    assert f"the updates before it are in {run}/metrics.jsonl and no checkpoint was saved yet" in err
+    assert json.loads((run / "summary.json").read_text())["error"].startswith("EnvStepError: env 'cards' failed")

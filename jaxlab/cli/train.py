@@ -81,8 +81,10 @@ def train_command(args: argparse.Namespace) -> int:
         say(f"note: only {sizes.num_updates} update(s) of {sizes.batch_size:,} steps; PPO needs tens of "
             f"updates: raise --train.total-timesteps (e.g. {50 * sizes.batch_size}) or use fewer envs")
     from jaxlab.config.memory import out_of_memory_message
+    from jaxlab import checkpoint
     from jaxlab.run.lock import RunDirInUse
     from jaxlab.run.loop import train_run
+    from jaxlab.train.rollout import EnvStepError
 
     observers = RunObservers(config, sizes, run_dir) if primary else None
     try:
@@ -96,6 +98,13 @@ def train_command(args: argparse.Namespace) -> int:
     except (ConfigError, CheckpointError, RunDirInUse) as err:
         close(observers)
         return fail("train", err)
+    except EnvStepError as err:  # the env's code failed: one line naming it and what was kept
+        close(observers)
+        saved = checkpoint.step_dirs(Path(run_dir) / "checkpoints")
+        kept = f"the last checkpoint is {saved[0]}" if saved else "no checkpoint was saved yet"
+        print(f"jaxlab train: error: {err}; the updates before it are in {run_dir}/metrics.jsonl and {kept} "
+              "(--checkpoint.interval N saves every N updates)", file=sys.stderr)
+        return 1
     except Exception as err:  # an out-of-memory the estimate did not foresee: one line; the rest propagates
         close(observers)
         message = out_of_memory_message(err, config)

@@ -37,6 +37,11 @@ from jaxlab.train.compiling import host_zeros, jit_once, to_device
 from jaxlab.train.learner import Segment
 
 
+class EnvStepError(RuntimeError):
+    """An env raised while the rollout stepped it (a C env's error, a Python env's exception): its
+    message names the env and the step, then the env's own error."""
+
+
 class SegmentBuffers(NamedTuple):
     """The device rows of a batch, N = segments x agents: obs [T, N, ...] (the env's dtype), resets,
     terminals, truncations [T, N] bool, actions [T, N, ...], logp, values, rewards, bootstrap_values
@@ -221,7 +226,11 @@ class Rollout:
         host = np.asarray(action)
         tic = time.perf_counter()
         self.timing["copy"] += tic - toc
-        info = self.envs[g].step(host)[4]
+        try:
+            info = self.envs[g].step(host)[4]
+        except Exception as err:  # the env's code (C or Python): named, not a bare traceback from here
+            raise EnvStepError(f"env '{self.envs[g].name}' failed while stepping: {type(err).__name__}: "
+                               f"{err}") from err
         self.timing["env"] += time.perf_counter() - tic
         return info
 
