@@ -11,6 +11,16 @@ def test_unknown_env_lists_the_known_ones():
         jaxlab.make("cartpol")
 
 
+def test_unknown_env_suggests_the_headers_on_the_env_path(tmp_path, monkeypatch):
+    (tmp_path / "walker.h").write_text("/* a user's env */\n")
+    monkeypatch.setenv("JAXLAB_ENV_PATH", str(tmp_path))
+    with pytest.raises(ValueError, match=r"unknown env 'dron'; known envs: cartpole, .*lure, walker, cards, drone\. "
+                                         r"Did you mean 'drone'\?"):
+        jaxlab.make("dron")
+    with pytest.raises(ValueError, match=r"Did you mean 'walker'\?"):
+        jaxlab.make("walkr")
+
+
 def test_unknown_parameter_lists_the_valid_ones():
     with pytest.raises(TypeError, match=r"no parameter 'cues'.*num_cues \(default 4\), delay \(default 8\)"):
         jaxlab.make("memory", cues=3)

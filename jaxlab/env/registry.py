@@ -131,10 +131,15 @@ def env_type(name: str, library: str | Path | None = None) -> EnvType:
         library = find_header(name)
     types = env_types(library)
     if name not in types:
-        close = difflib.get_close_matches(str(name), types, n=1)
+        known = list(types)
+        if library is None:  # the headers on the env path are names too (drone, cards, the user's own)
+            from jaxlab.env.sdk import header_names
+
+            known += [h for h in header_names() if h not in types]
+        close = difflib.get_close_matches(str(name), known, n=1)
         hint = f" Did you mean '{close[0]}'?" if close else ""
         where = "known envs" if library is None else f"envs in {library}"
-        raise ValueError(f"unknown env {name!r}; {where}: {', '.join(types)}.{hint}")
+        raise ValueError(f"unknown env {name!r}; {where}: {', '.join(known)}.{hint}")
     return types[name]
 
 

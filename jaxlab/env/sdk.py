@@ -161,6 +161,15 @@ def find_header(name: str) -> Path | None:
     return None
 
 
+def header_names() -> list[str]:
+    """The env names of the NAME.h headers on the env path (see env_path), first folder first, each
+    once."""
+    names = []
+    for folder in env_path():
+        names += [h.stem for h in sorted(folder.glob("*.h")) if _NAME.match(h.stem) and h.stem not in names]
+    return names
+
+
 def cache_dir() -> Path:
     """Where built env libraries are kept (see the module docstring)."""
     if os.environ.get("JAXLAB_CACHE_DIR"):
