@@ -273,3 +273,12 @@ def test_an_env_that_fails_while_training_is_one_line_naming_it(tmp_path, capsys
             "'cards' #0 failed at step 1") in err
     assert f"the updates before it are in {run}/metrics.jsonl and no checkpoint was saved yet" in err
     assert json.loads((run / "summary.json").read_text())["error"].startswith("EnvStepError: env 'cards' failed")
+
+
+def test_a_flag_given_twice_with_two_values_is_named_and_the_last_is_used(capsys):
+    assert cli.main(["config", "cartpole", "--train.seed", "1", "--train.seed=2", "--train.gamma", "0.99",
+                     "--train.gamma", "0.99"]) == 0
+    out, err = capsys.readouterr()
+    assert "jaxlab: warning: --train.seed given twice (1, then 2); the last, 2, is used" in err
+    assert "gamma" not in err  # the same value twice says nothing
+    assert any(line.startswith("seed = 2 ") for line in out.splitlines())

@@ -103,6 +103,7 @@ def resolve(args: argparse.Namespace) -> Resolved:
     otherwise, which main() reports with exit status 2.
     Nothing is compiled; JAX's backend is started (to see the devices) with its memory options set."""
     from jaxlab.config import ConfigError, check_network, derive_sizes, load_config, memory, presets
+    from jaxlab.config.layers import repeated_flags
 
     resume, changes, resume_meta = None, (), {}
     if getattr(args, "resume", None):
@@ -139,6 +140,8 @@ def resolve(args: argparse.Namespace) -> Resolved:
             reason = "chosen with --preset"
         if workloads:
             reason += f"; workload size {', '.join(workloads)}"
+    for line in repeated_flags(args.flags):
+        warn(f"warning: {line}")
     devices = presets.current_devices()
     for line in (presets.unused_gpu_warning(devices),
                  presets.emulated_bfloat16_warning(config.device.precision, devices)):

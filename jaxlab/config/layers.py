@@ -238,9 +238,28 @@ def env_kind(env_name: str, library: str | None):
         raise ConfigError(str(err)) from None
 
 
-def parse_flags(flags: list[str]) -> dict:
-    """``--section.key value`` / ``--section.key=value`` pairs as a layer of strings."""
-    layer: dict[str, dict] = {}
+def repeated_flags(flags: list[str]) -> list[str]:
+    """One line per config flag that ``flags`` give more than once with different values: "--train.seed
+    given twice (1, then 2); the last, 2, is used". The last one wins (parse_flags); a script that
+    appends its own flags after the user's relies on it."""
+    seen: dict[str, list[str]] = {}
+    try:
+        pairs = _flag_pairs(flags)
+    except ConfigError:
+        return []  # parse_flags reports it
+    for name, value in pairs:
+        seen.setdefault(name, []).append(value)
+    lines = []
+    for name, values in seen.items():
+        if len(set(values)) > 1:
+            count = {2: "twice"}.get(len(values), f"{len(values)} times")
+            lines.append(f"--{name} given {count} ({', then '.join(values)}); the last, {values[-1]}, is used")
+    return lines
+
+
+def _flag_pairs(flags: list[str]) -> list[tuple[str, str]]:
+    """(section.key with dashes, value) of each config flag in order; ConfigError for a malformed one."""
+    pairs = []
     i = 0
     while i < len(flags):
         flag = flags[i]
@@ -252,9 +271,18 @@ def parse_flags(flags: list[str]) -> dict:
                 raise ConfigError(f"flag {flag} needs a value, e.g. {flag} 1")
             value = flags[i + 1]
             i += 1
+        pairs.append((name.replace("_", "-"), value))
+        i += 1
+    return pairs
+
+
+def parse_flags(flags: list[str]) -> dict:
+    """``--section.key value`` / ``--section.key=value`` pairs as a layer of strings (the last of a key
+    given twice wins)."""
+    layer: dict[str, dict] = {}
+    for name, value in _flag_pairs(flags):
         section, _, key = name.partition(".")
         layer.setdefault(section.replace("-", "_"), {})[key.replace("-", "_")] = value
-        i += 1
     return layer
 
 
