@@ -144,3 +144,18 @@ def test_loading_a_saved_state_counts_as_a_reset():
         other.load_state(env.save_state())
         np.testing.assert_array_equal(other.step(np.zeros(3, dtype=np.int32))[0],
                                       env.step(np.zeros(3, dtype=np.int32))[0])
+
+
+def test_render_and_load_state_name_a_bad_argument():
+    with jaxlab.make("cartpole", num_envs=3, seed=1) as env:
+        env.reset()
+        for index in (1.5, 3, -1, True):  # 1.5 was rendered as env 1; 3 was a bare "out of range"
+            with pytest.raises(ValueError, match=r"render index=.* must be an env index in \[0, 3\)"):
+                env.render(index)
+        assert env.render(np.int64(2)).startswith("|")
+        saved = env.save_state()
+        with pytest.raises(ValueError, match=r"it has no cenv, outputs, final_observations; pass what save_state"):
+            env.load_state({})  # was a bare KeyError: 'cenv'
+        with pytest.raises(ValueError, match=r"it has no outputs, final_observations"):
+            env.load_state({"cenv": saved["cenv"]})
+        env.load_state(saved)

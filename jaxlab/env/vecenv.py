@@ -238,6 +238,8 @@ class VecEnv:
         render option."""
         if not self.kind.has("render"):
             return None
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < self.num_envs:
+            raise ValueError(f"render index={index!r} must be an env index in [0, {self.num_envs})")
         buffer = ctypes.create_string_buffer(4096)
         with self._lock:
             n = self._lib.cenv_render(self._handle, int(index), buffer, len(buffer))
@@ -306,6 +308,10 @@ class VecEnv:
     def _load_state(self, state: dict[str, np.ndarray]) -> None:
         self._check(self._lib.cenv_state_size(self._handle), "load_state")  # a closed env raises here
         buffers = self._state_buffers()
+        missing = [name for name in ("cenv", *buffers) if not isinstance(state, dict) or name not in state]
+        if missing:
+            raise ValueError(f"cannot load the saved {self.name} env state: it has no {', '.join(missing)}; "
+                             "pass what save_state() returned")
         blob = np.ascontiguousarray(state["cenv"], dtype=np.uint8)
         rc = self._lib.cenv_check_state(self._handle, blob.ctypes.data, blob.size)  # every check first
         if rc == self._codes["ERR_ARGUMENT"]:
@@ -313,10 +319,9 @@ class VecEnv:
                              f"{self._lib.cenv_error(self._handle).decode()}")
         self._check(rc, "load_state")
         for name, buffer in buffers.items():
-            saved = np.asarray(state[name]) if name in state else None
-            if saved is None or saved.shape != buffer.shape:
-                raise ValueError(f"saved env state: {name} has shape "
-                                 f"{None if saved is None else saved.shape}, this env {buffer.shape}")
+            saved = np.asarray(state[name])
+            if saved.shape != buffer.shape:
+                raise ValueError(f"saved env state: {name} has shape {saved.shape}, this env {buffer.shape}")
         self._check(self._lib.cenv_load_state(self._handle, blob.ctypes.data, blob.size), "load_state")
         for name, buffer in buffers.items():
             buffer[...] = state[name]
