@@ -479,7 +479,11 @@ def build_config(env_name: str, values: dict, env_params: dict, preset: str = "n
             env[key] = coerce(value, int if param.is_int else float, f"env.{key}")
         except ConfigError:
             if not param.names:
-                raise
+                kind = "an integer" if param.is_int else "a number"
+                shown = lambda v: f"{int(v):,}" if param.is_int else f"{v:g}"  # noqa: E731
+                raise ConfigError(f"env.{key}={value!r} is not {kind}; write e.g. --env.{key.replace('_', '-')} "
+                                  f"{param.default_value:g} (the default; from {shown(param.low)} to "
+                                  f"{shown(param.high)})") from None
             raise ConfigError(f"env.{key}={value!r} is neither an integer nor one of its names: "
                               f"{', '.join(param.names)}; e.g. --env.{key.replace('_', '-')} {param.names[-1]}") from None
     env_keys = {ENV_KEYS[k]: coerce(v, str, f"env.{k}") for k, v in values.get("env_keys", {}).items()}
