@@ -3,6 +3,7 @@ interface, checked by value against the envs stepped by hand (flags, final obser
 layout, masks, seeds), their errors, checkpoints without env state, bench, and learning CartPole-v1."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -176,6 +177,52 @@ def test_gymnasium_errors_name_the_value_and_a_fix():
         assert env.render() is None
     with pytest.raises(RuntimeError, match="is closed; create a new one with jaxlab.make"):
         env.step(np.zeros(2, np.int32))
+
+
+class Misfit(gym.Env):
+    """Declares Box(-1, 1, (3,)) (float32, or uint8 with u8=True) and returns ``obs`` at reset and step,
+    and ``reward``."""
+
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, obs=(0.0, 0.0, 0.0), reward=1.0, u8=False):
+        self.observation_space = gym.spaces.Box(0 if u8 else -1, 1, (3,), np.uint8 if u8 else np.float32)
+        self.obs, self.reward = np.asarray(obs), reward
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.obs, {}
+
+    def step(self, action):
+        if isinstance(self.reward, str):
+            raise ValueError("the env's own error")
+        return self.obs, self.reward, False, False, {}
+
+
+MISFIT = "JaxlabTest/Misfit-v0"
+if MISFIT not in gym.registry:
+    gym.register(MISFIT, entry_point=Misfit, disable_env_checker=True)
+
+
+@pytest.mark.parametrize("kwargs, call, numpy_says", [
+    ({"obs": [0.0, 0.0, 0.0, 0.0]}, "reset", "Output array is the wrong shape"),
+    ({"obs": 0.5}, "reset", "Output array has wrong dimensionality"),
+    ({"obs": [300.0, -1.0, 2.7], "u8": True}, "reset", "Cannot cast array data from dtype\\('float64'\\) to dtype\\('uint8'\\)"),
+    ({"reward": np.array([1.0, 2.0])}, "step", "setting an array element with a sequence")])
+def test_gymnasium_returns_that_do_not_fit_the_declared_space_name_the_env(kwargs, call, numpy_says):
+    """Gymnasium's vector env raises numpy's errors; the adapter's name the env and its declared space.
+    The env's own errors pass unchanged."""
+    with jaxlab.make(f"gymnasium:{MISFIT}", num_envs=2, **kwargs) as env:
+        space = re.escape(str(env._vec.single_observation_space))
+        with pytest.raises(ValueError, match=f"env 'gymnasium:{MISFIT}': its {call}\\(\\) returned values that do "
+                                             f"not fit its declared observation_space {space}.*{numpy_says}.*make the "
+                                             "env return observations of shape \\(3,\\)"):
+            env.reset()
+            env.step(np.zeros(2, np.int32))
+    with jaxlab.make(f"gymnasium:{MISFIT}", num_envs=2, reward="raise") as env:
+        env.reset()
+        with pytest.raises(ValueError, match="^the env's own error$"):
+            env.step(np.zeros(2, np.int32))
 
 
 class Blocker:
@@ -370,6 +417,65 @@ def test_pettingzoo_errors_name_the_module_and_a_fix(relay, tmp_path):
             with pytest.raises(EnvStateError, match="cannot save or load the state of the Python env "
                                                     "'pettingzoo:relay_env'.*resumed run starts new episodes"):
                 call()
+
+
+MISFIT_PZ = '''
+"""Two agents declaring Box(-1, 1, (3,)) observations and Discrete(2) actions (with a mask in the
+observation Dict when masked=True) that return ``obs``, ``mask`` and ``reward`` as given."""
+import numpy as np
+from gymnasium import spaces
+from pettingzoo import ParallelEnv
+
+
+class Misfit(ParallelEnv):
+    metadata = {"name": "misfit_v0"}
+
+    def __init__(self, obs=(0.0, 0.0, 0.0), mask=(1, 1), reward=1.0, masked=False):
+        self.possible_agents = ["a", "b"]
+        self.obs, self.mask, self.reward, self.masked = np.asarray(obs, np.float32), np.asarray(mask, np.int8), reward, masked
+
+    def observation_space(self, agent):
+        box = spaces.Box(-1, 1, (3,), np.float32)
+        return spaces.Dict({"observation": box, "action_mask": spaces.MultiBinary(2)}) if self.masked else box
+
+    def action_space(self, agent):
+        return spaces.Discrete(2)
+
+    def _obs(self):
+        return {"observation": self.obs, "action_mask": self.mask} if self.masked else self.obs
+
+    def reset(self, seed=None, options=None):
+        self.agents = list(self.possible_agents)
+        return {a: self._obs() for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        return ({a: self._obs() for a in actions}, {a: self.reward for a in actions},
+                {a: False for a in actions}, {a: False for a in actions}, {a: {} for a in actions})
+
+
+parallel_env = Misfit
+'''
+
+
+@pytest.mark.parametrize("kwargs, what", [
+    ({"obs": 0.25}, r"its observation array\(0.25, dtype=float32\) has shape \(\), not the shape of its declared observation space "
+                    r"Box\(-1.0, 1.0, \(3,\), float32\); make the env return observations of that shape"),
+    ({"obs": [0.7]}, r"its observation array\(\[0.7\], dtype=float32\) has shape \(1,\), not the shape"),
+    ({"obs": [0.0] * 5}, r"its observation array\(\[0., 0., 0., 0., 0.\], dtype=float32\) has shape \(5,\), not the shape of its declared observation space"),
+    ({"masked": True, "mask": [1, 0, 1]}, r"its observation's 'action_mask' array\(\[1, 0, 1\], dtype=int8\) has shape "
+                                          r"\(3,\); its action space Discrete\(2\) needs a mask of shape \(2,\)"),
+    ({"reward": np.array([1.0, 2.0])}, r"its reward array\(\[1., 2.\]\) has shape \(2,\); a ParallelEnv's "
+                                       "reward is one number per agent")])
+def test_pettingzoo_returns_that_do_not_fit_the_declared_spaces_are_refused(tmp_path, monkeypatch, kwargs, what):
+    """A scalar or 1-element observation was broadcast over the row (training on garbage); a longer one,
+    a mask of the wrong width and an array reward gave numpy's errors, naming no env."""
+    (tmp_path / "misfit_env.py").write_text(MISFIT_PZ)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with jaxlab.make("pettingzoo:misfit_env", num_envs=2, **kwargs) as env:
+        with pytest.raises(ValueError, match="env 'pettingzoo:misfit_env' #0 agent 'a' at step 0: " + what):
+            env.reset()
+            env.step(np.zeros(4, np.int32))
+    sys.modules.pop("misfit_env", None)
 
 
 def test_pistonball_steps_like_the_parallel_env_stepped_by_hand():

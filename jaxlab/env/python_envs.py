@@ -192,6 +192,12 @@ def _action(space, name: str) -> tuple:
                      "1-D Box actions: wrap the env so that it has one of these")
 
 
+def _short(value) -> str:
+    """``value`` for a message: its repr, cut to 60 characters."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _mask_width(action) -> int:
     return action.n if isinstance(action, Discrete) else sum(action.nvec) if isinstance(action, MultiDiscrete) else 0
 
@@ -460,11 +466,21 @@ class GymnasiumVecEnv(PythonVecEnv):
             raise
 
     def _reset(self, seed: int | None) -> None:
-        obs, _ = self._vec.reset(seed=seed)
+        try:
+            obs, _ = self._vec.reset(seed=seed)
+        except (ValueError, TypeError) as err:
+            if not _raised_by_vector_env(err):
+                raise
+            raise self._misfit("reset()", err) from None
         self.observations[...] = obs
 
     def _step(self, actions: np.ndarray) -> np.ndarray:
-        obs, rewards, terminated, truncated, info = self._vec.step(actions)
+        try:
+            obs, rewards, terminated, truncated, info = self._vec.step(actions)
+        except (ValueError, TypeError) as err:
+            if not _raised_by_vector_env(err):
+                raise
+            raise self._misfit("step()", err) from None
         self.observations[...] = obs
         self.rewards[...] = rewards
         self.terminals[...] = terminated
@@ -478,8 +494,31 @@ class GymnasiumVecEnv(PythonVecEnv):
                 self.final_observations[row] = info["final_obs"][row]
         return ended
 
+    def _misfit(self, call: str, err: Exception) -> ValueError:
+        """The error for what the vector env could not put in its arrays (numpy's message alone names
+        neither the env nor the space)."""
+        space = self._vec.single_observation_space
+        reward = " (or a reward that is not one number)" if call == "step()" else ""
+        return ValueError(f"env '{self.name}': its {call} returned values that do not fit its declared "
+                          f"observation_space {space}{reward}: Gymnasium's vector env says {type(err).__name__}: "
+                          f"{str(err).rstrip('.')}; make the env return observations of shape {space.shape} and dtype "
+                          f"{space.dtype} (or declare the space it returns)")
+
     def _close(self) -> None:
         self._vec.close()
+
+
+def _raised_by_vector_env(err: Exception) -> bool:
+    """Whether ``err`` comes from Gymnasium's vector env itself (putting what an env returned into its
+    batched arrays, where numpy raises) and not from inside one of its envs: its innermost frame outside
+    numpy is in gymnasium.vector."""
+    module, tb = "", err.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_globals.get("__name__", "")
+        if not name.startswith("numpy"):
+            module = name
+        tb = tb.tb_next
+    return module.startswith("gymnasium.vector")
 
 
 # ---- PettingZoo ----
@@ -523,6 +562,7 @@ class PettingZooVecEnv(PythonVecEnv):
         self._dict_obs = isinstance(obs_space, gymnasium.spaces.Dict) and "observation" in obs_space.spaces
         if self._dict_obs:
             obs_space = obs_space["observation"]
+        self._declared = obs_space  # the env's own space, for the messages of _write
         action, self._start = _action(act_spaces[0], name)
         self._info_mask = False
         has_mask = False
@@ -537,15 +577,39 @@ class PettingZooVecEnv(PythonVecEnv):
         self._index = {agent: j for j, agent in enumerate(agents)}
 
     def _write(self, row: int, observation, info) -> None:
-        """Writes one agent's observation (and mask row) from what its env returned."""
+        """Writes one agent's observation (and mask row) from what its env returned; ValueError naming
+        the env, the agent, the declared space and what came back when its shape does not fit (numpy
+        would broadcast a scalar or a 1-element array over the row)."""
         if self._dict_obs:
+            if not isinstance(observation, dict) or "observation" not in observation:
+                raise self._misfit(row, f"its observation is {_short(observation)}, not a dict with "
+                                        f"'observation' as its declared space says")
             if self.action_mask is not None and not self._info_mask:
-                self.action_mask[row] = np.asarray(observation["action_mask"]).astype(bool)
+                self._write_mask(row, observation.get("action_mask"), "its observation's 'action_mask'")
             observation = observation["observation"]
+        if np.shape(observation) != self.observation_space.shape:
+            raise self._misfit(row, f"its observation {_short(observation)} has shape {np.shape(observation)}, "
+                                    f"not the shape of its declared observation space {self._declared}; make the "
+                                    "env return observations of that shape (or declare the space it returns)")
         self.observations[row] = observation
         if self._info_mask:
             mask = (info or {}).get("action_mask")
-            self.action_mask[row] = True if mask is None else np.asarray(mask).astype(bool)
+            if mask is None:
+                self.action_mask[row] = True
+            else:
+                self._write_mask(row, mask, "the 'action_mask' of its info")
+
+    def _write_mask(self, row: int, mask, where: str) -> None:
+        if np.shape(mask) != (self.spaces.mask_width,):
+            raise self._misfit(row, f"{where} {_short(mask)} has shape {np.shape(mask)}; its action space "
+                                    f"{self.action_space} needs a mask of shape ({self.spaces.mask_width},), one "
+                                    "entry per action")
+        self.action_mask[row] = np.asarray(mask).astype(bool)
+
+    def _misfit(self, row: int, what: str) -> ValueError:
+        """The error for what the env returned for the agent of ``row``."""
+        e, j = divmod(row, self.agents_per_env)
+        return ValueError(f"env '{self.name}' #{e} agent {self.agent_names[j]!r} at step {self._steps}: {what}")
 
     def _reset_env(self, e: int, seed: int | None) -> None:
         observations, infos = self._envs[e].reset(seed=seed)
@@ -579,7 +643,11 @@ class PettingZooVecEnv(PythonVecEnv):
                 terminal = bool(terminations.get(agent, False))
                 self.terminals[row] = terminal
                 self.truncations[row] = bool(truncations.get(agent, False)) and not terminal
-                self.rewards[row] = rewards.get(agent, 0.0)
+                reward = rewards.get(agent, 0.0)
+                if np.shape(reward) != ():
+                    raise self._misfit(row, f"its reward {_short(reward)} has shape {np.shape(reward)}; a "
+                                            "ParallelEnv's reward is one number per agent")
+                self.rewards[row] = reward
                 if agent in observations:
                     self._write(row, observations[agent], infos.get(agent))
                 if self.terminals[row] or self.truncations[row]:
