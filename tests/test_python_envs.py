@@ -225,6 +225,44 @@ def test_gymnasium_returns_that_do_not_fit_the_declared_space_name_the_env(kwarg
             env.step(np.zeros(2, np.int32))
 
 
+REGISTERS = '''
+"""Registers JaxlabTest/FromModule-v0: CartPole-v1 with 7 steps an episode."""
+import gymnasium
+
+if "JaxlabTest/FromModule-v0" not in gymnasium.registry:
+    gymnasium.register("JaxlabTest/FromModule-v0", entry_point="gymnasium.envs.classic_control:CartPoleEnv",
+                       max_episode_steps=7)
+'''
+
+
+def test_a_gymnasium_module_id_imports_its_module_first(tmp_path, monkeypatch):
+    """gymnasium:MODULE:ID (as gymnasium.make takes it) imports MODULE, which registers ID; gym.spec alone
+    did not, and the id was refused as unknown. A module that cannot be imported is named with the fix."""
+    (tmp_path / "jaxlab_registers.py").write_text(REGISTERS)
+    (tmp_path / "jaxlab_registers_badly.py").write_text("raise RuntimeError('no licence')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    name = "gymnasium:jaxlab_registers:JaxlabTest/FromModule-v0"
+    try:
+        assert load_config(name)[0].env_name == name
+        with jaxlab.make(name, num_envs=2) as env:
+            env.reset()
+            flags = [env.step(np.zeros(2, np.int32))[3].all() for _ in range(7)]
+        assert flags == [False] * 6 + [True]  # its registered TimeLimit of 7 steps
+        with pytest.raises(ConfigError, match="unknown Gymnasium env 'jaxlab_registers:Nope-v0'.*module "
+                                              "jaxlab_registers registers no such id"):
+            load_config("gymnasium:jaxlab_registers:Nope-v0")
+    finally:
+        sys.modules.pop("jaxlab_registers", None)
+        gym.registry.pop("JaxlabTest/FromModule-v0", None)
+    with pytest.raises(ConfigError, match="env 'gymnasium:jaxlab_no_such_module:X-v0': no module named "
+                                          "'jaxlab_no_such_module'; the module that registers the env must be "
+                                          "importable: put the directory that holds it on PYTHONPATH"):
+        load_config("gymnasium:jaxlab_no_such_module:X-v0")
+    with pytest.raises(ValueError, match="importing jaxlab_registers_badly, the module that registers the env, "
+                                         "failed: RuntimeError: no licence; fix the module"):
+        jaxlab.make("gymnasium:jaxlab_registers_badly:X-v0")
+
+
 class Blocker:
     """A meta-path finder that makes ``package`` look not installed."""
 

@@ -145,16 +145,36 @@ def _parallel_env_factory(name: str, module_name: str):
     return factory
 
 
+def _import_registering_module(name: str, module: str) -> None:
+    """Imports the module of a "gymnasium:module:Id" name; ValueError naming it and the fix otherwise."""
+    if not module.strip():
+        raise ValueError(f"env {name!r} names no module before ':'; write gymnasium:MODULE:ID (MODULE registers "
+                         "ID) or gymnasium:ID")
+    try:
+        importlib.import_module(module)
+    except Exception as err:  # noqa: BLE001 (the user's code may raise anything while importing)
+        missing = getattr(err, "name", None) if isinstance(err, ModuleNotFoundError) else None
+        if missing and (module == missing or module.startswith(missing + ".")):
+            raise ValueError(f"env {name!r}: no module named {missing!r}; the module that registers the env "
+                             "must be importable: put the directory that holds it on PYTHONPATH") from None
+        raise ValueError(f"env {name!r}: importing {module}, the module that registers the env, failed: "
+                         f"{type(err).__name__}: {err}; fix the module (it must import cleanly)") from None
+
+
 def python_env_type(name: str) -> PythonEnvType:
     """The PythonEnvType of ``name`` after checking, without creating an env, that it can be made:
     ImportError (a package to install) or ValueError (an unknown env) naming the fix otherwise."""
     prefix, target = _split(name)
     if prefix == "gymnasium":
         gym = _gymnasium(name)
+        module, _, env_id = target.rpartition(":")
+        if ":" in target:  # "module:Id": gymnasium.make imports the module, which registers Id; gym.spec does not
+            _import_registering_module(name, module)
         try:
-            gym.spec(target)
+            gym.spec(env_id)
         except gym.error.Error as err:
-            raise ValueError(f"unknown Gymnasium env {target!r} ({err}); list the ids with python -c "
+            where = f"module {module} registers no such id; " if module else ""
+            raise ValueError(f"unknown Gymnasium env {target!r} ({err}); {where}list the ids with python -c "
                              "'import gymnasium; gymnasium.pprint_registry()'") from None
         return PythonEnvType(name, f"Gymnasium vector env {target} (synchronous, same-step autoreset)")
     _parallel_env_factory(name, target)
