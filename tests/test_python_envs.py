@@ -214,9 +214,9 @@ def test_gymnasium_returns_that_do_not_fit_the_declared_space_name_the_env(kwarg
     The env's own errors pass unchanged."""
     with jaxlab.make(f"gymnasium:{MISFIT}", num_envs=2, **kwargs) as env:
         space = re.escape(str(env._vec.single_observation_space))
-        with pytest.raises(ValueError, match=f"env 'gymnasium:{MISFIT}': its {call}\\(\\) returned values that do "
-                                             f"not fit its declared observation_space {space}.*{numpy_says}.*make the "
-                                             "env return observations of shape \\(3,\\)"):
+        message = (f"env 'gymnasium:{MISFIT}': its {call}\\(\\) returned values that do not fit its declared "
+                   f"observation_space {space}.*{numpy_says}.*make the env return observations of shape \\(3,\\)")
+        with pytest.raises(ValueError, match=message):
             env.reset()
             env.step(np.zeros(2, np.int32))
     with jaxlab.make(f"gymnasium:{MISFIT}", num_envs=2, reward="raise") as env:
@@ -509,11 +509,52 @@ def test_pettingzoo_returns_that_do_not_fit_the_declared_spaces_are_refused(tmp_
     a mask of the wrong width and an array reward gave numpy's errors, naming no env."""
     (tmp_path / "misfit_env.py").write_text(MISFIT_PZ)
     monkeypatch.syspath_prepend(str(tmp_path))
+    message = "env 'pettingzoo:misfit_env' #0 agent 'a' at step 0: " + what
     with jaxlab.make("pettingzoo:misfit_env", num_envs=2, **kwargs) as env:
-        with pytest.raises(ValueError, match="env 'pettingzoo:misfit_env' #0 agent 'a' at step 0: " + what):
+        with pytest.raises(ValueError, match=message):
             env.reset()
             env.step(np.zeros(4, np.int32))
     sys.modules.pop("misfit_env", None)
+
+
+def needs_box2d(**kwargs):
+    raise gym.error.DependencyNotInstalled('Box2D is not installed, you can install it by run `pip install swig` '
+                                           'followed by `pip install "gymnasium[box2d]"`')
+
+
+if "JaxlabTest/NeedsBox2D-v0" not in gym.registry:
+    gym.register("JaxlabTest/NeedsBox2D-v0", entry_point=needs_box2d)
+
+
+def test_python_envs_that_fail_while_being_made_are_config_errors(tmp_path, monkeypatch):
+    """A module that raises at import, a parallel_env() that raises or returns no ParallelEnv, a
+    Gymnasium env missing a dependency: one error naming the env and the error (a ConfigError where
+    the config's env is made for its spaces), not a traceback of the env's code."""
+    from jaxlab.config import memory
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "pz_import_fails.py").write_text("raise RuntimeError('module-level failure')\n")
+    (tmp_path / "pz_make_fails.py").write_text("def parallel_env(**kwargs):\n    raise RuntimeError('no display')\n")
+    (tmp_path / "pz_makes_none.py").write_text("def parallel_env(**kwargs):\n    return None\n")
+    try:
+        with pytest.raises(ConfigError, match="env 'pettingzoo:pz_import_fails': importing pz_import_fails failed: "
+                                              "RuntimeError: module-level failure; fix the module"):
+            load_config("pettingzoo:pz_import_fails")
+        config = load_config("pettingzoo:pz_make_fails")[0]
+        with pytest.raises(ConfigError, match="^env 'pettingzoo:pz_make_fails' failed while being made: "
+                                              "RuntimeError: no display$"):
+            memory.env_shape(config)
+        none = r"env 'pettingzoo:pz_makes_none': pz_makes_none.parallel_env\(\) returned None \(NoneType\), not a PettingZoo ParallelEnv"
+        with pytest.raises(ValueError, match=none):
+            jaxlab.make("pettingzoo:pz_makes_none")
+        with pytest.raises(ConfigError, match=none):
+            memory.env_shape(load_config("pettingzoo:pz_makes_none")[0])
+    finally:
+        for module in ("pz_import_fails", "pz_make_fails", "pz_makes_none"):
+            sys.modules.pop(module, None)
+    with pytest.raises(ConfigError, match=r"^env 'gymnasium:JaxlabTest/NeedsBox2D-v0' failed while being made: "
+                                          r"DependencyNotInstalled: Box2D is not installed, .*pip install \"gymnasium\[box2d\]\"`$"):
+        memory.env_shape(load_config("gymnasium:JaxlabTest/NeedsBox2D-v0")[0])
 
 
 def test_pistonball_steps_like_the_parallel_env_stepped_by_hand():

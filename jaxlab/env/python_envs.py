@@ -137,6 +137,9 @@ def _parallel_env_factory(name: str, module_name: str):
                              "your module on PYTHONPATH") from None
         raise ImportError(f"env {name!r}: importing {module_name} failed: {err}; install {missing!r} "
                           f"(PettingZoo's env families have extras, e.g. pip install 'pettingzoo[butterfly]')") from None
+    except Exception as err:  # noqa: BLE001 (the user's code may raise anything while importing)
+        raise ValueError(f"env {name!r}: importing {module_name} failed: {type(err).__name__}: {err}; fix the "
+                         "module (it must import cleanly)") from None
     factory = getattr(module, "parallel_env", None)
     if not callable(factory):
         raise ValueError(f"env {name!r}: module {module_name} has no parallel_env(); pettingzoo:MODULE needs a "
@@ -543,6 +546,19 @@ def _raised_by_vector_env(err: Exception) -> bool:
 
 # ---- PettingZoo ----
 
+def _parallel_env(env, name: str, module: str):
+    """``env``, what the factory of ``module`` returned, when it is a PettingZoo ParallelEnv; ValueError
+    naming what it is otherwise."""
+    _import_package("pettingzoo", name)
+    from pettingzoo.utils.env import AECEnv, ParallelEnv
+
+    if isinstance(env, ParallelEnv):
+        return env
+    hint = ("an AEC env converts with pettingzoo.utils.conversions.aec_to_parallel" if isinstance(env, AECEnv)
+            else "subclass pettingzoo.ParallelEnv")
+    raise ValueError(f"env {name!r}: {module}.parallel_env() returned {_short(env)} ({type(env).__name__}), not a "
+                     f"PettingZoo ParallelEnv; make it return one ({hint})")
+
 class PettingZooVecEnv(PythonVecEnv):
     """``num_envs`` PettingZoo parallel envs from ``MODULE.parallel_env(**kwargs)``, stepped one after
     the other; env e is seeded with seed + e. Every agent of ``possible_agents`` has a row; all must
@@ -556,7 +572,8 @@ class PettingZooVecEnv(PythonVecEnv):
         factory = _parallel_env_factory(name, module)
         self._envs = []
         try:
-            self._envs = [factory(**kwargs) for _ in range(int(num_envs))]
+            for _ in range(int(num_envs)):
+                self._envs.append(_parallel_env(factory(**kwargs), name, module))
             self._describe(name, int(seed))
             self._setup(name, PythonEnvType(name, f"PettingZoo parallel env {module}"), num_envs, seed, mask_check)
         except BaseException:
