@@ -219,6 +219,9 @@ def test_gymnasium_returns_that_do_not_fit_the_declared_space_name_the_env(kwarg
         with pytest.raises(ValueError, match=message):
             env.reset()
             env.step(np.zeros(2, np.int32))
+    if call == "reset":  # found before any training: spaces_of (env_shape) resets the env it makes
+        with pytest.raises(ValueError, match=message):
+            spaces_of(f"gymnasium:{MISFIT}", **kwargs)
     with jaxlab.make(f"gymnasium:{MISFIT}", num_envs=2, reward="raise") as env:
         env.reset()
         with pytest.raises(ValueError, match="^the env's own error$"):
@@ -514,6 +517,9 @@ def test_pettingzoo_returns_that_do_not_fit_the_declared_spaces_are_refused(tmp_
         with pytest.raises(ValueError, match=message):
             env.reset()
             env.step(np.zeros(4, np.int32))
+    if "reward" not in kwargs:  # found before any training: spaces_of (env_shape) resets the env it makes
+        with pytest.raises(ValueError, match=message):
+            spaces_of("pettingzoo:misfit_env", **kwargs)
     sys.modules.pop("misfit_env", None)
 
 

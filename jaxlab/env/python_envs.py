@@ -721,10 +721,12 @@ def make_python_env(name: str, num_envs: int = 1, seed: int = 0, num_threads: in
 
 def spaces_of(name: str, library=None, **params) -> EnvSpaces:
     """registry.spaces_of for every env name: for a Python env, the spaces of one env made with
-    ``params`` as keyword arguments (and closed again)."""
+    ``params`` as keyword arguments, reset once (what it returns must fit its spaces: ValueError
+    otherwise, before any training) and closed again."""
     if not is_python_env(name):
         from jaxlab.env.registry import spaces_of as c_spaces_of
 
         return c_spaces_of(name, library=library, **params)
     with make_python_env(name, num_envs=1, library=library, **params) as env:
+        env.reset()
         return env.spaces
