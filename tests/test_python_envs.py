@@ -296,8 +296,17 @@ def test_python_envs_take_cartpoles_defaults_and_no_env_parameters():
     assert sources["train.total_timesteps"] == "configs/envs/cartpole.toml"
     assert config.train.total_timesteps == load_config("cartpole")[0].train.total_timesteps
     assert load_config("pettingzoo:pettingzoo.butterfly.pistonball_v6")[0].env == {}
-    with pytest.raises(ConfigError, match="unknown config key 'env.max_steps'"):
+    with pytest.raises(ConfigError, match=r"unknown config key 'env.max_steps': 'gymnasium:CartPole-v1' is a Python env, "
+                                          r"which takes no env parameters from flags or config files \(\[env\] keys: "
+                                          r"library, mask_check\); pass .* to jaxlab.make\('gymnasium:CartPole-v1', ...\) "
+                                          r"in Python, or, to train from the command line, register an id .* and train "
+                                          r"gymnasium:MODULE:MyEnv-v0$"):
         load_config("gymnasium:CartPole-v1", flags=["--env.max-steps", "10"])
+    with pytest.raises(ConfigError, match=r"'env.max_steps': 'pettingzoo:pettingzoo.butterfly.pistonball_v6' is a Python "
+                                          r"env.*write a module of yours whose parallel_env\(\) passes them on"):
+        load_config("pettingzoo:pettingzoo.butterfly.pistonball_v6", flags=["--env.max-steps", "10"])
+    with pytest.raises(ConfigError, match="unknown config key 'env.mask_chek'; did you mean 'env.mask_check'"):
+        load_config("gymnasium:CartPole-v1", flags=["--env.mask-chek", "off"])
     with pytest.raises(ConfigError, match="is a Python env and takes none: remove env.library"):
         load_config("gymnasium:CartPole-v1", flags=["--env.library", "x.so"])
     with pytest.raises(ConfigError, match="unknown Gymnasium env 'Nope-v0'"):
