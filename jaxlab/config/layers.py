@@ -155,10 +155,10 @@ def coerce_key(section: str, key: str, value: Any, kind: type | str) -> Any:
 
 
 def _unknown_key(section: str, key: str, known, env_name: str = "") -> ConfigError:
-    close = difflib.get_close_matches(key, list(known), n=1)
-    hint = f"; did you mean '{section}.{close[0]}'?" if close else f"; valid keys: {', '.join(known)}"
     from jaxlab.env.python_envs import is_python_env
 
+    close = difflib.get_close_matches(key, list(known), n=1)
+    hint = f"; did you mean '{section}.{close[0]}'?" if close else f"; valid keys: {', '.join(known)}"
     if section == "env" and not close and is_python_env(env_name):
         if env_name.startswith("gymnasium:"):
             args = "its constructor's keyword arguments (and gymnasium.make's, e.g. max_episode_steps)"

@@ -559,6 +559,7 @@ def _parallel_env(env, name: str, module: str):
     raise ValueError(f"env {name!r}: {module}.parallel_env() returned {_short(env)} ({type(env).__name__}), not a "
                      f"PettingZoo ParallelEnv; make it return one ({hint})")
 
+
 class PettingZooVecEnv(PythonVecEnv):
     """``num_envs`` PettingZoo parallel envs from ``MODULE.parallel_env(**kwargs)``, stepped one after
     the other; env e is seeded with seed + e. Every agent of ``possible_agents`` has a row; all must
