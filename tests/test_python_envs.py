@@ -3,6 +3,7 @@ interface, checked by value against the envs stepped by hand (flags, final obser
 layout, masks, seeds), their errors, checkpoints without env state, bench, and learning CartPole-v1."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -178,6 +179,93 @@ def test_gymnasium_errors_name_the_value_and_a_fix():
         env.step(np.zeros(2, np.int32))
 
 
+class Misfit(gym.Env):
+    """Declares Box(-1, 1, (3,)) (float32, or uint8 with u8=True) and returns ``obs`` at reset and step,
+    and ``reward``."""
+
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, obs=(0.0, 0.0, 0.0), reward=1.0, u8=False):
+        self.observation_space = gym.spaces.Box(0 if u8 else -1, 1, (3,), np.uint8 if u8 else np.float32)
+        self.obs, self.reward = np.asarray(obs), reward
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.obs, {}
+
+    def step(self, action):
+        if isinstance(self.reward, str):
+            raise ValueError("the env's own error")
+        return self.obs, self.reward, False, False, {}
+
+
+MISFIT = "JaxlabTest/Misfit-v0"
+if MISFIT not in gym.registry:
+    gym.register(MISFIT, entry_point=Misfit, disable_env_checker=True)
+
+
+@pytest.mark.parametrize("kwargs, call, numpy_says", [
+    ({"obs": [0.0, 0.0, 0.0, 0.0]}, "reset", "Output array is the wrong shape"),
+    ({"obs": 0.5}, "reset", "Output array has wrong dimensionality"),
+    ({"obs": [300.0, -1.0, 2.7], "u8": True}, "reset", "Cannot cast array data from dtype\\('float64'\\) to dtype\\('uint8'\\)"),
+    ({"reward": np.array([1.0, 2.0])}, "step", "setting an array element with a sequence")])
+def test_gymnasium_returns_that_do_not_fit_the_declared_space_name_the_env(kwargs, call, numpy_says):
+    """Gymnasium's vector env raises numpy's errors; the adapter's name the env and its declared space.
+    The env's own errors pass unchanged."""
+    with jaxlab.make(f"gymnasium:{MISFIT}", num_envs=2, **kwargs) as env:
+        space = re.escape(str(env._vec.single_observation_space))
+        message = (f"env 'gymnasium:{MISFIT}': its {call}\\(\\) returned values that do not fit its declared "
+                   f"observation_space {space}.*{numpy_says}.*make the env return observations of shape \\(3,\\)")
+        with pytest.raises(ValueError, match=message):
+            env.reset()
+            env.step(np.zeros(2, np.int32))
+    if call == "reset":  # found before any training: spaces_of (env_shape) resets the env it makes
+        with pytest.raises(ValueError, match=message):
+            spaces_of(f"gymnasium:{MISFIT}", **kwargs)
+    with jaxlab.make(f"gymnasium:{MISFIT}", num_envs=2, reward="raise") as env:
+        env.reset()
+        with pytest.raises(ValueError, match="^the env's own error$"):
+            env.step(np.zeros(2, np.int32))
+
+
+REGISTERS = '''
+"""Registers JaxlabTest/FromModule-v0: CartPole-v1 with 7 steps an episode."""
+import gymnasium
+
+if "JaxlabTest/FromModule-v0" not in gymnasium.registry:
+    gymnasium.register("JaxlabTest/FromModule-v0", entry_point="gymnasium.envs.classic_control:CartPoleEnv",
+                       max_episode_steps=7)
+'''
+
+
+def test_a_gymnasium_module_id_imports_its_module_first(tmp_path, monkeypatch):
+    """gymnasium:MODULE:ID (as gymnasium.make takes it) imports MODULE, which registers ID; gym.spec alone
+    did not, and the id was refused as unknown. A module that cannot be imported is named with the fix."""
+    (tmp_path / "jaxlab_registers.py").write_text(REGISTERS)
+    (tmp_path / "jaxlab_registers_badly.py").write_text("raise RuntimeError('no licence')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    name = "gymnasium:jaxlab_registers:JaxlabTest/FromModule-v0"
+    try:
+        assert load_config(name)[0].env_name == name
+        with jaxlab.make(name, num_envs=2) as env:
+            env.reset()
+            flags = [env.step(np.zeros(2, np.int32))[3].all() for _ in range(7)]
+        assert flags == [False] * 6 + [True]  # its registered TimeLimit of 7 steps
+        with pytest.raises(ConfigError, match="unknown Gymnasium env 'jaxlab_registers:Nope-v0'.*module "
+                                              "jaxlab_registers registers no such id"):
+            load_config("gymnasium:jaxlab_registers:Nope-v0")
+    finally:
+        sys.modules.pop("jaxlab_registers", None)
+        gym.registry.pop("JaxlabTest/FromModule-v0", None)
+    with pytest.raises(ConfigError, match="env 'gymnasium:jaxlab_no_such_module:X-v0': no module named "
+                                          "'jaxlab_no_such_module'; the module that registers the env must be "
+                                          "importable: put the directory that holds it on PYTHONPATH"):
+        load_config("gymnasium:jaxlab_no_such_module:X-v0")
+    with pytest.raises(ValueError, match="importing jaxlab_registers_badly, the module that registers the env, "
+                                         "failed: RuntimeError: no licence; fix the module"):
+        jaxlab.make("gymnasium:jaxlab_registers_badly:X-v0")
+
+
 class Blocker:
     """A meta-path finder that makes ``package`` look not installed."""
 
@@ -208,8 +296,17 @@ def test_python_envs_take_cartpoles_defaults_and_no_env_parameters():
     assert sources["train.total_timesteps"] == "configs/envs/cartpole.toml"
     assert config.train.total_timesteps == load_config("cartpole")[0].train.total_timesteps
     assert load_config("pettingzoo:pettingzoo.butterfly.pistonball_v6")[0].env == {}
-    with pytest.raises(ConfigError, match="unknown config key 'env.max_steps'"):
+    with pytest.raises(ConfigError, match=r"unknown config key 'env.max_steps': 'gymnasium:CartPole-v1' is a Python env, "
+                                          r"which takes no env parameters from flags or config files \(\[env\] keys: "
+                                          r"library, mask_check\); pass .* to jaxlab.make\('gymnasium:CartPole-v1', ...\) "
+                                          r"in Python, or, to train from the command line, register an id .* and train "
+                                          r"gymnasium:MODULE:MyEnv-v0$"):
         load_config("gymnasium:CartPole-v1", flags=["--env.max-steps", "10"])
+    with pytest.raises(ConfigError, match=r"'env.max_steps': 'pettingzoo:pettingzoo.butterfly.pistonball_v6' is a Python "
+                                          r"env.*write a module of yours whose parallel_env\(\) passes them on"):
+        load_config("pettingzoo:pettingzoo.butterfly.pistonball_v6", flags=["--env.max-steps", "10"])
+    with pytest.raises(ConfigError, match="unknown config key 'env.mask_chek'; did you mean 'env.mask_check'"):
+        load_config("gymnasium:CartPole-v1", flags=["--env.mask-chek", "off"])
     with pytest.raises(ConfigError, match="is a Python env and takes none: remove env.library"):
         load_config("gymnasium:CartPole-v1", flags=["--env.library", "x.so"])
     with pytest.raises(ConfigError, match="unknown Gymnasium env 'Nope-v0'"):
@@ -370,6 +467,109 @@ def test_pettingzoo_errors_name_the_module_and_a_fix(relay, tmp_path):
             with pytest.raises(EnvStateError, match="cannot save or load the state of the Python env "
                                                     "'pettingzoo:relay_env'.*resumed run starts new episodes"):
                 call()
+
+
+MISFIT_PZ = '''
+"""Two agents declaring Box(-1, 1, (3,)) observations and Discrete(2) actions (with a mask in the
+observation Dict when masked=True) that return ``obs``, ``mask`` and ``reward`` as given."""
+import numpy as np
+from gymnasium import spaces
+from pettingzoo import ParallelEnv
+
+
+class Misfit(ParallelEnv):
+    metadata = {"name": "misfit_v0"}
+
+    def __init__(self, obs=(0.0, 0.0, 0.0), mask=(1, 1), reward=1.0, masked=False):
+        self.possible_agents = ["a", "b"]
+        self.obs, self.mask, self.reward, self.masked = np.asarray(obs, np.float32), np.asarray(mask, np.int8), reward, masked
+
+    def observation_space(self, agent):
+        box = spaces.Box(-1, 1, (3,), np.float32)
+        return spaces.Dict({"observation": box, "action_mask": spaces.MultiBinary(2)}) if self.masked else box
+
+    def action_space(self, agent):
+        return spaces.Discrete(2)
+
+    def _obs(self):
+        return {"observation": self.obs, "action_mask": self.mask} if self.masked else self.obs
+
+    def reset(self, seed=None, options=None):
+        self.agents = list(self.possible_agents)
+        return {a: self._obs() for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        return ({a: self._obs() for a in actions}, {a: self.reward for a in actions},
+                {a: False for a in actions}, {a: False for a in actions}, {a: {} for a in actions})
+
+
+parallel_env = Misfit
+'''
+
+
+@pytest.mark.parametrize("kwargs, what", [
+    ({"obs": 0.25}, r"its observation array\(0.25, dtype=float32\) has shape \(\), not the shape of its declared observation space "
+                    r"Box\(-1.0, 1.0, \(3,\), float32\); make the env return observations of that shape"),
+    ({"obs": [0.7]}, r"its observation array\(\[0.7\], dtype=float32\) has shape \(1,\), not the shape"),
+    ({"obs": [0.0] * 5}, r"its observation array\(\[0., 0., 0., 0., 0.\], dtype=float32\) has shape \(5,\), not the shape of its declared observation space"),
+    ({"masked": True, "mask": [1, 0, 1]}, r"its observation's 'action_mask' array\(\[1, 0, 1\], dtype=int8\) has shape "
+                                          r"\(3,\); its action space Discrete\(2\) needs a mask of shape \(2,\)"),
+    ({"reward": np.array([1.0, 2.0])}, r"its reward array\(\[1., 2.\]\) has shape \(2,\); a ParallelEnv's "
+                                       "reward is one number per agent")])
+def test_pettingzoo_returns_that_do_not_fit_the_declared_spaces_are_refused(tmp_path, monkeypatch, kwargs, what):
+    """A scalar or 1-element observation was broadcast over the row (training on garbage); a longer one,
+    a mask of the wrong width and an array reward gave numpy's errors, naming no env."""
+    (tmp_path / "misfit_env.py").write_text(MISFIT_PZ)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    message = "env 'pettingzoo:misfit_env' #0 agent 'a' at step 0: " + what
+    with jaxlab.make("pettingzoo:misfit_env", num_envs=2, **kwargs) as env:
+        with pytest.raises(ValueError, match=message):
+            env.reset()
+            env.step(np.zeros(4, np.int32))
+    if "reward" not in kwargs:  # found before any training: spaces_of (env_shape) resets the env it makes
+        with pytest.raises(ValueError, match=message):
+            spaces_of("pettingzoo:misfit_env", **kwargs)
+    sys.modules.pop("misfit_env", None)
+
+
+def needs_box2d(**kwargs):
+    raise gym.error.DependencyNotInstalled('Box2D is not installed, you can install it by run `pip install swig` '
+                                           'followed by `pip install "gymnasium[box2d]"`')
+
+
+if "JaxlabTest/NeedsBox2D-v0" not in gym.registry:
+    gym.register("JaxlabTest/NeedsBox2D-v0", entry_point=needs_box2d)
+
+
+def test_python_envs_that_fail_while_being_made_are_config_errors(tmp_path, monkeypatch):
+    """A module that raises at import, a parallel_env() that raises or returns no ParallelEnv, a
+    Gymnasium env missing a dependency: one error naming the env and the error (a ConfigError where
+    the config's env is made for its spaces), not a traceback of the env's code."""
+    from jaxlab.config import memory
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "pz_import_fails.py").write_text("raise RuntimeError('module-level failure')\n")
+    (tmp_path / "pz_make_fails.py").write_text("def parallel_env(**kwargs):\n    raise RuntimeError('no display')\n")
+    (tmp_path / "pz_makes_none.py").write_text("def parallel_env(**kwargs):\n    return None\n")
+    try:
+        with pytest.raises(ConfigError, match="env 'pettingzoo:pz_import_fails': importing pz_import_fails failed: "
+                                              "RuntimeError: module-level failure; fix the module"):
+            load_config("pettingzoo:pz_import_fails")
+        config = load_config("pettingzoo:pz_make_fails")[0]
+        with pytest.raises(ConfigError, match="^env 'pettingzoo:pz_make_fails' failed while being made: "
+                                              "RuntimeError: no display$"):
+            memory.env_shape(config)
+        none = r"env 'pettingzoo:pz_makes_none': pz_makes_none.parallel_env\(\) returned None \(NoneType\), not a PettingZoo ParallelEnv"
+        with pytest.raises(ValueError, match=none):
+            jaxlab.make("pettingzoo:pz_makes_none")
+        with pytest.raises(ConfigError, match=none):
+            memory.env_shape(load_config("pettingzoo:pz_makes_none")[0])
+    finally:
+        for module in ("pz_import_fails", "pz_make_fails", "pz_makes_none"):
+            sys.modules.pop(module, None)
+    with pytest.raises(ConfigError, match=r"^env 'gymnasium:JaxlabTest/NeedsBox2D-v0' failed while being made: "
+                                          r"DependencyNotInstalled: Box2D is not installed, .*pip install \"gymnasium\[box2d\]\"`$"):
+        memory.env_shape(load_config("gymnasium:JaxlabTest/NeedsBox2D-v0")[0])
 
 
 def test_pistonball_steps_like_the_parallel_env_stepped_by_hand():

@@ -154,15 +154,29 @@ def coerce_key(section: str, key: str, value: Any, kind: type | str) -> Any:
     return special(value, where) if special else coerce(value, kind, where)
 
 
-def _unknown_key(section: str, key: str, known) -> ConfigError:
+def _unknown_key(section: str, key: str, known, env_name: str = "") -> ConfigError:
+    from jaxlab.env.python_envs import is_python_env
+
     close = difflib.get_close_matches(key, list(known), n=1)
     hint = f"; did you mean '{section}.{close[0]}'?" if close else f"; valid keys: {', '.join(known)}"
+    if section == "env" and not close and is_python_env(env_name):
+        if env_name.startswith("gymnasium:"):
+            args = "its constructor's keyword arguments (and gymnasium.make's, e.g. max_episode_steps)"
+            own = ("register an id with them in a module of yours (gymnasium.register('MyEnv-v0', entry_point=..., "
+                   "kwargs={...}, max_episode_steps=...)) and train gymnasium:MODULE:MyEnv-v0")
+        else:
+            args = "its parallel_env()'s keyword arguments"
+            own = "write a module of yours whose parallel_env() passes them on and train pettingzoo:MODULE"
+        hint = (f": {env_name!r} is a Python env, which takes no env parameters from flags or config files ([env] "
+                f"keys: {', '.join(known)}); pass {args} to jaxlab.make({env_name!r}, ...) in Python, or, to train "
+                f"from the command line, {own}")
     return ConfigError(f"unknown config key '{section}.{key}'{hint}")
 
 
-def apply_layer(values: dict, layer: dict, source: str, sources: dict, env_params: dict) -> None:
+def apply_layer(values: dict, layer: dict, source: str, sources: dict, env_params: dict, env_name: str = "") -> None:
     """Merges a {section: {key: value}} layer into ``values``, recording ``source`` per key. In [env],
-    ``library`` and ``mask_check`` (ENV_KEYS) go to values["env_keys"], the rest are env parameters."""
+    ``library`` and ``mask_check`` (ENV_KEYS) go to values["env_keys"], the rest are env parameters
+    (``env_name``, when given, names the env in the message for an unknown one)."""
     for section, entries in layer.items():
         if section == "env":
             if not isinstance(entries, dict):
@@ -172,7 +186,7 @@ def apply_layer(values: dict, layer: dict, source: str, sources: dict, env_param
                 if key in ENV_KEYS:
                     values.setdefault("env_keys", {})[key] = value
                 elif key not in env_params:
-                    raise _unknown_key("env", key, [*env_params, *ENV_KEYS])
+                    raise _unknown_key("env", key, [*env_params, *ENV_KEYS], env_name)
                 else:
                     values["env"][key] = value
                 sources[f"env.{key}"] = source
@@ -377,7 +391,7 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
     sources: dict[str, str] = {}
     set_after_preset = set()  # of vec.num_envs and train.minibatch_size: set by a layer after the card preset
     for label, layer in layers:
-        apply_layer(values, layer, label, sources, env_params)
+        apply_layer(values, layer, label, sources, env_params, env_name)
         if preset_agents is not None and label == preset_agents[1]:
             set_after_preset.clear()
             continue
@@ -433,7 +447,7 @@ def config_from_toml(text: str, library: str | None = None) -> Config:
         layer.setdefault("env", {})["library"] = library
     env_params = {p.name: p for p in env_kind(env_name, _env_library([("saved", layer)], None)).params}
     values: dict[str, dict] = {"env": {}, **{s: {} for s in SECTIONS}}
-    apply_layer(values, legacy_defaults(layer), "saved config", {}, env_params)
+    apply_layer(values, legacy_defaults(layer), "saved config", {}, env_params, env_name)
     return build_config(env_name, values, env_params, preset)
 
 
@@ -513,7 +527,7 @@ def with_layer(config: Config, layer: dict, source: str = "override") -> Config:
     env_params = {p.name: p for p in env_kind(config.env_name, config.env_library or None).params}
     values: dict[str, dict] = {"env": {}, **{s: {} for s in SECTIONS}}
     apply_layer(values, as_layer(config), "config", {}, env_params)
-    apply_layer(values, layer, source, {}, env_params)
+    apply_layer(values, layer, source, {}, env_params, config.env_name)
     return build_config(config.env_name, values, env_params, config.preset)
 
 

@@ -92,14 +92,22 @@ class EnvShape:
 
 def env_shape(config: Config) -> EnvShape:
     """The shape of ``config``'s env with parameters ``config.env``, read from the C registry without
-    creating envs (jaxlab.env.spaces_of); ConfigError for an env parameter out of range or of the
-    wrong type."""
-    from jaxlab.env import spaces_of
+    creating envs (jaxlab.env.spaces_of; a Python env is made once and closed); ConfigError for an env
+    parameter out of range or of the wrong type, and for whatever a Python env raises while it is made
+    (its own code, a missing dependency: named with the env)."""
+    from jaxlab.env import is_python_env, spaces_of
 
+    name = config.env_name
     try:
-        return EnvShape.of(spaces_of(config.env_name, library=config.env_library or None, **config.env))
+        return EnvShape.of(spaces_of(name, library=config.env_library or None, **config.env))
     except (ValueError, TypeError) as err:
+        if is_python_env(name) and name not in str(err):
+            raise ConfigError(f"env {name!r} failed while being made: {type(err).__name__}: {err}") from None
         raise ConfigError(str(err)) from None
+    except Exception as err:
+        if not is_python_env(name):
+            raise
+        raise ConfigError(f"env {name!r} failed while being made: {type(err).__name__}: {err}") from None
 
 
 def param_count(obs_size: int, hidden_size: int, head_size: int, lstm: bool = True, log_std: int = 0) -> int:

@@ -137,6 +137,9 @@ def _parallel_env_factory(name: str, module_name: str):
                              "your module on PYTHONPATH") from None
         raise ImportError(f"env {name!r}: importing {module_name} failed: {err}; install {missing!r} "
                           f"(PettingZoo's env families have extras, e.g. pip install 'pettingzoo[butterfly]')") from None
+    except Exception as err:  # noqa: BLE001 (the user's code may raise anything while importing)
+        raise ValueError(f"env {name!r}: importing {module_name} failed: {type(err).__name__}: {err}; fix the "
+                         "module (it must import cleanly)") from None
     factory = getattr(module, "parallel_env", None)
     if not callable(factory):
         raise ValueError(f"env {name!r}: module {module_name} has no parallel_env(); pettingzoo:MODULE needs a "
@@ -145,16 +148,36 @@ def _parallel_env_factory(name: str, module_name: str):
     return factory
 
 
+def _import_registering_module(name: str, module: str) -> None:
+    """Imports the module of a "gymnasium:module:Id" name; ValueError naming it and the fix otherwise."""
+    if not module.strip():
+        raise ValueError(f"env {name!r} names no module before ':'; write gymnasium:MODULE:ID (MODULE registers "
+                         "ID) or gymnasium:ID")
+    try:
+        importlib.import_module(module)
+    except Exception as err:  # noqa: BLE001 (the user's code may raise anything while importing)
+        missing = getattr(err, "name", None) if isinstance(err, ModuleNotFoundError) else None
+        if missing and (module == missing or module.startswith(missing + ".")):
+            raise ValueError(f"env {name!r}: no module named {missing!r}; the module that registers the env "
+                             "must be importable: put the directory that holds it on PYTHONPATH") from None
+        raise ValueError(f"env {name!r}: importing {module}, the module that registers the env, failed: "
+                         f"{type(err).__name__}: {err}; fix the module (it must import cleanly)") from None
+
+
 def python_env_type(name: str) -> PythonEnvType:
     """The PythonEnvType of ``name`` after checking, without creating an env, that it can be made:
     ImportError (a package to install) or ValueError (an unknown env) naming the fix otherwise."""
     prefix, target = _split(name)
     if prefix == "gymnasium":
         gym = _gymnasium(name)
+        module, _, env_id = target.rpartition(":")
+        if ":" in target:  # "module:Id": gymnasium.make imports the module, which registers Id; gym.spec does not
+            _import_registering_module(name, module)
         try:
-            gym.spec(target)
+            gym.spec(env_id)
         except gym.error.Error as err:
-            raise ValueError(f"unknown Gymnasium env {target!r} ({err}); list the ids with python -c "
+            where = f"module {module} registers no such id; " if module else ""
+            raise ValueError(f"unknown Gymnasium env {target!r} ({err}); {where}list the ids with python -c "
                              "'import gymnasium; gymnasium.pprint_registry()'") from None
         return PythonEnvType(name, f"Gymnasium vector env {target} (synchronous, same-step autoreset)")
     _parallel_env_factory(name, target)
@@ -190,6 +213,12 @@ def _action(space, name: str) -> tuple:
         return Box(tuple(float(x) for x in space.low), tuple(float(x) for x in space.high), tuple(space.shape)), None
     raise ValueError(f"env {name!r} has action space {space}; jaxlab takes Discrete, 1-D MultiDiscrete and "
                      "1-D Box actions: wrap the env so that it has one of these")
+
+
+def _short(value) -> str:
+    """``value`` for a message: its repr, cut to 60 characters."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _mask_width(action) -> int:
@@ -460,11 +489,21 @@ class GymnasiumVecEnv(PythonVecEnv):
             raise
 
     def _reset(self, seed: int | None) -> None:
-        obs, _ = self._vec.reset(seed=seed)
+        try:
+            obs, _ = self._vec.reset(seed=seed)
+        except (ValueError, TypeError) as err:
+            if not _raised_by_vector_env(err):
+                raise
+            raise self._misfit("reset()", err) from None
         self.observations[...] = obs
 
     def _step(self, actions: np.ndarray) -> np.ndarray:
-        obs, rewards, terminated, truncated, info = self._vec.step(actions)
+        try:
+            obs, rewards, terminated, truncated, info = self._vec.step(actions)
+        except (ValueError, TypeError) as err:
+            if not _raised_by_vector_env(err):
+                raise
+            raise self._misfit("step()", err) from None
         self.observations[...] = obs
         self.rewards[...] = rewards
         self.terminals[...] = terminated
@@ -478,11 +517,48 @@ class GymnasiumVecEnv(PythonVecEnv):
                 self.final_observations[row] = info["final_obs"][row]
         return ended
 
+    def _misfit(self, call: str, err: Exception) -> ValueError:
+        """The error for what the vector env could not put in its arrays (numpy's message alone names
+        neither the env nor the space)."""
+        space = self._vec.single_observation_space
+        reward = " (or a reward that is not one number)" if call == "step()" else ""
+        return ValueError(f"env '{self.name}': its {call} returned values that do not fit its declared "
+                          f"observation_space {space}{reward}: Gymnasium's vector env says {type(err).__name__}: "
+                          f"{str(err).rstrip('.')}; make the env return observations of shape {space.shape} and dtype "
+                          f"{space.dtype} (or declare the space it returns)")
+
     def _close(self) -> None:
         self._vec.close()
 
 
+def _raised_by_vector_env(err: Exception) -> bool:
+    """Whether ``err`` comes from Gymnasium's vector env itself (putting what an env returned into its
+    batched arrays, where numpy raises) and not from inside one of its envs: its innermost frame outside
+    numpy is in gymnasium.vector."""
+    module, tb = "", err.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_globals.get("__name__", "")
+        if not name.startswith("numpy"):
+            module = name
+        tb = tb.tb_next
+    return module.startswith("gymnasium.vector")
+
+
 # ---- PettingZoo ----
+
+def _parallel_env(env, name: str, module: str):
+    """``env``, what the factory of ``module`` returned, when it is a PettingZoo ParallelEnv; ValueError
+    naming what it is otherwise."""
+    _import_package("pettingzoo", name)
+    from pettingzoo.utils.env import AECEnv, ParallelEnv
+
+    if isinstance(env, ParallelEnv):
+        return env
+    hint = ("an AEC env converts with pettingzoo.utils.conversions.aec_to_parallel" if isinstance(env, AECEnv)
+            else "subclass pettingzoo.ParallelEnv")
+    raise ValueError(f"env {name!r}: {module}.parallel_env() returned {_short(env)} ({type(env).__name__}), not a "
+                     f"PettingZoo ParallelEnv; make it return one ({hint})")
+
 
 class PettingZooVecEnv(PythonVecEnv):
     """``num_envs`` PettingZoo parallel envs from ``MODULE.parallel_env(**kwargs)``, stepped one after
@@ -497,7 +573,8 @@ class PettingZooVecEnv(PythonVecEnv):
         factory = _parallel_env_factory(name, module)
         self._envs = []
         try:
-            self._envs = [factory(**kwargs) for _ in range(int(num_envs))]
+            for _ in range(int(num_envs)):
+                self._envs.append(_parallel_env(factory(**kwargs), name, module))
             self._describe(name, int(seed))
             self._setup(name, PythonEnvType(name, f"PettingZoo parallel env {module}"), num_envs, seed, mask_check)
         except BaseException:
@@ -523,6 +600,7 @@ class PettingZooVecEnv(PythonVecEnv):
         self._dict_obs = isinstance(obs_space, gymnasium.spaces.Dict) and "observation" in obs_space.spaces
         if self._dict_obs:
             obs_space = obs_space["observation"]
+        self._declared = obs_space  # the env's own space, for the messages of _write
         action, self._start = _action(act_spaces[0], name)
         self._info_mask = False
         has_mask = False
@@ -537,15 +615,39 @@ class PettingZooVecEnv(PythonVecEnv):
         self._index = {agent: j for j, agent in enumerate(agents)}
 
     def _write(self, row: int, observation, info) -> None:
-        """Writes one agent's observation (and mask row) from what its env returned."""
+        """Writes one agent's observation (and mask row) from what its env returned; ValueError naming
+        the env, the agent, the declared space and what came back when its shape does not fit (numpy
+        would broadcast a scalar or a 1-element array over the row)."""
         if self._dict_obs:
+            if not isinstance(observation, dict) or "observation" not in observation:
+                raise self._misfit(row, f"its observation is {_short(observation)}, not a dict with "
+                                        f"'observation' as its declared space says")
             if self.action_mask is not None and not self._info_mask:
-                self.action_mask[row] = np.asarray(observation["action_mask"]).astype(bool)
+                self._write_mask(row, observation.get("action_mask"), "its observation's 'action_mask'")
             observation = observation["observation"]
+        if np.shape(observation) != self.observation_space.shape:
+            raise self._misfit(row, f"its observation {_short(observation)} has shape {np.shape(observation)}, "
+                                    f"not the shape of its declared observation space {self._declared}; make the "
+                                    "env return observations of that shape (or declare the space it returns)")
         self.observations[row] = observation
         if self._info_mask:
             mask = (info or {}).get("action_mask")
-            self.action_mask[row] = True if mask is None else np.asarray(mask).astype(bool)
+            if mask is None:
+                self.action_mask[row] = True
+            else:
+                self._write_mask(row, mask, "the 'action_mask' of its info")
+
+    def _write_mask(self, row: int, mask, where: str) -> None:
+        if np.shape(mask) != (self.spaces.mask_width,):
+            raise self._misfit(row, f"{where} {_short(mask)} has shape {np.shape(mask)}; its action space "
+                                    f"{self.action_space} needs a mask of shape ({self.spaces.mask_width},), one "
+                                    "entry per action")
+        self.action_mask[row] = np.asarray(mask).astype(bool)
+
+    def _misfit(self, row: int, what: str) -> ValueError:
+        """The error for what the env returned for the agent of ``row``."""
+        e, j = divmod(row, self.agents_per_env)
+        return ValueError(f"env '{self.name}' #{e} agent {self.agent_names[j]!r} at step {self._steps}: {what}")
 
     def _reset_env(self, e: int, seed: int | None) -> None:
         observations, infos = self._envs[e].reset(seed=seed)
@@ -579,7 +681,11 @@ class PettingZooVecEnv(PythonVecEnv):
                 terminal = bool(terminations.get(agent, False))
                 self.terminals[row] = terminal
                 self.truncations[row] = bool(truncations.get(agent, False)) and not terminal
-                self.rewards[row] = rewards.get(agent, 0.0)
+                reward = rewards.get(agent, 0.0)
+                if np.shape(reward) != ():
+                    raise self._misfit(row, f"its reward {_short(reward)} has shape {np.shape(reward)}; a "
+                                            "ParallelEnv's reward is one number per agent")
+                self.rewards[row] = reward
                 if agent in observations:
                     self._write(row, observations[agent], infos.get(agent))
                 if self.terminals[row] or self.truncations[row]:
@@ -616,10 +722,12 @@ def make_python_env(name: str, num_envs: int = 1, seed: int = 0, num_threads: in
 
 def spaces_of(name: str, library=None, **params) -> EnvSpaces:
     """registry.spaces_of for every env name: for a Python env, the spaces of one env made with
-    ``params`` as keyword arguments (and closed again)."""
+    ``params`` as keyword arguments, reset once (what it returns must fit its spaces: ValueError
+    otherwise, before any training) and closed again."""
     if not is_python_env(name):
         from jaxlab.env.registry import spaces_of as c_spaces_of
 
         return c_spaces_of(name, library=library, **params)
     with make_python_env(name, num_envs=1, library=library, **params) as env:
+        env.reset()
         return env.spaces
