@@ -93,3 +93,99 @@ def test_contract_errors_name_the_problem():
         Trainer(config_of("cartpole", 2, f"{ROOT}/examples/policies/gru.py:Nope"))
     with pytest.raises(ConfigError, match=r"importing 'no_such_package_xyz' failed"):
         Trainer(config_of("cartpole", 2, "no_such_package_xyz:X"))
+
+
+#: Modules that break the contract, one way each (written to a file: policy.module takes a path).
+BROKEN = '''
+import flax.linen as nn
+import jax.numpy as jnp
+from jaxlab.agent.distributions import ActionSpec
+
+
+class Good(nn.Module):
+    action: ActionSpec
+
+    @nn.compact
+    def __call__(self, carry, obs):
+        x = nn.Dense(16)(obs.reshape(obs.shape[0], -1).astype(jnp.float32))
+        return carry, nn.Dense(self.action.head_size)(x), nn.Dense(1)(x)[:, 0]
+
+
+class WrongHead(Good):
+    @nn.compact
+    def __call__(self, carry, obs):
+        x = nn.Dense(16)(obs)
+        return carry, nn.Dense(7)(x), nn.Dense(1)(x)[:, 0]
+
+
+class ValueColumn(Good):
+    @nn.compact
+    def __call__(self, carry, obs):
+        x = nn.Dense(16)(obs)
+        return carry, nn.Dense(self.action.head_size)(x), nn.Dense(1)(x)
+
+
+class TwoOutputs(Good):
+    @nn.compact
+    def __call__(self, carry, obs):
+        x = nn.Dense(16)(obs)
+        return nn.Dense(self.action.head_size)(x), nn.Dense(1)(x)[:, 0]
+
+
+class NoCarryArgument(Good):
+    @nn.compact
+    def __call__(self, obs):
+        return nn.Dense(self.action.head_size)(obs)
+
+
+class Raises(Good):
+    @nn.compact
+    def __call__(self, carry, obs):
+        raise RuntimeError("a bug in the step")
+
+
+class CarryRaises(Good):
+    def initial_carry(self, num_agents):
+        raise RuntimeError("a bug in the carry")
+
+
+class NeedsField(Good):
+    width: int
+'''
+
+
+@pytest.fixture(scope="module")
+def broken(tmp_path_factory):
+    """"path:" of a file holding BROKEN's classes."""
+    path = tmp_path_factory.mktemp("modules") / "broken.py"
+    path.write_text(BROKEN)
+    return f"{path}:"
+
+
+@pytest.mark.parametrize("name, message", [
+    ("WrongHead", r"WrongHead\(carry, obs\) must return head \[2, 2\] .* it returned head \[2, 7\] and value \[2\]"),
+    ("ValueColumn", r".*; it returned head \[2, 2\] and value \[2, 1\]"),
+    ("TwoOutputs", r"TwoOutputs\(carry, obs\) must return \(carry, head \[A, 2\], value \[A\]\)"),
+    ("NoCarryArgument", r"NoCarryArgument.init\(key, carry, obs\) failed: TypeError: .*__call__ must be "
+                        r"\(self, carry, obs\)"),
+    ("Raises", r"Raises.init\(key, carry, obs\) failed: RuntimeError: a bug in the step"),
+    ("CarryRaises", r"CarryRaises.initial_carry\(2\) failed: RuntimeError: a bug in the carry"),
+    ("NeedsField", r"NeedsField\(action=...\) failed: TypeError: .*'width'.*give the others defaults"),
+])
+def test_a_module_breaking_the_contract_is_a_config_error_before_anything_is_built(broken, name, message):
+    """The memory estimate, which `resolve` runs before training, measures the module: its errors are
+    ConfigErrors (one line, exit 2) naming policy.module, not tracebacks."""
+    from jaxlab.config import memory
+
+    config = config_of("cartpole", 2, broken + name)
+    with pytest.raises(ConfigError, match=r"^policy.module='.*broken.py:" + name + "': " + message):
+        memory.network_size(config.policy, memory.env_shape(config))
+
+
+def test_the_command_line_refuses_a_broken_module_in_one_line(broken):
+    result = subprocess.run([sys.executable, "-m", "jaxlab.cli", "config", "cartpole", "--policy.module",
+                             broken + "WrongHead"], capture_output=True, text=True, timeout=300,
+                            env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.startswith("jaxlab config: error: policy.module=") and "must return head [2, 2]" in \
+        result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr

@@ -93,10 +93,18 @@ def load_module_class(spec: str) -> type:
 
 
 def make_module(cls: type, action: ActionSpec, hidden_size: int, dtype: str):
-    """An instance of the user's class with the FILLED_FIELDS it declares."""
+    """An instance of the user's class with the FILLED_FIELDS it declares; ValueError naming the class
+    when it cannot be made that way (a field jaxlab does not fill has no default, or its __post_init__
+    raises)."""
     given = {"action": action, "hidden_size": hidden_size, "dtype": dtype}
     names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in given.items() if k in names})
+    filled = {k: v for k, v in given.items() if k in names}
+    try:
+        return cls(**filled)
+    except Exception as err:  # noqa: BLE001 - the user's class may raise anything
+        raise ValueError(f"{cls.__name__}({', '.join(f'{k}=...' for k in filled)}) failed: {type(err).__name__}: "
+                         f"{err}; jaxlab fills only the fields {', '.join(FILLED_FIELDS)}: give the others "
+                         "defaults") from None
 
 
 def _reset(carry, initial, reset: jax.Array):
@@ -113,13 +121,24 @@ class ModulePolicy:
         self.module, self.action, self.scan_unroll = module, action, scan_unroll
 
     def initial_carry(self, num_agents: int):
-        if hasattr(self.module, "initial_carry"):
+        """The module's initial_carry(num_agents) (zeros [num_agents, 1] without one); ValueError naming
+        the class when it raises."""
+        if not hasattr(self.module, "initial_carry"):
+            return jnp.zeros((num_agents, 1), jnp.float32)
+        try:
             return self.module.initial_carry(num_agents)
-        return jnp.zeros((num_agents, 1), jnp.float32)
+        except Exception as err:  # noqa: BLE001 - the user's code may raise anything
+            raise ValueError(f"{type(self.module).__name__}.initial_carry({num_agents}) failed: "
+                             f"{type(err).__name__}: {err}") from None
 
     def init(self, key: jax.Array, carry, obs: jax.Array, reset: jax.Array) -> dict:
-        """Params for ``obs`` [A, ...]; ValueError when the module's outputs break the contract."""
-        variables = self.module.init(key, carry, obs)
+        """Params for ``obs`` [A, ...]; ValueError when the module's init fails or its outputs break the
+        contract."""
+        try:
+            variables = self.module.init(key, carry, obs)
+        except Exception as err:  # noqa: BLE001 - the user's code may raise anything
+            raise ValueError(f"{type(self.module).__name__}.init(key, carry, obs) failed: {type(err).__name__}: "
+                             f"{err}; __call__ must be (self, carry, obs) -> (carry, head, value)") from None
         params = {"module": {"params": variables["params"]}}
         if self.action.kind == "continuous":
             params["log_std"] = jnp.zeros((self.action.dim,), jnp.float32)
@@ -173,17 +192,22 @@ class ModulePolicy:
 
 def module_size(spec: str, shape, hidden_size: int, dtype: str = "float32") -> tuple[int, int]:
     """(parameter count, carry floats per agent) of the module ``spec`` for an env of ``shape``
-    (jaxlab.config.memory.EnvShape), by jax.eval_shape: nothing is computed or allocated."""
+    (jaxlab.config.memory.EnvShape), by jax.eval_shape: nothing is computed or allocated. ValueError
+    naming ``spec`` when the module cannot be loaded, made or initialised, or breaks the contract."""
     if shape.log_std:
         action = ActionSpec("continuous", dim=shape.log_std)
     elif shape.action_size == 1:
         action = ActionSpec("discrete", (shape.head_size,))
     else:  # the sizes of the factors do not change the count of a head of head_size outputs
         action = ActionSpec("multi_discrete", (shape.head_size - shape.action_size + 1,) + (1,) * (shape.action_size - 1))
-    policy = ModulePolicy(make_module(load_module_class(spec), action, hidden_size, dtype), action)
-    carry = policy.initial_carry(2)
-    obs = jax.ShapeDtypeStruct((2, *shape.obs_shape), jnp.uint8 if shape.obs_itemsize == 1 else jnp.float32)
-    params = jax.eval_shape(lambda key, c, o: policy.init(key, c, o, jnp.ones(2, bool)), jax.random.PRNGKey(0),
-                            carry, obs)
+    cls = load_module_class(spec)
+    try:
+        policy = ModulePolicy(make_module(cls, action, hidden_size, dtype), action)
+        carry = policy.initial_carry(2)
+        obs = jax.ShapeDtypeStruct((2, *shape.obs_shape), jnp.uint8 if shape.obs_itemsize == 1 else jnp.float32)
+        params = jax.eval_shape(lambda key, c, o: policy.init(key, c, o, jnp.ones(2, bool)),
+                                jax.random.PRNGKey(0), carry, obs)
+    except ValueError as err:
+        raise ValueError(f"policy.module={spec!r}: {err}") from None
     count = sum(int(x.size) for x in jax.tree.leaves(params))
     return count, sum(int(x.size) // 2 for x in jax.tree.leaves(carry))
