@@ -151,6 +151,19 @@ class CarryRaises(Good):
 
 class NeedsField(Good):
     width: int
+
+
+class Unrolled(Good):
+    def unroll(self, carry, obs, reset):  # feed-forward: every step at once
+        T, A = obs.shape[:2]
+        _, head, value = self(carry, obs.reshape(T * A, *obs.shape[2:]))
+        return carry, head.reshape(T, A, -1), value.reshape(T, A)
+
+
+class UnrollForgetsTime(Good):
+    def unroll(self, carry, obs, reset):
+        T, A = obs.shape[:2]
+        return carry, jnp.zeros((A, self.action.head_size)), jnp.zeros((T, A))
 '''
 
 
@@ -189,3 +202,16 @@ def test_the_command_line_refuses_a_broken_module_in_one_line(broken):
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.startswith("jaxlab config: error: policy.module=") and "must return head [2, 2]" in \
         result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_an_unroll_method_is_checked_at_start(broken):
+    """unroll must give what T steps give: carry, head [T, A, k], value [T, A] (it ran only in the first
+    update, after the run dir was made)."""
+    from jaxlab.config import memory
+
+    good = config_of("cartpole", 2, broken + "Unrolled")
+    assert memory.network_size(good.policy, memory.env_shape(good)).params > 0
+    config = config_of("cartpole", 2, broken + "UnrollForgetsTime")
+    with pytest.raises(ConfigError, match=r"UnrollForgetsTime.unroll\(carry, obs \[T, A, ...\], reset \[T, A\]\) must "
+                                          r"return head \[3, 2, 2\] .* it returned head \[2, 2\] and value \[3, 2\]"):
+        memory.network_size(config.policy, memory.env_shape(config))

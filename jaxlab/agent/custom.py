@@ -146,22 +146,39 @@ class ModulePolicy:
         return params
 
     def _check(self, params, carry, obs) -> None:
-        A, k = obs.shape[0], self.action.head_size
+        """ValueError naming the class when one step on ``obs`` [A, ...] or, when the module defines
+        unroll, T = A + 1 steps (a T unlike A) break the contract: jax.eval_shape, nothing is computed."""
+        A = obs.shape[0]
         name = type(self.module).__name__
         try:
             out = jax.eval_shape(lambda p, c, o: self.module.apply(p, c, o), params["module"], carry, obs)
         except Exception as err:  # noqa: BLE001
             raise ValueError(f"{name}(carry, obs) failed: {type(err).__name__}: {err}") from None
+        self._check_outputs(f"{name}(carry, obs)", out, carry, (A,))
+        if hasattr(self.module, "unroll"):
+            what, T = f"{name}.unroll(carry, obs [T, A, ...], reset [T, A])", A + 1
+            sequence, reset = jax.ShapeDtypeStruct((T, *obs.shape), obs.dtype), jax.ShapeDtypeStruct((T, A), bool)
+            try:
+                out = jax.eval_shape(lambda p, c, o, r: self.module.apply(p, c, o, r, method="unroll"),
+                                     params["module"], carry, sequence, reset)
+            except Exception as err:  # noqa: BLE001
+                raise ValueError(f"{what} failed: {type(err).__name__}: {err}") from None
+            self._check_outputs(what, out, carry, (T, A))
+
+    def _check_outputs(self, what: str, out, carry, lead: tuple) -> None:
+        """ValueError unless ``out`` is (a carry shaped like ``carry``, head [*lead, k], value [*lead])."""
+        k = self.action.head_size
+        axes = "T, A" if len(lead) == 2 else "A"
         if not (isinstance(out, tuple) and len(out) == 3):
-            raise ValueError(f"{name}(carry, obs) must return (carry, head [A, {k}], value [A]); it returned "
+            raise ValueError(f"{what} must return (carry, head [{axes}, {k}], value [{axes}]); it returned "
                              f"{type(out).__name__} {jax.tree.map(lambda x: x.shape, out)}")
         new_carry, head, value = out
-        if head.shape != (A, k) or value.shape != (A,):
-            raise ValueError(f"{name}(carry, obs) must return head [{A}, {k}] (the action head size) and value "
-                             f"[{A}]; it returned head {list(head.shape)} and value {list(value.shape)}")
+        if head.shape != (*lead, k) or value.shape != lead:
+            raise ValueError(f"{what} must return head {[*lead, k]} (the action head size) and value "
+                             f"{list(lead)}; it returned head {list(head.shape)} and value {list(value.shape)}")
         if jax.tree.structure(new_carry) != jax.tree.structure(carry) or any(
                 a.shape != b.shape for a, b in zip(jax.tree.leaves(new_carry), jax.tree.leaves(carry))):
-            raise ValueError(f"{name}(carry, obs) must return a carry shaped like initial_carry's "
+            raise ValueError(f"{what} must return a carry shaped like initial_carry's "
                              f"({jax.tree.map(lambda x: list(x.shape), carry)}); it returned "
                              f"{jax.tree.map(lambda x: list(x.shape), new_carry)}")
 
