@@ -153,6 +153,16 @@ class NeedsField(Good):
     width: int
 
 
+class CarryWithoutAgents(Good):
+    def initial_carry(self, num_agents):
+        return jnp.zeros((1, 8))
+
+
+class CarryOfTwoAgents(Good):
+    def initial_carry(self, num_agents):
+        return {"h": jnp.zeros((num_agents, 8)), "c": jnp.zeros((2, 8))}
+
+
 class Unrolled(Good):
     def unroll(self, carry, obs, reset):  # feed-forward: every step at once
         T, A = obs.shape[:2]
@@ -184,6 +194,10 @@ def broken(tmp_path_factory):
     ("Raises", r"Raises.init\(key, carry, obs\) failed: RuntimeError: a bug in the step"),
     ("CarryRaises", r"CarryRaises.initial_carry\(2\) failed: RuntimeError: a bug in the carry"),
     ("NeedsField", r"NeedsField\(action=...\) failed: TypeError: .*'width'.*give the others defaults"),
+    ("CarryWithoutAgents", r"CarryWithoutAgents.initial_carry\(2\) must return arrays \[num_agents, ...\] .*; "
+                           r"it returned \[1, 8\]"),
+    ("CarryOfTwoAgents", r"CarryOfTwoAgents.initial_carry\(3\) must return arrays \[num_agents, ...\] .*; "
+                         r"it returned \{'c': \[2, 8\], 'h': \[3, 8\]\}"),  # 2 agents fit by chance: 3 do not
 ])
 def test_a_module_breaking_the_contract_is_a_config_error_before_anything_is_built(broken, name, message):
     """The memory estimate, which `resolve` runs before training, measures the module: its errors are

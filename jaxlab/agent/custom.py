@@ -122,14 +122,19 @@ class ModulePolicy:
 
     def initial_carry(self, num_agents: int):
         """The module's initial_carry(num_agents) (zeros [num_agents, 1] without one); ValueError naming
-        the class when it raises."""
+        the class when it raises or a leaf lacks the leading axis of num_agents (jaxlab resets, stores
+        and shards the carry per agent: a carry of another size would be broadcast, one shared by all)."""
         if not hasattr(self.module, "initial_carry"):
             return jnp.zeros((num_agents, 1), jnp.float32)
+        what = f"{type(self.module).__name__}.initial_carry({num_agents})"
         try:
-            return self.module.initial_carry(num_agents)
+            carry = self.module.initial_carry(num_agents)
         except Exception as err:  # noqa: BLE001 - the user's code may raise anything
-            raise ValueError(f"{type(self.module).__name__}.initial_carry({num_agents}) failed: "
-                             f"{type(err).__name__}: {err}") from None
+            raise ValueError(f"{what} failed: {type(err).__name__}: {err}") from None
+        if any(jnp.shape(x)[:1] != (num_agents,) for x in jax.tree.leaves(carry)):
+            raise ValueError(f"{what} must return arrays [num_agents, ...] (one carry per agent, e.g. jnp.zeros("
+                             f"(num_agents, 64))); it returned {jax.tree.map(lambda x: list(jnp.shape(x)), carry)}")
+        return carry
 
     def init(self, key: jax.Array, carry, obs: jax.Array, reset: jax.Array) -> dict:
         """Params for ``obs`` [A, ...]; ValueError when the module's init fails or its outputs break the
@@ -221,6 +226,7 @@ def module_size(spec: str, shape, hidden_size: int, dtype: str = "float32") -> t
     try:
         policy = ModulePolicy(make_module(cls, action, hidden_size, dtype), action)
         carry = policy.initial_carry(2)
+        policy.initial_carry(3)  # a carry sized for a fixed count of agents fits at most one of two counts
         obs = jax.ShapeDtypeStruct((2, *shape.obs_shape), jnp.uint8 if shape.obs_itemsize == 1 else jnp.float32)
         params = jax.eval_shape(lambda key, c, o: policy.init(key, c, o, jnp.ones(2, bool)),
                                 jax.random.PRNGKey(0), carry, obs)
