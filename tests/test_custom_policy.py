@@ -229,3 +229,13 @@ def test_an_unroll_method_is_checked_at_start(broken):
     with pytest.raises(ConfigError, match=r"UnrollForgetsTime.unroll\(carry, obs \[T, A, ...\], reset \[T, A\]\) must "
                                           r"return head \[3, 2, 2\] .* it returned head \[2, 2\] and value \[3, 2\]"):
         memory.network_size(config.policy, memory.env_shape(config))
+
+
+def test_a_policy_file_that_exits_at_import_is_an_error_naming_it(tmp_path):
+    """sys.exit in a policy file (a script's main code without the __main__ guard) ended the run with its
+    status and no message."""
+    path = tmp_path / "script.py"
+    path.write_text("import sys\nsys.exit(3)\n")
+    with pytest.raises(ConfigError, match=r"policy.module='.*script.py:Policy': importing '.*script.py' called "
+                                          r"sys.exit\(3\); .*if __name__ == \"__main__\""):
+        Trainer(config_of("cartpole", 2, f"{path}:Policy"))

@@ -79,6 +79,9 @@ def load_module_class(spec: str) -> type:
             module = importlib.import_module(where)
     except ValueError:
         raise
+    except SystemExit as err:  # a script's code run at import: it would end jaxlab with its status, silently
+        raise ValueError(f"policy.module={spec!r}: importing {where!r} called sys.exit({err.code!r}); keep a "
+                         "script's code under `if __name__ == \"__main__\":`") from None
     except Exception as err:  # noqa: BLE001 - the user's code may raise anything while importing
         raise ValueError(f"policy.module={spec!r}: importing {where!r} failed: {type(err).__name__}: {err}; "
                          "check the module (a package must be on PYTHONPATH)") from None
