@@ -239,3 +239,42 @@ def test_a_policy_file_that_exits_at_import_is_an_error_naming_it(tmp_path):
     with pytest.raises(ConfigError, match=r"policy.module='.*script.py:Policy': importing '.*script.py' called "
                                           r"sys.exit\(3\); .*if __name__ == \"__main__\""):
         Trainer(config_of("cartpole", 2, f"{path}:Policy"))
+
+
+def test_flags_of_the_built_in_network_warn_that_the_module_ignores_them(tmp_path):
+    """--policy.lstm and --policy.mlp-layers do nothing with a module (GRUPolicy declares hidden_size,
+    which it gets): one warning line names them. A --config file, such as a run dir's config.toml, which
+    records every key, stays quiet."""
+    from jaxlab.config import to_toml
+
+    def stderr_of(*args):
+        result = subprocess.run([sys.executable, "-m", "jaxlab.cli", "config", "memory", *args], capture_output=True,
+                                text=True, timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stderr
+
+    warned = [line for line in stderr_of("--policy.module", GRU_FILE, "--policy.lstm", "false", "--policy.mlp-layers",
+                                         "64", "--policy.hidden-size", "16").splitlines() if "policy.module" in line]
+    assert len(warned) == 1 and "--policy.mlp-layers, --policy.lstm do nothing" in warned[0] and "hidden" not in warned[0], warned
+    saved = tmp_path / "config.toml"
+    saved.write_text(to_toml(config_of("memory", 2, GRU_FILE, "--policy.lstm", "false")))
+    assert "policy.module" not in stderr_of("--config", str(saved))
+
+
+def test_ignored_keys_cover_every_policy_key_a_module_does_not_get():
+    """Each [policy] key is the built-in network's, given to the module (hidden_size when declared,
+    scan_unroll without an unroll of its own), or policy.module itself."""
+    import dataclasses
+
+    import flax.linen as nn
+
+    from jaxlab.agent.custom import BUILT_IN_KEYS, ignored_keys
+    from jaxlab.config.schema import PolicyConfig
+
+    assert {f.name for f in dataclasses.fields(PolicyConfig)} == {*BUILT_IN_KEYS, "hidden_size", "scan_unroll", "module"}
+
+    class Bare(nn.Module):
+        def unroll(self, carry, obs, reset):
+            pass
+
+    assert ignored_keys(Bare) == [f"policy.{k}" for k in (*BUILT_IN_KEYS, "hidden_size", "scan_unroll")]

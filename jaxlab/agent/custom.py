@@ -51,6 +51,10 @@ from jaxlab.agent.distributions import ActionSpec
 #: Fields jaxlab fills when the user's class declares them: field -> what it gets.
 FILLED_FIELDS = ("action", "hidden_size", "dtype")
 
+#: The [policy] keys of the built-in network, which a user's module replaces (jaxlab.train.build).
+BUILT_IN_KEYS = ("encoder", "mlp_layers", "activation", "cnn_channels", "cnn_kernels", "cnn_strides", "lstm",
+                 "shared_trunk", "actor_init_scale", "critic_init_scale")
+
 
 def load_module_class(spec: str) -> type:
     """The class that ``spec`` ("package.module:Class" or "path/to/file.py:Class") names; ValueError with
@@ -108,6 +112,18 @@ def make_module(cls: type, action: ActionSpec, hidden_size: int, dtype: str):
         raise ValueError(f"{cls.__name__}({', '.join(f'{k}=...' for k in filled)}) failed: {type(err).__name__}: "
                          f"{err}; jaxlab fills only the fields {', '.join(FILLED_FIELDS)}: give the others "
                          "defaults") from None
+
+
+def ignored_keys(cls: type) -> list[str]:
+    """The [policy] keys ("policy.lstm", ...) that do nothing with a module of class ``cls``: the built-in
+    network's, hidden_size when the class declares no such field (jaxlab fills it only then), and
+    scan_unroll when it has its own unroll (the lax.scan it sets is not used)."""
+    keys = list(BUILT_IN_KEYS)
+    if "hidden_size" not in {f.name for f in dataclasses.fields(cls)}:
+        keys.append("hidden_size")
+    if hasattr(cls, "unroll"):
+        keys.append("scan_unroll")
+    return [f"policy.{key}" for key in keys]
 
 
 def _reset(carry, initial, reset: jax.Array):
