@@ -93,3 +93,188 @@ def test_contract_errors_name_the_problem():
         Trainer(config_of("cartpole", 2, f"{ROOT}/examples/policies/gru.py:Nope"))
     with pytest.raises(ConfigError, match=r"importing 'no_such_package_xyz' failed"):
         Trainer(config_of("cartpole", 2, "no_such_package_xyz:X"))
+
+
+#: Modules that break the contract, one way each (written to a file: policy.module takes a path).
+BROKEN = '''
+import flax.linen as nn
+import jax.numpy as jnp
+from jaxlab.agent.distributions import ActionSpec
+
+
+class Good(nn.Module):
+    action: ActionSpec
+
+    @nn.compact
+    def __call__(self, carry, obs):
+        x = nn.Dense(16)(obs.reshape(obs.shape[0], -1).astype(jnp.float32))
+        return carry, nn.Dense(self.action.head_size)(x), nn.Dense(1)(x)[:, 0]
+
+
+class WrongHead(Good):
+    @nn.compact
+    def __call__(self, carry, obs):
+        x = nn.Dense(16)(obs)
+        return carry, nn.Dense(7)(x), nn.Dense(1)(x)[:, 0]
+
+
+class ValueColumn(Good):
+    @nn.compact
+    def __call__(self, carry, obs):
+        x = nn.Dense(16)(obs)
+        return carry, nn.Dense(self.action.head_size)(x), nn.Dense(1)(x)
+
+
+class TwoOutputs(Good):
+    @nn.compact
+    def __call__(self, carry, obs):
+        x = nn.Dense(16)(obs)
+        return nn.Dense(self.action.head_size)(x), nn.Dense(1)(x)[:, 0]
+
+
+class NoCarryArgument(Good):
+    @nn.compact
+    def __call__(self, obs):
+        return nn.Dense(self.action.head_size)(obs)
+
+
+class Raises(Good):
+    @nn.compact
+    def __call__(self, carry, obs):
+        raise RuntimeError("a bug in the step")
+
+
+class CarryRaises(Good):
+    def initial_carry(self, num_agents):
+        raise RuntimeError("a bug in the carry")
+
+
+class NeedsField(Good):
+    width: int
+
+
+class CarryWithoutAgents(Good):
+    def initial_carry(self, num_agents):
+        return jnp.zeros((1, 8))
+
+
+class CarryOfTwoAgents(Good):
+    def initial_carry(self, num_agents):
+        return {"h": jnp.zeros((num_agents, 8)), "c": jnp.zeros((2, 8))}
+
+
+class Unrolled(Good):
+    def unroll(self, carry, obs, reset):  # feed-forward: every step at once
+        T, A = obs.shape[:2]
+        _, head, value = self(carry, obs.reshape(T * A, *obs.shape[2:]))
+        return carry, head.reshape(T, A, -1), value.reshape(T, A)
+
+
+class UnrollForgetsTime(Good):
+    def unroll(self, carry, obs, reset):
+        T, A = obs.shape[:2]
+        return carry, jnp.zeros((A, self.action.head_size)), jnp.zeros((T, A))
+'''
+
+
+@pytest.fixture(scope="module")
+def broken(tmp_path_factory):
+    """"path:" of a file holding BROKEN's classes."""
+    path = tmp_path_factory.mktemp("modules") / "broken.py"
+    path.write_text(BROKEN)
+    return f"{path}:"
+
+
+@pytest.mark.parametrize("name, message", [
+    ("WrongHead", r"WrongHead\(carry, obs\) must return head \[2, 2\] .* it returned head \[2, 7\] and value \[2\]"),
+    ("ValueColumn", r".*; it returned head \[2, 2\] and value \[2, 1\]"),
+    ("TwoOutputs", r"TwoOutputs\(carry, obs\) must return \(carry, head \[A, 2\], value \[A\]\)"),
+    ("NoCarryArgument", r"NoCarryArgument.init\(key, carry, obs\) failed: TypeError: .*__call__ must be "
+                        r"\(self, carry, obs\)"),
+    ("Raises", r"Raises.init\(key, carry, obs\) failed: RuntimeError: a bug in the step"),
+    ("CarryRaises", r"CarryRaises.initial_carry\(2\) failed: RuntimeError: a bug in the carry"),
+    ("NeedsField", r"NeedsField\(action=...\) failed: TypeError: .*'width'.*give the others defaults"),
+    ("CarryWithoutAgents", r"CarryWithoutAgents.initial_carry\(2\) must return arrays \[num_agents, ...\] .*; "
+                           r"it returned \[1, 8\]"),
+    ("CarryOfTwoAgents", r"CarryOfTwoAgents.initial_carry\(3\) must return arrays \[num_agents, ...\] .*; "
+                         r"it returned \{'c': \[2, 8\], 'h': \[3, 8\]\}"),  # 2 agents fit by chance: 3 do not
+])
+def test_a_module_breaking_the_contract_is_a_config_error_before_anything_is_built(broken, name, message):
+    """The memory estimate, which `resolve` runs before training, measures the module: its errors are
+    ConfigErrors (one line, exit 2) naming policy.module, not tracebacks."""
+    from jaxlab.config import memory
+
+    config = config_of("cartpole", 2, broken + name)
+    with pytest.raises(ConfigError, match=r"^policy.module='.*broken.py:" + name + "': " + message):
+        memory.network_size(config.policy, memory.env_shape(config))
+
+
+def test_the_command_line_refuses_a_broken_module_in_one_line(broken):
+    result = subprocess.run([sys.executable, "-m", "jaxlab.cli", "config", "cartpole", "--policy.module",
+                             broken + "WrongHead"], capture_output=True, text=True, timeout=300,
+                            env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.startswith("jaxlab config: error: policy.module=") and "must return head [2, 2]" in \
+        result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_an_unroll_method_is_checked_at_start(broken):
+    """unroll must give what T steps give: carry, head [T, A, k], value [T, A] (it ran only in the first
+    update, after the run dir was made)."""
+    from jaxlab.config import memory
+
+    good = config_of("cartpole", 2, broken + "Unrolled")
+    assert memory.network_size(good.policy, memory.env_shape(good)).params > 0
+    config = config_of("cartpole", 2, broken + "UnrollForgetsTime")
+    with pytest.raises(ConfigError, match=r"UnrollForgetsTime.unroll\(carry, obs \[T, A, ...\], reset \[T, A\]\) must "
+                                          r"return head \[3, 2, 2\] .* it returned head \[2, 2\] and value \[3, 2\]"):
+        memory.network_size(config.policy, memory.env_shape(config))
+
+
+def test_a_policy_file_that_exits_at_import_is_an_error_naming_it(tmp_path):
+    """sys.exit in a policy file (a script's main code without the __main__ guard) ended the run with its
+    status and no message."""
+    path = tmp_path / "script.py"
+    path.write_text("import sys\nsys.exit(3)\n")
+    with pytest.raises(ConfigError, match=r"policy.module='.*script.py:Policy': importing '.*script.py' called "
+                                          r"sys.exit\(3\); .*if __name__ == \"__main__\""):
+        Trainer(config_of("cartpole", 2, f"{path}:Policy"))
+
+
+def test_flags_of_the_built_in_network_warn_that_the_module_ignores_them(tmp_path):
+    """--policy.lstm and --policy.mlp-layers do nothing with a module (GRUPolicy declares hidden_size,
+    which it gets): one warning line names them. A --config file, such as a run dir's config.toml, which
+    records every key, stays quiet."""
+    from jaxlab.config import to_toml
+
+    def stderr_of(*args):
+        result = subprocess.run([sys.executable, "-m", "jaxlab.cli", "config", "memory", *args], capture_output=True,
+                                text=True, timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stderr
+
+    warned = [line for line in stderr_of("--policy.module", GRU_FILE, "--policy.lstm", "false", "--policy.mlp-layers",
+                                         "64", "--policy.hidden-size", "16").splitlines() if "policy.module" in line]
+    assert len(warned) == 1 and "--policy.mlp-layers, --policy.lstm do nothing" in warned[0] and "hidden" not in warned[0], warned
+    saved = tmp_path / "config.toml"
+    saved.write_text(to_toml(config_of("memory", 2, GRU_FILE, "--policy.lstm", "false")))
+    assert "policy.module" not in stderr_of("--config", str(saved))
+
+
+def test_ignored_keys_cover_every_policy_key_a_module_does_not_get():
+    """Each [policy] key is the built-in network's, given to the module (hidden_size when declared,
+    scan_unroll without an unroll of its own), or policy.module itself."""
+    import dataclasses
+
+    import flax.linen as nn
+
+    from jaxlab.agent.custom import BUILT_IN_KEYS, ignored_keys
+    from jaxlab.config.schema import PolicyConfig
+
+    assert {f.name for f in dataclasses.fields(PolicyConfig)} == {*BUILT_IN_KEYS, "hidden_size", "scan_unroll", "module"}
+
+    class Bare(nn.Module):
+        def unroll(self, carry, obs, reset):
+            pass
+
+    assert ignored_keys(Bare) == [f"policy.{k}" for k in (*BUILT_IN_KEYS, "hidden_size", "scan_unroll")]

@@ -51,6 +51,10 @@ from jaxlab.agent.distributions import ActionSpec
 #: Fields jaxlab fills when the user's class declares them: field -> what it gets.
 FILLED_FIELDS = ("action", "hidden_size", "dtype")
 
+#: The [policy] keys of the built-in network, which a user's module replaces (jaxlab.train.build).
+BUILT_IN_KEYS = ("encoder", "mlp_layers", "activation", "cnn_channels", "cnn_kernels", "cnn_strides", "lstm",
+                 "shared_trunk", "actor_init_scale", "critic_init_scale")
+
 
 def load_module_class(spec: str) -> type:
     """The class that ``spec`` ("package.module:Class" or "path/to/file.py:Class") names; ValueError with
@@ -79,6 +83,9 @@ def load_module_class(spec: str) -> type:
             module = importlib.import_module(where)
     except ValueError:
         raise
+    except SystemExit as err:  # a script's code run at import: it would end jaxlab with its status, silently
+        raise ValueError(f"policy.module={spec!r}: importing {where!r} called sys.exit({err.code!r}); keep a "
+                         "script's code under `if __name__ == \"__main__\":`") from None
     except Exception as err:  # noqa: BLE001 - the user's code may raise anything while importing
         raise ValueError(f"policy.module={spec!r}: importing {where!r} failed: {type(err).__name__}: {err}; "
                          "check the module (a package must be on PYTHONPATH)") from None
@@ -93,10 +100,30 @@ def load_module_class(spec: str) -> type:
 
 
 def make_module(cls: type, action: ActionSpec, hidden_size: int, dtype: str):
-    """An instance of the user's class with the FILLED_FIELDS it declares."""
+    """An instance of the user's class with the FILLED_FIELDS it declares; ValueError naming the class
+    when it cannot be made that way (a field jaxlab does not fill has no default, or its __post_init__
+    raises)."""
     given = {"action": action, "hidden_size": hidden_size, "dtype": dtype}
     names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in given.items() if k in names})
+    filled = {k: v for k, v in given.items() if k in names}
+    try:
+        return cls(**filled)
+    except Exception as err:  # noqa: BLE001 - the user's class may raise anything
+        raise ValueError(f"{cls.__name__}({', '.join(f'{k}=...' for k in filled)}) failed: {type(err).__name__}: "
+                         f"{err}; jaxlab fills only the fields {', '.join(FILLED_FIELDS)}: give the others "
+                         "defaults") from None
+
+
+def ignored_keys(cls: type) -> list[str]:
+    """The [policy] keys ("policy.lstm", ...) that do nothing with a module of class ``cls``: the built-in
+    network's, hidden_size when the class declares no such field (jaxlab fills it only then), and
+    scan_unroll when it has its own unroll (the lax.scan it sets is not used)."""
+    keys = list(BUILT_IN_KEYS)
+    if "hidden_size" not in {f.name for f in dataclasses.fields(cls)}:
+        keys.append("hidden_size")
+    if hasattr(cls, "unroll"):
+        keys.append("scan_unroll")
+    return [f"policy.{key}" for key in keys]
 
 
 def _reset(carry, initial, reset: jax.Array):
@@ -113,13 +140,29 @@ class ModulePolicy:
         self.module, self.action, self.scan_unroll = module, action, scan_unroll
 
     def initial_carry(self, num_agents: int):
-        if hasattr(self.module, "initial_carry"):
-            return self.module.initial_carry(num_agents)
-        return jnp.zeros((num_agents, 1), jnp.float32)
+        """The module's initial_carry(num_agents) (zeros [num_agents, 1] without one); ValueError naming
+        the class when it raises or a leaf lacks the leading axis of num_agents (jaxlab resets, stores
+        and shards the carry per agent: a carry of another size would be broadcast, one shared by all)."""
+        if not hasattr(self.module, "initial_carry"):
+            return jnp.zeros((num_agents, 1), jnp.float32)
+        what = f"{type(self.module).__name__}.initial_carry({num_agents})"
+        try:
+            carry = self.module.initial_carry(num_agents)
+        except Exception as err:  # noqa: BLE001 - the user's code may raise anything
+            raise ValueError(f"{what} failed: {type(err).__name__}: {err}") from None
+        if any(jnp.shape(x)[:1] != (num_agents,) for x in jax.tree.leaves(carry)):
+            raise ValueError(f"{what} must return arrays [num_agents, ...] (one carry per agent, e.g. jnp.zeros("
+                             f"(num_agents, 64))); it returned {jax.tree.map(lambda x: list(jnp.shape(x)), carry)}")
+        return carry
 
     def init(self, key: jax.Array, carry, obs: jax.Array, reset: jax.Array) -> dict:
-        """Params for ``obs`` [A, ...]; ValueError when the module's outputs break the contract."""
-        variables = self.module.init(key, carry, obs)
+        """Params for ``obs`` [A, ...]; ValueError when the module's init fails or its outputs break the
+        contract."""
+        try:
+            variables = self.module.init(key, carry, obs)
+        except Exception as err:  # noqa: BLE001 - the user's code may raise anything
+            raise ValueError(f"{type(self.module).__name__}.init(key, carry, obs) failed: {type(err).__name__}: "
+                             f"{err}; __call__ must be (self, carry, obs) -> (carry, head, value)") from None
         params = {"module": {"params": variables["params"]}}
         if self.action.kind == "continuous":
             params["log_std"] = jnp.zeros((self.action.dim,), jnp.float32)
@@ -127,22 +170,39 @@ class ModulePolicy:
         return params
 
     def _check(self, params, carry, obs) -> None:
-        A, k = obs.shape[0], self.action.head_size
+        """ValueError naming the class when one step on ``obs`` [A, ...] or, when the module defines
+        unroll, T = A + 1 steps (a T unlike A) break the contract: jax.eval_shape, nothing is computed."""
+        A = obs.shape[0]
         name = type(self.module).__name__
         try:
             out = jax.eval_shape(lambda p, c, o: self.module.apply(p, c, o), params["module"], carry, obs)
         except Exception as err:  # noqa: BLE001
             raise ValueError(f"{name}(carry, obs) failed: {type(err).__name__}: {err}") from None
+        self._check_outputs(f"{name}(carry, obs)", out, carry, (A,))
+        if hasattr(self.module, "unroll"):
+            what, T = f"{name}.unroll(carry, obs [T, A, ...], reset [T, A])", A + 1
+            sequence, reset = jax.ShapeDtypeStruct((T, *obs.shape), obs.dtype), jax.ShapeDtypeStruct((T, A), bool)
+            try:
+                out = jax.eval_shape(lambda p, c, o, r: self.module.apply(p, c, o, r, method="unroll"),
+                                     params["module"], carry, sequence, reset)
+            except Exception as err:  # noqa: BLE001
+                raise ValueError(f"{what} failed: {type(err).__name__}: {err}") from None
+            self._check_outputs(what, out, carry, (T, A))
+
+    def _check_outputs(self, what: str, out, carry, lead: tuple) -> None:
+        """ValueError unless ``out`` is (a carry shaped like ``carry``, head [*lead, k], value [*lead])."""
+        k = self.action.head_size
+        axes = "T, A" if len(lead) == 2 else "A"
         if not (isinstance(out, tuple) and len(out) == 3):
-            raise ValueError(f"{name}(carry, obs) must return (carry, head [A, {k}], value [A]); it returned "
+            raise ValueError(f"{what} must return (carry, head [{axes}, {k}], value [{axes}]); it returned "
                              f"{type(out).__name__} {jax.tree.map(lambda x: x.shape, out)}")
         new_carry, head, value = out
-        if head.shape != (A, k) or value.shape != (A,):
-            raise ValueError(f"{name}(carry, obs) must return head [{A}, {k}] (the action head size) and value "
-                             f"[{A}]; it returned head {list(head.shape)} and value {list(value.shape)}")
+        if head.shape != (*lead, k) or value.shape != lead:
+            raise ValueError(f"{what} must return head {[*lead, k]} (the action head size) and value "
+                             f"{list(lead)}; it returned head {list(head.shape)} and value {list(value.shape)}")
         if jax.tree.structure(new_carry) != jax.tree.structure(carry) or any(
                 a.shape != b.shape for a, b in zip(jax.tree.leaves(new_carry), jax.tree.leaves(carry))):
-            raise ValueError(f"{name}(carry, obs) must return a carry shaped like initial_carry's "
+            raise ValueError(f"{what} must return a carry shaped like initial_carry's "
                              f"({jax.tree.map(lambda x: list(x.shape), carry)}); it returned "
                              f"{jax.tree.map(lambda x: list(x.shape), new_carry)}")
 
@@ -173,17 +233,23 @@ class ModulePolicy:
 
 def module_size(spec: str, shape, hidden_size: int, dtype: str = "float32") -> tuple[int, int]:
     """(parameter count, carry floats per agent) of the module ``spec`` for an env of ``shape``
-    (jaxlab.config.memory.EnvShape), by jax.eval_shape: nothing is computed or allocated."""
+    (jaxlab.config.memory.EnvShape), by jax.eval_shape: nothing is computed or allocated. ValueError
+    naming ``spec`` when the module cannot be loaded, made or initialised, or breaks the contract."""
     if shape.log_std:
         action = ActionSpec("continuous", dim=shape.log_std)
     elif shape.action_size == 1:
         action = ActionSpec("discrete", (shape.head_size,))
     else:  # the sizes of the factors do not change the count of a head of head_size outputs
         action = ActionSpec("multi_discrete", (shape.head_size - shape.action_size + 1,) + (1,) * (shape.action_size - 1))
-    policy = ModulePolicy(make_module(load_module_class(spec), action, hidden_size, dtype), action)
-    carry = policy.initial_carry(2)
-    obs = jax.ShapeDtypeStruct((2, *shape.obs_shape), jnp.uint8 if shape.obs_itemsize == 1 else jnp.float32)
-    params = jax.eval_shape(lambda key, c, o: policy.init(key, c, o, jnp.ones(2, bool)), jax.random.PRNGKey(0),
-                            carry, obs)
+    cls = load_module_class(spec)
+    try:
+        policy = ModulePolicy(make_module(cls, action, hidden_size, dtype), action)
+        carry = policy.initial_carry(2)
+        policy.initial_carry(3)  # a carry sized for a fixed count of agents fits at most one of two counts
+        obs = jax.ShapeDtypeStruct((2, *shape.obs_shape), jnp.uint8 if shape.obs_itemsize == 1 else jnp.float32)
+        params = jax.eval_shape(lambda key, c, o: policy.init(key, c, o, jnp.ones(2, bool)),
+                                jax.random.PRNGKey(0), carry, obs)
+    except ValueError as err:
+        raise ValueError(f"policy.module={spec!r}: {err}") from None
     count = sum(int(x.size) for x in jax.tree.leaves(params))
     return count, sum(int(x.size) // 2 for x in jax.tree.leaves(carry))

@@ -97,6 +97,30 @@ def users_memory_fraction(args: argparse.Namespace) -> float | None:
     return config.device.memory_fraction if sources.get("device.memory_fraction") in users else None
 
 
+def ignored_flags_warning(config, flags: list[str]) -> str | None:
+    """The warning for the [policy] keys that ``flags`` (this command's config flags) set and that
+    ``config``'s policy.module ignores (the built-in network's), or None. Only flags: a --config file
+    (a run dir's config.toml records every key), presets and defaults say nothing about intent."""
+    from jaxlab.agent.custom import ignored_keys, load_module_class
+    from jaxlab.config.layers import parse_flags
+    from jaxlab.config.validate import flag_of
+
+    module = config.policy.module
+    if not module:
+        return None
+    cls = load_module_class(module)  # imported already by check_network
+    given = {f"{section}.{key}" for section, keys in parse_flags(flags).items() for key in keys}
+    ignored = [key for key in ignored_keys(cls) if key in given]
+    if not ignored:
+        return None
+    why = "".join(f"; {cls.__name__} {what}" for key, what in (("policy.hidden_size", "declares no hidden_size field"),
+                                                               ("policy.scan_unroll", "has its own unroll"))
+                  if key in ignored)
+    them = "it" if len(ignored) == 1 else "them"
+    return (f"warning: {', '.join(map(flag_of, ignored))} {'does' if len(ignored) == 1 else 'do'} nothing with "
+            f"policy.module={module!r} (it replaces the built-in network{why}); drop {them}")
+
+
 def resolve(args: argparse.Namespace) -> Resolved:
     """The config of ARGS (preset, --config, flags) with its sizes checked and its memory estimate
     checked against the device's and the host's; ConfigError (or CheckpointError for --resume)
@@ -158,6 +182,9 @@ def resolve(args: argparse.Namespace) -> Resolved:
             raise
         raise ConfigError(f"{err} (--resume {args.resume}: the values not given as flags are the ones the run "
                           "was saved with; a flag on this command overrides them)") from None
+    ignored = ignored_flags_warning(config, args.flags)  # after the checks: a broken module's error comes alone
+    if ignored is not None:
+        warn(ignored)
     return Resolved(config, sources, sizes, reason, backend, resume, tuple(changes), estimate, limit, resume_meta)
 
 

@@ -164,12 +164,16 @@ def network_size(policy, shape: EnvShape) -> NetworkSize:
 
 
 def _module_size(policy, shape: EnvShape) -> NetworkSize:
-    """A user's module, measured by jax.eval_shape of its init (nothing is computed)."""
+    """A user's module, measured by jax.eval_shape of its init (nothing is computed); ConfigError when it
+    cannot be loaded or breaks the contract (jaxlab.agent.custom.module_size's checks)."""
     import dataclasses as dc
 
     from jaxlab.agent.custom import module_size
 
-    params, carry = module_size(policy.module, shape, policy.hidden_size)
+    try:
+        params, carry = module_size(policy.module, shape, policy.hidden_size)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     default = network_size(dc.replace(policy, module="", encoder="mlp", mlp_layers=(policy.hidden_size,)), shape)
     return NetworkSize(params, carry, default.kept)
 

@@ -12,7 +12,7 @@ from jaxlab.config import Config, ConfigError
 
 def make_policy(config: Config, spec: ActionSpec):
     """The policy of ``config``: policy.module's class through ModulePolicy, else the built-in ActorCritic
-    with the [policy] keys. ConfigError when the module cannot be loaded."""
+    with the [policy] keys. ConfigError when the module cannot be loaded or made."""
     p = config.policy
     if p.module:
         from jaxlab.agent.custom import ModulePolicy, load_module_class, make_module
@@ -21,7 +21,11 @@ def make_policy(config: Config, spec: ActionSpec):
             cls = load_module_class(p.module)
         except ValueError as err:
             raise ConfigError(str(err)) from None
-        return ModulePolicy(make_module(cls, spec, p.hidden_size, config.device.precision), spec, p.scan_unroll)
+        try:
+            module = make_module(cls, spec, p.hidden_size, config.device.precision)
+        except ValueError as err:
+            raise ConfigError(f"policy.module={p.module!r}: {err}") from None
+        return ModulePolicy(module, spec, p.scan_unroll)
     return ActorCritic(spec, p.hidden_size, p.lstm, p.actor_init_scale, dtype=config.device.precision,
                        scan_unroll=p.scan_unroll, encoder_type=p.encoder, mlp_layers=tuple(p.mlp_layers),
                        activation=p.activation, shared_trunk=p.shared_trunk, critic_init_scale=p.critic_init_scale,
