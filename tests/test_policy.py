@@ -271,6 +271,7 @@ def test_an_all_false_mask_row_stops_the_rollout_and_makes_the_loss_nan():
     which the training loop's non-finite check stops on; a rollout step with such a row is refused."""
     from jaxlab.config import load_config
     from jaxlab.observe.alerts import nonfinite_losses
+    from jaxlab.train.rollout import EnvStepError
     from jaxlab.train.trainer import Trainer
 
     config, _ = load_config("lure", flags=["--vec.num-envs", "8", "--train.bptt-horizon", "8",
@@ -279,8 +280,9 @@ def test_an_all_false_mask_row_stops_the_rollout_and_makes_the_loss_nan():
     with Trainer(config) as trainer:
         row = trainer.env.action_mask[6].copy()
         trainer.env.action_mask[6] = False  # what the first policy call sees for agent 6
-        with pytest.raises(ValueError, match=r"^env 'lure' #6 agent 0 \(row 6\) at step 0: its action mask allows no "
-                                             r"action \(the row is all 0\)"):
+        with pytest.raises(EnvStepError, match=r"^env 'lure' failed while stepping: ValueError: env 'lure' #6 agent 0 "
+                                               r"\(row 6\) at step 0: its action mask allows no action \(the row is "
+                                               r"all 0\)"):
             trainer.rollout.step_once(trainer.acting_params)
         trainer.env.action_mask[6] = row  # nothing was stepped: the env goes on from where it was
         trainer.evaluate()
