@@ -246,6 +246,18 @@ def test_a_resume_into_another_run_dir_that_holds_a_run_is_refused(tmp_path):
     assert [r["update"] for r in read_metrics(a)] == [1, 2, 3, 4, 5]
 
 
+def test_a_resume_with_nothing_left_to_train_changes_nothing(tmp_path):
+    """Resuming an older checkpoint whose update is already the last: no metrics cut, no newer checkpoint
+    moved aside, no record rewritten (it cut metrics.jsonl and moved checkpoint 4 aside, then trained
+    nothing)."""
+    run = tmp_path / "run"
+    train_run(small_config(4, "--checkpoint.interval", "2"), run)
+    before = run_files(run)
+    result = train_run(small_config(2), run, resume=run / "checkpoints" / "2")
+    assert result.records == [] and result.resumed_from == run / "checkpoints" / "2"
+    assert run_files(run) == before and not (run / "checkpoints-replaced").exists()
+
+
 def test_a_resume_that_fails_leaves_the_runs_records_as_they_were(tmp_path):
     """Another vec.groups is refused (the checkpoint holds one env state and carry per group), and a
     resume that fails writes nothing: config.toml, run.json and metrics.jsonl stay the run's own."""

@@ -197,6 +197,8 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
             result.resumed_from, _ = newest_usable(
                 Path(resume), lambda path: trainer.load_checkpoint(path, known.get(path), resume_any_env, warn), warn)
             sync_processes("resumed")  # every process has read before process 0 tidies the run dir
+            if trainer.update_index >= trainer.sizes.num_updates:
+                return result  # nothing to train: the run dir is left as it is (no records, nothing set aside)
             if primary:
                 keep_metrics_until(run_dir / "metrics.jsonl", trainer.update_index)
                 for path in set_aside_after(run_dir / "checkpoints", trainer.update_index):
