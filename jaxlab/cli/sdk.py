@@ -60,11 +60,11 @@ def build_env_command(args: argparse.Namespace) -> int:
 def add_commands(add) -> None:
     """Registers `jaxlab sdk`, `jaxlab new-env` and `jaxlab build-env` with ``add``."""
     sdk = add("sdk", "where the env SDK's headers are", "Print the folder of the env SDK's headers (core.h, "
-              "rng.h, api.h) for -I, or with --cflags the flags jaxlab compiles envs with.", sdk_command)
+              "rng.h, draw.h, api.h) for -I, or with --cflags the flags jaxlab compiles envs with.", sdk_command)
     sdk.add_argument("--include", action="store_true", help="print the header folder (the default)")
     sdk.add_argument("--cflags", action="store_true", help="print the compiler flags, -I included")
     new = add("new-env", "write a new env header and its tests", "Write DIR/NAME.h, a small documented env "
-              "(params, statistics, a render hook) to turn into yours, and DIR/test_NAME.py (pytest).",
+              "(params, statistics, render and pixels hooks) to turn into yours, and DIR/test_NAME.py (pytest).",
               new_env_command)
     new.add_argument("name", metavar="NAME", help="the env's name: a lower-case C identifier")
     new.add_argument("dir", nargs="?", default=".", metavar="DIR", help="where to write (default .)")
