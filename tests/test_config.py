@@ -51,7 +51,11 @@ def test_bad_flags(flags, message):
 
 @pytest.mark.parametrize("flags, message", [
     (["--train.gamma", "0"], r"train.gamma=0.0 must be in \(0, 1\]"),
-    (["--train.gae-lambda", "1.5"], r"train.gae_lambda=1.5 must be in \(0, 1\]"),
+    (["--train.gae-lambda", "1.5"], r"train.gae_lambda=1.5 must be in \[0, 1\], e.g. --train.gae-lambda 0.95"),
+    (["--train.clip-coef", "0"], r"train.clip_coef=0 would clip every policy change to nothing .* e.g. "
+                                 r"--train.clip-coef 0.2 \(the default\), or a large one such as 1e9"),
+    (["--train.min-lr-ratio", "1.5"], r"min_lr_ratio=1.5 must be in \[0, 1\] .*e.g. --train.min-lr-ratio 0.0"),
+    (["--log.dashboard", "RICH"], r"log.dashboard='RICH' is not known; did you mean 'rich'\?"),
     (["--train.learning-rate", "0"], r"train.learning_rate=0.0 must be positive"),
     (["--train.seed", "-3"], r"train.seed=-3 must be an integer in \[0, 2\*\*63\), e.g. --train.seed 0"),
     (["--train.seed", str(2**63)], r"train.seed=9223372036854775808 must be an integer in \[0, 2\*\*63\)"),
@@ -66,6 +70,12 @@ def test_invariants(flags, message):
     config, _ = load_config("cartpole", flags=flags)
     with pytest.raises(ConfigError, match=message):
         derive_sizes(config, agents_per_env=1)
+
+
+def test_gae_lambda_zero_is_one_step_td():
+    config, _ = load_config("cartpole", flags=["--train.gae-lambda", "0"])
+    derive_sizes(config, agents_per_env=1)  # allowed: advantages are one-step TD errors
+    assert config.train.gae_lambda == 0.0
 
 
 def test_derived_sizes_with_several_agents_per_env():

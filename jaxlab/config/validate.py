@@ -51,7 +51,8 @@ def _steps(n: int) -> str:
 
 def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
-        close = difflib.get_close_matches(value, choices, n=1)
+        lower = {c.lower(): c for c in choices}
+        close = [lower[value.lower()]] if value.lower() in lower else difflib.get_close_matches(value, choices, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         raise ConfigError(f"{name}={value!r} is not known; {hint}use one of {', '.join(choices)}")
 
@@ -166,20 +167,25 @@ def derive_sizes(config: Config, agents_per_env: int) -> Sizes:
         raise ConfigError(f"train.seed={t.seed} must be an integer in [0, 2**63), e.g. --train.seed 0")
     if not t.learning_rate > 0:
         raise ConfigError(f"train.learning_rate={t.learning_rate} must be positive, e.g. 3e-4")
-    for name in ("gamma", "gae_lambda"):
-        value = getattr(t, name)
-        if not 0 < value <= 1:
-            raise ConfigError(f"train.{name}={value} must be in (0, 1], e.g. 0.99")
+    if not 0 < t.gamma <= 1:
+        raise ConfigError(f"train.gamma={t.gamma} must be in (0, 1], e.g. {default_flag('train.gamma')}")
+    if not 0 <= t.gae_lambda <= 1:  # 0: one-step TD advantages
+        raise ConfigError(f"train.gae_lambda={t.gae_lambda} must be in [0, 1], e.g. {default_flag('train.gae_lambda')}")
     if t.reward_scale != "auto" and not t.reward_scale > 0:
         raise ConfigError(f"train.reward_scale={t.reward_scale} must be positive, e.g. 1.0, or auto (scaled by the "
                           "running std of the discounted return)")
     for name in ("clip_coef", "vf_clip_coef", "vf_coef", "ent_coef", "max_grad_norm", "min_lr_ratio", "prio_alpha"):
         if getattr(t, name) < 0:
             raise ConfigError(f"train.{name}={getattr(t, name)} must be >= 0; e.g. {default_flag(f'train.{name}')}")
+    if t.clip_coef == 0:
+        raise ConfigError("train.clip_coef=0 would clip every policy change to nothing (the policy would never "
+                          f"learn); give a positive value, e.g. {default_flag('train.clip_coef')}, or a large one "
+                          "such as 1e9 for no clipping")
     check_advantage(config)
     check_policy(config)
     if t.min_lr_ratio > 1:
-        raise ConfigError(f"train.min_lr_ratio={t.min_lr_ratio} must be in [0, 1]")
+        raise ConfigError(f"train.min_lr_ratio={t.min_lr_ratio} must be in [0, 1] (the LR at the end of the "
+                          f"schedule over the LR), e.g. {default_flag('train.min_lr_ratio')}")
     if t.anneal_lr not in SCHEDULES:
         raise ConfigError(f"train.anneal_lr={t.anneal_lr!r} is not a schedule; use one of {', '.join(SCHEDULES)} "
                           "(or true for linear, false for none)")
