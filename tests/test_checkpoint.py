@@ -519,3 +519,17 @@ def test_a_checkpoint_whose_policy_file_changed_is_one_line_naming_the_parameter
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert (f"checkpoint {run}/checkpoints/2 does not fit this policy: ['train']['params']['module']['params']"
             "['Dense_0']['bias'] has shape (16,) there and (32,) here, so the policy's code changed") in result.stderr
+
+
+def test_best_metric_must_be_a_metric_of_the_run(tmp_path):
+    """A mistyped checkpoint.best_metric kept no checkpoint as the best, so keep-1 pruning deleted the best
+    one: refused before training. The names it checks against are the records' keys."""
+    with pytest.raises(ConfigError, match=r"checkpoint.best_metric='episode_retrn' is not a metric of this run, so "
+                                          r"no checkpoint would be kept as the best; did you mean 'episode_return'\?"):
+        train_run(small_config(2, "--checkpoint.best-metric", "episode_retrn"), tmp_path / "typo")
+    assert not (tmp_path / "typo" / "metrics.jsonl").exists()
+    names = []
+    result = train_run(small_config(2, "--checkpoint.best-metric", "value_loss"), tmp_path / "run",
+                       on_start=lambda trainer: names.extend(trainer.record_names))
+    first_only = {"compile_cache", "launch_to_first_update_s"}
+    assert set(result.records[0]) - first_only == set(names) == set(result.records[1])

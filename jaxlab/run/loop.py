@@ -154,6 +154,21 @@ def refuse_an_earlier_run(run_dir: Path) -> None:
                                      f"--resume {run_dir}, or give a new --run-dir")
 
 
+def check_best_metric(name: str, names: Sequence[str]) -> None:
+    """ConfigError when checkpoint.best_metric ``name`` is not one of the run's record keys ``names``:
+    no record would hold it, so no checkpoint would be kept as the best and the keep-N pruning would
+    delete the one that was."""
+    if not name or name in names:
+        return
+    import difflib
+
+    close = difflib.get_close_matches(name, names, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise config_lib.ConfigError(
+        f"checkpoint.best_metric={name!r} is not a metric of this run, so no checkpoint would be kept as the best; "
+        f"{hint}metrics (higher is better): {', '.join(names)}; or \"\" for none")
+
+
 def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | None = None,
               on_log: Callable[[dict], None] | None = None, warn: Callable[[str], None] = print,
               trainer_hook: Callable | None = None, notes: str | None = None,
@@ -192,6 +207,7 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
     if resume is None or resume_run_dir(Path(resume)).resolve() != run_dir.resolve():
         refuse_an_earlier_run(run_dir)  # a resume into another run dir starts that dir's records
     with lock, logs, Trainer(config) as trainer, StopSignals() as stop:
+        check_best_metric(c.best_metric, trainer.record_names)
         if resume is not None:
             known = resume_meta or {}
             result.resumed_from, _ = newest_usable(

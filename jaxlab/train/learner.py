@@ -21,6 +21,11 @@ from jaxlab.agent import distributions, ppo
 from jaxlab.train.advantages import Advantages
 
 
+#: The update's metrics (means over its minibatches, and the explained variance of the segment).
+METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm", "learning_rate",
+           "explained_variance")
+
+
 class Segment(NamedTuple):
     obs: jax.Array
     resets: jax.Array
@@ -130,7 +135,7 @@ def make_update(policy, spec: distributions.ActionSpec, optimizer: optax.Gradien
             grads, (terms, logp) = grad_fn(state.params, mb, advantages, returns, weights)
             updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
             params = optax.apply_updates(state.params, updates)
-            metrics = {"policy_loss": terms.policy, "value_loss": terms.value, "entropy": terms.entropy,
+            metrics = {"policy_loss": terms.policy, "value_loss": terms.value, "entropy": terms.entropy,  # METRICS
                        "approx_kl": terms.approx_kl, "clip_fraction": terms.clip_fraction,
                        "grad_norm": global_norm(grads), "learning_rate": schedule(state.step)}
             estimates = estimator.observe(estimates, index, logp - mb.logp)

@@ -185,6 +185,15 @@ class Trainer:
         return sum(self.traces.values())
 
     @property
+    def record_names(self) -> tuple[str, ...]:
+        """The keys of every record mean_and_log returns (the first of a process holds two more:
+        compile_cache and launch_to_first_update_s; on a GPU, the device memory's)."""
+        from jaxlab.train.learner import METRICS
+
+        return ("global_step", "update", "wall_time", "sps", "compiles", *METRICS, *self.norm.metrics(),
+                "episodes", *self.env.kind.log_names, *(f"time_{k}" for k in self.timing), "time_other")
+
+    @property
     def timing(self) -> dict[str, float]:
         """Seconds spent so far stepping the C envs, in policy calls during rollouts, copying between
         host and device, and in updates (the rest of the wall time is "other")."""
