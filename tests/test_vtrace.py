@@ -67,6 +67,9 @@ def test_priorities_by_advantage_magnitude_and_alpha_0_is_uniform():
     np.testing.assert_allclose(vtrace.priorities(adv, 0.5), w / w.sum(), rtol=1e-6)
     np.testing.assert_allclose(vtrace.priorities(adv, 0.0), [1 / 3] * 3, rtol=1e-6)
     np.testing.assert_allclose(vtrace.priorities(jnp.zeros((2, 4)), 1.0), [0.25] * 4)  # all 0: uniform
+    # large magnitudes and alpha: 2e4 ** 100 overflows float32 (the probabilities were NaN); (1/2) ** 100 by hand
+    big = vtrace.priorities(jnp.array([[1e4, 2e4, 0.0]]), 100.0)
+    np.testing.assert_allclose(big, [0.5 ** 100 / (1 + 0.5 ** 100), 1 / (1 + 0.5 ** 100), 0.0], rtol=1e-6)
     # only the steps of weight 1 count: the second row of sequence 0 drops out (sums 1, 1, 0.5)
     weights = jnp.array([[1, 1, 1], [0, 1, 1]])
     np.testing.assert_allclose(vtrace.priorities(adv, 1.0, weights), [1 / 2.5, 1 / 2.5, 0.5 / 2.5], rtol=1e-6)

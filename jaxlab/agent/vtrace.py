@@ -56,7 +56,8 @@ def priorities(advantages: jax.Array, alpha: float, weights=None) -> jax.Array:
     magnitude = jnp.abs(jnp.nan_to_num(advantages))
     if weights is not None:
         magnitude = magnitude * weights.astype(jnp.float32)
-    w = magnitude.sum(axis=0) ** alpha
+    m = magnitude.sum(axis=0)
+    w = (m / jnp.maximum(m.max(), 1e-30)) ** alpha  # scaled by the largest first: m ** alpha overflows float32
     total = w.sum()
     uniform = jnp.full_like(w, 1.0 / w.shape[0])
     return jnp.where(total > 0, w / jnp.where(total > 0, total, 1.0), uniform)
