@@ -189,6 +189,10 @@ def derive_sizes(config: Config, agents_per_env: int) -> Sizes:
     if t.anneal_lr not in SCHEDULES:
         raise ConfigError(f"train.anneal_lr={t.anneal_lr!r} is not a schedule; use one of {', '.join(SCHEDULES)} "
                           "(or true for linear, false for none)")
+    long_tags = [tag.strip() for tag in config.log.wandb_tags.split(",") if len(tag.strip()) > 64]
+    if long_tags:  # wandb refuses such a run (a pydantic error) and the run would go on without wandb
+        raise ConfigError(f"log.wandb_tags: the tag {long_tags[0][:20]!r}... has {len(long_tags[0])} characters; "
+                          "wandb takes at most 64 per tag (tags are comma-separated)")
     check_choice("device.precision", config.device.precision, PRECISIONS)
     check_choice("device.matmul_precision", config.device.matmul_precision, MATMUL_PRECISIONS)
     check_choice("log.dashboard", config.log.dashboard, DASHBOARDS)
