@@ -356,6 +356,25 @@ def test_an_unusable_checkpoint_dir_is_a_clear_error(tmp_path):
     assert not (run / "metrics.jsonl").exists()  # refused before training
 
 
+def test_sigint_during_start_up_saves_after_the_first_update(tmp_path):
+    """Ctrl-C while JAX starts and compiles (before the first update) is taken like one during training:
+    the first update ends, a checkpoint is saved, exit 130. It was a KeyboardInterrupt out of the
+    compile, with nothing saved (or, inside one of JAX's callbacks, ignored: the run went on)."""
+    run = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, "-m", "jaxlab.cli", "train", "cartpole", *SMALL,
+                                "--train.total-timesteps", "100_000", "--run-dir", str(run), "--log.dashboard", "none",
+                                "--device.compile-cache", "off"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    header = process.stdout.readline()  # printed once the config is resolved, before the trainer compiles
+    assert header.startswith("jaxlab train cartpole:"), header
+    assert not (run / "metrics.jsonl").exists()
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 130, err
+    assert "Traceback" not in err and "stopped by SIGINT after update 1; saved checkpoint" in err
+    assert [p.name for p in checkpoint.step_dirs(run / "checkpoints")] == ["1"]
+
+
 def test_sigterm_saves_and_exits_0_with_nothing_left_running(tmp_path):
     run = tmp_path / "run"
     process = subprocess.Popen([sys.executable, "-m", "jaxlab.cli", "train", "cartpole", "--train.total-timesteps",

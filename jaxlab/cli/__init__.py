@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.run(args)
     except (ConfigError, CheckpointError) as err:  # bad config or input: one line, no traceback
         return fail(args.command, err)
+    except KeyboardInterrupt:  # Ctrl-C outside a run's own handling (imports, a command without one)
+        print(f"jaxlab {args.command}: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # `jaxlab config ENV | head`: the reader left; not an error
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's final flush quiet
         return 0

@@ -17,7 +17,16 @@ def train_command(args: argparse.Namespace) -> int:
     Exit status: 0 done or stopped by SIGTERM after saving, 130 stopped by SIGINT after saving, 1 the
     run stopped on an error (a checkpoint that cannot be written, a NaN loss), 2 bad config or input.
     In a run over several processes (--dist.*, jaxlab.run.distributed) every process runs this; process
-    0 prints and writes the records, and every process saves and resumes its part of each checkpoint."""
+    0 prints and writes the records, and every process saves and resumes its part of each checkpoint.
+    SIGINT and SIGTERM are taken from the start (JAX's start, the compile): one arriving before the
+    first update is acted on after it, with a checkpoint, like one during training."""
+    from jaxlab.run.signals import StopSignals
+
+    with StopSignals() as stop:
+        return _train(args, stop)
+
+
+def _train(args: argparse.Namespace, stop) -> int:
     from jaxlab.checkpoint import CheckpointError
     from jaxlab.config import ConfigError
     from jaxlab.run import distributed
@@ -90,10 +99,14 @@ def train_command(args: argparse.Namespace) -> int:
     try:
         result = train_run(config, run_dir, resume=resolved.resume, on_log=observers, warn=warn if primary else quiet,
                            notes=args.notes, on_start=observers.start if observers else None,
-                           resume_meta=resolved.resume_meta, resume_any_env=args.resume_any_env, profile=profile)
+                           resume_meta=resolved.resume_meta, resume_any_env=args.resume_any_env, profile=profile,
+                           stop=stop)
     except KeyboardInterrupt:
         close(observers)
-        print(f"interrupted; the metrics so far are in {run_dir}/metrics.jsonl", file=sys.stderr)
+        metrics = Path(run_dir) / "metrics.jsonl"
+        where = (f"the metrics so far are in {metrics}" if metrics.is_file() and metrics.stat().st_size
+                 else "before the first update ended; nothing was saved")
+        print(f"interrupted; {where}", file=sys.stderr)
         return 130
     except (ConfigError, CheckpointError, RunDirInUse) as err:
         close(observers)

@@ -173,7 +173,7 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
               on_log: Callable[[dict], None] | None = None, warn: Callable[[str], None] = print,
               trainer_hook: Callable | None = None, notes: str | None = None,
               on_start: Callable | None = None, resume_meta: dict | None = None,
-              resume_any_env: bool = False, profile=None) -> RunResult:
+              resume_any_env: bool = False, profile=None, stop: StopSignals | None = None) -> RunResult:
     """Trains ``config`` to its last update in ``run_dir`` with checkpoints; see the module docstring.
     Without ``resume``, ``run_dir`` must not hold a run already (ConfigError). Holds the run dir's lock
     for the whole run (RunDirInUse when another process holds it), sends library log lines (absl,
@@ -184,7 +184,9 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
     ``resume_meta``: {checkpoint path: its meta} for checkpoints whose meta the caller has read already
     (each is read once);
     ``resume_any_env`` resumes even when the env's source changed since the checkpoint (a warning);
-    ``profile``: a jaxlab.run.profile.ProfileUpdates that traces some updates.
+    ``profile``: a jaxlab.run.profile.ProfileUpdates that traces some updates; ``stop``: the caller's
+    StopSignals, already active (a signal it took before this call stops the run after its first
+    update), else one of its own for the run.
 
     In a run over several processes (jaxlab.run.distributed) every process calls it, in step, with the
     same arguments (``warn``, ``on_log``, ``on_start`` and ``profile`` may differ): process 0 alone
@@ -206,7 +208,8 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
     logs = library_logs_to(run_dir / "run.log") if primary else nullcontext()
     if resume is None or resume_run_dir(Path(resume)).resolve() != run_dir.resolve():
         refuse_an_earlier_run(run_dir)  # a resume into another run dir starts that dir's records
-    with lock, logs, Trainer(config) as trainer, StopSignals() as stop:
+    with lock, logs, Trainer(config) as trainer, \
+            (nullcontext(stop) if stop is not None else StopSignals()) as stop:
         check_best_metric(c.best_metric, trainer.record_names)
         if resume is not None:
             known = resume_meta or {}
