@@ -288,3 +288,16 @@ def test_an_env_parameter_that_is_not_a_number_suggests_its_default_and_range(ca
     assert cli.main(["config", "cartpole", "--env.max-steps", "10.5"]) == 2
     assert ("env.max_steps='10.5' is not an integer; write e.g. --env.max-steps 500 (the default; from 1 to "
             "1,000,000,000)") in capsys.readouterr().err
+
+
+def test_runs_points_at_the_folders_below_that_hold_runs(tmp_path, capsys):
+    write_run(tmp_path / "a", [json.dumps({"update": 1, "global_step": 64, "wall_time": 1})])
+    for trial in ("trial-0-seed-0", "trial-1-seed-0"):
+        write_run(tmp_path / "sweeps" / "study" / trial, [json.dumps({"update": 1, "global_step": 64, "wall_time": 1})])
+    hint = (f"more run dirs in: {tmp_path / 'sweeps' / 'study'} (2); list them with "
+            f"`jaxlab runs {tmp_path / 'sweeps' / 'study'}`")
+    assert cli.main(["runs", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[1].startswith("a ") and out.splitlines()[-1] == hint
+    assert cli.main(["runs", str(tmp_path / "sweeps")]) == 0
+    assert capsys.readouterr().out == f"no runs found\n{hint}\n"

@@ -88,12 +88,16 @@ def presets_command(args: argparse.Namespace) -> int:
 
 def runs_command(args: argparse.Namespace) -> int:
     """Prints a table of the runs under DIR (default runs/)."""
-    from jaxlab.observe.records import format_runs, run_rows
+    from jaxlab.observe.records import format_runs, is_run, nested_run_folders, run_rows
 
     root = Path(args.dir)
     if not root.is_dir():
         return fail("runs", NotADirectoryError(f"{root} is not a directory; pass the folder that holds your run dirs"))
     print(format_runs(run_rows(root)))
+    nested = [] if is_run(root) else nested_run_folders(root)
+    if nested:
+        folders = ", ".join(f"{folder} ({runs})" for folder, runs in nested)
+        print(f"more run dirs in: {folders}; list them with `jaxlab runs {nested[0][0]}`")
     return 0
 
 

@@ -136,11 +136,32 @@ def _read_json(path: Path) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+def is_run(path: Path) -> bool:
+    """Whether ``path`` is a run dir: it holds metrics.jsonl or config.toml."""
+    return (path / "metrics.jsonl").is_file() or (path / "config.toml").is_file()
+
+
+def _folders(path: Path) -> list[Path]:
+    try:
+        return sorted(p for p in path.iterdir() if p.is_dir())
+    except OSError:
+        return []
+
+
+def nested_run_folders(root: Path) -> list[tuple[Path, int]]:
+    """(folder, run dirs in it) for the folders one or two levels below ``root`` (not run dirs
+    themselves) that hold run dirs, such as a sweep's runs/sweeps/STUDY: `jaxlab runs` lists one folder."""
+    found = []
+    for child in (c for c in _folders(Path(root)) if not is_run(c)):
+        for folder in [child, *(g for g in _folders(child) if not is_run(g))]:
+            runs = sum(is_run(p) for p in _folders(folder))
+            if runs:
+                found.append((folder, runs))
+    return found
+
+
 def run_rows(root: Path) -> list[dict]:
     """One row per run dir under ``root`` (a dir holding config.toml or metrics.jsonl), oldest first."""
-    def is_run(path: Path) -> bool:
-        return (path / "metrics.jsonl").is_file() or (path / "config.toml").is_file()
-
     root = Path(root)
     if is_run(root):
         dirs = [root]
