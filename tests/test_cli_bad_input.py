@@ -301,3 +301,14 @@ def test_runs_points_at_the_folders_below_that_hold_runs(tmp_path, capsys):
     assert out.splitlines()[1].startswith("a ") and out.splitlines()[-1] == hint
     assert cli.main(["runs", str(tmp_path / "sweeps")]) == 0
     assert capsys.readouterr().out == f"no runs found\n{hint}\n"
+
+
+def test_flags_the_config_does_not_use_are_named(capsys):
+    assert cli.main(["config", "cartpole", "--train.min-lr-ratio", "0.1", "--train.anneal-lr", "none",
+                     "--train.vtrace-c-clip", "2", "--train.prio-beta0", "0.5"]) == 0
+    assert ("jaxlab: warning: --train.min-lr-ratio does nothing with train.anneal_lr none; --train.vtrace-c-clip "
+            "does nothing with train.advantage gae; --train.prio-beta0 does nothing with train.prio_alpha 0"
+            ) in capsys.readouterr().err
+    assert cli.main(["config", "cartpole", "--train.min-lr-ratio", "0.1", "--train.advantage", "vtrace",
+                     "--train.vtrace-c-clip", "2"]) == 0
+    assert "does nothing" not in capsys.readouterr().err  # used: the schedule is linear, the advantage V-trace

@@ -121,6 +121,24 @@ def ignored_flags_warning(config, flags: list[str]) -> str | None:
             f"policy.module={module!r} (it replaces the built-in network{why}); drop {them}")
 
 
+def unused_flags_warning(config, flags: list[str]) -> str | None:
+    """The warning for [train] keys that ``flags`` set and that ``config`` does not use (min_lr_ratio
+    without an LR schedule, the V-trace clips with GAE advantages, prio_beta0 without prioritised
+    sampling), or None."""
+    from jaxlab.config.layers import parse_flags
+    from jaxlab.config.validate import flag_of
+
+    t = config.train
+    unused = {"min_lr_ratio": ("train.anneal_lr", "none") if t.anneal_lr == "none" else None,
+              "vtrace_rho_clip": ("train.advantage", "gae") if t.advantage == "gae" else None,
+              "vtrace_c_clip": ("train.advantage", "gae") if t.advantage == "gae" else None,
+              "prio_beta0": ("train.prio_alpha", "0") if t.prio_alpha == 0 else None}
+    given = parse_flags(flags).get("train", {})
+    lines = [f"{flag_of('train.' + key)} does nothing with {why[0]} {why[1]}" for key, why in unused.items()
+             if why is not None and key in given]
+    return f"warning: {'; '.join(lines)}" if lines else None
+
+
 def resolve(args: argparse.Namespace) -> Resolved:
     """The config of ARGS (preset, --config, flags) with its sizes checked and its memory estimate
     checked against the device's and the host's; ConfigError (or CheckpointError for --resume)
@@ -182,9 +200,10 @@ def resolve(args: argparse.Namespace) -> Resolved:
             raise
         raise ConfigError(f"{err} (--resume {args.resume}: the values not given as flags are the ones the run "
                           "was saved with; a flag on this command overrides them)") from None
-    ignored = ignored_flags_warning(config, args.flags)  # after the checks: a broken module's error comes alone
-    if ignored is not None:
-        warn(ignored)
+    for line in (ignored_flags_warning(config, args.flags),  # after the checks: a broken module's error comes alone
+                 unused_flags_warning(config, args.flags)):
+        if line is not None:
+            warn(line)
     return Resolved(config, sources, sizes, reason, backend, resume, tuple(changes), estimate, limit, resume_meta)
 
 
