@@ -89,8 +89,8 @@ def _train(args: argparse.Namespace, stop) -> int:
     if sizes.num_updates < 10:
         say(f"note: only {sizes.num_updates} update(s) of {sizes.batch_size:,} steps; PPO needs tens of "
             f"updates: raise --train.total-timesteps (e.g. {50 * sizes.batch_size}) or use fewer envs")
-    from jaxlab.config.memory import out_of_memory_message
     from jaxlab import checkpoint
+    from jaxlab.config.memory import out_of_memory_message
     from jaxlab.run.lock import RunDirInUse
     from jaxlab.run.loop import train_run
     from jaxlab.train.rollout import EnvStepError
