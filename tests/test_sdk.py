@@ -139,6 +139,29 @@ def test_the_source_hash_is_of_the_contents_not_of_where_they_are(user_env, tmp_
     assert sdk.source_hash(here) != sdk.source_hash(there)
 
 
+@pytest.fixture
+def trained(user_env, tmp_path):
+    """(header, run dir): a short run of stroll.h (with an include) in a folder of its own."""
+    header = stroll_with_an_include(user_env, tmp_path / "project" / "envs")
+    run = tmp_path / "run"
+    result = jaxlab_cli("train", str(header), *SMALL, "--train.total-timesteps", "256", "--run-dir", str(run))
+    assert result.returncode == 0, result.stderr
+    return header, run
+
+
+def test_an_old_policy_evaluates_on_an_edited_header_with_a_warning(trained):
+    """eval plays on new envs and never loads the saved env state: an edited env plays the old
+    policy, with one warning line (resume is still refused, see above)."""
+    header, run = trained
+    (header.parent / "costs.h").write_text("#define STROLL_COST 0.02\n")
+    evaluated = jaxlab_cli("eval", str(header), "--checkpoint", str(run), "--episodes", "2")
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert "stroll from" in evaluated.stdout
+    warnings = [line for line in evaluated.stderr.splitlines() if "source changed" in line]
+    assert len(warnings) == 1 and "the policy plays on the edited env" in warnings[0], evaluated.stderr
+    assert "resume" not in warnings[0]
+
+
 def test_a_checkpoint_hashed_with_paths_by_an_older_jaxlab_says_why_it_differs():
     from jaxlab.config import ConfigError
     from jaxlab.train.trainer import check_env_source

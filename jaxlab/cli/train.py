@@ -256,7 +256,8 @@ def eval_command(args: argparse.Namespace) -> int:
         except PillowMissing as err:
             raise ConfigError(str(err)) from None
     name = env_name_of(args.env)
-    path, trainer = newest_usable(find_checkpoint(args.checkpoint, name, flag="--checkpoint"), load_trainer, warn)
+    path, trainer = newest_usable(find_checkpoint(args.checkpoint, name, flag="--checkpoint"),
+                                  lambda checkpoint: load_trainer(checkpoint, warn=warn), warn)
     if trainer.config.env_name != name:
         trainer.close()
         raise ConfigError(f"{path} is a checkpoint of {trainer.config.env_name!r}, not {name!r}; "
