@@ -149,6 +149,28 @@ def trained(user_env, tmp_path):
     return header, run
 
 
+def test_a_moved_header_resumes_and_evaluates_from_its_new_path(trained, tmp_path):
+    """Moving the env's folder is no edit: resume from the new path takes the checkpoint; the old
+    path, now missing, is reported with the way to pass the new one, and eval uses a header ENV."""
+    header, run = trained
+    (tmp_path / "project").rename(tmp_path / "moved")
+    moved = tmp_path / "moved" / "envs" / "stroll.h"
+    for command, again in ((["eval", "stroll", "--checkpoint", str(run)],
+                            f"jaxlab eval path/to/stroll.h --checkpoint {run}"),
+                           (["train", "stroll", "--resume", str(run)],
+                            f"jaxlab train path/to/stroll.h --resume {run}")):
+        missing = jaxlab_cli(*command)
+        assert missing.returncode == 2 and "Traceback" not in missing.stderr, missing.stderr
+        assert f"the checkpoint's env header {header} does not exist" in missing.stderr, missing.stderr
+        assert again in missing.stderr and "new-env" not in missing.stderr
+    resumed = jaxlab_cli("train", str(moved), "--resume", str(run), "--train.total-timesteps", "512")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "changed" not in resumed.stderr
+    evaluated = jaxlab_cli("eval", str(moved), "--checkpoint", str(run), "--episodes", "2")
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert "stroll from" in evaluated.stdout and "changed" not in evaluated.stderr
+
+
 def test_an_old_policy_evaluates_on_an_edited_header_with_a_warning(trained):
     """eval plays on new envs and never loads the saved env state: an edited env plays the old
     policy, with one warning line (resume is still refused, see above)."""
