@@ -75,7 +75,8 @@ def test_train_checkpoint_resume_bit_exactly_and_evaluate_from_the_header(user_e
     for x, y in zip(jax_leaves(a), jax_leaves(b), strict=True):
         np.testing.assert_array_equal(x, y)  # params, optimizer, env state: bit for bit
     meta = checkpoint.read_meta(tmp_path / "cut/checkpoints/24")
-    assert meta["env_source"] == {"library": header, "source_hash": sdk.source_hash(header)}
+    assert meta["env_source"] == {"library": header, "source_hash": sdk.source_hash(header),
+                                  "hash_version": sdk.SOURCE_HASH_VERSION}
     frames = tmp_path / "frames.txt"
     evaluated = jaxlab_cli("eval", header, "--checkpoint", str(tmp_path / "cut"), "--episodes", "4",
                            "--save-frames", str(frames))
@@ -116,6 +117,85 @@ def test_a_changed_header_is_rebuilt_and_refused_on_resume_unless_asked(user_env
                           "--resume-any-env")
     assert accepted.returncode == 0, accepted.stderr
     assert "resuming with a changed env" in accepted.stderr
+
+
+def stroll_with_an_include(user_env: Path, folder: Path) -> Path:
+    """stroll.h in ``folder`` with its step cost in an included costs.h beside it; returns the header."""
+    folder.mkdir(parents=True)
+    (folder / "stroll.h").write_text((user_env / "stroll.h").read_text()
+                                     .replace('#include "core.h"', '#include "core.h"\n#include "costs.h"')
+                                     .replace('{"step_cost", 0.01,', '{"step_cost", STROLL_COST,'))
+    (folder / "costs.h").write_text("#define STROLL_COST 0.01\n")
+    return folder / "stroll.h"
+
+
+def test_the_source_hash_is_of_the_contents_not_of_where_they_are(user_env, tmp_path):
+    """A header and its includes copied elsewhere (a moved folder, a clone) keep their hash; an
+    included file's contents still count."""
+    here = stroll_with_an_include(user_env, tmp_path / "here")
+    there = stroll_with_an_include(user_env, tmp_path / "elsewhere" / "deeper")
+    assert sdk.source_hash(here) == sdk.source_hash(there)
+    (there.parent / "costs.h").write_text("#define STROLL_COST 0.02\n")
+    assert sdk.source_hash(here) != sdk.source_hash(there)
+
+
+@pytest.fixture
+def trained(user_env, tmp_path):
+    """(header, run dir): a short run of stroll.h (with an include) in a folder of its own."""
+    header = stroll_with_an_include(user_env, tmp_path / "project" / "envs")
+    run = tmp_path / "run"
+    result = jaxlab_cli("train", str(header), *SMALL, "--train.total-timesteps", "256", "--run-dir", str(run))
+    assert result.returncode == 0, result.stderr
+    return header, run
+
+
+def test_a_moved_header_resumes_and_evaluates_from_its_new_path(trained, tmp_path):
+    """Moving the env's folder is no edit: resume from the new path takes the checkpoint; the old
+    path, now missing, is reported with the way to pass the new one, and eval uses a header ENV."""
+    header, run = trained
+    (tmp_path / "project").rename(tmp_path / "moved")
+    moved = tmp_path / "moved" / "envs" / "stroll.h"
+    for command, again in ((["eval", "stroll", "--checkpoint", str(run)],
+                            f"jaxlab eval path/to/stroll.h --checkpoint {run}"),
+                           (["train", "stroll", "--resume", str(run)],
+                            f"jaxlab train path/to/stroll.h --resume {run}")):
+        missing = jaxlab_cli(*command)
+        assert missing.returncode == 2 and "Traceback" not in missing.stderr, missing.stderr
+        assert f"the checkpoint's env header {header} does not exist" in missing.stderr, missing.stderr
+        assert again in missing.stderr and "new-env" not in missing.stderr
+    resumed = jaxlab_cli("train", str(moved), "--resume", str(run), "--train.total-timesteps", "512")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "changed" not in resumed.stderr
+    evaluated = jaxlab_cli("eval", str(moved), "--checkpoint", str(run), "--episodes", "2")
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert "stroll from" in evaluated.stdout and "changed" not in evaluated.stderr
+
+
+def test_an_old_policy_evaluates_on_an_edited_header_with_a_warning(trained):
+    """eval plays on new envs and never loads the saved env state: an edited env plays the old
+    policy, with one warning line (resume is still refused, see above)."""
+    header, run = trained
+    (header.parent / "costs.h").write_text("#define STROLL_COST 0.02\n")
+    evaluated = jaxlab_cli("eval", str(header), "--checkpoint", str(run), "--episodes", "2")
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert "stroll from" in evaluated.stdout
+    warnings = [line for line in evaluated.stderr.splitlines() if "source changed" in line]
+    assert len(warnings) == 1 and "the policy plays on the edited env" in warnings[0], evaluated.stderr
+    assert "resume" not in warnings[0]
+
+
+def test_a_checkpoint_hashed_with_paths_by_an_older_jaxlab_says_why_it_differs():
+    from jaxlab.config import ConfigError
+    from jaxlab.train.trainer import check_env_source
+
+    now = {"library": "/a/stroll.h", "source_hash": "1" * 64, "hash_version": sdk.SOURCE_HASH_VERSION}
+    assert check_env_source(dict(now), now) is None
+    with pytest.raises(ConfigError, match="cannot resume: the env's source changed since the checkpoint: "
+                       "it came from /a/stroll.h .source 000000000000., now from /a/stroll.h .source 111111111111.; "):
+        check_env_source({**now, "source_hash": "0" * 64}, now)
+    with pytest.raises(ConfigError, match=r"\(the checkpoint's hash is an older jaxlab's, taken over the files' "
+                       r"paths too: even an unchanged env differs this once\)"):
+        check_env_source({"library": "/a/stroll.h", "source_hash": "0" * 64}, now)
 
 
 BROKEN_H = """

@@ -81,6 +81,17 @@ def env_name_of(env: str) -> str:
         raise ConfigError(str(err)) from None
 
 
+def check_saved_header(meta: dict, command: str, rest: str) -> None:
+    """ConfigError when the env header that a checkpoint's env was built from (its meta's env_source)
+    is gone: restore it, or give its new path as ENV (`jaxlab COMMAND path/to/NAME.h REST`)."""
+    from jaxlab.config import ConfigError
+
+    header = (meta.get("env_source") or {}).get("library")
+    if header and header.endswith(".h") and not Path(header).is_file():
+        raise ConfigError(f"the checkpoint's env header {header} does not exist (moved or deleted); restore it "
+                          f"there, or pass its new path as ENV: `jaxlab {command} path/to/{Path(header).name} {rest}`")
+
+
 def warn(message: str) -> None:
     print(f"jaxlab: {message}", file=sys.stderr, flush=True)
 
@@ -145,7 +156,7 @@ def resolve(args: argparse.Namespace) -> Resolved:
     otherwise, which main() reports with exit status 2.
     Nothing is compiled; JAX's backend is started (to see the devices) with its memory options set."""
     from jaxlab.config import ConfigError, check_network, derive_sizes, load_config, memory, presets
-    from jaxlab.config.layers import repeated_flags
+    from jaxlab.config.layers import flags_library, repeated_flags
 
     resume, changes, resume_meta = None, (), {}
     if getattr(args, "resume", None):
@@ -162,6 +173,8 @@ def resolve(args: argparse.Namespace) -> Resolved:
         flags = list(args.flags)
         if args.env.endswith(".h"):  # the header named on the command line is the env's source now
             flags = ["--env.library", str(Path(args.env).expanduser().absolute()), *flags]
+        elif flags_library(flags) is None:
+            check_saved_header(meta, "train", f"--resume {args.resume}")
         config, changes = resume_config(first, args.config, flags, meta)
         if config.env_name != name:
             raise ConfigError(f"--resume {args.resume} is a run of {config.env_name!r}, not {name!r}; "

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxlab.cli.common import LAYERS, cannot_write, env_name_of, fail, output_file_problem, resolve, warn
+from jaxlab.cli.common import (LAYERS, cannot_write, check_saved_header, env_name_of, fail, output_file_problem,
+                               resolve, warn)
 
 
 def train_command(args: argparse.Namespace) -> int:
@@ -230,6 +231,7 @@ def eval_command(args: argparse.Namespace) -> int:
     """Plays the policy of a checkpoint (its config is read from the checkpoint) and prints mean ± std
     of return and length and the env's statistics; --render / --save-frames show the first episode
     of env 0 as text (the env's render hook), --gif draws it as an animated GIF (its pixels hook)."""
+    from jaxlab.checkpoint import read_meta
     from jaxlab.config import ConfigError
     from jaxlab.run.resume import find_checkpoint, newest_usable
     from jaxlab.train.evaluation import load_trainer, play
@@ -269,11 +271,19 @@ def eval_command(args: argparse.Namespace) -> int:
         except PillowMissing as err:
             raise ConfigError(str(err)) from None
     name = env_name_of(args.env)
-    path, trainer = newest_usable(find_checkpoint(args.checkpoint, name, flag="--checkpoint"), load_trainer, warn)
-    if trainer.config.env_name != name:
-        trainer.close()
-        raise ConfigError(f"{path} is a checkpoint of {trainer.config.env_name!r}, not {name!r}; "
-                          f"run `jaxlab eval {trainer.config.env_name} --checkpoint {args.checkpoint}`")
+    # a header named as ENV is the env's source (as for train --resume), else the one the checkpoint records
+    library = str(Path(args.env).expanduser().absolute()) if args.env.endswith(".h") else None
+
+    def load(checkpoint):
+        meta = read_meta(checkpoint)
+        if meta["env_name"] != name:  # before the env is built: ENV's header may not have the checkpoint's env
+            raise ConfigError(f"{checkpoint} is a checkpoint of {meta['env_name']!r}, not {name!r}; "
+                              f"run `jaxlab eval {meta['env_name']} --checkpoint {args.checkpoint}`")
+        if library is None:
+            check_saved_header(meta, "eval", f"--checkpoint {args.checkpoint}")
+        return load_trainer(checkpoint, warn=warn, library=library)
+
+    path, trainer = newest_usable(find_checkpoint(args.checkpoint, name, flag="--checkpoint"), load, warn)
     watching = bool(args.render or args.save_frames)
     if watching and not trainer.env.kind.has("render"):
         trainer.close()
@@ -353,7 +363,8 @@ def add_commands(add) -> None:
     evaluate = add("eval", "play a checkpoint's policy and report returns",
                    "Play the policy saved in a checkpoint (its config is read from the checkpoint) on new "
                    "envs and print mean ± std of return and length and the env's statistics.", eval_command)
-    evaluate.add_argument("env", metavar="ENV", help="environment name (must match the checkpoint)")
+    evaluate.add_argument("env", metavar="ENV", help="the checkpoint's env: its name, or the path of its header "
+                          "(path/to/NAME.h: played from that source, e.g. after the header moved)")
     evaluate.add_argument("--checkpoint", required=True, metavar="PATH",
                           help="a checkpoint directory, a run dir or its checkpoints/ (the newest good one), or latest")
     evaluate.add_argument("--episodes", type=int, default=10, help="agent-episodes to play (default 10)")

@@ -6,7 +6,8 @@ loads (no rebuild of jaxlab), the build cache, and the skeleton of a new env.
     cached_library(h)                    the library of header h, built on first use into the cache and
                                          rebuilt when h or anything it includes changes
     header_env(h)                        the env a header defines (for `jaxlab train path/to/NAME.h`)
-    source_hash(library)                 what a checkpoint records of where its env came from
+    source_hash(library)                 what a checkpoint records of where its env came from (of
+                                         the contents alone, not where they are)
     new_env(name, folder)                write NAME.h and test_NAME.py (`jaxlab new-env`)
     find_header(name)                    NAME.h on the env path: $JAXLAB_ENV_PATH's folders, then
                                          jaxlab's example envs (examples/envs: drone, cards), so
@@ -14,7 +15,8 @@ loads (no rebuild of jaxlab), the build cache, and the skeleton of a new env.
 
 The cache lives in $JAXLAB_CACHE_DIR, else $XDG_CACHE_HOME/jaxlab, else ~/.cache/jaxlab, under envs/;
 a library there is keyed by the contents of the header and of every file it includes, the compiler
-(its --version), the flags and the C ABI version.
+(its --version), the flags and the C ABI version (and by the files' paths: a moved header is built
+again).
 """
 
 from __future__ import annotations
@@ -233,15 +235,41 @@ def cached_library(header: str | Path) -> Path:
     return library
 
 
+#: What source_hash hashes (a checkpoint records it beside the hash): 2, the contents alone; before, 1,
+#: the files' absolute paths too.
+SOURCE_HASH_VERSION = 2
+
+
+def _contents_digest(source: Path, files: list[Path]) -> str:
+    """The SHA-256 of ``source``'s bytes and of each other file's bytes with its name: its path
+    relative to the SDK's folder or to ``source``'s when it lies in one, else its file name (a system
+    header). No absolute path: the same files moved or copied elsewhere give the same digest."""
+    h = hashlib.sha256(source.read_bytes() + b"\0")
+    named = []
+    for file in files:
+        if file == source:
+            continue
+        for root, tag in ((include_dir(), "sdk"), (source.parent, "env")):
+            if file.is_relative_to(root):
+                named.append((f"{tag}/{file.relative_to(root)}", file.read_bytes()))
+                break
+        else:
+            named.append((file.name, file.read_bytes()))
+    for name, data in sorted(named):
+        h.update(name.encode() + b"\0" + data + b"\0")
+    return h.hexdigest()
+
+
 def source_hash(library: str | Path | None) -> str | None:
     """What identifies the env's source: for a header, the SHA-256 of it and every file it includes;
-    for a library, of its bytes; None for the built-in envs (they come with jaxlab's version)."""
+    for a library, of its bytes; None for the built-in envs (they come with jaxlab's version). Only
+    contents count (see _contents_digest): a header moved with its includes keeps its hash."""
     if library is None or str(library) == "":
         return None
     path = Path(library).expanduser().absolute()
     if path.suffix == ".h":
-        return _digest(dependencies(path))
-    return _digest([path])
+        return _contents_digest(path, dependencies(path))
+    return _contents_digest(path, [])
 
 
 def new_env(name: str, folder: str | Path = ".") -> tuple[Path, Path]:

@@ -15,19 +15,26 @@ from jaxlab.train.compiling import jit_step
 from jaxlab.train.rollout import Rollout, make_step
 
 
-def load_trainer(path: str | Path):
+def load_trainer(path: str | Path, warn: Callable[[str], None] = print, library: str | None = None):
     """A Trainer built from the config saved in the checkpoint at ``path`` with its state loaded: the
-    policy can be played from the path alone. A checkpoint of a run over another number of processes
-    (several, read in one) gives its policy alone (Trainer.load_policy): its envs and carries were
-    other processes'."""
+    policy can be played from the path alone (``library``: the env's header or library to build it
+    from instead of the saved one, e.g. a header moved since). A checkpoint of a run over another
+    number of processes (several, read in one) gives its policy alone (Trainer.load_policy): its envs
+    and carries were other processes'. So does one whose env's source changed since (an edited
+    header): playing needs no saved env state, so the old policy plays on the edited env, with a
+    warning through ``warn``."""
     from jaxlab import checkpoint
     from jaxlab.config import config_from_toml
-    from jaxlab.train.trainer import Trainer, checkpoint_processes
+    from jaxlab.train.trainer import Trainer, checkpoint_processes, env_source_change
 
     meta = checkpoint.read_meta(Path(path))
-    trainer = Trainer(config_from_toml(meta["config"]))
+    trainer = Trainer(config_from_toml(meta["config"], library=library))
     try:
-        if checkpoint_processes(meta) != jax.process_count():
+        changed = env_source_change(meta.get("env_source"), trainer.env_source)
+        if changed:
+            warn(f"warning: the env's source changed since the checkpoint: {changed}; the policy plays on the "
+                 "edited env (the checkpoint's env state is not loaded)")
+        if changed or checkpoint_processes(meta) != jax.process_count():
             trainer.load_policy(path, meta)
         else:
             trainer.load_checkpoint(path, meta)

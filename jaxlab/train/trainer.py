@@ -18,7 +18,7 @@ import numpy as np
 import jaxlab
 from jaxlab import config as config_lib
 from jaxlab.agent.distributions import ActionSpec
-from jaxlab.env.sdk import source_hash
+from jaxlab.env.sdk import SOURCE_HASH_VERSION, source_hash
 from jaxlab.observe.device_memory import memory_fields
 from jaxlab.train.learner import TrainState, lr_schedule, make_optimizer, make_update
 from jaxlab.train.parallel import DataParallel
@@ -89,7 +89,8 @@ class Trainer:
         config_lib.check_network(c, shape.obs_shape)
         self.envs = make_group_envs(c, self.sizes.num_threads)
         self.env = self.envs[0]  # the spaces, statistics and options of every group's env
-        self.env_source = {"library": c.env_library or None, "source_hash": source_hash(c.env_library)}
+        self.env_source = {"library": c.env_library or None, "source_hash": source_hash(c.env_library),
+                           "hash_version": SOURCE_HASH_VERSION}
         self.spec = ActionSpec.from_space(self.env.action_space)
         self.policy = make_policy(c, self.spec)  # the built-in ActorCritic or policy.module's
         obs_space = self.env.observation_space
@@ -404,21 +405,34 @@ class Trainer:
         self.close()
 
 
-def check_env_source(saved: dict | None, current: dict, any_env: bool = False) -> str | None:
-    """Compares where a checkpoint's env came from (its meta's env_source: library and source_hash, see
-    jaxlab.env.sdk.source_hash) with this trainer's. ConfigError naming both when the source changed,
-    unless ``any_env``: then the warning to show. None when they match (or the checkpoint predates the
-    record)."""
+def env_source_change(saved: dict | None, current: dict) -> str | None:
+    """How where a checkpoint's env came from (its meta's env_source: library, source_hash and
+    hash_version, see jaxlab.env.sdk.source_hash) differs from ``current``: "it came from ..., now
+    from ..." naming both, for each command to word its sentence around; None when they match (or the
+    checkpoint predates the record)."""
     if not saved or saved.get("source_hash") == current.get("source_hash"):
         return None
     before = f"{saved.get('library') or 'the built-in envs'} (source {str(saved.get('source_hash'))[:12]})"
     now = f"{current.get('library') or 'the built-in envs'} (source {str(current.get('source_hash'))[:12]})"
+    older = ("" if saved.get("hash_version", 1) == current.get("hash_version", 1) else
+             " (the checkpoint's hash is an older jaxlab's, taken over the files' paths too: even an unchanged "
+             "env differs this once)")
+    return f"it came from {before}, now from {now}{older}"
+
+
+def check_env_source(saved: dict | None, current: dict, any_env: bool = False) -> str | None:
+    """Checks, for a resume, where a checkpoint's env came from against this trainer's (see
+    env_source_change). ConfigError naming both when the source changed, unless ``any_env``: then the
+    warning to show. None when they match."""
+    changed = env_source_change(saved, current)
+    if changed is None:
+        return None
     if any_env:
-        return (f"resuming with a changed env: the checkpoint's env came from {before}, this run's from {now}; "
-                "its saved env state is loaded into the new code (--resume-any-env)")
-    raise config_lib.ConfigError(f"cannot resume: the env's source changed since the checkpoint: it came from "
-                                 f"{before}, now from {now}; resume anyway with --resume-any-env (the saved env "
-                                 "state must still fit the new code) or start a new run")
+        return (f"resuming with a changed env: {changed}; its saved env state is loaded into the new code "
+                "(--resume-any-env)")
+    raise config_lib.ConfigError(f"cannot resume: the env's source changed since the checkpoint: {changed}; resume "
+                                 "anyway with --resume-any-env (the saved env state must still fit the new code) "
+                                 "or start a new run")
 
 
 def checkpoint_processes(meta: dict) -> int:
