@@ -1,5 +1,6 @@
 """The benchmark scripts' argument handling: a bad count or a flag the config refuses is one line and
-exit status 2, never a traceback (their figures are speed, measured by hand, not tested)."""
+exit status 2, never a traceback, and nothing is written (their figures are speed, measured by hand, not
+tested)."""
 
 import subprocess
 import sys
@@ -24,9 +25,19 @@ SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
     ("bench_train.py", ["--window", "0"], "bench_train.py: error: argument --window: '0' is not a whole number >= 1"),
     ("bench_train.py", ["--sps-only", "--agents", "8", "--flags", "--vec.groups", "3"],
      "bench_train.py: error: vec.groups=3 must divide vec.num_envs=8"),
+    ("bench_env.py", ["--seconds", "0"], "bench_env.py: error: argument --seconds: '0' is not a finite number > 0"),
+    ("bench_env.py", ["--seconds", "-1"], "bench_env.py: error: argument --seconds: '-1' is not a finite number > 0"),
+    ("bench_env.py", ["--agents", "1024", "0"],
+     "bench_env.py: error: argument --agents: '0' is not a whole number >= 1"),
+    ("bench_env.py", ["--threads", "0"], "bench_env.py: error: argument --threads: '0' is not a whole number >= 1"),
+    ("bench_env.py", ["--envs", "cartpole", "cartpol"],
+     "bench_env.py: error: --envs cartpol: unknown env 'cartpol'; known envs: cartpole, "),
+    ("bench_env.py", ["--drone", "--repeats", "0"],
+     "bench_env.py: error: argument --repeats: '0' is not a whole number >= 1"),
 ])
-def test_a_bad_argument_is_one_line_and_exit_2(script, args, message):
+def test_a_bad_argument_is_one_line_and_exit_2(script, args, message, tmp_path):
     result = subprocess.run([sys.executable, str(SCRIPTS / script), *args], capture_output=True, text=True,
-                            timeout=300)
+                            timeout=300, cwd=tmp_path)
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert list(tmp_path.iterdir()) == []
