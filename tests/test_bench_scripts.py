@@ -34,6 +34,7 @@ SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
      "bench_env.py: error: --envs cartpol: unknown env 'cartpol'; known envs: cartpole, "),
     ("bench_env.py", ["--drone", "--repeats", "0"],
      "bench_env.py: error: argument --repeats: '0' is not a whole number >= 1"),
+    ("bench_sweep.py", ["--trials", "0"], "bench_sweep.py: error: argument --trials: '0' is not a whole number >= 1"),
 ])
 def test_a_bad_argument_is_one_line_and_exit_2(script, args, message, tmp_path):
     result = subprocess.run([sys.executable, str(SCRIPTS / script), *args], capture_output=True, text=True,
