@@ -35,6 +35,12 @@ SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
     ("bench_env.py", ["--drone", "--repeats", "0"],
      "bench_env.py: error: argument --repeats: '0' is not a whole number >= 1"),
     ("bench_sweep.py", ["--trials", "0"], "bench_sweep.py: error: argument --trials: '0' is not a whole number >= 1"),
+    ("bench_pufferlib.py", ["--puffer-python", sys.executable, "--rounds", "0"],
+     "bench_pufferlib.py: error: argument --rounds: '0' is not a whole number >= 1"),
+    ("bench_pufferlib.py", ["--puffer-python", "/nonexistent/bin/python"],
+     "bench_pufferlib.py: error: --puffer-python /nonexistent/bin/python: not an executable file; make a Python "
+     "with PufferLib, e.g. `python -m venv /tmp/pvenv && /tmp/pvenv/bin/pip install pufferlib-core==3.0.23 "
+     "gymnasium`, and pass --puffer-python /tmp/pvenv/bin/python"),
 ])
 def test_a_bad_argument_is_one_line_and_exit_2(script, args, message, tmp_path):
     result = subprocess.run([sys.executable, str(SCRIPTS / script), *args], capture_output=True, text=True,
@@ -42,3 +48,14 @@ def test_a_bad_argument_is_one_line_and_exit_2(script, args, message, tmp_path):
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_pufferlib_refuses_a_python_without_pufferlib_before_any_run(tmp_path):
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'pufferlib'\" >&2\nexit 1\n")
+    python.chmod(0o755)
+    result = subprocess.run([sys.executable, str(SCRIPTS / "bench_pufferlib.py"), "--puffer-python", str(python)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "round 1" not in result.stdout, result.stdout + result.stderr
+    assert (f"bench_pufferlib.py: error: --puffer-python {python}: it cannot import pufferlib-core's trainer "
+            "(ModuleNotFoundError: No module named 'pufferlib'); make a Python with PufferLib") in result.stderr
