@@ -2,6 +2,7 @@
 exit status 2, never a traceback, and nothing is written (their figures are speed, measured by hand, not
 tested)."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +42,10 @@ SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
      "bench_pufferlib.py: error: --puffer-python /nonexistent/bin/python: not an executable file; make a Python "
      "with PufferLib, e.g. `python -m venv /tmp/pvenv && /tmp/pvenv/bin/pip install pufferlib-core==3.0.23 "
      "gymnasium`, and pass --puffer-python /tmp/pvenv/bin/python"),
+    ("bench_checkpoint.py", ["--saves", "0"],
+     "bench_checkpoint.py: error: argument --saves: '0' is not a whole number >= 1"),
+    ("bench_checkpoint.py", ["--flags", "--train.nope", "1"],
+     "bench_checkpoint.py: error: unknown config key 'train.nope'"),
 ])
 def test_a_bad_argument_is_one_line_and_exit_2(script, args, message, tmp_path):
     result = subprocess.run([sys.executable, str(SCRIPTS / script), *args], capture_output=True, text=True,
@@ -59,3 +64,16 @@ def test_bench_pufferlib_refuses_a_python_without_pufferlib_before_any_run(tmp_p
     assert result.returncode == 2 and "round 1" not in result.stdout, result.stdout + result.stderr
     assert (f"bench_pufferlib.py: error: --puffer-python {python}: it cannot import pufferlib-core's trainer "
             "(ModuleNotFoundError: No module named 'pufferlib'); make a Python with PufferLib") in result.stderr
+
+
+def test_bench_checkpoint_has_help_and_removes_its_checkpoints(tmp_path):
+    result = subprocess.run([sys.executable, str(SCRIPTS / "bench_checkpoint.py"), "--help"], capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0 and "Checkpoint save cost" in result.stdout and "--saves" in result.stdout
+    assert "params; save call blocks" not in result.stdout  # --help measured nothing
+    result = subprocess.run([sys.executable, str(SCRIPTS / "bench_checkpoint.py"), "--hidden", "16", "--saves", "2",
+                             "--flags", "--vec.num-envs", "8", "--train.minibatch-size", "128"],
+                            capture_output=True, text=True, timeout=300, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("hidden 16: ") and "params; save call blocks " in result.stdout
+    assert list(tmp_path.iterdir()) == []  # its temporary checkpoint folder is gone
