@@ -1,6 +1,6 @@
-"""The benchmark scripts' argument handling: a bad count or a flag the config refuses is one line and
-exit status 2, never a traceback, and nothing is written (their figures are speed, measured by hand, not
-tested)."""
+"""The benchmark scripts' and learn.py's argument handling: a bad count or a flag the config refuses is
+one line and exit status 2, never a traceback, and nothing is run or written (their figures are speed,
+measured by hand, not tested)."""
 
 import os
 import subprocess
@@ -46,13 +46,21 @@ SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
      "bench_checkpoint.py: error: argument --saves: '0' is not a whole number >= 1"),
     ("bench_checkpoint.py", ["--flags", "--train.nope", "1"],
      "bench_checkpoint.py: error: unknown config key 'train.nope'"),
+    ("learn.py", ["cartpole", "--steps", "nan"], "learn.py: error: argument --steps: 'nan' is not a finite number > 0"),
+    ("learn.py", ["cartpole", "--steps", "inf"], "learn.py: error: argument --steps: 'inf' is not a finite number > 0"),
+    ("learn.py", ["cartpole", "--steps", "1e30"],
+     "learn.py: error: the runs' config: train.total_timesteps=1,000,000,000,000,000,019,884,624,838,656 makes "),
+    ("learn.py", ["cartpole", "--flags", "--train.nope", "1"],
+     "learn.py: error: the runs' config: unknown config key 'train.nope'"),
+    ("learn.py", ["cartpole", "--variant", "a=", "--variant", "b=--train.gama 0.9"],
+     "learn.py: error: --variant 'b=--train.gama 0.9': unknown config key 'train.gama'; did you mean 'train.gamma'?"),
 ])
 def test_a_bad_argument_is_one_line_and_exit_2(script, args, message, tmp_path):
     result = subprocess.run([sys.executable, str(SCRIPTS / script), *args], capture_output=True, text=True,
                             timeout=300, cwd=tmp_path)
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
-    assert list(tmp_path.iterdir()) == []
+    assert list(tmp_path.iterdir()) == []  # learn.py's runs/learn-ENV among them: refused before anything ran
 
 
 def test_bench_pufferlib_refuses_a_python_without_pufferlib_before_any_run(tmp_path):
