@@ -26,9 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from jaxlab.env import env_types, spaces_of
+from jaxlab.env import env_type, env_types, is_python_env, spaces_of
 from jaxlab.env.sdk import build_library, include_dir
-from jaxlab.run.bench import env_steps_per_second
+from jaxlab.run.bench import at_least, env_steps_per_second, positive_number
 
 
 def sdk_copy(name: str, folder: Path) -> str:
@@ -84,14 +84,19 @@ def drone_figures(seconds: float, repeats: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=float, default=1.0, help="timing window per measurement")
-    parser.add_argument("--agents", type=int, nargs="+", default=[1024, 16384])
-    parser.add_argument("--threads", type=int, default=1, help="C threads per VecEnv")
+    parser.add_argument("--seconds", type=positive_number, default=1.0, help="timing window per measurement")
+    parser.add_argument("--agents", type=at_least(1), nargs="+", default=[1024, 16384])
+    parser.add_argument("--threads", type=at_least(1), default=1, help="C threads per VecEnv")
     parser.add_argument("--envs", nargs="+", default=list(env_types()))
     parser.add_argument("--sdk", action="store_true", help="compare each env built in-tree and built as a user's env")
     parser.add_argument("--drone", action="store_true", help="only the drone swarm's figures")
-    parser.add_argument("--repeats", type=int, default=3, help="drone figures: best of this many measurements")
+    parser.add_argument("--repeats", type=at_least(1), default=3, help="drone figures: best of this many measurements")
     args = parser.parse_args()
+    for name in (n for n in args.envs if not is_python_env(n)):
+        try:
+            env_type(name)  # a built-in env or a header on the env path
+        except ValueError as err:  # unknown: the known ones and the closest name
+            parser.error(f"--envs {name}: {err}")
     if args.sdk:
         compare_sdk(args.envs, args.agents, args.seconds)
         return

@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
+
+from jaxlab.run.bench import at_least, positive_number
 
 JAXLAB = r'''
 import json, sys
@@ -116,6 +119,24 @@ print(json.dumps({"sps": updates * 65536 / (rollout + update), "rollout_s": roll
 '''
 
 
+def puffer_problem(python: str, timeout: float = 120) -> str | None:
+    """Why ``python`` cannot run the PufferLib side (not an executable file, or it cannot import what that
+    side imports), or None; checked before any run, as the first PufferLib run may come minutes in."""
+    if shutil.which(python) is None:
+        return "not an executable file"
+    try:
+        result = subprocess.run([python, "-c", "import gymnasium, torch, pufferlib.models, pufferlib.pufferl"],
+                                capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"it did not import pufferlib within {timeout:g} s"
+    except OSError as err:
+        return f"it cannot be run ({err.strerror})"
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[-1]
+        return f"it cannot import pufferlib-core's trainer ({last})"
+    return None
+
+
 def run(python: str, code: str, updates: int, precision: str, timeout: float) -> dict:
     """One run in a fresh process: the JSON line it prints last."""
     result = subprocess.run([python, "-c", code, str(updates), precision], capture_output=True, text=True,
@@ -128,12 +149,17 @@ def run(python: str, code: str, updates: int, precision: str, timeout: float) ->
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--puffer-python", required=True, help="a Python with pufferlib-core 3.0.23 and torch")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--updates", type=int, default=5, help="timed updates per run (after one warm-up)")
-    parser.add_argument("--timeout", type=float, default=600, help="seconds per run")
+    parser.add_argument("--rounds", type=at_least(1), default=3)
+    parser.add_argument("--updates", type=at_least(1), default=5, help="timed updates per run (after one warm-up)")
+    parser.add_argument("--timeout", type=positive_number, default=600, help="seconds per run")
     parser.add_argument("--precision", choices=("float32", "bfloat16"), default="float32",
                         help="matmul precision of both sides (default float32)")
     args = parser.parse_args()
+    problem = puffer_problem(args.puffer_python)
+    if problem:
+        parser.error(f"--puffer-python {args.puffer_python}: {problem}; make a Python with PufferLib, e.g. `python "
+                     "-m venv /tmp/pvenv && /tmp/pvenv/bin/pip install pufferlib-core==3.0.23 gymnasium`, and pass "
+                     "--puffer-python /tmp/pvenv/bin/python")
     sides = {"jaxlab": (sys.executable, JAXLAB), "pufferlib": (args.puffer_python, PUFFERLIB)}
     runs: dict[str, list[dict]] = {name: [] for name in sides}
     for r in range(args.rounds):

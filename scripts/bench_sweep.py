@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from jaxlab.run.bench import at_least
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -54,8 +56,8 @@ def run_mode(name: str, root: Path, processes: int, parallel: int, trials: int, 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", default="cartpole")
-    parser.add_argument("--trials", type=int, default=6, help="trials per mode (default 6)")
-    parser.add_argument("--parallel", type=int, nargs="+", default=[2], help="values of K (default 2)")
+    parser.add_argument("--trials", type=at_least(1), default=6, help="trials per mode (default 6)")
+    parser.add_argument("--parallel", type=at_least(1), nargs="+", default=[2], help="values of K (default 2)")
     parser.add_argument("--no-k-sweeps", action="store_true", help="skip the K-separate-sweeps modes")
     parser.add_argument("--preset", default="auto")
     parser.add_argument("--flags", nargs=argparse.REMAINDER, default=["--train.total-timesteps", "65536"],

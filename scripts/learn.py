@@ -11,9 +11,11 @@ time to a threshold, and the curves as JSON.
 
 Each seed s runs `python -m jaxlab.cli train ENV --train.seed s --run-dir OUT/seed-s [--train.total-timesteps S]
 FLAGS...` as its own process (`--jobs J` at a time; 1, the default, runs them one after another, which
-is what a 2-core machine wants). While they run, every new update's metric is printed: the
-episode-weighted mean over the last `--window` updates that ended episodes (per-update statistics
-come from few episodes and are noisy), with the step and the run's wall time.
+is what a 2-core machine wants). Each variant's config is checked first, by `jaxlab config` with the
+same env and flags: a flag `jaxlab train` would refuse is one line and exit status 2 before any run.
+While they run, every new update's metric is printed: the episode-weighted mean over the last
+`--window` updates that ended episodes (per-update statistics come from few episodes and are noisy),
+with the step and the run's wall time.
 
 Outputs (default under OUT): `curve.png` (the metric against env steps and against wall time: the mean
 across seeds and a band of the 95% confidence interval of that mean, Student t over seeds, or each
@@ -46,6 +48,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from jaxlab.run.bench import positive_number
 
 DEFAULTS = {"drone": {"metric": "deliveries", "threshold": 1.0}}
 
@@ -260,12 +264,28 @@ def parse_variants(texts: list[str]) -> dict[str, list[str]]:
     return table
 
 
-def train_command(env: str, seed: int, run_dir: Path, steps: int | None, flags: list[str]) -> list[str]:
-    cmd = [sys.executable, "-m", "jaxlab.cli", "train", env, "--train.seed", str(seed), "--run-dir", str(run_dir),
-           "--log.dashboard", "none"]
+def train_command(env: str, seed: int, run_dir: Path | None, steps: int | None, flags: list[str],
+                  command: str = "train") -> list[str]:
+    cmd = [sys.executable, "-m", "jaxlab.cli", command, env, "--train.seed", str(seed)]
+    if run_dir is not None:
+        cmd += ["--run-dir", str(run_dir)]
+    cmd += ["--log.dashboard", "none"]
     if steps is not None:
         cmd += ["--train.total-timesteps", str(steps)]
     return cmd + flags
+
+
+def config_problem(env: str, seed: int, steps: int | None, flags: list[str]) -> str | None:
+    """Why `jaxlab train` would refuse the config of this run (an unknown key, a bad value, sizes that do
+    not fit), or None: `jaxlab config` resolves it as the run would (preset, sizes, memory), in a process
+    of its own, so that this one never starts a JAX backend on the devices the runs will use."""
+    result = subprocess.run(train_command(env, seed, None, steps, flags, command="config"), capture_output=True,
+                            text=True)
+    if result.returncode == 0:
+        return None
+    lines = result.stderr.strip().splitlines() or [f"`jaxlab config` exited with status {result.returncode}"]
+    errors = [line for line in lines if line.startswith("jaxlab config: error: ")]
+    return errors[-1].removeprefix("jaxlab config: error: ") if errors else lines[-1]
 
 
 class Printer:
@@ -341,7 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("env", help="an env name or header (as for `jaxlab train`)")
     parser.add_argument("--seeds", type=int, default=3, help="number of seeds, 0 .. N-1 (default 3)")
     parser.add_argument("--first-seed", type=int, default=0, help="first seed (default 0)")
-    parser.add_argument("--steps", type=float, default=None, help="env steps per seed (default: the env's config)")
+    parser.add_argument("--steps", type=positive_number, default=None,
+                        help="env steps per seed, e.g. 20e6 (default: the env's config)")
     parser.add_argument("--metric", default=None, help="statistic to follow (default: drone deliveries, else episode_return)")
     parser.add_argument("--threshold", type=float, default=None, help="value for the time-to-threshold table")
     parser.add_argument("--window", type=int, default=5, help="updates with episodes averaged per point (default 5)")
@@ -364,15 +385,21 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--seeds, --jobs and --window must be at least 1")
     steps = None if args.steps is None else int(args.steps)
     if steps is not None and steps < 1:
-        parser.error(f"--steps {args.steps} must be positive")
+        parser.error(f"--steps {args.steps:g} is less than one env step; give e.g. --steps 1e6")
     try:
         variants = parse_variants(args.variant)
     except ValueError as err:
         parser.error(str(err))
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    if not args.runs_only:  # a config `jaxlab train` refuses: one line now, not every seed failing in its log
+        for variant, flags in (variants.items() if variants else [("", [])]):
+            problem = config_problem(args.env, seeds[0], steps, list(args.flags) + flags)
+            if problem:
+                where = f"--variant {shlex.quote(f'{variant}={shlex.join(flags)}')}" if variant else "the runs' config"
+                parser.error(f"{where}: {problem}")
     out = Path(args.out or f"runs/learn-{name}")
     out.mkdir(parents=True, exist_ok=True)
     say = Printer(out / "learn.log")
-    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     # (variant name, its folder, its flags); one unnamed variant in OUT itself without --variant
     plan = [(v, out / v, list(args.flags) + flags) for v, flags in variants.items()] or [("", out, list(args.flags))]
     if not args.runs_only:  # a second run into the same folders would mix its records into the first's

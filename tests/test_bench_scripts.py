@@ -1,6 +1,8 @@
-"""The benchmark scripts' argument handling: a bad count or a flag the config refuses is one line and
-exit status 2, never a traceback (their figures are speed, measured by hand, not tested)."""
+"""The benchmark scripts' and learn.py's argument handling: a bad count or a flag the config refuses is
+one line and exit status 2, never a traceback, and nothing is run or written (their figures are speed,
+measured by hand, not tested)."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,9 +26,62 @@ SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
     ("bench_train.py", ["--window", "0"], "bench_train.py: error: argument --window: '0' is not a whole number >= 1"),
     ("bench_train.py", ["--sps-only", "--agents", "8", "--flags", "--vec.groups", "3"],
      "bench_train.py: error: vec.groups=3 must divide vec.num_envs=8"),
+    ("bench_env.py", ["--seconds", "0"], "bench_env.py: error: argument --seconds: '0' is not a finite number > 0"),
+    ("bench_env.py", ["--seconds", "-1"], "bench_env.py: error: argument --seconds: '-1' is not a finite number > 0"),
+    ("bench_env.py", ["--agents", "1024", "0"],
+     "bench_env.py: error: argument --agents: '0' is not a whole number >= 1"),
+    ("bench_env.py", ["--threads", "0"], "bench_env.py: error: argument --threads: '0' is not a whole number >= 1"),
+    ("bench_env.py", ["--envs", "cartpole", "cartpol"],
+     "bench_env.py: error: --envs cartpol: unknown env 'cartpol'; known envs: cartpole, "),
+    ("bench_env.py", ["--drone", "--repeats", "0"],
+     "bench_env.py: error: argument --repeats: '0' is not a whole number >= 1"),
+    ("bench_sweep.py", ["--trials", "0"], "bench_sweep.py: error: argument --trials: '0' is not a whole number >= 1"),
+    ("bench_pufferlib.py", ["--puffer-python", sys.executable, "--rounds", "0"],
+     "bench_pufferlib.py: error: argument --rounds: '0' is not a whole number >= 1"),
+    ("bench_pufferlib.py", ["--puffer-python", "/nonexistent/bin/python"],
+     "bench_pufferlib.py: error: --puffer-python /nonexistent/bin/python: not an executable file; make a Python "
+     "with PufferLib, e.g. `python -m venv /tmp/pvenv && /tmp/pvenv/bin/pip install pufferlib-core==3.0.23 "
+     "gymnasium`, and pass --puffer-python /tmp/pvenv/bin/python"),
+    ("bench_checkpoint.py", ["--saves", "0"],
+     "bench_checkpoint.py: error: argument --saves: '0' is not a whole number >= 1"),
+    ("bench_checkpoint.py", ["--flags", "--train.nope", "1"],
+     "bench_checkpoint.py: error: unknown config key 'train.nope'"),
+    ("learn.py", ["cartpole", "--steps", "nan"], "learn.py: error: argument --steps: 'nan' is not a finite number > 0"),
+    ("learn.py", ["cartpole", "--steps", "inf"], "learn.py: error: argument --steps: 'inf' is not a finite number > 0"),
+    ("learn.py", ["cartpole", "--steps", "1e30"],
+     "learn.py: error: the runs' config: train.total_timesteps=1,000,000,000,000,000,019,884,624,838,656 makes "),
+    ("learn.py", ["cartpole", "--flags", "--train.nope", "1"],
+     "learn.py: error: the runs' config: unknown config key 'train.nope'"),
+    ("learn.py", ["cartpole", "--variant", "a=", "--variant", "b=--train.gama 0.9"],
+     "learn.py: error: --variant 'b=--train.gama 0.9': unknown config key 'train.gama'; did you mean 'train.gamma'?"),
 ])
-def test_a_bad_argument_is_one_line_and_exit_2(script, args, message):
+def test_a_bad_argument_is_one_line_and_exit_2(script, args, message, tmp_path):
     result = subprocess.run([sys.executable, str(SCRIPTS / script), *args], capture_output=True, text=True,
-                            timeout=300)
+                            timeout=300, cwd=tmp_path)
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert list(tmp_path.iterdir()) == []  # learn.py's runs/learn-ENV among them: refused before anything ran
+
+
+def test_bench_pufferlib_refuses_a_python_without_pufferlib_before_any_run(tmp_path):
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'pufferlib'\" >&2\nexit 1\n")
+    python.chmod(0o755)
+    result = subprocess.run([sys.executable, str(SCRIPTS / "bench_pufferlib.py"), "--puffer-python", str(python)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "round 1" not in result.stdout, result.stdout + result.stderr
+    assert (f"bench_pufferlib.py: error: --puffer-python {python}: it cannot import pufferlib-core's trainer "
+            "(ModuleNotFoundError: No module named 'pufferlib'); make a Python with PufferLib") in result.stderr
+
+
+def test_bench_checkpoint_has_help_and_removes_its_checkpoints(tmp_path):
+    result = subprocess.run([sys.executable, str(SCRIPTS / "bench_checkpoint.py"), "--help"], capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0 and "Checkpoint save cost" in result.stdout and "--saves" in result.stdout
+    assert "params; save call blocks" not in result.stdout  # --help measured nothing
+    result = subprocess.run([sys.executable, str(SCRIPTS / "bench_checkpoint.py"), "--hidden", "16", "--saves", "2",
+                             "--flags", "--vec.num-envs", "8", "--train.minibatch-size", "128"],
+                            capture_output=True, text=True, timeout=300, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("hidden 16: ") and "params; save call blocks " in result.stdout
+    assert list(tmp_path.iterdir()) == []  # its temporary checkpoint folder is gone

@@ -67,6 +67,9 @@ def test_bad_flags(flags, message):
     (["--train.minibatch-size", "48"], r"minibatch_size=48 must divide the batch of 1,024"),
     (["--train.total-timesteps", "1000"], r"total_timesteps=1,000 is less than one batch of 1,024"),
     (["--vec.num-threads", "65", "--vec.num-envs", "128"], r"vec.num_threads=65 exceeds min\(vec.num_envs, 64\)=64"),
+    (["--train.total-timesteps", "1e12"], r"^train.total_timesteps=1,000,000,000,000 makes 7,812,500,000 "
+     r"optimizer steps \(976,562,500 updates x 2 epochs x 4 minibatches\), past the 2\*\*31 - 1 their int32 "
+     r"counter holds; use at most --train.total-timesteps 274877906943$"),
 ])
 def test_invariants(flags, message):
     config, _ = load_config("cartpole", flags=flags)
@@ -78,6 +81,16 @@ def test_gae_lambda_zero_is_one_step_td():
     config, _ = load_config("cartpole", flags=["--train.gae-lambda", "0"])
     derive_sizes(config, agents_per_env=1)  # allowed: advantages are one-step TD errors
     assert config.train.gae_lambda == 0.0
+
+
+def test_the_largest_total_timesteps_named_fits_the_int32_optimizer_step_count():
+    """cartpole: batch 1,024, 2 epochs x 4 minibatches = 8 optimizer steps per update."""
+    config, _ = load_config("cartpole", flags=["--train.total-timesteps", "274877906943"])
+    sizes = derive_sizes(config, agents_per_env=1)
+    assert sizes.num_updates * 2 * sizes.num_minibatches == 2**31 - 8 < 2**31
+    config, _ = load_config("cartpole", flags=["--train.total-timesteps", "274877906944"])
+    with pytest.raises(ConfigError, match=r"makes 2,147,483,648 optimizer steps"):
+        derive_sizes(config, agents_per_env=1)
 
 
 def test_derived_sizes_with_several_agents_per_env():

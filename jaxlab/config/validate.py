@@ -244,6 +244,13 @@ def derive_sizes(config: Config, agents_per_env: int) -> Sizes:
     if t.total_timesteps < batch:
         raise ConfigError(f"train.total_timesteps={t.total_timesteps:,} is less than one batch of {batch:,} "
                           f"({shape}); raise it to at least {batch} or use fewer envs")
+    updates, minibatches = t.total_timesteps // batch, batch // t.minibatch_size
+    optimizer_steps = updates * t.update_epochs * minibatches
+    if optimizer_steps >= 2**31:  # the optimizer's step count and the schedules' are int32
+        largest = ((2**31 - 1) // (t.update_epochs * minibatches) + 1) * batch - 1
+        raise ConfigError(f"train.total_timesteps={t.total_timesteps:,} makes {optimizer_steps:,} optimizer steps "
+                          f"({updates:,} updates x {t.update_epochs} epochs x {minibatches} minibatches), past the "
+                          f"2**31 - 1 their int32 counter holds; use at most --train.total-timesteps {largest}")
     devices = check_devices(config, agents_per_env)
     return Sizes(devices=devices, num_envs=v.num_envs, agents_per_env=agents_per_env, num_agents=agents,
                  horizon=t.bptt_horizon, segments=batch // segment, batch_size=batch,

@@ -163,6 +163,21 @@ def at_least(minimum: int):
     return whole
 
 
+def positive_number(text: str) -> float:
+    """An argparse type for the benchmark scripts: a finite number > 0 (a time, a step count written
+    20e6), else argparse's usage error (exit 2) naming the value."""
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number > 0")
+    return value
+
+
 def script_main(main, prog: str) -> int:
     """Runs a benchmark script's ``main()``; a ConfigError (a flag the config refuses) is one line on
     stderr, "PROG: error: ...", and exit status 2 instead of a traceback."""
