@@ -194,8 +194,22 @@ def test_a_checkpoint_hashed_with_paths_by_an_older_jaxlab_says_why_it_differs()
                        "it came from /a/stroll.h .source 000000000000., now from /a/stroll.h .source 111111111111.; "):
         check_env_source({**now, "source_hash": "0" * 64}, now)
     with pytest.raises(ConfigError, match=r"\(the checkpoint's hash is an older jaxlab's, taken over the files' "
-                       r"paths too: even an unchanged env differs this once\)"):
+                       r"paths too: the env changed or moved\)"):
         check_env_source({"library": "/a/stroll.h", "source_hash": "0" * 64}, now)
+
+
+def test_a_checkpoint_hashed_by_an_older_jaxlab_resumes_while_its_header_is_where_it_was(user_env, tmp_path):
+    """Before content-only hashes a checkpoint recorded the hash over the files' paths too (no
+    hash_version): compared the same way, an unchanged header in its place is no change."""
+    from jaxlab.train.trainer import env_source_change
+
+    header = stroll_with_an_include(user_env, tmp_path / "envs")
+    now = {"library": str(header), "source_hash": sdk.source_hash(header), "hash_version": sdk.SOURCE_HASH_VERSION}
+    saved = {"library": str(header), "source_hash": sdk.legacy_source_hash(header)}
+    assert saved["source_hash"] != now["source_hash"] and env_source_change(saved, now) is None
+    (header.parent / "costs.h").write_text("#define STROLL_COST 0.02\n")  # an include edited since
+    edited = {**now, "source_hash": sdk.source_hash(header)}
+    assert "the env changed or moved" in env_source_change(saved, edited)
 
 
 BROKEN_H = """

@@ -260,6 +260,15 @@ def _contents_digest(source: Path, files: list[Path]) -> str:
     return h.hexdigest()
 
 
+def legacy_source_hash(library: str | Path | None) -> str | None:
+    """source_hash as hash_version 1 took it (before contents alone): over the files' absolute paths
+    too, so it matches a checkpoint saved then only where the files have not moved."""
+    if library is None or str(library) == "":
+        return None
+    path = Path(library).expanduser().absolute()
+    return _digest(dependencies(path) if path.suffix == ".h" else [path])
+
+
 def source_hash(library: str | Path | None) -> str | None:
     """What identifies the env's source: for a header, the SHA-256 of it and every file it includes;
     for a library, of its bytes; None for the built-in envs (they come with jaxlab's version). Only

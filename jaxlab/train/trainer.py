@@ -412,12 +412,20 @@ def env_source_change(saved: dict | None, current: dict) -> str | None:
     checkpoint predates the record)."""
     if not saved or saved.get("source_hash") == current.get("source_hash"):
         return None
+    older = saved.get("hash_version", 1) != current.get("hash_version", 1)
+    if older and current.get("library"):  # an older jaxlab's hash (paths too): compare the same way
+        from jaxlab.env.sdk import BuildError, legacy_source_hash
+
+        try:
+            if legacy_source_hash(current["library"]) == saved.get("source_hash"):
+                return None
+        except (OSError, BuildError):
+            pass
     before = f"{saved.get('library') or 'the built-in envs'} (source {str(saved.get('source_hash'))[:12]})"
     now = f"{current.get('library') or 'the built-in envs'} (source {str(current.get('source_hash'))[:12]})"
-    older = ("" if saved.get("hash_version", 1) == current.get("hash_version", 1) else
-             " (the checkpoint's hash is an older jaxlab's, taken over the files' paths too: even an unchanged "
-             "env differs this once)")
-    return f"it came from {before}, now from {now}{older}"
+    note = (" (the checkpoint's hash is an older jaxlab's, taken over the files' paths too: the env changed or "
+            "moved)" if older else "")
+    return f"it came from {before}, now from {now}{note}"
 
 
 def check_env_source(saved: dict | None, current: dict, any_env: bool = False) -> str | None:
