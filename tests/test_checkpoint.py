@@ -552,3 +552,19 @@ def test_best_metric_must_be_a_metric_of_the_run(tmp_path):
                        on_start=lambda trainer: names.extend(trainer.record_names))
     first_only = {"compile_cache", "launch_to_first_update_s"}
     assert set(result.records[0]) - first_only == set(names) == set(result.records[1])
+
+
+def test_the_default_best_metric_on_an_env_without_it_is_a_warning():
+    """The env contract does not require an episode_return statistic: an env without one trains with no
+    best checkpoint and a warning (the default was not the user's choice); a name the user gave that
+    the run lacks is refused (above)."""
+    from jaxlab.run.loop import check_best_metric
+
+    said = []
+    names = ("update", "policy_loss", "episodes", "score", "episode_length")
+    assert check_best_metric("episode_return", names, said.append) == ""
+    assert said == ["this env logs no episode_return, so no checkpoint is kept as the best; pick a metric with "
+                    "--checkpoint.best-metric NAME (update, policy_loss, episodes, score, episode_length)"]
+    assert check_best_metric("score", names, said.append) == "score" and check_best_metric("", names, None) == ""
+    with pytest.raises(ConfigError, match=r"best_metric='scor' is not a metric of this run.*did you mean 'score'"):
+        check_best_metric("scor", names, said.append)

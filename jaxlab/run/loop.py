@@ -154,12 +154,18 @@ def refuse_an_earlier_run(run_dir: Path) -> None:
                                      f"--resume {run_dir}, or give a new --run-dir")
 
 
-def check_best_metric(name: str, names: Sequence[str]) -> None:
-    """ConfigError when checkpoint.best_metric ``name`` is not one of the run's record keys ``names``:
-    no record would hold it, so no checkpoint would be kept as the best and the keep-N pruning would
-    delete the one that was."""
+def check_best_metric(name: str, names: Sequence[str], warn: Callable[[str], None]) -> str:
+    """The checkpoint.best_metric to use: ``name`` when it is one of the run's record keys ``names`` (or
+    "", none). The default, episode_return, for an env that logs none (the env contract does not
+    require it): "" with a warning. Another name that is not a record key: ConfigError, since no record
+    would hold it, no checkpoint would be kept as the best and keep-N pruning would delete the one that
+    was."""
     if not name or name in names:
-        return
+        return name
+    if name == config_lib.schema.CheckpointConfig.best_metric:
+        warn(f"this env logs no {name}, so no checkpoint is kept as the best; pick a metric with "
+             f"--checkpoint.best-metric NAME ({', '.join(names)})")
+        return ""
     import difflib
 
     close = difflib.get_close_matches(name, names, n=1)
@@ -210,7 +216,7 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
         refuse_an_earlier_run(run_dir)  # a resume into another run dir starts that dir's records
     with lock, logs, Trainer(config) as trainer, \
             (nullcontext(stop) if stop is not None else StopSignals()) as stop:
-        check_best_metric(c.best_metric, trainer.record_names)
+        best_metric = check_best_metric(c.best_metric, trainer.record_names, warn)
         if resume is not None:
             known = resume_meta or {}
             result.resumed_from, _ = newest_usable(
@@ -231,13 +237,13 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
             on_start(trainer)
         if profile is not None:
             profile.start(trainer)
-        saves = checkpoint.RunCheckpoints(run_dir / "checkpoints", c.interval, c.minutes, c.keep, c.best_metric)
+        saves = checkpoint.RunCheckpoints(run_dir / "checkpoints", c.interval, c.minutes, c.keep, best_metric)
         try:
             if trainer_hook is not None:
                 trainer_hook(trainer, saves)
             hooks = [log_to(result.records.append)] + ([log_to(on_log)] if on_log is not None else [])
             hooks += [profile] if profile is not None else []
-            hooks += [NonfiniteStop(result), SaveCheckpoints(saves, stop, c.best_metric, result)]
+            hooks += [NonfiniteStop(result), SaveCheckpoints(saves, stop, best_metric, result)]
             train_loop(trainer, hooks)
             result.checkpoint = saves.finish()
         except checkpoint.CheckpointError as err:
@@ -256,7 +262,7 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
                 result.error = result.error or str(err)
             result.stopped = result.stopped or stop.received  # a signal during the last update or the saves
             if primary:
-                records.write_summary(run_dir, c.best_metric or "episode_return", stopped=result.stopped,
+                records.write_summary(run_dir, best_metric or "episode_return", stopped=result.stopped,
                                       error=result.error, checkpoint=result.checkpoint,
                                       resumed_from=result.resumed_from)
     return result
