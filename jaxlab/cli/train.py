@@ -19,25 +19,29 @@ def train_command(args: argparse.Namespace) -> int:
     run stopped on an error (a checkpoint that cannot be written, a NaN loss), 2 bad config or input.
     In a run over several processes (--dist.*, jaxlab.run.distributed) every process runs this; process
     0 prints and writes the records, and every process saves and resumes its part of each checkpoint.
-    SIGINT and SIGTERM are taken from the start (JAX's start, the compile): one arriving before the
-    first update is acted on after it, with a checkpoint, like one during training."""
-    from jaxlab.run.signals import StopSignals
-
-    with StopSignals() as stop:
-        return _train(args, stop)
-
-
-def _train(args: argparse.Namespace, stop) -> int:
-    from jaxlab.checkpoint import CheckpointError
+    SIGINT and SIGTERM are taken once the processes have met (jax.distributed.initialize blocks in C,
+    where a handler of ours would never run, so there they still stop the process at once) through
+    JAX's start and the compile: one arriving before the first update is acted on after it, with a
+    checkpoint, like one during training."""
     from jaxlab.config import ConfigError
     from jaxlab.run import distributed
+    from jaxlab.run.signals import StopSignals
 
     try:
         processes = distributed.start(args.flags).num_processes  # before anything uses JAX
     except ConfigError as err:
         return fail("train", err)
+    with StopSignals() as stop:
+        return _train(args, stop, processes)
+
+
+def _train(args: argparse.Namespace, stop, processes: int) -> int:
+    """train_command's work once the processes have met, with ``stop`` (StopSignals) active."""
     import jax
 
+    from jaxlab.checkpoint import CheckpointError
+    from jaxlab.config import ConfigError
+    from jaxlab.run import distributed
     from jaxlab.train.trainer import check_processes
 
     resolved = resolve(args)  # JAX's backend starts here, with its memory options
