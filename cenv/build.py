@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -79,6 +80,8 @@ def build(output: Path, sanitize: bool = False, shared: bool = True,
     if verbose:
         print(" ".join(cmd), file=sys.stderr)
     result = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
+    if result.returncode < 0 and -result.returncode in (signal.SIGINT, signal.SIGTERM):
+        raise KeyboardInterrupt  # the compiler was stopped (Ctrl-C reaches it too): not a compile error
     if result.returncode != 0:
         raise RuntimeError(f"compiling cenv failed:\n{' '.join(cmd)}\n{result.stdout}{result.stderr}")
     return output

@@ -178,3 +178,18 @@ def test_the_layout_rule_accepts_a_well_formed_struct(tmp_path):
     result, library_path = compile_cenv_with(tmp_path, {"bad": _LAYOUT_HEADER.format(before_log="")})
     assert result.returncode == 0, result.stderr
     assert library_path.exists()
+
+
+def test_a_compiler_stopped_by_a_signal_is_an_interrupt_not_a_compile_error(tmp_path, monkeypatch):
+    """Ctrl-C reaches the compiler too (one process group): its death by SIGINT was reported as code that
+    does not compile; it is the user's interrupt."""
+    import signal
+
+    stopped = subprocess.CompletedProcess([], -signal.SIGINT, "", "")
+    monkeypatch.setattr(cenv_build.subprocess, "run", lambda *a, **k: stopped)
+    with pytest.raises(KeyboardInterrupt):
+        cenv_build.build(tmp_path / "x.so", verbose=False)
+    monkeypatch.setattr(cenv_build.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess([], 1, "", "error: this is not C"))
+    with pytest.raises(RuntimeError, match="compiling cenv failed"):
+        cenv_build.build(tmp_path / "x.so", verbose=False)

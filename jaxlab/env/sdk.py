@@ -27,6 +27,7 @@ import keyword
 import os
 import re
 import shlex
+import signal
 import subprocess
 import tempfile
 from functools import lru_cache
@@ -185,6 +186,8 @@ def dependencies(header: Path) -> list[Path]:
     builder = _builder()
     cmd = [*shlex.split(builder.find_compiler()), f"-I{include_dir()}", "-M", "-x", "c", str(header)]
     result = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
+    if result.returncode < 0 and -result.returncode in (signal.SIGINT, signal.SIGTERM):
+        raise KeyboardInterrupt  # the compiler was stopped (Ctrl-C reaches it too): not a compile error
     if result.returncode != 0:
         raise BuildError(f"{header} does not compile (its includes could not be resolved):\n{' '.join(cmd)}\n"
                          f"{result.stderr.strip()}")
