@@ -273,6 +273,8 @@ def test_an_env_that_fails_while_training_is_one_line_naming_it(tmp_path, capsys
             "'cards' #0 failed at step 1") in err
     assert f"the updates before it are in {run}/metrics.jsonl and no checkpoint was saved yet" in err
     assert json.loads((run / "summary.json").read_text())["error"].startswith("EnvStepError: env 'cards' failed")
+    assert f"the traceback is in {run / 'run.log'}" in err  # where the env's error was raised, for its author
+    assert "Traceback (most recent call last)" in (run / "run.log").read_text()
 
 
 def test_a_flag_given_twice_with_two_values_is_named_and_the_last_is_used(capsys):

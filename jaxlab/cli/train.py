@@ -121,7 +121,8 @@ def _train(args: argparse.Namespace, stop, processes: int) -> int:
         saved = checkpoint.step_dirs(Path(run_dir) / "checkpoints")
         kept = f"the last checkpoint is {saved[0]}" if saved else "no checkpoint was saved yet"
         print(f"jaxlab train: error: {err}; the updates before it are in {run_dir}/metrics.jsonl and {kept} "
-              "(--checkpoint.interval N saves every N updates)", file=sys.stderr)
+              f"(--checkpoint.interval N saves every N updates); the traceback is in {log_traceback(err, run_dir)}",
+              file=sys.stderr)
         return 1
     except Exception as err:  # an out-of-memory the estimate did not foresee: one line; the rest propagates
         close(observers)
@@ -153,6 +154,19 @@ def _train(args: argparse.Namespace, stop, processes: int) -> int:
 
 def quiet(*args, **kwargs) -> None:
     """What another process than 0 of a run over several does with a message: nothing."""
+
+
+def log_traceback(err: BaseException, run_dir: str) -> str:
+    """Appends ``err``'s whole traceback (its cause's too) to RUN_DIR/run.log; returns where it went."""
+    import traceback
+
+    log = Path(run_dir) / "run.log"
+    try:
+        with open(log, "a") as file:
+            file.write("".join(traceback.format_exception(err)))
+    except OSError:
+        return "nowhere (run.log cannot be written)"
+    return str(log)
 
 
 def close(observers) -> None:
