@@ -283,6 +283,9 @@ def test_a_flag_given_twice_with_two_values_is_named_and_the_last_is_used(capsys
     out, err = capsys.readouterr()
     assert "jaxlab: warning: --train.seed given twice (1, then 2); the last, 2, is used" in err
     assert "gamma" not in err  # the same value twice says nothing
+    assert cli.main(["config", "cartpole", "--train.total-timesteps", "1e6", "--train.total-timesteps", "1_000_000",
+                     "--train.learning-rate", "1e-3", "--train.learning-rate", "0.001"]) == 0
+    assert "given twice" not in capsys.readouterr().err  # one value, spelled two ways
     assert any(line.startswith("seed = 2 ") for line in out.splitlines())
 
 

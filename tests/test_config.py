@@ -56,7 +56,7 @@ def test_bad_flags(flags, message):
                                  r"--train.clip-coef 0.2 \(the default\), or a large one such as 1e9"),
     (["--train.min-lr-ratio", "1.5"], r"min_lr_ratio=1.5 must be in \[0, 1\] .*e.g. --train.min-lr-ratio 0.0"),
     (["--log.dashboard", "RICH"], r"log.dashboard='RICH' is not known; did you mean 'rich'\?"),
-    (["--log.wandb-tags", "ok," + "x" * 70], r"log.wandb_tags: the tag 'xxxxxxxxxxxxxxxxxxxx'... has 70 characters; "
+    (["--log.wandb", "true", "--log.wandb-tags", "ok," + "x" * 70], r"log.wandb_tags: the tag 'xxxxxxxxxxxxxxxxxxxx'... has 70 characters; "
                                               r"wandb takes at most 64 per tag"),
     (["--train.learning-rate", "0"], r"train.learning_rate=0.0 must be positive"),
     (["--train.seed", "-3"], r"train.seed=-3 must be an integer in \[0, 2\*\*63\), e.g. --train.seed 0"),

@@ -166,6 +166,11 @@ def test_a_moved_header_resumes_and_evaluates_from_its_new_path(trained, tmp_pat
     resumed = jaxlab_cli("train", str(moved), "--resume", str(run), "--train.total-timesteps", "512")
     assert resumed.returncode == 0, resumed.stderr
     assert "changed" not in resumed.stderr
+    config = tmp_path / "moved.toml"  # the new path given in a --config file counts too
+    config.write_text(f'[env]\nlibrary = "{moved}"\n')
+    again = jaxlab_cli("train", "stroll", "--resume", str(run), "--config", str(config), "--train.total-timesteps",
+                       "768")
+    assert again.returncode == 0 and "does not exist" not in again.stderr, again.stderr
     evaluated = jaxlab_cli("eval", str(moved), "--checkpoint", str(run), "--episodes", "2")
     assert evaluated.returncode == 0, evaluated.stderr
     assert "stroll from" in evaluated.stdout and "changed" not in evaluated.stderr

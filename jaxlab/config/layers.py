@@ -263,9 +263,15 @@ def repeated_flags(flags: list[str]) -> list[str]:
         return []  # parse_flags reports it
     for name, value in pairs:
         seen.setdefault(name, []).append(value)
+    def meaning(value: str):  # 1e6 and 1_000_000, 1e-3 and 0.001, True and true are one value
+        try:
+            return float(value.replace("_", ""))
+        except ValueError:
+            return value.strip().lower()
+
     lines = []
     for name, values in seen.items():
-        if len(set(values)) > 1:
+        if len({meaning(v) for v in values}) > 1:
             count = {2: "twice"}.get(len(values), f"{len(values)} times")
             lines.append(f"--{name} given {count} ({', then '.join(values)}); the last, {values[-1]}, is used")
     return lines

@@ -189,7 +189,8 @@ def derive_sizes(config: Config, agents_per_env: int) -> Sizes:
     if t.anneal_lr not in SCHEDULES:
         raise ConfigError(f"train.anneal_lr={t.anneal_lr!r} is not a schedule; use one of {', '.join(SCHEDULES)} "
                           "(or true for linear, false for none)")
-    long_tags = [tag.strip() for tag in config.log.wandb_tags.split(",") if len(tag.strip()) > 64]
+    long_tags = [tag.strip() for tag in config.log.wandb_tags.split(",") if len(tag.strip()) > 64
+                 and config.log.wandb]
     if long_tags:  # wandb refuses such a run (a pydantic error) and the run would go on without wandb
         raise ConfigError(f"log.wandb_tags: the tag {long_tags[0][:20]!r}... has {len(long_tags[0])} characters; "
                           "wandb takes at most 64 per tag (tags are comma-separated)")
