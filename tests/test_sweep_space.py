@@ -132,7 +132,7 @@ def test_a_bad_sweep_file_exits_2_with_one_line_before_anything_runs(tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines() == [
         f"jaxlab sweep: error: sweep key 'train.gamma' = 1.5 (in {path}) gives a config that cannot run: "
-        "train.gamma=1.5 must be in (0, 1], e.g. 0.99"]
+        "train.gamma=1.5 must be in (0, 1], e.g. --train.gamma 0.99 (the default)"]
     assert not (tmp_path / "sweeps" / "s").exists() or not any((tmp_path / "sweeps" / "s").glob("trial-*"))
 
 

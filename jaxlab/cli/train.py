@@ -20,9 +20,11 @@ def train_command(args: argparse.Namespace) -> int:
     In a run over several processes (--dist.*, jaxlab.run.distributed) every process runs this; process
     0 prints and writes the records, and every process saves and resumes its part of each checkpoint.
     SIGINT and SIGTERM are taken once the processes have met (jax.distributed.initialize blocks in C,
-    where a handler of ours would never run, so there they still stop the process at once) through
-    JAX's start and the compile: one arriving before the first update is acted on after it, with a
-    checkpoint, like one during training."""
+    where a handler of ours would never run, so there they still stop the process at once; and it
+    installs a C SIGTERM handler of its own, its preemption notifier, which ours must replace: set
+    before it, a SIGTERM to one process of a run stopped nothing) through JAX's start and the compile:
+    one arriving before the first update is acted on after it, with a checkpoint, like one during
+    training."""
     from jaxlab.config import ConfigError
     from jaxlab.run import distributed
     from jaxlab.run.signals import StopSignals
