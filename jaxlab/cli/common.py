@@ -92,21 +92,6 @@ def check_saved_header(meta: dict, command: str, rest: str) -> None:
                           f"there, or pass its new path as ENV: `jaxlab {command} path/to/{Path(header).name} {rest}`")
 
 
-def _file_library(config_file) -> str | None:
-    """The env.library a --config file sets, or None (no file, or it sets none; a bad file is reported
-    where it is loaded)."""
-    from jaxlab.config import ConfigError
-    from jaxlab.config.layers import read_toml
-
-    if not config_file:
-        return None
-    try:
-        env = read_toml(Path(config_file)).get("env", {})
-    except ConfigError:
-        return None
-    return env.get("library") if isinstance(env, dict) else None
-
-
 def warn(message: str) -> None:
     print(f"jaxlab: {message}", file=sys.stderr, flush=True)
 
@@ -188,7 +173,7 @@ def resolve(args: argparse.Namespace) -> Resolved:
         flags = list(args.flags)
         if args.env.endswith(".h"):  # the header named on the command line is the env's source now
             flags = ["--env.library", str(Path(args.env).expanduser().absolute()), *flags]
-        elif flags_library(flags) is None and not _file_library(args.config):
+        elif flags_library(flags, args.config) is None:
             check_saved_header(meta, "train", f"--resume {args.resume}")
         config, changes = resume_config(first, args.config, flags, meta)
         if config.env_name != name:

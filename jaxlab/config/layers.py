@@ -206,9 +206,10 @@ def apply_layer(values: dict, layer: dict, source: str, sources: dict, env_param
             sources[f"{section}.{key}"] = source
 
 
-def flags_library(flags: list[str] | None) -> str | None:
-    """The env library that command-line flags name (--env.library), or None."""
-    return _env_library([("command line", parse_flags(flags or []))], None)
+def flags_library(flags: list[str] | None, config_file: str | Path | None = None) -> str | None:
+    """The env library that command-line flags name (--env.library), else the --config file, or None."""
+    layers = [(str(config_file), read_toml(Path(config_file)))] if config_file and Path(config_file).is_file() else []
+    return _env_library([*layers, ("command line", parse_flags(flags or []))], None)
 
 
 def _env_library(layers: list[tuple[str, dict]], library: str | None) -> str | None:
