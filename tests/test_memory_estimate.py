@@ -248,3 +248,19 @@ def test_an_out_of_memory_during_training_is_one_line_and_keeps_what_was_saved(t
     assert [p.name for p in checkpoint.step_dirs(run / "checkpoints")] == ["2"]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["error"].startswith("RuntimeError: RESOURCE_EXHAUSTED") and summary["updates"] == 3
+
+
+def test_a_big_module_is_told_to_shrink_itself_not_the_keys_it_ignores(tmp_path):
+    """A user's module without a hidden_size field ignores policy.hidden_size and mlp_layers: the fix
+    names the module (it said "reduce policy.hidden_size (now 128) or policy.mlp_layers")."""
+    (tmp_path / "wide.py").write_text(
+        "import flax.linen as nn\n\n\nclass Wide(nn.Module):\n    action: object\n\n    @nn.compact\n"
+        "    def __call__(self, carry, obs):\n        x = nn.Dense(20000)(nn.Dense(20000)(obs.reshape(obs.shape[0], -1)))\n"
+        "        return carry, nn.Dense(self.action.head_size)(x), nn.Dense(1)(x)[:, 0]\n")
+    config, _ = load_config("cartpole", flags=["--policy.module", f"{tmp_path / 'wide.py'}:Wide"])
+    with pytest.raises(ConfigError) as info:
+        memory.check_fits(config, derive_sizes(config, 1), memory.env_shape(config),
+                          MemoryLimit(device=1 * GIB, host=100 * GIB, device_name="a small GPU"))
+    message = str(info.value)
+    assert message.endswith(f"most of it is optimizer (3.0 GiB): make the network of policy.module="
+                            f"'{tmp_path / 'wide.py'}:Wide' smaller") and "hidden_size" not in message

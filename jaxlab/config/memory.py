@@ -383,6 +383,13 @@ def reduce_hint(config: Config, sizes: Sizes, shape: EnvShape, term: str, fits) 
     """'reduce vec.num_envs (now 100,000,000), train.bptt_horizon or train.batch_size, e.g.
     --vec.num-envs 1048576': the keys that shrink ``term``, with a value of the first that fits."""
     keys = TERM_KEYS[term]
+    if config.policy.module:  # the keys a user's module ignores (jaxlab.agent.custom) shrink nothing
+        from jaxlab.agent.custom import ignored_keys, load_module_class
+
+        ignored = ignored_keys(load_module_class(config.policy.module))
+        keys = tuple(k for k in keys if k not in ignored)
+        if not keys:
+            return f"make the network of policy.module={config.policy.module!r} smaller"
     first = f"{keys[0]} (now {_get(config, keys[0]):,})"
     names = first if len(keys) == 1 else f"{', '.join([first, *keys[1:-1]])} or {keys[-1]}"
     value = suggest(config, sizes, shape, keys[0], fits)
