@@ -305,3 +305,14 @@ def test_an_env_on_the_env_path_trains_by_name(user_env, tmp_path, monkeypatch):
                              timeout=120, env={**os.environ, "JAXLAB_ENV_PATH": str(user_env),
                                                "PYTHONPATH": str(Path(jaxlab.__file__).parents[1])})
     assert f"stroll: {user_env / 'stroll.h'} (on the env path" in listing.stdout
+
+
+def test_resuming_with_another_envs_header_names_the_checkpoints_env(trained, tmp_path):
+    """`jaxlab train other.h --resume RUN` where RUN trained stroll: it said "unknown env 'stroll'; envs in
+    other.h: other" (the checkpoint's env looked up in ENV's header)."""
+    _, run = trained
+    assert jaxlab_cli("new-env", "other", str(tmp_path / "other")).returncode == 0
+    result = jaxlab_cli("train", str(tmp_path / "other" / "other.h"), "--resume", str(run))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert f"--resume {run} is a run of 'stroll', not 'other'; run `jaxlab train stroll --resume {run}`" \
+        in result.stderr

@@ -170,6 +170,10 @@ def resolve(args: argparse.Namespace) -> Resolved:
         resume = find_checkpoint(args.resume, name)
         first, meta = newest_usable(resume, read_meta, warn)
         resume_meta = {first: meta}
+        saved_env = meta.get("env_name", name)
+        if saved_env != name:  # before ENV's header is built: it may not even hold the checkpoint's env
+            raise ConfigError(f"--resume {args.resume} is a run of {saved_env!r}, not {name!r}; "
+                              f"run `jaxlab train {saved_env} --resume {args.resume}`")
         flags = list(args.flags)
         if args.env.endswith(".h"):  # the header named on the command line is the env's source now
             flags = ["--env.library", str(Path(args.env).expanduser().absolute()), *flags]
