@@ -47,6 +47,8 @@ def test_damaged_records_are_read_around_not_a_traceback(tmp_path, capsys):
     assert rows["killed"]["final_return"] == 20.0 and rows["killed"]["status"] == "running or killed"
     assert rows["edited"]["notes"] == "" and rows["edited"]["final_return"] is None
     assert rows["latin"]["notes"].startswith("caf")
+    (tmp_path / "latin" / "summary.json").write_text('{"status": "do')  # cut short while written
+    assert {r["path"].rsplit("/", 1)[1]: r for r in run_rows(tmp_path)}["latin"]["status"] == "summary.json unreadable"
     assert cli.main(["plot", str(tmp_path / "killed"), "-o", str(tmp_path / "k.png")]) == 0
     keep_metrics_until(tmp_path / "killed" / "metrics.jsonl", 1)  # a resume from update 1 drops the rest
     assert (tmp_path / "killed" / "metrics.jsonl").read_text() == good[0] + "\n"

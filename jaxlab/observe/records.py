@@ -173,8 +173,9 @@ def run_rows(root: Path) -> list[dict]:
     for run in dirs:
         info, summary = _read_json(run / "run.json"), _read_json(run / "summary.json")
         if not summary:
+            damaged = (run / "summary.json").is_file()  # there, but not a JSON object (cut short, edited)
             summary = summarize(read_metrics(run))
-            summary["status"] = "running or killed"
+            summary["status"] = "summary.json unreadable" if damaged else "running or killed"
         env = info.get("env_name") or run_env_name(run)
         notes_file = run / "notes.md"
         notes = notes_file.read_text(errors="replace").strip().splitlines() if notes_file.is_file() else []
