@@ -287,3 +287,24 @@ def test_a_step_that_returns_a_failure_fails_with_the_envs_own_message(broken_li
     else:
         assert "env 'mute' #1 failed at step 2: its step returned -1 (a failure) and it has no `error` option" \
             in str(caught.value)
+
+
+def test_an_env_without_episode_return_trains_with_no_best_checkpoint_and_a_warning(library, tmp_path):
+    """End to end: the default checkpoint.best_metric names a statistic this env does not log (the
+    contract does not ask for one); the run trains and saves, with one warning and no best."""
+    import json
+
+    from jaxlab.config import load_config
+    from jaxlab.run.loop import train_run
+
+    config, _ = load_config("gated", flags=["--env.library", library, "--vec.num-envs", "8", "--train.bptt-horizon",
+                                            "8", "--train.minibatch-size", "16", "--policy.hidden-size", "16",
+                                            "--train.total-timesteps", "128", "--checkpoint.keep", "1"])
+    said = []
+    result = train_run(config, tmp_path / "run", warn=said.append)
+    assert result.error is None and len(result.records) == 2 and result.checkpoint is not None
+    warned = [line for line in said if "episode_return" in line]
+    assert len(warned) == 1 and warned[0].startswith(
+        "this env logs no episode_return, so no checkpoint is kept as the best; pick a metric with "
+        "--checkpoint.best-metric NAME (") and "episode_length" in warned[0]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["best"] is None
