@@ -119,3 +119,31 @@ def test_start_up_compiles_the_hot_functions_and_three_small_run_once_ones_only(
     assert result.returncode == 0, result.stderr
     names = eval(result.stdout.strip().splitlines()[-1])
     assert names == sorted(["init_state", "fold_in", "step", "finish", "<lambda>", "prepare_and_update"])
+
+
+_INTERRUPTED_IMPORT = """
+import builtins, sys
+real_import = builtins.__import__
+def interrupted(name, *args, **kwargs):
+    if name == "jaxlab.cli":  # what a Ctrl-C while Python imports the command line looks like
+        raise KeyboardInterrupt
+    return real_import(name, *args, **kwargs)
+builtins.__import__ = interrupted
+from jaxlab.launch import main
+sys.exit(main())
+"""
+
+
+def test_ctrl_c_while_the_command_line_is_imported_is_one_line_and_exit_130():
+    done = subprocess.run([sys.executable, "-c", _INTERRUPTED_IMPORT], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130
+    assert done.stderr.strip() == "jaxlab: interrupted"
+
+
+def test_the_command_entry_imports_nothing_heavy():
+    probe = "import sys, jaxlab.launch; print(sorted(m for m in ('numpy', 'jax', 'jaxlab.cli', 'jaxlab.env') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "[]", done.stderr
+    import tomllib
+    with open(os.path.join(os.path.dirname(__file__), "..", "pyproject.toml"), "rb") as f:
+        assert tomllib.load(f)["project"]["scripts"]["jaxlab"] == "jaxlab.launch:main"

@@ -2,6 +2,6 @@
 
 import sys
 
-from jaxlab.cli import main
+from jaxlab.launch import main
 
 sys.exit(main())

@@ -1,0 +1,14 @@
+"""The `jaxlab` console script's entry: imports the command line inside a guard, so that a Ctrl-C while
+Python is still importing it (a fraction of a second) ends with one line and exit 130, not a traceback.
+Importing this module imports nothing but `sys` (`jaxlab/__init__.py` is lazy)."""
+
+import sys
+
+
+def main() -> int:
+    try:
+        from jaxlab.cli import main as cli_main
+    except KeyboardInterrupt:
+        print("jaxlab: interrupted", file=sys.stderr)
+        return 130
+    return cli_main()
