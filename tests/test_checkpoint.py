@@ -375,6 +375,23 @@ def test_sigint_during_start_up_saves_after_the_first_update(tmp_path):
     assert [p.name for p in checkpoint.step_dirs(run / "checkpoints")] == ["1"]
 
 
+def test_a_signal_taken_while_the_config_is_resolved_then_a_bad_config_says_the_run_did_not_start(tmp_path):
+    """The first signal's line promises to finish the update; when the config then fails (exit 2), a
+    second line says that nothing started, so nothing was finished or saved. The policy module sends the
+    signal while it is imported (during resolve) and then fails."""
+    module = tmp_path / "signalled.py"
+    module.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\nraise RuntimeError('broken')\n")
+    run = tmp_path / "run"
+    result = subprocess.run([sys.executable, "-m", "jaxlab.cli", "train", "cartpole", *SMALL, "--run-dir", str(run),
+                             "--policy.module", f"{module}:Net"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[0] == "SIGTERM: finishing this update, then saving a checkpoint"
+    assert lines[1].startswith("jaxlab train: error: ") and "broken" in lines[1]
+    assert lines[2:] == ["jaxlab train: the SIGTERM taken while starting stopped nothing: the run did not start"]
+    assert not run.exists()
+
+
 def test_sigterm_saves_and_exits_0_with_nothing_left_running(tmp_path):
     run = tmp_path / "run"
     process = subprocess.Popen([sys.executable, "-m", "jaxlab.cli", "train", "cartpole", "--train.total-timesteps",

@@ -267,8 +267,11 @@ def test_two_processes_save_checkpoints_and_resume_as_if_uninterrupted(tmp_path)
     run = tmp_path / "run"
     flags = [*FLAGS, "--train.total-timesteps", "512", "--vec.groups", "2", "--checkpoint.interval", "2",
              "--log.dashboard", "none", "--run-dir", str(run)]
-    for result in train_in_processes(*flags):
+    results = train_in_processes(*flags, "--train.prio-beta0", "0.5")  # a flag that does nothing: a warning
+    for result in results:
         assert result.returncode == 0, result.stderr[-3000:]
+    warning = "warning: --train.prio-beta0 does nothing with train.prio_alpha 0"
+    assert warning in results[0].stderr and warning not in results[1].stderr  # process 0 speaks, once
     straight = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["update"] for r in straight] == [1, 2, 3, 4]
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["2", "4"]

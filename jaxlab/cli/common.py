@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -150,10 +151,11 @@ def unused_flags_warning(config, flags: list[str]) -> str | None:
     return f"warning: {'; '.join(lines)}" if lines else None
 
 
-def resolve(args: argparse.Namespace) -> Resolved:
+def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn) -> Resolved:
     """The config of ARGS (preset, --config, flags) with its sizes checked and its memory estimate
     checked against the device's and the host's; ConfigError (or CheckpointError for --resume)
-    otherwise, which main() reports with exit status 2.
+    otherwise, which main() reports with exit status 2. Warnings go to ``warn`` (a run over several
+    processes passes one that prints in process 0 only).
     Nothing is compiled; JAX's backend is started (to see the devices) with its memory options set."""
     from jaxlab.config import ConfigError, check_network, derive_sizes, load_config, memory, presets
     from jaxlab.config.layers import flags_library, repeated_flags

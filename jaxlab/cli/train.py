@@ -29,16 +29,26 @@ def train_command(args: argparse.Namespace) -> int:
     from jaxlab.run import distributed
     from jaxlab.run.signals import StopSignals
 
+    from jaxlab.checkpoint import CheckpointError
+
     try:
-        processes = distributed.start(args.flags).num_processes  # before anything uses JAX
+        settings = distributed.start(args.flags)  # before anything uses JAX
     except ConfigError as err:
         return fail("train", err)
     with StopSignals() as stop:
-        return _train(args, stop, processes)
+        try:
+            code = _train(args, stop, settings)
+        except (ConfigError, CheckpointError) as err:
+            code = fail("train", err)
+        if code == 2 and stop.received:  # its line said the update would finish: there was none
+            print(f"jaxlab train: the {stop.received} taken while starting stopped nothing: the run did not start",
+                  file=sys.stderr)
+        return code
 
 
-def _train(args: argparse.Namespace, stop, processes: int) -> int:
-    """train_command's work once the processes have met, with ``stop`` (StopSignals) active."""
+def _train(args: argparse.Namespace, stop, settings) -> int:
+    """train_command's work once the processes have met (``settings``: jaxlab.run.distributed.Settings),
+    with ``stop`` (StopSignals) active."""
     import jax
 
     from jaxlab.checkpoint import CheckpointError
@@ -46,7 +56,8 @@ def _train(args: argparse.Namespace, stop, processes: int) -> int:
     from jaxlab.run import distributed
     from jaxlab.train.trainer import check_processes
 
-    resolved = resolve(args)  # JAX's backend starts here, with its memory options
+    processes = settings.num_processes
+    resolved = resolve(args, warn if settings.process_id == 0 else quiet)  # JAX's backend starts here
     config, sizes = resolved.config, resolved.sizes
     for path, meta in resolved.resume_meta.items():  # before anything is built or loaded
         check_processes(meta, path, processes)
