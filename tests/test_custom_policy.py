@@ -163,6 +163,16 @@ class CarryOfTwoAgents(Good):
         return {"h": jnp.zeros((num_agents, 8)), "c": jnp.zeros((2, 8))}
 
 
+class CarryChangesDtype(Good):
+    def initial_carry(self, num_agents):
+        return jnp.zeros((num_agents, 8))
+
+    @nn.compact
+    def __call__(self, carry, obs):
+        h = nn.Dense(8, dtype=jnp.bfloat16)(jnp.concatenate([obs, carry], -1))  # a bfloat16 carry out
+        return h, nn.Dense(self.action.head_size)(h), nn.Dense(1)(h)[:, 0]
+
+
 class Unrolled(Good):
     def unroll(self, carry, obs, reset):  # feed-forward: every step at once
         T, A = obs.shape[:2]
@@ -198,6 +208,8 @@ def broken(tmp_path_factory):
                            r"it returned \[1, 8\]"),
     ("CarryOfTwoAgents", r"CarryOfTwoAgents.initial_carry\(3\) must return arrays \[num_agents, ...\] .*; "
                          r"it returned \{'c': \[2, 8\], 'h': \[3, 8\]\}"),  # 2 agents fit by chance: 3 do not
+    ("CarryChangesDtype", r"CarryChangesDtype\(carry, obs\) must return a carry of initial_carry's dtypes \(float32; "
+                          r".*it returned bfloat16: cast it back"),  # was a scan TypeError traceback in training
 ])
 def test_a_module_breaking_the_contract_is_a_config_error_before_anything_is_built(broken, name, message):
     """The memory estimate, which `resolve` runs before training, measures the module: its errors are

@@ -190,7 +190,8 @@ class ModulePolicy:
             self._check_outputs(what, out, carry, (T, A))
 
     def _check_outputs(self, what: str, out, carry, lead: tuple) -> None:
-        """ValueError unless ``out`` is (a carry shaped like ``carry``, head [*lead, k], value [*lead])."""
+        """ValueError unless ``out`` is (a carry shaped like ``carry``, of its dtypes, head [*lead, k], value
+        [*lead])."""
         k = self.action.head_size
         axes = "T, A" if len(lead) == 2 else "A"
         if not (isinstance(out, tuple) and len(out) == 3):
@@ -205,6 +206,13 @@ class ModulePolicy:
             raise ValueError(f"{what} must return a carry shaped like initial_carry's "
                              f"({jax.tree.map(lambda x: list(x.shape), carry)}); it returned "
                              f"{jax.tree.map(lambda x: list(x.shape), new_carry)}")
+        if any(a.dtype != b.dtype for a, b in zip(jax.tree.leaves(new_carry), jax.tree.leaves(carry))):
+            def dtypes(tree):
+                return jax.tree.map(lambda x: str(x.dtype), tree)
+
+            raise ValueError(f"{what} must return a carry of initial_carry's dtypes ({dtypes(carry)}; the "
+                             f"rollout keeps it in buffers of those); it returned {dtypes(new_carry)}: cast it "
+                             f"back, e.g. .astype(jnp.float32), or make initial_carry's of the dtype it returns")
 
     def _step(self, params, carry, obs, reset):
         carry = _reset(carry, self.initial_carry(obs.shape[0]), reset)
