@@ -248,3 +248,37 @@ def test_library_log_lines_and_closed_loop_noise_go_to_the_run_log(tmp_path, cap
     log = (tmp_path / "run.log").read_text()
     assert "RuntimeError: Event loop is closed" in log and "Requested `tracked_metric`" in log
     assert sys.unraisablehook is before  # outside the context, unraisable errors are reported as before
+
+
+def strict_json(text):
+    """json.loads as a strict reader (jq, JavaScript) does it: NaN and Infinity are not JSON."""
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_nan_loss_is_written_as_null_so_the_records_stay_json(tmp_path):
+    import jax
+    import numpy as np
+
+    from jaxlab.config import load_config
+    from jaxlab.run.loop import train_run
+
+    config, _ = load_config("cartpole", flags=["--vec.num-envs", "8", "--train.minibatch-size", "64",
+                                               "--policy.hidden-size", "16", "--train.total-timesteps", "512"])
+    held = {}
+
+    def poison_after_update_1(record):
+        if record["update"] == 1:
+            trainer = held["trainer"]
+            trainer.state = trainer.state._replace(params=jax.tree.map(lambda x: x * np.nan, trainer.state.params))
+
+    result = train_run(config, tmp_path / "run", trainer_hook=lambda trainer, saves: held.update(trainer=trainer),
+                       on_log=poison_after_update_1)
+    assert result.error.startswith("policy_loss, value_loss, entropy, approx_kl became nan at update 2")
+    assert np.isnan(result.records[-1]["policy_loss"])  # the record in memory keeps the NaN
+    records = [strict_json(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in records] == [1, 2] and records[-1]["policy_loss"] is None
+    summary = strict_json((tmp_path / "run/summary.json").read_text())
+    assert summary["final"]["policy_loss"] is None and summary["error"] == result.error

@@ -5,6 +5,7 @@ steps, SPS), and the table `jaxlab runs` prints from them."""
 from __future__ import annotations
 
 import json
+import math
 import platform
 import socket
 import subprocess
@@ -46,6 +47,18 @@ def write_run_info(run_dir: Path, config, devices: list[str], notes: str | None 
     if notes:
         (run_dir / "notes.md").write_text(notes.rstrip() + "\n")
     return info
+
+
+def json_safe(value):
+    """``value`` with each NaN or infinite float (in dicts and lists too) as None: JSON has neither, and
+    json.dumps would write NaN, which strict readers (jq, JavaScript, Go, ...) refuse."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
 
 
 START_KEYS = ("compile_cache", "launch_to_first_update_s")  # in the first record of each process
@@ -113,7 +126,7 @@ def write_summary(run_dir: Path, best_metric: str = "episode_return", **status) 
     run_dir = Path(run_dir)
     summary = {**summarize(read_metrics(run_dir), best_metric),
                **{k: (str(v) if isinstance(v, Path) else v) for k, v in status.items()}}
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (run_dir / "summary.json").write_text(json.dumps(json_safe(summary), indent=2) + "\n")
     return summary
 
 

@@ -20,6 +20,7 @@ from jaxlab import config as config_lib
 from jaxlab.agent.distributions import ActionSpec
 from jaxlab.env.sdk import SOURCE_HASH_VERSION, source_hash
 from jaxlab.observe.device_memory import memory_fields
+from jaxlab.observe.records import json_safe
 from jaxlab.train.learner import TrainState, lr_schedule, make_optimizer, make_update
 from jaxlab.train.parallel import DataParallel
 from jaxlab.train.process_state import ProcessState
@@ -255,7 +256,7 @@ class Trainer:
             self._cache_counts = None
         self._last_log_time, self._last_log_step = now, self.global_step
         if self._metrics_file is not None:
-            self._metrics_file.write(json.dumps(record) + "\n")
+            self._metrics_file.write(json.dumps(json_safe(record)) + "\n")  # NaN as null: valid JSON
             self._metrics_file.flush()
         return record
 
