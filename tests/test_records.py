@@ -282,3 +282,15 @@ def test_a_nan_loss_is_written_as_null_so_the_records_stay_json(tmp_path):
     assert [r["update"] for r in records] == [1, 2] and records[-1]["policy_loss"] is None
     summary = strict_json((tmp_path / "run/summary.json").read_text())
     assert summary["final"]["policy_loss"] is None and summary["error"] == result.error
+
+
+def test_summary_final_fills_in_episode_statistics_only():
+    """summary.final takes the episode statistics of the last update that ended episodes, not a loss that is
+    null in the last record (it was NaN) nor the first record's compile_cache and launch time."""
+    first = record(1, compile_cache="hit", launch_to_first_update_s=4.0)
+    assert "compile_cache" not in summarize([first])["final"]
+    nan_loss = record(2, episodes=0, episode_return=None, episode_length=None, policy_loss=None)
+    final = summarize([first, nan_loss])["final"]
+    assert final["policy_loss"] is None and final["update"] == 2
+    assert (final["episode_return"], final["episode_length"]) == (10.0, 10.0)
+    assert "compile_cache" not in final and "launch_to_first_update_s" not in final

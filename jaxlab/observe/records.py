@@ -64,6 +64,18 @@ def json_safe(value):
 START_KEYS = ("compile_cache", "launch_to_first_update_s")  # in the first record of each process
 
 
+def episode_statistics(record: dict) -> dict:
+    """The env's episode statistics in ``record``: the keys after "episodes", up to the time split (the
+    order the trainer writes them in)."""
+    keys = list(record)
+    stats = {}
+    for key in keys[keys.index("episodes") + 1:] if "episodes" in record else []:
+        if key.startswith("time_"):
+            break
+        stats[key] = record[key]
+    return stats
+
+
 def summarize(records: list[dict], best_metric: str = "episode_return") -> dict:
     """Final and best metrics of a run's records (one per update, as in metrics.jsonl)."""
     if not records:
@@ -72,8 +84,7 @@ def summarize(records: list[dict], best_metric: str = "episode_return") -> dict:
     with_episodes = [r for r in records if r.get("episodes") and r.get(best_metric) is not None]
     final = {k: v for k, v in last.items() if not k.startswith("time_") and k not in START_KEYS}
     if with_episodes:  # the episode statistics of the last update that ended episodes
-        final.update({k: v for k, v in with_episodes[-1].items()
-                      if not k.startswith("time_") and final.get(k) is None})
+        final.update({k: v for k, v in episode_statistics(with_episodes[-1]).items() if final.get(k) is None})
     best = max(with_episodes, key=lambda r: r[best_metric]) if with_episodes else None
     first = records[0]
     steady_time = last["wall_time"] - first["wall_time"]
