@@ -294,3 +294,28 @@ def test_summary_final_fills_in_episode_statistics_only():
     assert final["policy_loss"] is None and final["update"] == 2
     assert (final["episode_return"], final["episode_length"]) == (10.0, 10.0)
     assert "compile_cache" not in final and "launch_to_first_update_s" not in final
+
+
+def test_a_resumed_run_is_not_shown_as_done_with_its_old_summary_while_it_trains(tmp_path):
+    """A resume removes summary.json once it trains (written again at its end): killed meanwhile, the run
+    shows as running or killed with the steps in metrics.jsonl, not as done with the first session's."""
+    from jaxlab.config import load_config
+    from jaxlab.run.loop import train_run
+
+    def config(steps):
+        return load_config("cartpole", flags=["--vec.num-envs", "8", "--train.minibatch-size", "64",
+                                              "--policy.hidden-size", "16", "--train.total-timesteps", str(steps)])[0]
+
+    run = tmp_path / "run"
+    train_run(config(256), run)
+    assert json.loads((run / "summary.json").read_text())["global_step"] == 256
+    seen = []
+
+    def look(record):
+        if record["update"] == 3:
+            seen.append(run_rows(run)[0])
+
+    train_run(config(512), run, resume=run / "checkpoints", on_log=look)
+    assert (seen[0]["status"], seen[0]["steps"]) == ("running or killed", 384)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["global_step"] == 512 and summary["resumed_from"].endswith("checkpoints/2")

@@ -232,6 +232,7 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
                  f"step {trainer.global_step:,}")
         if primary:  # only now: a resume that fails leaves the run's records as they were
             trainer.record_to(run_dir)
+            (run_dir / "summary.json").unlink(missing_ok=True)  # a resumed run's is stale until this one ends
             records.write_run_info(run_dir, config, [f"{d.platform}:{d.device_kind}" for d in jax.devices()], notes)
         if on_start is not None:
             on_start(trainer)
