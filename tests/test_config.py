@@ -58,6 +58,12 @@ def test_bad_flags(flags, message):
     (["--log.dashboard", "RICH"], r"log.dashboard='RICH' is not known; did you mean 'rich'\?"),
     (["--log.wandb", "true", "--log.wandb-tags", "ok," + "x" * 70], r"log.wandb_tags: the tag 'xxxxxxxxxxxxxxxxxxxx'... has 70 characters; "
                                               r"wandb takes at most 64 per tag"),
+    (["--log.wandb", "true", "--log.wandb-project", "me/cartpole"], r"^log.wandb_project='me/cartpole' holds /, which "
+     r"wandb refuses in a project name; e.g. --log.wandb-entity me --log.wandb-project cartpole$"),
+    (["--log.wandb", "true", "--log.wandb-project", "lr:3e-4"], r"^log.wandb_project='lr:3e-4' holds :, .*; e.g. "
+     r"--log.wandb-project lr-3e-4$"),
+    (["--log.wandb", "true", "--log.wandb-project", "p" * 130],
+     r"^log.wandb_project='pppp.*'\.\.\. has 130 characters, wandb takes at most 128; e.g. --log.wandb-project p{128}$"),
     (["--train.learning-rate", "0"], r"train.learning_rate=0.0 must be positive"),
     (["--train.seed", "-3"], r"train.seed=-3 must be an integer in \[0, 2\*\*63\), e.g. --train.seed 0"),
     (["--train.seed", str(2**63)], r"train.seed=9223372036854775808 must be an integer in \[0, 2\*\*63\)"),

@@ -49,6 +49,22 @@ def _steps(n: int) -> str:
     return f"{n:,}"
 
 
+def check_wandb_project(project: str) -> None:
+    """ConfigError for a wandb project name wandb refuses (at most 128 characters, none of / \\ # ? % :):
+    wandb.init would fail and the run would go on without wandb."""
+    bad = [c for c in "/\\#?%:" if c in project]
+    if not bad and len(project) <= 128:
+        return
+    entity, _, name = project.partition("/")
+    if bad == ["/"] and entity and name and "/" not in name and len(project) <= 128:  # entity/project
+        fix = f"--log.wandb-entity {entity} --log.wandb-project {name}"
+    else:
+        fix = f"--log.wandb-project {''.join('-' if c in bad else c for c in project)[:128]}"
+    why = f"holds {' '.join(bad)}, which wandb refuses in a project name" if bad else \
+        f"has {len(project)} characters, wandb takes at most 128"
+    raise ConfigError(f"log.wandb_project={project[:40]!r}{'...' if len(project) > 40 else ''} {why}; e.g. {fix}")
+
+
 def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         lower = {c.lower(): c for c in choices}
@@ -194,6 +210,8 @@ def derive_sizes(config: Config, agents_per_env: int) -> Sizes:
     if long_tags:  # wandb refuses such a run (a pydantic error) and the run would go on without wandb
         raise ConfigError(f"log.wandb_tags: the tag {long_tags[0][:20]!r}... has {len(long_tags[0])} characters; "
                           "wandb takes at most 64 per tag (tags are comma-separated)")
+    if config.log.wandb:
+        check_wandb_project(config.log.wandb_project)
     check_choice("device.precision", config.device.precision, PRECISIONS)
     check_choice("device.matmul_precision", config.device.matmul_precision, MATMUL_PRECISIONS)
     check_choice("log.dashboard", config.log.dashboard, DASHBOARDS)
