@@ -319,3 +319,16 @@ def test_a_resumed_run_is_not_shown_as_done_with_its_old_summary_while_it_trains
     assert (seen[0]["status"], seen[0]["steps"]) == ("running or killed", 384)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["global_step"] == 512 and summary["resumed_from"].endswith("checkpoints/2")
+
+
+def test_a_rich_dashboard_forced_onto_a_file_ends_its_last_draw_with_a_newline():
+    """--log.dashboard rich with stdout a file: rich draws once, at the end; the line printed after the run
+    ("done: ...") starts on a line of its own."""
+    from rich.console import Console
+
+    stream = io.StringIO()
+    dashboard = RichDashboard(INFO, console=Console(file=stream, width=140))
+    dashboard.update(record(10))
+    dashboard.close()
+    print("done", file=stream)
+    assert stream.getvalue().endswith("\ndone\n") and "update 10/10" in stream.getvalue()

@@ -176,6 +176,8 @@ class RichDashboard:
             if self.dirty:
                 self._draw(self.now())
             self.live.stop()
+            if not self.console.is_terminal and self.record is not None:
+                self.console.line()  # rich ends the last draw with a newline on a terminal only
 
 
 class Silent:
