@@ -332,3 +332,17 @@ def test_a_rich_dashboard_forced_onto_a_file_ends_its_last_draw_with_a_newline()
     dashboard.close()
     print("done", file=stream)
     assert stream.getvalue().endswith("\ndone\n") and "update 10/10" in stream.getvalue()
+
+
+def test_the_dashboard_on_a_narrow_terminal_wraps_its_columns_instead_of_cutting_values():
+    from rich.console import Console
+
+    from jaxlab.observe.dashboard import render
+
+    console = Console(file=io.StringIO(), record=True, width=60)
+    console.print(render(record(10), INFO, []))
+    text = console.export_text()
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= 60
+    for expected in ("step 10,240/10,240", "ETA 0:00:00", "512 SPS", "update 10/10", "uptime 0:00:20",
+                     "host-device copy", "40.0 %", "explained var", "0.3000", "episode_return     100.000"):
+        assert expected in text, expected

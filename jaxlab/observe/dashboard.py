@@ -52,6 +52,7 @@ def eta(record: dict, info: RunInfo) -> float:
 
 def render(record: dict, info: RunInfo, warnings: list[str], start: str | None = None):
     """The dashboard for the latest record as a rich renderable (``start``: start_line's words)."""
+    from rich.columns import Columns
     from rich.console import Group
     from rich.progress_bar import ProgressBar
     from rich.table import Table
@@ -59,11 +60,11 @@ def render(record: dict, info: RunInfo, warnings: list[str], start: str | None =
 
     head = Text.assemble(("jaxlab ", "bold"), (info.env_name, "bold cyan"),
                          f"  {info.num_params:,} params  {info.device} (preset {info.preset})  run {info.run_dir}")
-    progress = Table.grid(padding=(0, 2))
-    progress.add_row(ProgressBar(total=info.total_steps, completed=record["global_step"], width=30),
-                     f"step {record['global_step']:,}/{info.total_steps:,}",
-                     f"ETA {clock(eta(record, info))}", f"{record['sps']:,.0f} SPS",
-                     f"update {record['update']}/{info.num_updates}", f"uptime {clock(record['wall_time'])}")
+    progress = Columns([ProgressBar(total=info.total_steps, completed=record["global_step"], width=30),
+                        f"step {record['global_step']:,}/{info.total_steps:,}",
+                        f"ETA {clock(eta(record, info))}", f"{record['sps']:,.0f} SPS",
+                        f"update {record['update']}/{info.num_updates}", f"uptime {clock(record['wall_time'])}"],
+                       padding=(0, 2))
     split = Table(title="time", title_justify="left", box=None, padding=(0, 1), show_header=False)
     for name, seconds, percent in time_split(record):
         split.add_row(name, f"{seconds:8.2f} s", f"{percent:5.1f} %")
@@ -76,8 +77,7 @@ def render(record: dict, info: RunInfo, warnings: list[str], start: str | None =
     for name in info.stat_names:
         value = record.get(name)
         stats.add_row(name, "-" if value is None else f"{value:10.3f}")
-    columns = Table.grid(padding=(0, 4))
-    columns.add_row(split, losses, stats)
+    columns = Columns([split, losses, stats], padding=(0, 4))  # side by side, or wrapped on a narrow terminal
     memory = device_memory.describe(record)
     parts = [head] + ([Text(start, style="dim")] if start else []) + [progress]
     parts += ([Text(memory)] if memory else []) + [columns]
