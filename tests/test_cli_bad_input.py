@@ -127,6 +127,19 @@ def test_plot_names_the_runs_it_draws_no_line_for(tmp_path, capsys):
     assert "learning has no values" not in err
 
 
+def test_plot_refuses_a_metric_that_is_not_a_number(tmp_path, capsys):
+    """compile_cache ("hit", "miss") drew a meaningless axis of labels; a record without global_step (a
+    hand edit) was a KeyError traceback: it is passed over."""
+    pytest.importorskip("matplotlib")
+    write_run(tmp_path / "run", [json.dumps({"update": 1, "global_step": 64, "wall_time": 1, "compile_cache": "hit",
+                                             "episode_return": 1.0}),
+                                 json.dumps({"update": 2, "wall_time": 2, "episode_return": 2.0})])
+    png = tmp_path / "c.png"
+    assert cli.main(["plot", str(tmp_path / "run"), "--metric", "compile_cache", "-o", str(png)]) == 2
+    assert "'compile_cache' is not a number in " in capsys.readouterr().err and not png.exists()
+    assert cli.main(["plot", str(tmp_path / "run"), "-o", str(png)]) == 0 and png.is_file()
+
+
 def test_runs_names_a_copied_run_by_its_folder(tmp_path):
     write_run(tmp_path / "copy", [json.dumps({"update": 1, "global_step": 64, "wall_time": 1})])
     (tmp_path / "copy" / "run.json").write_text(json.dumps({"run_name": "original", "env_name": "cartpole"}))

@@ -22,7 +22,11 @@ def curves(run_dirs: list[Path], metric: str, x: str) -> list[tuple[str, list[fl
         records = read_metrics(Path(run))
         if not records:
             raise PlotError(f"{run} has no metrics.jsonl records; pass run dirs written by `jaxlab train`")
-        points = [(r[key], r[metric]) for r in records if r.get(metric) is not None]
+        points = [(r[key], r[metric]) for r in records if r.get(metric) is not None and r.get(key) is not None]
+        text = next((y for _, y in points if isinstance(y, bool) or not isinstance(y, (int, float))), None)
+        if text is not None:  # compile_cache's "hit", a hand-edited value: no curve to draw
+            raise PlotError(f"{metric!r} is not a number in {run} (e.g. {text!r}); plot a numeric metric, e.g. "
+                            f"--metric episode_return")
         out.append((Path(run).name, [p[0] for p in points], [p[1] for p in points]))
     if not any(xs for _, xs, _ in out):
         known = sorted(k for k, v in read_metrics(Path(run_dirs[0]))[-1].items() if isinstance(v, (int, float)))
