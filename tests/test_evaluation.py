@@ -77,3 +77,24 @@ def test_steps_alone_keeps_the_episodes_complete_by_then():
         result = play(trainer, steps=10, num_envs=3, seed=0)
     assert result["episodes"] == 6 and set(result["lengths"]) == {4.0}
     assert result["success"] == pytest.approx(result["returns"].mean())
+
+
+def test_a_run_over_more_devices_than_here_loads_and_plays(tmp_path):
+    """device.count=2 saved by a run on two devices: one device here still plays its policy (the
+    checkpoint's arrays do not depend on the device count), with the saved params."""
+    import dataclasses
+
+    import jax
+
+    from jaxlab.train.evaluation import load_trainer
+
+    assert jax.local_device_count() == 1
+    with trainer_for("cartpole") as trainer:
+        trainer.config = dataclasses.replace(trainer.config,
+                                             device=dataclasses.replace(trainer.config.device, count=2))
+        trainer.save_checkpoint(tmp_path / "ck")
+        saved = jax.tree.leaves(trainer.state.params)
+    with load_trainer(tmp_path / "ck") as loaded:
+        for a, b in zip(saved, jax.tree.leaves(loaded.state.params), strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert play(loaded, episodes=2, num_envs=2)["episodes"] == 2

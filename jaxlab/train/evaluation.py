@@ -3,6 +3,7 @@ optional per-step callback (text rendering)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,13 +23,18 @@ def load_trainer(path: str | Path, warn: Callable[[str], None] = print, library:
     number of processes (several, read in one) gives its policy alone (Trainer.load_policy): its envs
     and carries were other processes'. So does one whose env's source changed since (an edited
     header): playing needs no saved env state, so the old policy plays on the edited env, with a
-    warning through ``warn``."""
+    warning through ``warn``. A run over more local devices (device.count) than JAX sees here is
+    built on one device: the arrays a checkpoint holds do not depend on the device count."""
     from jaxlab import checkpoint
     from jaxlab.config import config_from_toml
     from jaxlab.train.trainer import Trainer, checkpoint_processes, env_source_change
 
     meta = checkpoint.read_meta(Path(path))
-    trainer = Trainer(config_from_toml(meta["config"], library=library))
+    config = config_from_toml(meta["config"], library=library)
+    count = config.device.count
+    if isinstance(count, int) and count > jax.local_device_count():  # play uses one device anyway
+        config = dataclasses.replace(config, device=dataclasses.replace(config.device, count=1))
+    trainer = Trainer(config)
     try:
         changed = env_source_change(meta.get("env_source"), trainer.env_source)
         if changed:
