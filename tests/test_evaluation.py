@@ -98,3 +98,24 @@ def test_a_run_over_more_devices_than_here_loads_and_plays(tmp_path):
         for a, b in zip(saved, jax.tree.leaves(loaded.state.params), strict=True):
             np.testing.assert_array_equal(a, b)
         assert play(loaded, episodes=2, num_envs=2)["episodes"] == 2
+
+
+def test_a_compile_cache_folder_that_cannot_be_created_here_falls_back_to_the_default(tmp_path, monkeypatch):
+    """device.compile_cache saved as a folder of the training machine (not creatable here): eval plays
+    with the default cache and says so, instead of a refusal naming a flag eval does not take."""
+    import dataclasses
+
+    from jaxlab.run import compile_cache
+    from jaxlab.train.evaluation import load_trainer
+
+    (tmp_path / "file").write_text("")
+    with trainer_for("cartpole") as trainer:
+        trainer.config = dataclasses.replace(trainer.config, device=dataclasses.replace(
+            trainer.config.device, compile_cache=str(tmp_path / "file" / "cache")))
+        trainer.save_checkpoint(tmp_path / "ck")
+    monkeypatch.setitem(compile_cache._state, "setting", None)  # as in a fresh process: the first Trainer sets it
+    warnings = []
+    with load_trainer(tmp_path / "ck", warn=warnings.append) as loaded:
+        assert loaded.config.device.compile_cache == "auto"
+        assert play(loaded, episodes=2, num_envs=2)["episodes"] == 2
+    assert len(warnings) == 1 and f"folder {tmp_path / 'file' / 'cache'}" in warnings[0] and "default cache" in warnings[0]
