@@ -283,9 +283,9 @@ def eval_command(args: argparse.Namespace) -> int:
         for flag, value in (("--gif-frames", args.gif_frames), ("--gif-every", args.gif_every)):
             if value < 1:
                 raise ConfigError(f"{flag} {value} must be at least 1")
-        if not 0 < args.gif_fps <= 50:
-            raise ConfigError(f"--gif-fps {args.gif_fps} must be in (0, 50]: a GIF shows a picture for at "
-                              "least 20 ms, so 50 is the most it plays; e.g. --gif-fps 25")
+        if not 0.01 <= args.gif_fps <= 50:
+            raise ConfigError(f"--gif-fps {args.gif_fps} must be in [0.01, 50]: a GIF shows a picture for at "
+                              "least 20 ms, so 50 is the most it plays, and at most 655 s; e.g. --gif-fps 25")
         try:
             require_pillow()  # before anything is loaded: a missing extra is one line
         except PillowMissing as err:
