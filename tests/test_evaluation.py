@@ -119,3 +119,14 @@ def test_a_compile_cache_folder_that_cannot_be_created_here_falls_back_to_the_de
         assert loaded.config.device.compile_cache == "auto"
         assert play(loaded, episodes=2, num_envs=2)["episodes"] == 2
     assert len(warnings) == 1 and f"folder {tmp_path / 'file' / 'cache'}" in warnings[0] and "default cache" in warnings[0]
+
+
+def test_eval_on_more_envs_than_memory_holds_is_one_line(tmp_path, capsys):
+    from jaxlab import cli
+
+    with trainer_for("cartpole") as trainer:
+        trainer.save_checkpoint(tmp_path / "ck")
+    assert cli.main(["eval", "cartpole", "--checkpoint", str(tmp_path / "ck"), "--num-envs", "1000000000"]) == 2
+    err = capsys.readouterr().err
+    assert "--num-envs 1000000000: cannot create env 'cartpole': out of memory" in err and "Traceback" not in err
+    assert "e.g. --num-envs 64" in err

@@ -334,10 +334,17 @@ def eval_command(args: argparse.Namespace) -> int:
             print(frames[-1], flush=True)
 
     drawing = None if size is None else (lambda: None if gif_done[0] else size)
-    with trainer:
-        result = play(trainer, num_envs=args.num_envs or min(args.episodes, 64), seed=args.seed,
-                      deterministic=args.deterministic, episodes=args.episodes,
-                      on_step=record_frame if watching or drawing else None, render=watching, picture=drawing)
+    num_envs = args.num_envs or min(args.episodes, 64)
+    try:
+        with trainer:
+            result = play(trainer, num_envs=num_envs, seed=args.seed, deterministic=args.deterministic,
+                          episodes=args.episodes, on_step=record_frame if watching or drawing else None,
+                          render=watching, picture=drawing)
+    except (ValueError, MemoryError) as err:  # the envs cannot be made (out of memory): one line
+        if not isinstance(err, MemoryError) and not str(err).startswith("cannot create env"):
+            raise
+        raise ConfigError(f"--num-envs {num_envs}: {str(err) or 'out of memory'}; play on fewer envs, e.g. "
+                          f"--num-envs {min(num_envs // 16 or 1, 64)}") from None
     if args.save_frames:
         Path(args.save_frames).write_text("\n".join(frames) + "\n")
     if args.gif:
