@@ -332,3 +332,15 @@ def test_flags_the_config_does_not_use_are_named(capsys):
     assert cli.main(["config", "cartpole", "--train.min-lr-ratio", "0.1", "--train.advantage", "vtrace",
                      "--train.vtrace-c-clip", "2"]) == 0
     assert "does nothing" not in capsys.readouterr().err  # used: the schedule is linear, the advantage V-trace
+
+
+def test_a_checkpoint_that_is_not_there_names_those_that_are(tmp_path, capsys):
+    checkpoints = tmp_path / "run" / "checkpoints"
+    for step in ("4", "12"):
+        (checkpoints / step).mkdir(parents=True)
+    assert cli.main(["eval", "cartpole", "--checkpoint", str(checkpoints / "99")]) == 2
+    assert (f"--checkpoint {checkpoints / '99'}: no checkpoint there; {checkpoints} holds 12, 4: "
+            f"e.g. --checkpoint {checkpoints / '12'}") in capsys.readouterr().err
+    (tmp_path / "started" / "checkpoints").mkdir(parents=True)  # a run before its first save
+    assert cli.main(["eval", "cartpole", "--checkpoint", str(tmp_path / "started")]) == 2
+    assert f"--checkpoint {tmp_path / 'started'}: no checkpoint there yet" in capsys.readouterr().err

@@ -56,6 +56,14 @@ def find_checkpoint(target: str, env_name: str, runs_root: Path = Path("runs"), 
         steps = checkpoint.step_dirs(directory)
         if steps:
             return directory
+    siblings = checkpoint.step_dirs(path.parent)  # a checkpoint number that is not there: the ones that are
+    if siblings:
+        raise checkpoint.CheckpointError(f"{flag} {target}: no checkpoint there; {path.parent} holds "
+                                         f"{', '.join(p.name for p in siblings)}: e.g. {flag} {siblings[0]}")
+    if (path / "checkpoints").is_dir() or (path.name == "checkpoints" and path.is_dir()):
+        raise checkpoint.CheckpointError(f"{flag} {target}: no checkpoint there yet (a run saves one every "
+                                         "checkpoint.minutes, every checkpoint.interval updates, at its end and on "
+                                         "Ctrl-C); wait for one, or pass another run")
     raise checkpoint.CheckpointError(f"{flag} {target}: no checkpoint there (expected a run dir with "
                                      "checkpoints/, a checkpoints/ directory or one checkpoint directory)")
 
