@@ -1,6 +1,8 @@
 """evaluation.play: an unbiased estimate of the return (every agent's first k episodes, started
 together, not the first N episodes to end) with the env's statistics over exactly those episodes."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -130,3 +132,24 @@ def test_eval_on_more_envs_than_memory_holds_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--num-envs 1000000000: cannot create env 'cartpole': out of memory" in err and "Traceback" not in err
     assert "e.g. --num-envs 64" in err
+
+
+def test_eval_latest_passes_over_a_damaged_newest_checkpoint(tmp_path, monkeypatch, capsys):
+    """--checkpoint latest falls back like a run dir does, instead of stopping at its damaged newest."""
+    from jaxlab import cli
+
+    run = tmp_path / "runs" / "cp"
+    with trainer_for("cartpole") as trainer:
+        (run / "checkpoints").mkdir(parents=True)
+        (run / "config.toml").write_text('env_name = "cartpole"\n')
+        for step in ("1", "2"):
+            trainer.save_checkpoint(run / "checkpoints" / step)
+    data = max((p for p in (run / "checkpoints" / "2" / "state").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    data.write_bytes(bytes(raw))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["eval", "cartpole", "--checkpoint", "latest", "--episodes", "2"]) == 0
+    out, err = capsys.readouterr()
+    assert "checkpoints/2 is damaged" in err and "falling back to an older checkpoint" in err
+    assert f"cartpole from {Path('runs/cp/checkpoints/1')}: 2 episodes" in out
