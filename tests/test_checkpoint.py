@@ -522,8 +522,9 @@ def test_resume_targets_latest_run_dir_checkpoints_dir_or_one_checkpoint(tmp_pat
     old = fake_run("old", "cartpole", [5, 10], mtime=1_000)
     new = fake_run("new", "cartpole", [2], mtime=2_000)
     fake_run("other", "memory", [7], mtime=3_000)
-    assert find_checkpoint("latest", "cartpole", tmp_path / "runs") == new / "checkpoints/2"
-    assert find_checkpoint("latest", "memory", tmp_path / "runs").parent.parent.name == "other"
+    # latest: the run's checkpoints/, whose newest usable checkpoint is taken (a damaged newest one is passed over)
+    assert find_checkpoint("latest", "cartpole", tmp_path / "runs") == new / "checkpoints"
+    assert find_checkpoint("latest", "memory", tmp_path / "runs").parent.name == "other"
     assert find_checkpoint(str(old), "cartpole") == old / "checkpoints"
     assert find_checkpoint(str(old / "checkpoints"), "cartpole") == old / "checkpoints"
     assert find_checkpoint(str(old / "checkpoints/5"), "cartpole") == old / "checkpoints/5"

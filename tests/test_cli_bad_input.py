@@ -3,6 +3,7 @@ and a fix (exit 2), checked before the work, and nothing saved damaged."""
 
 import json
 
+import numpy as np
 import pytest
 
 from jaxlab import cli
@@ -150,9 +151,21 @@ def test_runs_names_a_copied_run_by_its_folder(tmp_path):
 
 def test_eval_refuses_a_gif_rate_no_gif_can_play(tmp_path, capsys):
     pytest.importorskip("PIL")
-    assert cli.main(["eval", "cartpole", "--checkpoint", str(tmp_path / "none"), "--gif", str(tmp_path / "a.gif"),
-                     "--gif-fps", "60"]) == 2
-    assert "--gif-fps 60.0 must be in (0, 50]" in capsys.readouterr().err
+    for fps in ("60", "0.001", "nan"):
+        assert cli.main(["eval", "cartpole", "--checkpoint", str(tmp_path / "none"), "--gif", str(tmp_path / "a.gif"),
+                         "--gif-fps", fps]) == 2
+        assert f"--gif-fps {float(fps)} must be in [0.01, 50]" in capsys.readouterr().err
+
+
+def test_write_gif_refuses_a_rate_slower_than_a_gif_can_hold(tmp_path):
+    pytest.importorskip("PIL")
+    from jaxlab.observe.gif import write_gif
+
+    frames = [np.zeros((2, 2, 3), np.uint8)] * 2
+    with pytest.raises(ValueError, match="at most 655.35 s"):  # Pillow's OverflowError before
+        write_gif(frames, tmp_path / "a.gif", fps=0.001)
+    assert not (tmp_path / "a.gif").exists()
+    assert write_gif(frames, tmp_path / "b.gif", fps=0.01).is_file()  # 100 s a picture
 
 
 def test_a_config_flag_naming_a_folder_says_so(tmp_path, capsys):
@@ -332,3 +345,15 @@ def test_flags_the_config_does_not_use_are_named(capsys):
     assert cli.main(["config", "cartpole", "--train.min-lr-ratio", "0.1", "--train.advantage", "vtrace",
                      "--train.vtrace-c-clip", "2"]) == 0
     assert "does nothing" not in capsys.readouterr().err  # used: the schedule is linear, the advantage V-trace
+
+
+def test_a_checkpoint_that_is_not_there_names_those_that_are(tmp_path, capsys):
+    checkpoints = tmp_path / "run" / "checkpoints"
+    for step in ("4", "12"):
+        (checkpoints / step).mkdir(parents=True)
+    assert cli.main(["eval", "cartpole", "--checkpoint", str(checkpoints / "99")]) == 2
+    assert (f"--checkpoint {checkpoints / '99'}: no checkpoint there; {checkpoints} holds 12, 4: "
+            f"e.g. --checkpoint {checkpoints / '12'}") in capsys.readouterr().err
+    (tmp_path / "started" / "checkpoints").mkdir(parents=True)  # a run before its first save
+    assert cli.main(["eval", "cartpole", "--checkpoint", str(tmp_path / "started")]) == 2
+    assert f"--checkpoint {tmp_path / 'started'}: no checkpoint there yet" in capsys.readouterr().err

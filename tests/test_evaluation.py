@@ -1,6 +1,8 @@
 """evaluation.play: an unbiased estimate of the return (every agent's first k episodes, started
 together, not the first N episodes to end) with the env's statistics over exactly those episodes."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -77,3 +79,77 @@ def test_steps_alone_keeps_the_episodes_complete_by_then():
         result = play(trainer, steps=10, num_envs=3, seed=0)
     assert result["episodes"] == 6 and set(result["lengths"]) == {4.0}
     assert result["success"] == pytest.approx(result["returns"].mean())
+
+
+def test_a_run_over_more_devices_than_here_loads_and_plays(tmp_path):
+    """device.count=2 saved by a run on two devices: one device here still plays its policy (the
+    checkpoint's arrays do not depend on the device count), with the saved params."""
+    import dataclasses
+
+    import jax
+
+    from jaxlab.train.evaluation import load_trainer
+
+    assert jax.local_device_count() == 1
+    with trainer_for("cartpole") as trainer:
+        trainer.config = dataclasses.replace(trainer.config,
+                                             device=dataclasses.replace(trainer.config.device, count=2))
+        trainer.save_checkpoint(tmp_path / "ck")
+        saved = jax.tree.leaves(trainer.state.params)
+    with load_trainer(tmp_path / "ck") as loaded:
+        for a, b in zip(saved, jax.tree.leaves(loaded.state.params), strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert play(loaded, episodes=2, num_envs=2)["episodes"] == 2
+
+
+def test_a_compile_cache_folder_that_cannot_be_created_here_falls_back_to_the_default(tmp_path, monkeypatch):
+    """device.compile_cache saved as a folder of the training machine (not creatable here): eval plays
+    with the default cache and says so, instead of a refusal naming a flag eval does not take."""
+    import dataclasses
+
+    from jaxlab.run import compile_cache
+    from jaxlab.train.evaluation import load_trainer
+
+    (tmp_path / "file").write_text("")
+    with trainer_for("cartpole") as trainer:
+        trainer.config = dataclasses.replace(trainer.config, device=dataclasses.replace(
+            trainer.config.device, compile_cache=str(tmp_path / "file" / "cache")))
+        trainer.save_checkpoint(tmp_path / "ck")
+    monkeypatch.setitem(compile_cache._state, "setting", None)  # as in a fresh process: the first Trainer sets it
+    warnings = []
+    with load_trainer(tmp_path / "ck", warn=warnings.append) as loaded:
+        assert loaded.config.device.compile_cache == "auto"
+        assert play(loaded, episodes=2, num_envs=2)["episodes"] == 2
+    assert len(warnings) == 1 and f"folder {tmp_path / 'file' / 'cache'}" in warnings[0] and "default cache" in warnings[0]
+
+
+def test_eval_on_more_envs_than_memory_holds_is_one_line(tmp_path, capsys):
+    from jaxlab import cli
+
+    with trainer_for("cartpole") as trainer:
+        trainer.save_checkpoint(tmp_path / "ck")
+    assert cli.main(["eval", "cartpole", "--checkpoint", str(tmp_path / "ck"), "--num-envs", "1000000000"]) == 2
+    err = capsys.readouterr().err
+    assert "--num-envs 1000000000: cannot create env 'cartpole': out of memory" in err and "Traceback" not in err
+    assert "e.g. --num-envs 64" in err
+
+
+def test_eval_latest_passes_over_a_damaged_newest_checkpoint(tmp_path, monkeypatch, capsys):
+    """--checkpoint latest falls back like a run dir does, instead of stopping at its damaged newest."""
+    from jaxlab import cli
+
+    run = tmp_path / "runs" / "cp"
+    with trainer_for("cartpole") as trainer:
+        (run / "checkpoints").mkdir(parents=True)
+        (run / "config.toml").write_text('env_name = "cartpole"\n')
+        for step in ("1", "2"):
+            trainer.save_checkpoint(run / "checkpoints" / step)
+    data = max((p for p in (run / "checkpoints" / "2" / "state").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    data.write_bytes(bytes(raw))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["eval", "cartpole", "--checkpoint", "latest", "--episodes", "2"]) == 0
+    out, err = capsys.readouterr()
+    assert "checkpoints/2 is damaged" in err and "falling back to an older checkpoint" in err
+    assert f"cartpole from {Path('runs/cp/checkpoints/1')}: 2 episodes" in out

@@ -294,9 +294,9 @@ def eval_command(args: argparse.Namespace) -> int:
         for flag, value in (("--gif-frames", args.gif_frames), ("--gif-every", args.gif_every)):
             if value < 1:
                 raise ConfigError(f"{flag} {value} must be at least 1")
-        if not 0 < args.gif_fps <= 50:
-            raise ConfigError(f"--gif-fps {args.gif_fps} must be in (0, 50]: a GIF shows a picture for at "
-                              "least 20 ms, so 50 is the most it plays; e.g. --gif-fps 25")
+        if not 0.01 <= args.gif_fps <= 50:
+            raise ConfigError(f"--gif-fps {args.gif_fps} must be in [0.01, 50]: a GIF shows a picture for at "
+                              "least 20 ms, so 50 is the most it plays, and at most 655 s; e.g. --gif-fps 25")
         try:
             require_pillow()  # before anything is loaded: a missing extra is one line
         except PillowMissing as err:
@@ -345,10 +345,17 @@ def eval_command(args: argparse.Namespace) -> int:
             print(frames[-1], flush=True)
 
     drawing = None if size is None else (lambda: None if gif_done[0] else size)
-    with trainer:
-        result = play(trainer, num_envs=args.num_envs or min(args.episodes, 64), seed=args.seed,
-                      deterministic=args.deterministic, episodes=args.episodes,
-                      on_step=record_frame if watching or drawing else None, render=watching, picture=drawing)
+    num_envs = args.num_envs or min(args.episodes, 64)
+    try:
+        with trainer:
+            result = play(trainer, num_envs=num_envs, seed=args.seed, deterministic=args.deterministic,
+                          episodes=args.episodes, on_step=record_frame if watching or drawing else None,
+                          render=watching, picture=drawing)
+    except (ValueError, MemoryError) as err:  # the envs cannot be made (out of memory): one line
+        if not isinstance(err, MemoryError) and not str(err).startswith("cannot create env"):
+            raise
+        raise ConfigError(f"--num-envs {num_envs}: {str(err) or 'out of memory'}; play on fewer envs, e.g. "
+                          f"--num-envs {min(num_envs // 16 or 1, 64)}") from None
     if args.save_frames:
         Path(args.save_frames).write_text("\n".join(frames) + "\n")
     if args.gif:

@@ -27,8 +27,8 @@ def require_pillow():
 def write_gif(frames: list[np.ndarray], path: str | Path, fps: float = 25.0) -> Path:
     """Writes ``frames`` (each uint8 [H, W, 3], all the same size) as an animated GIF at ``path`` that
     loops forever, showing ``fps`` frames per second (GIF stores whole hundredths of a second per
-    frame, so the delay is rounded to 10 ms, at least 20 ms). ValueError for no frames or mixed
-    sizes; PillowMissing without Pillow."""
+    frame, so the delay is rounded to 10 ms, at least 20 ms, at most 655.35 s). ValueError for no
+    frames, mixed sizes or an ``fps`` too low for that longest delay; PillowMissing without Pillow."""
     if not frames:
         raise ValueError("write_gif needs at least one frame")
     shapes = {np.shape(f) for f in frames}
@@ -36,9 +36,11 @@ def write_gif(frames: list[np.ndarray], path: str | Path, fps: float = 25.0) -> 
         raise ValueError(f"GIF frames must all be uint8 [H, W, 3] of one size; got shapes {sorted(shapes)}")
     if not fps > 0:
         raise ValueError(f"fps={fps} must be positive")
+    delay = max(20, int(round(100.0 / fps)) * 10)
+    if delay > 655_350:  # GIF stores the delay in 16 bits of hundredths of a second
+        raise ValueError(f"fps={fps} shows a picture for {delay / 1000:g} s; a GIF shows one for at most 655.35 s")
     Image = require_pillow()
     images = [Image.fromarray(np.ascontiguousarray(f, dtype=np.uint8), "RGB") for f in frames]
-    delay = max(20, int(round(100.0 / fps)) * 10)
     path = Path(path)
     images[0].save(path, save_all=True, append_images=images[1:], duration=delay, loop=0)
     return path

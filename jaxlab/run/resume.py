@@ -37,8 +37,10 @@ def resume_config(checkpoint_path: Path, config_file=None, flags=None,
 
 def find_checkpoint(target: str, env_name: str, runs_root: Path = Path("runs"), flag: str = "--resume") -> Path:
     """The checkpoint a ``--resume`` value (or another ``flag``'s: eval's --checkpoint) names: ``latest``
-    (the newest checkpoint of ENV under runs/), a run dir (its newest checkpoint), a run's checkpoints/
-    directory, or one checkpoint. CheckpointError naming ``flag`` when nothing usable is there."""
+    (the checkpoints/ directory of the run of ENV under runs/ with the newest checkpoint), a run dir
+    (its checkpoints/), a run's checkpoints/ directory, or one checkpoint. A directory stands for its
+    newest usable checkpoint (newest_usable), so a damaged newest one is passed over. CheckpointError
+    naming ``flag`` when nothing usable is there."""
     if target == "latest":
         candidates = []
         for run in runs_root.glob("*/checkpoints"):
@@ -48,7 +50,7 @@ def find_checkpoint(target: str, env_name: str, runs_root: Path = Path("runs"), 
         if not candidates:
             raise checkpoint.CheckpointError(f"{flag} latest: no run of {env_name} with checkpoints under "
                                              f"{runs_root.absolute()}; pass a run dir instead")
-        return max(candidates, key=lambda p: p.stat().st_mtime)
+        return max(candidates, key=lambda p: p.stat().st_mtime).parent  # damaged ones are passed over there
     path = Path(target)
     if checkpoint.is_checkpoint(path):
         return path
@@ -56,6 +58,14 @@ def find_checkpoint(target: str, env_name: str, runs_root: Path = Path("runs"), 
         steps = checkpoint.step_dirs(directory)
         if steps:
             return directory
+    siblings = checkpoint.step_dirs(path.parent)  # a checkpoint number that is not there: the ones that are
+    if siblings:
+        raise checkpoint.CheckpointError(f"{flag} {target}: no checkpoint there; {path.parent} holds "
+                                         f"{', '.join(p.name for p in siblings)}: e.g. {flag} {siblings[0]}")
+    if (path / "checkpoints").is_dir() or (path.name == "checkpoints" and path.is_dir()):
+        raise checkpoint.CheckpointError(f"{flag} {target}: no checkpoint there yet (a run saves one every "
+                                         "checkpoint.minutes, every checkpoint.interval updates, at its end and on "
+                                         "Ctrl-C); wait for one, or pass another run")
     raise checkpoint.CheckpointError(f"{flag} {target}: no checkpoint there (expected a run dir with "
                                      "checkpoints/, a checkpoints/ directory or one checkpoint directory)")
 

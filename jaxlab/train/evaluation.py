@@ -3,6 +3,7 @@ optional per-step callback (text rendering)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,13 +23,14 @@ def load_trainer(path: str | Path, warn: Callable[[str], None] = print, library:
     number of processes (several, read in one) gives its policy alone (Trainer.load_policy): its envs
     and carries were other processes'. So does one whose env's source changed since (an edited
     header): playing needs no saved env state, so the old policy plays on the edited env, with a
-    warning through ``warn``."""
+    warning through ``warn``. The saved machine settings that this machine cannot take are replaced
+    (settings_for_here)."""
     from jaxlab import checkpoint
     from jaxlab.config import config_from_toml
     from jaxlab.train.trainer import Trainer, checkpoint_processes, env_source_change
 
     meta = checkpoint.read_meta(Path(path))
-    trainer = Trainer(config_from_toml(meta["config"], library=library))
+    trainer = Trainer(settings_for_here(config_from_toml(meta["config"], library=library), warn))
     try:
         changed = env_source_change(meta.get("env_source"), trainer.env_source)
         if changed:
@@ -42,6 +44,27 @@ def load_trainer(path: str | Path, warn: Callable[[str], None] = print, library:
         trainer.close()
         raise
     return trainer
+
+
+def settings_for_here(config, warn: Callable[[str], None] = print):
+    """A checkpoint's ``config`` with the settings of the machine it was trained on that this one may not
+    take, and that playing does not need, replaced: a device.count above the local devices JAX sees
+    (one device; a checkpoint's arrays do not depend on the count) and a device.compile_cache folder
+    that cannot be created here (the default cache, with a warning through ``warn``)."""
+    from jaxlab.run.compile_cache import cache_folder
+
+    device = config.device
+    if isinstance(device.count, int) and device.count > jax.local_device_count():
+        device = dataclasses.replace(device, count=1)
+    if device.compile_cache.strip().lower() not in ("auto", "off"):
+        folder = cache_folder(device.compile_cache)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            warn(f"warning: the checkpoint's device.compile_cache folder {folder} cannot be created here "
+                 f"({err.strerror}); using the default cache")
+            device = dataclasses.replace(device, compile_cache="auto")
+    return dataclasses.replace(config, device=device)
 
 
 def play(trainer, steps: int | None = None, num_envs: int | None = None, seed: int = 12345,
