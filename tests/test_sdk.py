@@ -3,6 +3,7 @@ training from the header on the command line, a checkpoint and a bit-exact resum
 render; the build cache; and every bad input of the SDK with its one clear line."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -181,9 +182,16 @@ def test_an_old_policy_evaluates_on_an_edited_header_with_a_warning(trained):
     policy, with one warning line (resume is still refused, see above)."""
     header, run = trained
     (header.parent / "costs.h").write_text("#define STROLL_COST 0.02\n")
+    saved = checkpoint.step_dirs(run / "checkpoints")[0]
+    damaged = saved.parent / str(int(saved.name) + 1)  # a newer, damaged checkpoint is passed over: the
+    shutil.copytree(saved, damaged)                    # warning still comes once
+    data = max((p for p in (damaged / "state").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    data.write_bytes(bytes(raw))
     evaluated = jaxlab_cli("eval", str(header), "--checkpoint", str(run), "--episodes", "2")
     assert evaluated.returncode == 0, evaluated.stderr
-    assert "stroll from" in evaluated.stdout
+    assert f"stroll from {saved}" in evaluated.stdout and "falling back to an older checkpoint" in evaluated.stderr
     warnings = [line for line in evaluated.stderr.splitlines() if "source changed" in line]
     assert len(warnings) == 1 and "the policy plays on the edited env" in warnings[0], evaluated.stderr
     assert "resume" not in warnings[0]

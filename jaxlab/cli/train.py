@@ -305,6 +305,13 @@ def eval_command(args: argparse.Namespace) -> int:
     # a header named as ENV is the env's source (as for train --resume), else the one the checkpoint records
     library = str(Path(args.env).expanduser().absolute()) if args.env.endswith(".h") else None
 
+    said: set[str] = set()
+
+    def warn_once(message: str) -> None:  # the same warning for each damaged checkpoint passed over: once
+        if message not in said:
+            said.add(message)
+            warn(message)
+
     def load(checkpoint):
         meta = read_meta(checkpoint)
         if meta["env_name"] != name:  # before the env is built: ENV's header may not have the checkpoint's env
@@ -312,7 +319,7 @@ def eval_command(args: argparse.Namespace) -> int:
                               f"run `jaxlab eval {meta['env_name']} --checkpoint {args.checkpoint}`")
         if library is None:
             check_saved_header(meta, "eval", f"--checkpoint {args.checkpoint}")
-        return load_trainer(checkpoint, warn=warn, library=library)
+        return load_trainer(checkpoint, warn=warn_once, library=library)
 
     path, trainer = newest_usable(find_checkpoint(args.checkpoint, name, flag="--checkpoint"), load, warn)
     watching = bool(args.render or args.save_frames)
