@@ -208,6 +208,7 @@ def broken(tmp_path_factory):
                            r"it returned \[1, 8\]"),
     ("CarryOfTwoAgents", r"CarryOfTwoAgents.initial_carry\(3\) must return arrays \[num_agents, ...\] .*; "
                          r"it returned \{'c': \[2, 8\], 'h': \[3, 8\]\}"),  # 2 agents fit by chance: 3 do not
+    ("Missing", r"'.*broken.py' has no 'Missing' \(its flax.linen.Module classes: CarryChangesDtype, .*, Good, .*\)"),
     ("CarryChangesDtype", r"CarryChangesDtype\(carry, obs\) must return a carry of initial_carry's dtypes \(float32; "
                           r".*it returned bfloat16: cast it back"),  # was a scan TypeError traceback in training
 ])
@@ -290,3 +291,37 @@ def test_ignored_keys_cover_every_policy_key_a_module_does_not_get():
             pass
 
     assert ignored_keys(Bare) == [f"policy.{k}" for k in (*BUILT_IN_KEYS, "hidden_size", "scan_unroll")]
+
+
+def test_a_moved_module_file_resumes_and_evaluates_from_its_new_path(tmp_path, capsys):
+    """Moving the policy file is no change to the network: a resume (--policy.module) or an eval
+    (--policy-module) given its new path takes the checkpoint; without it, the missing file is named
+    with the flag to pass; another class is refused. Was "no such file" with no way to go on."""
+    import shutil
+
+    from jaxlab import checkpoint, cli
+
+    home = tmp_path / "project" / "gru.py"
+    home.parent.mkdir()
+    shutil.copy(ROOT / "examples" / "policies" / "gru.py", home)
+    run = tmp_path / "run"
+    flags = [*SMALL, "--train.total-timesteps", "128", "--log.dashboard", "none"]
+    assert cli.main(["train", "cartpole", *flags, "--policy.module", f"{home}:GRUPolicy", "--run-dir", str(run)]) == 0
+    moved = tmp_path / "moved.py"
+    home.rename(moved)
+    capsys.readouterr()
+    assert cli.main(["eval", "cartpole", "--checkpoint", str(run), "--episodes", "2"]) == 2
+    assert (f"the checkpoint's policy.module file {home} does not exist (moved or deleted); restore it there, or "
+            f"pass its new path: `jaxlab eval cartpole --checkpoint {run} --policy-module path/to/gru.py:GRUPolicy`"
+            in capsys.readouterr().err)
+    assert cli.main(["train", "cartpole", "--resume", str(run)]) == 2
+    assert f"`jaxlab train cartpole --resume {run} --policy.module path/to/gru.py:GRUPolicy`" in capsys.readouterr().err
+    assert cli.main(["eval", "cartpole", "--checkpoint", str(run), "--episodes", "2",
+                     "--policy-module", f"{moved}:GRUPolicy"]) == 0
+    assert "2 episodes" in capsys.readouterr().out
+    assert cli.main(["eval", "cartpole", "--checkpoint", str(run), "--episodes", "2",
+                     "--policy-module", f"{moved}:Other"]) == 2
+    assert "is not the checkpoint's policy.module" in capsys.readouterr().err
+    assert cli.main(["train", "cartpole", "--resume", str(run), "--policy.module", f"{moved}:GRUPolicy",
+                     "--train.total-timesteps", "256"]) == 0
+    assert [p.name for p in checkpoint.step_dirs(run / "checkpoints")][0] == "4"

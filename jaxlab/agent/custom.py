@@ -56,6 +56,24 @@ BUILT_IN_KEYS = ("encoder", "mlp_layers", "activation", "cnn_channels", "cnn_ker
                  "shared_trunk", "actor_init_scale", "critic_init_scale")
 
 
+def module_file(spec: str) -> Path | None:
+    """The file a policy.module ``spec`` names ("path/to/file.py:Class"), or None (a package's module)."""
+    where = spec.partition(":")[0]
+    return Path(where).expanduser() if where.endswith(".py") else None
+
+
+def moved_module(saved: str, now: str) -> bool:
+    """Whether policy.module ``now`` is ``saved``'s class, in a file moved or copied elsewhere (or the
+    same): the same class, and the saved file gone or of the same contents. (A checkpoint's arrays are then checked
+    against the module's, shape by shape, as they are restored.)"""
+    old, new = module_file(saved), module_file(now)
+    if saved == now:
+        return True
+    if old is None or new is None or saved.partition(":")[2] != now.partition(":")[2] or not new.is_file():
+        return False
+    return not old.is_file() or old.read_bytes() == new.read_bytes()
+
+
 def load_module_class(spec: str) -> type:
     """The class that ``spec`` ("package.module:Class" or "path/to/file.py:Class") names; ValueError with
     what went wrong and a fix."""
@@ -89,10 +107,14 @@ def load_module_class(spec: str) -> type:
     except Exception as err:  # noqa: BLE001 - the user's code may raise anything while importing
         raise ValueError(f"policy.module={spec!r}: importing {where!r} failed: {type(err).__name__}: {err}; "
                          "check the module (a package must be on PYTHONPATH)") from None
+    import flax.linen as nn
+
     cls = getattr(module, name, None)
     if cls is None:
-        raise ValueError(f"policy.module={spec!r}: {where!r} has no {name!r}")
-    import flax.linen as nn
+        classes = sorted(k for k, v in vars(module).items()
+                         if isinstance(v, type) and issubclass(v, nn.Module) and v.__module__ == module.__name__)
+        has = f"its flax.linen.Module classes: {', '.join(classes)}" if classes else "it defines no flax.linen.Module"
+        raise ValueError(f"policy.module={spec!r}: {where!r} has no {name!r} ({has})")
 
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise ValueError(f"policy.module={spec!r}: {name} is not a flax.linen.Module class")

@@ -93,6 +93,19 @@ def check_saved_header(meta: dict, command: str, rest: str) -> None:
                           f"there, or pass its new path as ENV: `jaxlab {command} path/to/{Path(header).name} {rest}`")
 
 
+def check_saved_module(spec: str, command: str, rest: str, flag: str) -> None:
+    """ConfigError when the policy.module file ``spec`` (a checkpoint's) is gone: restore it, or give
+    its new path with ``flag`` (`jaxlab COMMAND ENV REST FLAG path/to/FILE.py:Class`)."""
+    from jaxlab.agent.custom import module_file
+    from jaxlab.config import ConfigError
+
+    path = module_file(spec) if spec else None
+    if path is not None and not path.is_file():
+        raise ConfigError(f"the checkpoint's policy.module file {path} does not exist (moved or deleted); restore "
+                          f"it there, or pass its new path: `jaxlab {command} {rest} {flag} "
+                          f"path/to/{path.name}:{spec.partition(':')[2]}`")
+
+
 def warn(message: str) -> None:
     print(f"jaxlab: {message}", file=sys.stderr, flush=True)
 
@@ -182,6 +195,8 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn) -> Res
         elif flags_library(flags, args.config) is None:
             check_saved_header(meta, "train", f"--resume {args.resume}")
         config, changes = resume_config(first, args.config, flags, meta)
+        if not any(change.startswith("policy.module:") for change in changes):  # the saved file: still there?
+            check_saved_module(config.policy.module, "train", f"{args.env} --resume {args.resume}", "--policy.module")
         if config.env_name != name:
             raise ConfigError(f"--resume {args.resume} is a run of {config.env_name!r}, not {name!r}; "
                               f"run `jaxlab train {config.env_name} --resume {args.resume}`")

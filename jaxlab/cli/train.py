@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxlab.cli.common import (LAYERS, cannot_write, check_saved_header, env_name_of, fail, output_file_problem,
-                               resolve, warn)
+from jaxlab.cli.common import (LAYERS, cannot_write, check_saved_header, check_saved_module, env_name_of, fail,
+                               output_file_problem, resolve, warn)
 
 
 def train_command(args: argparse.Namespace) -> int:
@@ -262,8 +262,9 @@ def eval_command(args: argparse.Namespace) -> int:
     """Plays the policy of a checkpoint (its config is read from the checkpoint) and prints mean ± std
     of return and length and the env's statistics; --render / --save-frames show the first episode
     of env 0 as text (the env's render hook), --gif draws it as an animated GIF (its pixels hook)."""
+    from jaxlab.agent.custom import moved_module
     from jaxlab.checkpoint import read_meta
-    from jaxlab.config import ConfigError
+    from jaxlab.config import ConfigError, config_from_toml
     from jaxlab.run.resume import find_checkpoint, newest_usable
     from jaxlab.train.evaluation import load_trainer, play
 
@@ -319,7 +320,14 @@ def eval_command(args: argparse.Namespace) -> int:
                               f"run `jaxlab eval {meta['env_name']} --checkpoint {args.checkpoint}`")
         if library is None:
             check_saved_header(meta, "eval", f"--checkpoint {args.checkpoint}")
-        return load_trainer(checkpoint, warn=warn_once, library=library)
+        saved = config_from_toml(meta["config"], library=library).policy.module
+        if args.policy_module is None:
+            check_saved_module(saved, "eval", f"{args.env} --checkpoint {args.checkpoint}", "--policy-module")
+        elif not moved_module(saved, args.policy_module):
+            raise ConfigError(f"--policy-module {args.policy_module} is not the checkpoint's policy.module "
+                              f"({saved or 'none: the built-in network'}) at a new path: it must name the same "
+                              "class in a file of the same contents (or the saved file must be gone)")
+        return load_trainer(checkpoint, warn=warn_once, library=library, module=args.policy_module)
 
     path, trainer = newest_usable(find_checkpoint(args.checkpoint, name, flag="--checkpoint"), load, warn)
     watching = bool(args.render or args.save_frames)
@@ -412,6 +420,8 @@ def add_commands(add) -> None:
                           "(path/to/NAME.h: played from that source, e.g. after the header moved)")
     evaluate.add_argument("--checkpoint", required=True, metavar="PATH",
                           help="a checkpoint directory, a run dir or its checkpoints/ (the newest good one), or latest")
+    evaluate.add_argument("--policy-module", metavar="FILE.py:CLASS", help="the run's policy.module file at its "
+                          "new path, when it moved since the run (the same class)")
     evaluate.add_argument("--episodes", type=int, default=10, help="agent-episodes to play (default 10)")
     evaluate.add_argument("--deterministic", action="store_true", help="take the most likely action (default: sample)")
     evaluate.add_argument("--num-envs", type=int, help="envs played at once (default min(episodes, 64))")

@@ -16,21 +16,29 @@ from jaxlab.train.compiling import jit_step
 from jaxlab.train.rollout import Rollout, make_step
 
 
-def load_trainer(path: str | Path, warn: Callable[[str], None] = print, library: str | None = None):
+def load_trainer(path: str | Path, warn: Callable[[str], None] = print, library: str | None = None,
+                 module: str | None = None):
     """A Trainer built from the config saved in the checkpoint at ``path`` with its state loaded: the
     policy can be played from the path alone (``library``: the env's header or library to build it
     from instead of the saved one, e.g. a header moved since). A checkpoint of a run over another
     number of processes (several, read in one) gives its policy alone (Trainer.load_policy): its envs
     and carries were other processes'. So does one whose env's source changed since (an edited
     header): playing needs no saved env state, so the old policy plays on the edited env, with a
-    warning through ``warn``. The saved machine settings that this machine cannot take are replaced
+    warning through ``warn``. ``module``: the policy.module ("path/to/file.py:Class") to build instead
+    of the saved one, e.g. its file moved since (the same class; its arrays must fit the checkpoint's).
+    The saved machine settings that this machine cannot take are replaced
     (settings_for_here)."""
     from jaxlab import checkpoint
     from jaxlab.config import config_from_toml
     from jaxlab.train.trainer import Trainer, checkpoint_processes, env_source_change
 
     meta = checkpoint.read_meta(Path(path))
-    trainer = Trainer(settings_for_here(config_from_toml(meta["config"], library=library), warn))
+    config = config_from_toml(meta["config"], library=library)
+    if module is not None:
+        where, _, name = module.partition(":")
+        where = str(Path(where).expanduser().absolute()) if where.endswith(".py") else where
+        config = dataclasses.replace(config, policy=dataclasses.replace(config.policy, module=f"{where}:{name}"))
+    trainer = Trainer(settings_for_here(config, warn))
     try:
         changed = env_source_change(meta.get("env_source"), trainer.env_source)
         if changed:

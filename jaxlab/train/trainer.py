@@ -513,9 +513,12 @@ def config_changes(saved: config_lib.Config, new: config_lib.Config) -> list[tup
 
 def check_compatible(saved: config_lib.Config, new: config_lib.Config) -> list[str]:
     """ConfigError naming every change a checkpoint's arrays cannot take (another env, env params,
-    agent count or network); otherwise the allowed changes, as lines "key: old -> new"."""
+    agent count or network; a policy.module file moved elsewhere is the same network); otherwise the
+    allowed changes, as lines "key: old -> new"."""
+    from jaxlab.agent.custom import moved_module
+
     changes = config_changes(saved, new)
-    refused = [c for c in changes if c[0] in SHAPING or c[0].split(".")[0] == "env"
+    refused = [c for c in changes if (c[0] in SHAPING and not (c[0] == "policy.module" and moved_module(c[1], c[2]))) or c[0].split(".")[0] == "env"
                or (c[0] == "train.reward_scale" and (c[1] == "auto") != (c[2] == "auto"))]  # the return stats
     if refused:
         detail = "; ".join(f"{k} was {old!r}, now {new_value!r}" for k, old, new_value in refused)
