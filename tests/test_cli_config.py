@@ -4,6 +4,7 @@ import re
 import subprocess
 import sys
 import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -62,6 +63,16 @@ def test_bench_prints_env_and_training_figures():
     gflop = float(re.search(r"update: ([\d.,]+) GFLOP each by the 6N rule, [\d.,]+ GFLOP/s achieved",
                             result.stdout).group(1))
     assert gflop == pytest.approx(6 * params * 8 * 16 * 2 / 1e9, abs=0.006)
+
+
+def test_bench_steps_an_env_given_as_a_header_path():
+    """ENV as path/to/NAME.h: the env-stepping figures come from that header's env (it was an unknown-env
+    traceback: the header was not passed on to the stepping benchmark)."""
+    header = Path(__file__).resolve().parent.parent / "cenv" / "template" / "corridor.h"
+    result = jaxlab("bench", str(header), "--updates", "1", "--seconds", "0.05", "--vec.num-envs", "8",
+                    "--train.minibatch-size", "64", "--policy.hidden-size", "16")
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert "env corridor: 8 agents, 1 C thread(s):" in result.stdout and "train corridor: " in result.stdout
 
 
 @pytest.mark.parametrize("flags, message", [

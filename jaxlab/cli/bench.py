@@ -22,7 +22,8 @@ def bench_command(args: argparse.Namespace) -> int:
     resolved = resolve(args)
     config, sizes = resolved.config, resolved.sizes
     print(f"device preset {config.preset} ({resolved.preset_reason}); {resolved.backend}")
-    for line in report_env(config.env_name, sizes.num_agents, args.seconds, sizes.num_threads, config.env):
+    for line in report_env(config.env_name, sizes.num_agents, args.seconds, sizes.num_threads, config.env,
+                           config.env_library or None):
         print(line)
     timed = replace(config, train=replace(config.train, total_timesteps=sizes.batch_size * (args.updates + 1)))
     print(report_training(timed, args.updates))

@@ -49,14 +49,16 @@ def env_steps_per_second(name: str, agents: int, seconds: float, threads: int = 
                 return calls * env.num_agents / elapsed, elapsed / calls
 
 
-def report_env(name: str, agents: int, seconds: float, num_threads: int = 1, params: dict | None = None) -> list[str]:
-    """The env-stepping lines of `jaxlab bench`: ``name`` with 1 and ``num_threads`` C threads; a Python
+def report_env(name: str, agents: int, seconds: float, num_threads: int = 1, params: dict | None = None,
+               library: str | None = None) -> list[str]:
+    """The env-stepping lines of `jaxlab bench`: ``name`` (of ``library``, an env library or header, when
+    given) with 1 and ``num_threads`` C threads; a Python
     env in its one thread and, when a built-in C env steps like it (python_envs.C_TWINS), that C env
     with as many agents and 1 thread, with how many times slower the Python env is."""
     if not is_python_env(name):
         lines = []
         for threads in sorted({1, num_threads}):
-            sps, per_call = env_steps_per_second(name, agents, seconds, threads, params)
+            sps, per_call = env_steps_per_second(name, agents, seconds, threads, params, library)
             lines.append(f"env {name}: {agents:,} agents, {threads} C thread(s): {sps / 1e6:,.2f}M agent-steps/s, "
                          f"{per_call * 1e6:,.1f} us per step call (random actions)")
         return lines
