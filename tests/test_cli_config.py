@@ -77,7 +77,12 @@ def test_bench_steps_an_env_given_as_a_header_path():
 
 @pytest.mark.parametrize("flags, message", [
     (["--updates", "0"], "--updates 0 must be at least 1 (the timed updates after the first), e.g. --updates 3"),
-    (["--seconds", "0"], "--seconds 0.0 must be positive (the env-stepping timing window), e.g. --seconds 1"),
+    (["--seconds", "0"], "--seconds 0.0 must be a finite number > 0 (the env-stepping timing window), e.g. --seconds 1"),
+    (["--seconds", "inf"], "--seconds inf must be a finite number > 0 (the env-stepping timing window), e.g. --seconds 1"),
+    (["--seconds", "nan"], "--seconds nan must be a finite number > 0 (the env-stepping timing window), e.g. --seconds 1"),
+    (["--updates", "100000000000", "--vec.num-envs", "8", "--train.minibatch-size", "64"],
+     "--updates 100,000,000,000 makes 400,000,000,004 optimizer steps, past the 2**31 - 1 their int32 counter holds; "
+     "use at most --updates 536870910"),
 ])
 def test_bench_refuses_a_count_it_cannot_time(capsys, flags, message):
     from jaxlab import cli
