@@ -68,14 +68,27 @@ def run_to_threshold(env: str, threshold: float, window: int, flags: list[str]) 
                   f"last mean {hook.mean:.1f}")
 
 
-def steady_sps(env: str, agents: int, updates: int, flags: list[str]) -> None:
-    """Steady SPS at ``agents`` agents (4 minibatches), the first update excluded."""
+def sps_config(env: str, agents: int, updates: int, flags: list[str]):
+    """The config of the steady-SPS run: ``agents`` agents (agents / the env's agents per env envs), 4
+    minibatches (2 or 1 when the agents do not divide by 4), steps for 1 + ``updates`` updates, then
+    ``flags``. ConfigError for agents that are not whole envs."""
+    from jaxlab.config import ConfigError
+    from jaxlab.config.memory import env_shape
+
     probe_config, _ = load_config(env, flags=flags)
-    horizon = probe_config.train.bptt_horizon
-    base = ["--vec.num-envs", str(agents), "--train.total-timesteps", str(agents * horizon * (updates + 1)),
-            "--train.minibatch-size", str(agents * horizon // 4)]
-    config, _ = load_config(env, flags=base + flags)
-    print(report_training(config, updates))
+    horizon, per_env = probe_config.train.bptt_horizon, env_shape(probe_config).agents_per_env
+    if agents % per_env:
+        raise ConfigError(f"--agents {agents}: {env} has {per_env} agents per env, so the agents must be a "
+                          f"multiple of {per_env}, e.g. --agents {per_env * max(1, agents // per_env)}")
+    minibatches = next(n for n in (4, 2, 1) if agents % n == 0)
+    base = ["--vec.num-envs", str(agents // per_env), "--train.total-timesteps", str(agents * horizon * (updates + 1)),
+            "--train.minibatch-size", str(agents * horizon // minibatches)]
+    return load_config(env, flags=base + flags)[0]
+
+
+def steady_sps(env: str, agents: int, updates: int, flags: list[str]) -> None:
+    """Steady SPS at ``agents`` agents (see sps_config), the first update excluded."""
+    print(report_training(sps_config(env, agents, updates, flags), updates))
 
 
 def scaling(env_name: str, agents: int, updates: int, flags: list[str], counts=(1, 2)) -> None:

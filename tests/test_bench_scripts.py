@@ -3,6 +3,7 @@ one line and exit status 2, never a traceback, and nothing is run or written (th
 measured by hand, not tested)."""
 
 import os
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +27,9 @@ SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
     ("bench_train.py", ["--window", "0"], "bench_train.py: error: argument --window: '0' is not a whole number >= 1"),
     ("bench_train.py", ["--sps-only", "--agents", "8", "--flags", "--vec.groups", "3"],
      "bench_train.py: error: vec.groups=3 must divide vec.num_envs=8"),
+    ("bench_train.py", ["--sps-only", "--env", "target", "--agents", "12"],
+     "bench_train.py: error: --agents 12: target has 8 agents per env, so the agents must be a multiple of 8, "
+     "e.g. --agents 8"),
     ("bench_env.py", ["--seconds", "0"], "bench_env.py: error: argument --seconds: '0' is not a finite number > 0"),
     ("bench_env.py", ["--seconds", "-1"], "bench_env.py: error: argument --seconds: '-1' is not a finite number > 0"),
     ("bench_env.py", ["--agents", "1024", "0"],
@@ -85,3 +89,14 @@ def test_bench_checkpoint_has_help_and_removes_its_checkpoints(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("hidden 16: ") and "params; save call blocks " in result.stdout
     assert list(tmp_path.iterdir()) == []  # its temporary checkpoint folder is gone
+
+
+def test_bench_train_steady_sps_counts_agents_not_envs():
+    """--agents N is N agents, N / the env's agents per env envs (a multi-agent env got N envs, and then a
+    total steps below one batch), in 4 minibatches of whole sequences, or 2 or 1 when N does not divide
+    by 4 (--agents 6 was a minibatch of 24 steps with horizon 16, refused)."""
+    sps_config = runpy.run_path(str(SCRIPTS / "bench_train.py"))["sps_config"]
+    config = sps_config("target", 16, 3, [])
+    assert (config.vec.num_envs, config.train.minibatch_size, config.train.total_timesteps) == (2, 64, 16 * 16 * 4)
+    config = sps_config("cartpole", 6, 1, ["--train.bptt-horizon", "8"])
+    assert (config.vec.num_envs, config.train.minibatch_size, config.train.total_timesteps) == (6, 24, 6 * 8 * 2)
