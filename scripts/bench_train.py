@@ -15,11 +15,12 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
 
-from jaxlab.run.bench import at_least, report_training, script_main
+from jaxlab.run.bench import at_least, report_training, run_together, script_main
 from jaxlab.run.loop import train_loop
 from jaxlab.config import load_config
 from jaxlab.train.trainer import Trainer
@@ -95,6 +96,7 @@ def scaling(env_name: str, agents: int, updates: int, flags: list[str], counts=(
     """Steady SPS at ``agents`` agents on each device count of ``counts`` (device.count), each in its own
     process; on the CPU, XLA_FLAGS=--xla_force_host_platform_device_count makes the devices (they share
     the machine's cores, so this shows the cost of sharding there, not a speed-up)."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # unwinds: the runs are killed
     env = dict(os.environ)
     env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={max(counts)}".strip()
     base = None
@@ -116,15 +118,14 @@ def scaling(env_name: str, agents: int, updates: int, flags: list[str], counts=(
         s.bind(("localhost", 0))
         port = s.getsockname()[1]
     env["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "")
-    procs = [subprocess.Popen([sys.executable, __file__, "--env", env_name, "--sps-only", "--agents", str(agents),
-                               "--updates", str(updates), "--flags", *flags, "--device.count", "1",
-                               "--dist.coordinator", f"localhost:{port}", "--dist.num-processes", "2",
-                               "--dist.process-id", str(i)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=env) for i in range(2)]
-    outputs = [proc.communicate() for proc in procs]
-    found = re.search(r"steady ([\d,]+) SPS", outputs[0][0])
-    if any(proc.returncode for proc in procs) or not found:
-        print(f"  2 processes: failed: {(outputs[0][1].strip().splitlines() or ['?'])[-1]}")
+    results = run_together([[sys.executable, __file__, "--env", env_name, "--sps-only", "--agents", str(agents),
+                              "--updates", str(updates), "--flags", *flags, "--device.count", "1",
+                              "--dist.coordinator", f"localhost:{port}", "--dist.num-processes", "2",
+                              "--dist.process-id", str(i)] for i in range(2)], env=env)
+    found = re.search(r"steady ([\d,]+) SPS", results[0].stdout)
+    if any(result.returncode for result in results) or not found:
+        failed = next((result for result in results if result.returncode not in (0, -signal.SIGKILL)), results[0])
+        print(f"  2 processes: failed: {(failed.stderr.strip().splitlines() or ['?'])[-1]}")
     else:
         sps = int(found.group(1).replace(",", ""))
         print(f"  2 processes x 1 device: {sps:,} SPS ({sps / (base or sps):.2f}x)", flush=True)
@@ -145,6 +146,7 @@ def main() -> None:
 
     distributed.start(args.flags)  # a process of a run over several (--dist.* flags), before JAX starts
     if args.scaling:
+        sps_config(args.env, args.agents, args.updates, args.flags)  # a bad flag or count: exit 2 before any run
         print(f"scaling {args.env}, {args.agents:,} agents, {args.updates} timed updates:", flush=True)
         scaling(args.env, args.agents, args.updates, args.flags)
         return

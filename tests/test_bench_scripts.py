@@ -4,6 +4,7 @@ measured by hand, not tested)."""
 
 import os
 import runpy
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,8 @@ SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
     ("bench_train.py", ["--sps-only", "--env", "target", "--agents", "12"],
      "bench_train.py: error: --agents 12: target has 8 agents per env, so the agents must be a multiple of 8, "
      "e.g. --agents 8"),
+    ("bench_train.py", ["--scaling", "--agents", "8", "--flags", "--train.nope", "1"],
+     "bench_train.py: error: unknown config key 'train.nope'"),
     ("bench_env.py", ["--seconds", "0"], "bench_env.py: error: argument --seconds: '0' is not a finite number > 0"),
     ("bench_env.py", ["--seconds", "-1"], "bench_env.py: error: argument --seconds: '-1' is not a finite number > 0"),
     ("bench_env.py", ["--agents", "1024", "0"],
@@ -100,3 +103,29 @@ def test_bench_train_steady_sps_counts_agents_not_envs():
     assert (config.vec.num_envs, config.train.minibatch_size, config.train.total_timesteps) == (2, 64, 16 * 16 * 4)
     config = sps_config("cartpole", 6, 1, ["--train.bptt-horizon", "8"])
     assert (config.vec.num_envs, config.train.minibatch_size, config.train.total_timesteps) == (6, 24, 6 * 8 * 2)
+
+
+def test_run_together_kills_the_other_processes_when_one_fails():
+    """bench_train.py --scaling's 2 processes: when one fails the other is killed, not waited for (it
+    would wait for its peer in a collective or at the coordinator until JAX's timeouts)."""
+    from jaxlab.run.bench import run_together
+
+    failing = [sys.executable, "-c", "import sys; print('bad flag', file=sys.stderr); sys.exit(3)"]
+    waiting = [sys.executable, "-c", "import time; print('waiting', flush=True); time.sleep(600)"]
+    first, second = run_together([waiting, failing])
+    assert (first.returncode, second.returncode) == (-signal.SIGKILL, 3)
+    assert second.stderr == "bad flag\n"
+
+
+def test_run_together_kills_its_processes_on_ctrl_c(tmp_path):
+    from jaxlab.run.bench import run_together
+
+    pid_file = tmp_path / "pid"
+    waiting = [sys.executable, "-c", f"import os, time; open({str(tmp_path / 'pid.tmp')!r}, 'w').write(str(os.getpid())); "
+               f"os.replace({str(tmp_path / 'pid.tmp')!r}, {str(pid_file)!r}); time.sleep(600)"]
+    interrupting = [sys.executable, "-c", f"import os, signal, time\nwhile not os.path.exists({str(pid_file)!r}): "
+                    "time.sleep(0.01)\ntime.sleep(0.1)\nos.kill(os.getppid(), signal.SIGINT)\ntime.sleep(600)"]
+    with pytest.raises(KeyboardInterrupt):
+        run_together([waiting, interrupting])
+    with pytest.raises(ProcessLookupError):  # killed and reaped before the interrupt went on
+        os.kill(int(pid_file.read_text()), 0)

@@ -148,6 +148,38 @@ def report_training(config, updates: int) -> str:
             f"({learn_per_update:.3f} s per update)")
 
 
+def run_together(commands: list[list[str]], env: dict | None = None) -> list:
+    """Runs ``commands`` side by side (the processes of one run over several) and returns their
+    subprocess.CompletedProcess in order, stdout and stderr captured as text. Once one fails the others
+    are killed (they would wait for it in a collective or at the coordinator until JAX's timeouts), and
+    any exception here (Ctrl-C among them) kills every one still running before it goes on."""
+    import subprocess
+    import tempfile
+
+    outputs = [(tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")) for _ in commands]
+    procs = []
+    try:
+        for command, (out, err) in zip(commands, outputs):
+            procs.append(subprocess.Popen(command, stdout=out, stderr=err, text=True, env=env))
+        while any(proc.poll() is None for proc in procs):
+            if any(proc.poll() for proc in procs):  # one failed: the rest cannot finish without it
+                break
+            time.sleep(0.1)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+    results = []
+    for command, proc, (out, err) in zip(commands, procs, outputs):
+        out.seek(0)
+        err.seek(0)
+        results.append(subprocess.CompletedProcess(command, proc.returncode, out.read(), err.read()))
+        out.close()
+        err.close()
+    return results
+
+
 def at_least(minimum: int):
     """An argparse type for the benchmark scripts: a whole number >= ``minimum``, else argparse's usage
     error (exit 2) naming the value."""
