@@ -109,8 +109,9 @@ def scaling(env_name: str, agents: int, updates: int, flags: list[str], counts=(
             print(f"  {count} device{'s' * (count > 1)}: failed: {(result.stderr.strip().splitlines() or ['?'])[-1]}")
             continue
         sps = int(found.group(1).replace(",", ""))
-        base = base or sps
-        print(f"  {count} device{'s' * (count > 1)}: {sps:,} SPS ({sps / base:.2f}x)", flush=True)
+        base = sps if count == counts[0] else base  # the first count's SPS; none when that run failed
+        print(f"  {count} device{'s' * (count > 1)}: {sps:,} SPS" + (f" ({sps / base:.2f}x)" if base else ""),
+              flush=True)
     # 2 processes on this host, 1 device each (jax.distributed, gloo collectives on a CPU)
     import socket
 
@@ -128,7 +129,7 @@ def scaling(env_name: str, agents: int, updates: int, flags: list[str], counts=(
         print(f"  2 processes: failed: {(failed.stderr.strip().splitlines() or ['?'])[-1]}")
     else:
         sps = int(found.group(1).replace(",", ""))
-        print(f"  2 processes x 1 device: {sps:,} SPS ({sps / (base or sps):.2f}x)", flush=True)
+        print(f"  2 processes x 1 device: {sps:,} SPS" + (f" ({sps / base:.2f}x)" if base else ""), flush=True)
 
 
 def main() -> None:
