@@ -129,3 +129,13 @@ def test_run_together_kills_its_processes_on_ctrl_c(tmp_path):
         run_together([waiting, interrupting])
     with pytest.raises(ProcessLookupError):  # killed and reaped before the interrupt went on
         os.kill(int(pid_file.read_text()), 0)
+
+
+def test_bench_update_counts_the_flops_of_the_config_its_flags_make():
+    """--flags that change the batch or the epochs: the FLOPs and samples are those of the update that
+    ran (they were computed from --agents, --horizon and --epochs alone)."""
+    result = subprocess.run([sys.executable, str(SCRIPTS / "bench_update.py"), "--agents", "8", "--minibatch", "64",
+                             "--hidden", "8", "--unroll", "1", "--repeats", "1", "--flags", "--train.update-epochs",
+                             "2", "--vec.num-envs", "16"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "for 512 samples x epochs" in result.stdout, result.stdout  # 16 envs x horizon 16 x 2 epochs
