@@ -60,7 +60,10 @@ def run_to_threshold(env: str, threshold: float, window: int, flags: list[str]) 
         print(f"{env}: {trainer.sizes.describe()}; "
               f"{trainer.num_params:,} parameters, lstm={config.policy.lstm}")
         print(f"  first update (the compiles + one update): {hook.first_update:.2f} s")
-        print(f"  steady SPS: {steady_steps / max(elapsed - hook.first_update, 1e-9):,.0f}")
+        if steady_steps:
+            print(f"  steady SPS: {steady_steps / max(elapsed - hook.first_update, 1e-9):,.0f}")
+        else:  # it was printed as 0
+            print("  steady SPS: none (the run stopped after its first update, which compiles)")
         if hook.reached:
             print(f"  mean return {hook.reached[2]:.1f} >= {threshold} over the last {window} updates after "
                   f"{hook.reached[0]:.1f} s and {hook.reached[1]:,} steps")

@@ -139,3 +139,14 @@ def test_bench_update_counts_the_flops_of_the_config_its_flags_make():
                              "2", "--vec.num-envs", "16"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "for 512 samples x epochs" in result.stdout, result.stdout  # 16 envs x horizon 16 x 2 epochs
+
+
+def test_bench_train_prints_no_steady_sps_for_a_threshold_run_of_one_update():
+    """A threshold reached in the first update (the compiles): no steady SPS, not a figure of 0."""
+    result = subprocess.run([sys.executable, str(SCRIPTS / "bench_train.py"), "--threshold=-inf", "--window", "1",
+                             "--agents", "8", "--updates", "1", "--flags", "--policy.hidden-size", "8",
+                             "--vec.num-envs", "8", "--train.minibatch-size", "32"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "  steady SPS: none (the run stopped after its first update, which compiles)\n" in result.stdout
+    assert ">= -inf over the last 1 updates after " in result.stdout and " SPS over 1 updates " in result.stdout
