@@ -15,11 +15,12 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
 
-from jaxlab.run.bench import at_least, report_training, script_main
+from jaxlab.run.bench import at_least, report_training, run_together, script_main
 from jaxlab.run.loop import train_loop
 from jaxlab.config import load_config
 from jaxlab.train.trainer import Trainer
@@ -59,7 +60,10 @@ def run_to_threshold(env: str, threshold: float, window: int, flags: list[str]) 
         print(f"{env}: {trainer.sizes.describe()}; "
               f"{trainer.num_params:,} parameters, lstm={config.policy.lstm}")
         print(f"  first update (the compiles + one update): {hook.first_update:.2f} s")
-        print(f"  steady SPS: {steady_steps / max(elapsed - hook.first_update, 1e-9):,.0f}")
+        if steady_steps:
+            print(f"  steady SPS: {steady_steps / max(elapsed - hook.first_update, 1e-9):,.0f}")
+        else:  # it was printed as 0
+            print("  steady SPS: none (the run stopped after its first update, which compiles)")
         if hook.reached:
             print(f"  mean return {hook.reached[2]:.1f} >= {threshold} over the last {window} updates after "
                   f"{hook.reached[0]:.1f} s and {hook.reached[1]:,} steps")
@@ -68,20 +72,34 @@ def run_to_threshold(env: str, threshold: float, window: int, flags: list[str]) 
                   f"last mean {hook.mean:.1f}")
 
 
-def steady_sps(env: str, agents: int, updates: int, flags: list[str]) -> None:
-    """Steady SPS at ``agents`` agents (4 minibatches), the first update excluded."""
+def sps_config(env: str, agents: int, updates: int, flags: list[str]):
+    """The config of the steady-SPS run: ``agents`` agents (agents / the env's agents per env envs), 4
+    minibatches (2 or 1 when the agents do not divide by 4), steps for 1 + ``updates`` updates, then
+    ``flags``. ConfigError for agents that are not whole envs."""
+    from jaxlab.config import ConfigError
+    from jaxlab.config.memory import env_shape
+
     probe_config, _ = load_config(env, flags=flags)
-    horizon = probe_config.train.bptt_horizon
-    base = ["--vec.num-envs", str(agents), "--train.total-timesteps", str(agents * horizon * (updates + 1)),
-            "--train.minibatch-size", str(agents * horizon // 4)]
-    config, _ = load_config(env, flags=base + flags)
-    print(report_training(config, updates))
+    horizon, per_env = probe_config.train.bptt_horizon, env_shape(probe_config).agents_per_env
+    if agents % per_env:
+        raise ConfigError(f"--agents {agents}: {env} has {per_env} agents per env, so the agents must be a "
+                          f"multiple of {per_env}, e.g. --agents {per_env * max(1, agents // per_env)}")
+    minibatches = next(n for n in (4, 2, 1) if agents % n == 0)
+    base = ["--vec.num-envs", str(agents // per_env), "--train.total-timesteps", str(agents * horizon * (updates + 1)),
+            "--train.minibatch-size", str(agents * horizon // minibatches)]
+    return load_config(env, flags=base + flags)[0]
+
+
+def steady_sps(env: str, agents: int, updates: int, flags: list[str]) -> None:
+    """Steady SPS at ``agents`` agents (see sps_config), the first update excluded."""
+    print(report_training(sps_config(env, agents, updates, flags), updates))
 
 
 def scaling(env_name: str, agents: int, updates: int, flags: list[str], counts=(1, 2)) -> None:
     """Steady SPS at ``agents`` agents on each device count of ``counts`` (device.count), each in its own
     process; on the CPU, XLA_FLAGS=--xla_force_host_platform_device_count makes the devices (they share
     the machine's cores, so this shows the cost of sharding there, not a speed-up)."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # unwinds: the runs are killed
     env = dict(os.environ)
     env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={max(counts)}".strip()
     base = None
@@ -94,8 +112,9 @@ def scaling(env_name: str, agents: int, updates: int, flags: list[str], counts=(
             print(f"  {count} device{'s' * (count > 1)}: failed: {(result.stderr.strip().splitlines() or ['?'])[-1]}")
             continue
         sps = int(found.group(1).replace(",", ""))
-        base = base or sps
-        print(f"  {count} device{'s' * (count > 1)}: {sps:,} SPS ({sps / base:.2f}x)", flush=True)
+        base = sps if count == counts[0] else base  # the first count's SPS; none when that run failed
+        print(f"  {count} device{'s' * (count > 1)}: {sps:,} SPS" + (f" ({sps / base:.2f}x)" if base else ""),
+              flush=True)
     # 2 processes on this host, 1 device each (jax.distributed, gloo collectives on a CPU)
     import socket
 
@@ -103,18 +122,17 @@ def scaling(env_name: str, agents: int, updates: int, flags: list[str], counts=(
         s.bind(("localhost", 0))
         port = s.getsockname()[1]
     env["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "")
-    procs = [subprocess.Popen([sys.executable, __file__, "--env", env_name, "--sps-only", "--agents", str(agents),
-                               "--updates", str(updates), "--flags", *flags, "--device.count", "1",
-                               "--dist.coordinator", f"localhost:{port}", "--dist.num-processes", "2",
-                               "--dist.process-id", str(i)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=env) for i in range(2)]
-    outputs = [proc.communicate() for proc in procs]
-    found = re.search(r"steady ([\d,]+) SPS", outputs[0][0])
-    if any(proc.returncode for proc in procs) or not found:
-        print(f"  2 processes: failed: {(outputs[0][1].strip().splitlines() or ['?'])[-1]}")
+    results = run_together([[sys.executable, __file__, "--env", env_name, "--sps-only", "--agents", str(agents),
+                              "--updates", str(updates), "--flags", *flags, "--device.count", "1",
+                              "--dist.coordinator", f"localhost:{port}", "--dist.num-processes", "2",
+                              "--dist.process-id", str(i)] for i in range(2)], env=env)
+    found = re.search(r"steady ([\d,]+) SPS", results[0].stdout)
+    if any(result.returncode for result in results) or not found:
+        failed = next((result for result in results if result.returncode not in (0, -signal.SIGKILL)), results[0])
+        print(f"  2 processes: failed: {(failed.stderr.strip().splitlines() or ['?'])[-1]}")
     else:
         sps = int(found.group(1).replace(",", ""))
-        print(f"  2 processes x 1 device: {sps:,} SPS ({sps / (base or sps):.2f}x)", flush=True)
+        print(f"  2 processes x 1 device: {sps:,} SPS" + (f" ({sps / base:.2f}x)" if base else ""), flush=True)
 
 
 def main() -> None:
@@ -132,6 +150,7 @@ def main() -> None:
 
     distributed.start(args.flags)  # a process of a run over several (--dist.* flags), before JAX starts
     if args.scaling:
+        sps_config(args.env, args.agents, args.updates, args.flags)  # a bad flag or count: exit 2 before any run
         print(f"scaling {args.env}, {args.agents:,} agents, {args.updates} timed updates:", flush=True)
         scaling(args.env, args.agents, args.updates, args.flags)
         return

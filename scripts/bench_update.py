@@ -44,8 +44,9 @@ def matmul_peak(m: int, k: int, n: int, dtype: str = "float32", seconds: float =
     return best
 
 
-def update_figures(args, unroll: int) -> tuple[float, float]:
-    """(seconds per update, FLOPs per update) of the real update at these sizes."""
+def update_figures(args, unroll: int) -> tuple[float, float, int]:
+    """(seconds per update, FLOPs per update, samples x epochs per update) of the real update at these
+    sizes, the last two from the config as built (--flags may change the batch or the epochs)."""
     from jaxlab.config import load_config
     from jaxlab.run.bench import update_flops
     from jaxlab.train.trainer import Trainer
@@ -60,7 +61,8 @@ def update_figures(args, unroll: int) -> tuple[float, float]:
         trainer.evaluate()
         segment = trainer.segment
         key = jax.random.PRNGKey(0)
-        flops = update_flops(trainer.num_params, args.agents * args.horizon, args.epochs)
+        epochs = trainer.config.train.update_epochs
+        flops = update_flops(trainer.num_params, trainer.sizes.batch_size, epochs)
         norm = trainer.norm.state
         state = trainer.state
         state, _, _ = trainer._update(state, norm, segment, key)
@@ -71,7 +73,7 @@ def update_figures(args, unroll: int) -> tuple[float, float]:
             state, _, metrics = trainer._update(state, norm, segment, key)
             jax.block_until_ready(metrics)
             times.append(time.perf_counter() - tic)
-        return float(np.min(times)), flops
+        return float(np.min(times)), flops, trainer.sizes.batch_size * epochs
 
 
 def main() -> None:
@@ -90,9 +92,8 @@ def main() -> None:
     peak = matmul_peak(rows, 2 * args.hidden, 4 * args.hidden, args.precision)
     print(f"{jax.devices()[0].device_kind}: {args.precision} matmul [{rows}, {2 * args.hidden}] x "
           f"[{2 * args.hidden}, {4 * args.hidden}] peak {peak:,.1f} GFLOP/s")
-    samples = args.agents * args.horizon * args.epochs
     for unroll in args.unroll:
-        seconds, flops = update_figures(args, unroll)
+        seconds, flops, samples = update_figures(args, unroll)
         achieved = flops / seconds / 1e9
         print(f"unroll {unroll:>3}: update {seconds * 1e3:8.1f} ms for {samples:,} samples x epochs; "
               f"{flops / 1e9:.2f} GFLOP ({flops / samples / 1e6:.2f} MFLOP/sample); {achieved:,.1f} GFLOP/s = "

@@ -3,6 +3,8 @@ one line and exit status 2, never a traceback, and nothing is run or written (th
 measured by hand, not tested)."""
 
 import os
+import runpy
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +28,11 @@ SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
     ("bench_train.py", ["--window", "0"], "bench_train.py: error: argument --window: '0' is not a whole number >= 1"),
     ("bench_train.py", ["--sps-only", "--agents", "8", "--flags", "--vec.groups", "3"],
      "bench_train.py: error: vec.groups=3 must divide vec.num_envs=8"),
+    ("bench_train.py", ["--sps-only", "--env", "target", "--agents", "12"],
+     "bench_train.py: error: --agents 12: target has 8 agents per env, so the agents must be a multiple of 8, "
+     "e.g. --agents 8"),
+    ("bench_train.py", ["--scaling", "--agents", "8", "--flags", "--train.nope", "1"],
+     "bench_train.py: error: unknown config key 'train.nope'"),
     ("bench_env.py", ["--seconds", "0"], "bench_env.py: error: argument --seconds: '0' is not a finite number > 0"),
     ("bench_env.py", ["--seconds", "-1"], "bench_env.py: error: argument --seconds: '-1' is not a finite number > 0"),
     ("bench_env.py", ["--agents", "1024", "0"],
@@ -85,3 +92,61 @@ def test_bench_checkpoint_has_help_and_removes_its_checkpoints(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("hidden 16: ") and "params; save call blocks " in result.stdout
     assert list(tmp_path.iterdir()) == []  # its temporary checkpoint folder is gone
+
+
+def test_bench_train_steady_sps_counts_agents_not_envs():
+    """--agents N is N agents, N / the env's agents per env envs (a multi-agent env got N envs, and then a
+    total steps below one batch), in 4 minibatches of whole sequences, or 2 or 1 when N does not divide
+    by 4 (--agents 6 was a minibatch of 24 steps with horizon 16, refused)."""
+    sps_config = runpy.run_path(str(SCRIPTS / "bench_train.py"))["sps_config"]
+    config = sps_config("target", 16, 3, [])
+    assert (config.vec.num_envs, config.train.minibatch_size, config.train.total_timesteps) == (2, 64, 16 * 16 * 4)
+    config = sps_config("cartpole", 6, 1, ["--train.bptt-horizon", "8"])
+    assert (config.vec.num_envs, config.train.minibatch_size, config.train.total_timesteps) == (6, 24, 6 * 8 * 2)
+
+
+def test_run_together_kills_the_other_processes_when_one_fails():
+    """bench_train.py --scaling's 2 processes: when one fails the other is killed, not waited for (it
+    would wait for its peer in a collective or at the coordinator until JAX's timeouts)."""
+    from jaxlab.run.bench import run_together
+
+    failing = [sys.executable, "-c", "import sys; print('bad flag', file=sys.stderr); sys.exit(3)"]
+    waiting = [sys.executable, "-c", "import time; print('waiting', flush=True); time.sleep(600)"]
+    first, second = run_together([waiting, failing])
+    assert (first.returncode, second.returncode) == (-signal.SIGKILL, 3)
+    assert second.stderr == "bad flag\n"
+
+
+def test_run_together_kills_its_processes_on_ctrl_c(tmp_path):
+    from jaxlab.run.bench import run_together
+
+    pid_file = tmp_path / "pid"
+    waiting = [sys.executable, "-c", f"import os, time; open({str(tmp_path / 'pid.tmp')!r}, 'w').write(str(os.getpid())); "
+               f"os.replace({str(tmp_path / 'pid.tmp')!r}, {str(pid_file)!r}); time.sleep(600)"]
+    interrupting = [sys.executable, "-c", f"import os, signal, time\nwhile not os.path.exists({str(pid_file)!r}): "
+                    "time.sleep(0.01)\ntime.sleep(0.1)\nos.kill(os.getppid(), signal.SIGINT)\ntime.sleep(600)"]
+    with pytest.raises(KeyboardInterrupt):
+        run_together([waiting, interrupting])
+    with pytest.raises(ProcessLookupError):  # killed and reaped before the interrupt went on
+        os.kill(int(pid_file.read_text()), 0)
+
+
+def test_bench_update_counts_the_flops_of_the_config_its_flags_make():
+    """--flags that change the batch or the epochs: the FLOPs and samples are those of the update that
+    ran (they were computed from --agents, --horizon and --epochs alone)."""
+    result = subprocess.run([sys.executable, str(SCRIPTS / "bench_update.py"), "--agents", "8", "--minibatch", "64",
+                             "--hidden", "8", "--unroll", "1", "--repeats", "1", "--flags", "--train.update-epochs",
+                             "2", "--vec.num-envs", "16"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "for 512 samples x epochs" in result.stdout, result.stdout  # 16 envs x horizon 16 x 2 epochs
+
+
+def test_bench_train_prints_no_steady_sps_for_a_threshold_run_of_one_update():
+    """A threshold reached in the first update (the compiles): no steady SPS, not a figure of 0."""
+    result = subprocess.run([sys.executable, str(SCRIPTS / "bench_train.py"), "--threshold=-inf", "--window", "1",
+                             "--agents", "8", "--updates", "1", "--flags", "--policy.hidden-size", "8",
+                             "--vec.num-envs", "8", "--train.minibatch-size", "32"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "  steady SPS: none (the run stopped after its first update, which compiles)\n" in result.stdout
+    assert ">= -inf over the last 1 updates after " in result.stdout and " SPS over 1 updates " in result.stdout

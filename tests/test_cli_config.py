@@ -4,6 +4,7 @@ import re
 import subprocess
 import sys
 import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -64,9 +65,24 @@ def test_bench_prints_env_and_training_figures():
     assert gflop == pytest.approx(6 * params * 8 * 16 * 2 / 1e9, abs=0.006)
 
 
+def test_bench_steps_an_env_given_as_a_header_path():
+    """ENV as path/to/NAME.h: the env-stepping figures come from that header's env (it was an unknown-env
+    traceback: the header was not passed on to the stepping benchmark)."""
+    header = Path(__file__).resolve().parent.parent / "cenv" / "template" / "corridor.h"
+    result = jaxlab("bench", str(header), "--updates", "1", "--seconds", "0.05", "--vec.num-envs", "8",
+                    "--train.minibatch-size", "64", "--policy.hidden-size", "16")
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert "env corridor: 8 agents, 1 C thread(s):" in result.stdout and "train corridor: " in result.stdout
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--updates", "0"], "--updates 0 must be at least 1 (the timed updates after the first), e.g. --updates 3"),
-    (["--seconds", "0"], "--seconds 0.0 must be positive (the env-stepping timing window), e.g. --seconds 1"),
+    (["--seconds", "0"], "--seconds 0.0 must be a finite number > 0 (the env-stepping timing window), e.g. --seconds 1"),
+    (["--seconds", "inf"], "--seconds inf must be a finite number > 0 (the env-stepping timing window), e.g. --seconds 1"),
+    (["--seconds", "nan"], "--seconds nan must be a finite number > 0 (the env-stepping timing window), e.g. --seconds 1"),
+    (["--updates", "100000000000", "--vec.num-envs", "8", "--train.minibatch-size", "64"],
+     "--updates 100,000,000,000 makes 400,000,000,004 optimizer steps, past the 2**31 - 1 their int32 counter holds; "
+     "use at most --updates 536870910"),
 ])
 def test_bench_refuses_a_count_it_cannot_time(capsys, flags, message):
     from jaxlab import cli

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import replace
 
 from jaxlab.cli.common import LAYERS, fail, resolve
@@ -16,13 +17,19 @@ def bench_command(args: argparse.Namespace) -> int:
     if args.updates < 1:
         return fail("bench", ConfigError(f"--updates {args.updates} must be at least 1 (the timed updates after "
                                          "the first), e.g. --updates 3"))
-    if not args.seconds > 0:
-        return fail("bench", ConfigError(f"--seconds {args.seconds} must be positive (the env-stepping timing "
-                                         "window), e.g. --seconds 1"))
+    if not (math.isfinite(args.seconds) and args.seconds > 0):  # inf stepped the env for ever
+        return fail("bench", ConfigError(f"--seconds {args.seconds} must be a finite number > 0 (the env-stepping "
+                                         "timing window), e.g. --seconds 1"))
     resolved = resolve(args)
     config, sizes = resolved.config, resolved.sizes
+    per_update = config.train.update_epochs * sizes.num_minibatches
+    if (args.updates + 1) * per_update >= 2**31:  # the optimizer's int32 step count, before anything is timed
+        return fail("bench", ConfigError(f"--updates {args.updates:,} makes {(args.updates + 1) * per_update:,} "
+                                         f"optimizer steps, past the 2**31 - 1 their int32 counter holds; use at "
+                                         f"most --updates {(2**31 - 1) // per_update - 1}"))
     print(f"device preset {config.preset} ({resolved.preset_reason}); {resolved.backend}")
-    for line in report_env(config.env_name, sizes.num_agents, args.seconds, sizes.num_threads, config.env):
+    for line in report_env(config.env_name, sizes.num_agents, args.seconds, sizes.num_threads, config.env,
+                           config.env_library or None):
         print(line)
     timed = replace(config, train=replace(config.train, total_timesteps=sizes.batch_size * (args.updates + 1)))
     print(report_training(timed, args.updates))

@@ -49,14 +49,16 @@ def env_steps_per_second(name: str, agents: int, seconds: float, threads: int = 
                 return calls * env.num_agents / elapsed, elapsed / calls
 
 
-def report_env(name: str, agents: int, seconds: float, num_threads: int = 1, params: dict | None = None) -> list[str]:
-    """The env-stepping lines of `jaxlab bench`: ``name`` with 1 and ``num_threads`` C threads; a Python
+def report_env(name: str, agents: int, seconds: float, num_threads: int = 1, params: dict | None = None,
+               library: str | None = None) -> list[str]:
+    """The env-stepping lines of `jaxlab bench`: ``name`` (of ``library``, an env library or header, when
+    given) with 1 and ``num_threads`` C threads; a Python
     env in its one thread and, when a built-in C env steps like it (python_envs.C_TWINS), that C env
     with as many agents and 1 thread, with how many times slower the Python env is."""
     if not is_python_env(name):
         lines = []
         for threads in sorted({1, num_threads}):
-            sps, per_call = env_steps_per_second(name, agents, seconds, threads, params)
+            sps, per_call = env_steps_per_second(name, agents, seconds, threads, params, library)
             lines.append(f"env {name}: {agents:,} agents, {threads} C thread(s): {sps / 1e6:,.2f}M agent-steps/s, "
                          f"{per_call * 1e6:,.1f} us per step call (random actions)")
         return lines
@@ -144,6 +146,38 @@ def report_training(config, updates: int) -> str:
             f"{result['sps']:,.0f} SPS over {updates} updates ({split} of {result['elapsed_s']:.2f} s)\n"
             f"  update: {flops / 1e9:,.2f} GFLOP each by the 6N rule, {achieved:,.1f} GFLOP/s achieved "
             f"({learn_per_update:.3f} s per update)")
+
+
+def run_together(commands: list[list[str]], env: dict | None = None) -> list:
+    """Runs ``commands`` side by side (the processes of one run over several) and returns their
+    subprocess.CompletedProcess in order, stdout and stderr captured as text. Once one fails the others
+    are killed (they would wait for it in a collective or at the coordinator until JAX's timeouts), and
+    any exception here (Ctrl-C among them) kills every one still running before it goes on."""
+    import subprocess
+    import tempfile
+
+    outputs = [(tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")) for _ in commands]
+    procs = []
+    try:
+        for command, (out, err) in zip(commands, outputs):
+            procs.append(subprocess.Popen(command, stdout=out, stderr=err, text=True, env=env))
+        while any(proc.poll() is None for proc in procs):
+            if any(proc.poll() for proc in procs):  # one failed: the rest cannot finish without it
+                break
+            time.sleep(0.1)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+    results = []
+    for command, proc, (out, err) in zip(commands, procs, outputs):
+        out.seek(0)
+        err.seek(0)
+        results.append(subprocess.CompletedProcess(command, proc.returncode, out.read(), err.read()))
+        out.close()
+        err.close()
+    return results
 
 
 def at_least(minimum: int):
