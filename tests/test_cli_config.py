@@ -54,8 +54,11 @@ def test_presets_lists_every_preset_and_the_auto_choice():
 
 def test_bench_prints_env_and_training_figures():
     result = jaxlab("bench", "cartpole", "--updates", "1", "--seconds", "0.1", "--vec.num-envs", "8",
-                    "--train.minibatch-size", "64", "--policy.hidden-size", "16")
+                    "--train.minibatch-size", "64", "--policy.hidden-size", "16",
+                    "--train.total-timesteps", "64")  # below a batch: not bench's length, so not refused
     assert result.returncode == 0, result.stderr
+    assert "warning: jaxlab bench runs --updates updates after the first, whatever --train.total-timesteps says" \
+        in result.stderr
     assert "env cartpole: 8 agents, 1 C thread(s):" in result.stdout and "M agent-steps/s" in result.stdout
     assert "steady" in result.stdout and "SPS over 1 updates" in result.stdout
     # the update's FLOPs by the 6N rule: 6 x params x batch (8 envs x horizon 16) x update_epochs (2)
@@ -81,8 +84,8 @@ def test_bench_steps_an_env_given_as_a_header_path():
     (["--seconds", "inf"], "--seconds inf must be a finite number > 0 (the env-stepping timing window), e.g. --seconds 1"),
     (["--seconds", "nan"], "--seconds nan must be a finite number > 0 (the env-stepping timing window), e.g. --seconds 1"),
     (["--updates", "100000000000", "--vec.num-envs", "8", "--train.minibatch-size", "64"],
-     "--updates 100,000,000,000 makes 400,000,000,004 optimizer steps, past the 2**31 - 1 their int32 counter holds; "
-     "use at most --updates 536870910"),
+     "100,000,000,001 updates make 400,000,000,004 optimizer steps (2 epochs x 2 minibatches each), past the "
+     "2**31 - 1 their int32 counter holds; at most 536,870,911 updates fit"),
 ])
 def test_bench_refuses_a_count_it_cannot_time(capsys, flags, message):
     from jaxlab import cli

@@ -308,3 +308,17 @@ def test_anneal_lr_help_names_the_booleans():
     from jaxlab.config import TrainConfig, field_help
 
     assert "false/no/0 none" in field_help(TrainConfig)["anneal_lr"]
+
+
+def test_a_run_length_in_updates_replaces_total_timesteps():
+    """jaxlab bench sets the length in updates: cartpole's default total (below a batch of 16,384 envs x
+    16) was refused as less than one batch, though bench never used it."""
+    config, _ = load_config("cartpole", flags=["--vec.num-envs", "16384", "--train.total-timesteps", "1024",
+                                               "--train.minibatch-size", "16384"])
+    with pytest.raises(ConfigError, match="less than one batch"):
+        derive_sizes(config, agents_per_env=1)
+    sizes = derive_sizes(config, agents_per_env=1, updates=3)
+    assert (sizes.num_updates, sizes.total_timesteps) == (3, 3 * 16384 * 16)
+    with pytest.raises(ConfigError, match=r"^2,000,000,000 updates make 64,000,000,000 optimizer steps \(2 epochs x "
+                                          r"16 minibatches each\), .*; at most 67,108,863 updates fit$"):
+        derive_sizes(config, agents_per_env=1, updates=2_000_000_000)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import replace
 
-from jaxlab.cli.common import LAYERS, fail, resolve
+from jaxlab.cli.common import LAYERS, fail, resolve, warn
 
 
 def bench_command(args: argparse.Namespace) -> int:
     """C env stepping and steady training SPS for ENV with the resolved config."""
     from jaxlab.config import ConfigError
+    from jaxlab.config.layers import parse_flags
     from jaxlab.run.bench import report_env, report_training
 
     if args.updates < 1:
@@ -20,19 +20,15 @@ def bench_command(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.seconds) and args.seconds > 0):  # inf stepped the env for ever
         return fail("bench", ConfigError(f"--seconds {args.seconds} must be a finite number > 0 (the env-stepping "
                                          "timing window), e.g. --seconds 1"))
-    resolved = resolve(args)
+    if "total_timesteps" in parse_flags(args.flags).get("train", {}):
+        warn("warning: jaxlab bench runs --updates updates after the first, whatever --train.total-timesteps says")
+    resolved = resolve(args, updates=args.updates + 1)  # the run's length: --updates after the compiling one
     config, sizes = resolved.config, resolved.sizes
-    per_update = config.train.update_epochs * sizes.num_minibatches
-    if (args.updates + 1) * per_update >= 2**31:  # the optimizer's int32 step count, before anything is timed
-        return fail("bench", ConfigError(f"--updates {args.updates:,} makes {(args.updates + 1) * per_update:,} "
-                                         f"optimizer steps, past the 2**31 - 1 their int32 counter holds; use at "
-                                         f"most --updates {(2**31 - 1) // per_update - 1}"))
     print(f"device preset {config.preset} ({resolved.preset_reason}); {resolved.backend}")
     for line in report_env(config.env_name, sizes.num_agents, args.seconds, sizes.num_threads, config.env,
                            config.env_library or None):
         print(line)
-    timed = replace(config, train=replace(config.train, total_timesteps=sizes.batch_size * (args.updates + 1)))
-    print(report_training(timed, args.updates))
+    print(report_training(config, args.updates))
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -164,11 +165,12 @@ def unused_flags_warning(config, flags: list[str]) -> str | None:
     return f"warning: {'; '.join(lines)}" if lines else None
 
 
-def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn) -> Resolved:
+def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, updates: int | None = None) -> Resolved:
     """The config of ARGS (preset, --config, flags) with its sizes checked and its memory estimate
     checked against the device's and the host's; ConfigError (or CheckpointError for --resume)
     otherwise, which main() reports with exit status 2. Warnings go to ``warn`` (a run over several
-    processes passes one that prints in process 0 only).
+    processes passes one that prints in process 0 only). ``updates``: the run's length in updates, set
+    in the config's train.total_timesteps, instead of that key (`jaxlab bench`).
     Nothing is compiled; JAX's backend is started (to see the devices) with its memory options set."""
     from jaxlab.config import ConfigError, check_network, derive_sizes, load_config, memory, presets
     from jaxlab.config.layers import flags_library, repeated_flags
@@ -225,7 +227,9 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn) -> Res
             warn(f"warning: {line}")
     try:
         shape = memory.env_shape(config)  # ConfigError for an env parameter out of range or of the wrong type
-        sizes = derive_sizes(config, shape.agents_per_env)
+        sizes = derive_sizes(config, shape.agents_per_env, updates)
+        if updates is not None:
+            config = replace(config, train=replace(config.train, total_timesteps=sizes.total_timesteps))
         check_network(config, shape.obs_shape)
         limit = memory.current_limit()
         estimate = memory.check_fits(config, sizes, shape, limit)  # before anything is allocated

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from jaxlab.config.schema import (ACTIVATIONS, ADVANTAGES, DASHBOARDS, ENCODERS, MASK_CHECKS, MATMUL_PRECISIONS,
                                   PRECISIONS, SCHEDULES, SECTIONS, Config, ConfigError)
@@ -165,8 +165,9 @@ def check_network(config: Config, obs_shape: tuple[int, ...]) -> None:
                           "32,64") from None
 
 
-def derive_sizes(config: Config, agents_per_env: int) -> Sizes:
-    """Checks every invariant; ConfigError naming the values, the rule and a fix on the first broken."""
+def derive_sizes(config: Config, agents_per_env: int, updates: int | None = None) -> Sizes:
+    """Checks every invariant; ConfigError naming the values, the rule and a fix on the first broken.
+    ``updates``: the run's length in updates instead of train.total_timesteps (`jaxlab bench`)."""
     check_finite(config)
     t, v = config.train, config.vec
     if v.num_threads != "auto" and not isinstance(v.num_threads, int):
@@ -260,11 +261,17 @@ def derive_sizes(config: Config, agents_per_env: int) -> Sizes:
     if batch % t.minibatch_size != 0:
         raise ConfigError(f"train.minibatch_size={t.minibatch_size} must divide the batch of {batch:,} "
                           f"({shape}); e.g. --train.minibatch-size {batch}")
+    if updates is not None:  # whatever total_timesteps says (a default below a big batch would be refused)
+        t = replace(t, total_timesteps=batch * updates)
     if t.total_timesteps < batch:
         raise ConfigError(f"train.total_timesteps={t.total_timesteps:,} is less than one batch of {batch:,} "
                           f"({shape}); raise it to at least {batch} or use fewer envs")
     updates, minibatches = t.total_timesteps // batch, batch // t.minibatch_size
     optimizer_steps = updates * t.update_epochs * minibatches
+    if optimizer_steps >= 2**31 and updates is not None:
+        raise ConfigError(f"{updates:,} updates make {optimizer_steps:,} optimizer steps ({t.update_epochs} epochs x "
+                          f"{minibatches} minibatches each), past the 2**31 - 1 their int32 counter holds; at most "
+                          f"{(2**31 - 1) // (t.update_epochs * minibatches):,} updates fit")
     if optimizer_steps >= 2**31:  # the optimizer's step count and the schedules' are int32
         largest = ((2**31 - 1) // (t.update_epochs * minibatches) + 1) * batch - 1
         raise ConfigError(f"train.total_timesteps={t.total_timesteps:,} makes {optimizer_steps:,} optimizer steps "
