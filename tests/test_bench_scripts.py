@@ -150,3 +150,15 @@ def test_bench_train_prints_no_steady_sps_for_a_threshold_run_of_one_update():
     assert result.returncode == 0, result.stderr
     assert "  steady SPS: none (the run stopped after its first update, which compiles)\n" in result.stdout
     assert ">= -inf over the last 1 updates after " in result.stdout and " SPS over 1 updates " in result.stdout
+
+
+def test_a_benchmark_script_stopped_by_ctrl_c_is_one_line_and_exit_130(capsys):
+    from jaxlab.run.bench import script_main
+
+    def interrupted():
+        print("figures so far")
+        raise KeyboardInterrupt
+
+    assert script_main(interrupted, "bench_x.py") == 130
+    out, err = capsys.readouterr()
+    assert out == "figures so far\n" and err == "bench_x.py: interrupted\n"

@@ -214,7 +214,8 @@ def positive_number(text: str) -> float:
 
 def script_main(main, prog: str) -> int:
     """Runs a benchmark script's ``main()``; a ConfigError (a flag the config refuses) is one line on
-    stderr, "PROG: error: ...", and exit status 2 instead of a traceback."""
+    stderr, "PROG: error: ...", and exit status 2 instead of a traceback; Ctrl-C is "PROG: interrupted"
+    and exit status 130 (the figures printed so far stand)."""
     import sys
 
     from jaxlab.config import ConfigError
@@ -224,4 +225,7 @@ def script_main(main, prog: str) -> int:
     except ConfigError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
     return 0
