@@ -74,6 +74,15 @@ def test_multi_agent_episodes_are_kept_in_whole_envs():
     assert result["episode_return"] == pytest.approx(result["returns"].mean(), rel=1e-5, abs=1e-6)
 
 
+def test_play_refuses_counts_below_one():
+    """episodes=0 (or a negative count) returned 0 episodes in silence."""
+    with trainer_for("memory") as trainer:
+        for kwargs in ({"episodes": 0}, {"episodes": -3}, {"steps": 0}, {"episodes": 2, "num_envs": 0}):
+            name, value = next((k, v) for k, v in kwargs.items() if v < 1)
+            with pytest.raises(ValueError, match=rf"^play: {name}={value} must be at least 1$"):
+                play(trainer, **kwargs)
+
+
 def test_steps_alone_keeps_the_episodes_complete_by_then():
     with trainer_for("memory", "--env.delay", "2") as trainer:  # episodes of 4 steps
         result = play(trainer, steps=10, num_envs=3, seed=0)

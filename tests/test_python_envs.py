@@ -654,6 +654,15 @@ def test_train_cli_with_a_python_env_warns_once_over_several_checkpoints(tmp_pat
     assert result.stderr.count("this checkpoint holds no env state") == 1
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(records) == 8 and records[-1]["episodes"] > 0
+    for flag in ("--render", "--gif"):  # said "no `render` option in its CENV_ENV", which it has no
+        args = [flag] if flag == "--render" else [flag, str(tmp_path / "a.gif")]
+        refused = subprocess.run([sys.executable, "-m", "jaxlab.cli", "eval", "gymnasium:CartPole-v1", "--checkpoint",
+                                  str(run_dir), *args], capture_output=True, text=True, timeout=300)
+        if flag == "--gif" and "needs Pillow" in refused.stderr:
+            continue
+        assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+            "jaxlab eval: error: env 'gymnasium:CartPole-v1' is a Python env: jaxlab draws no text or pictures of "
+            "it; drop --render/--save-frames/--gif (its library's own render_mode renders it)"], refused.stderr
 
 
 def test_bench_compares_a_python_env_with_its_c_twin():

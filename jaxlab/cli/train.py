@@ -265,6 +265,7 @@ def eval_command(args: argparse.Namespace) -> int:
     from jaxlab.agent.custom import moved_module
     from jaxlab.checkpoint import read_meta
     from jaxlab.config import ConfigError, config_from_toml
+    from jaxlab.env.python_envs import is_python_env
     from jaxlab.run.resume import find_checkpoint, newest_usable
     from jaxlab.train.evaluation import load_trainer, play
 
@@ -331,12 +332,19 @@ def eval_command(args: argparse.Namespace) -> int:
 
     path, trainer = newest_usable(find_checkpoint(args.checkpoint, name, flag="--checkpoint"), load, warn)
     watching = bool(args.render or args.save_frames)
-    if watching and not trainer.env.kind.has("render"):
+    python_env = is_python_env(name)
+    if watching and (python_env or not trainer.env.kind.has("render")):
         trainer.close()
+        if python_env:  # Gymnasium and PettingZoo envs render through their own library, not jaxlab's hooks
+            raise ConfigError(f"env {name!r} is a Python env: jaxlab draws no text or pictures of it; drop "
+                              "--render/--save-frames/--gif (its library's own render_mode renders it)")
         raise ConfigError(f"env {name!r} has no text rendering (no `render` option in its CENV_ENV); "
                           "drop --render/--save-frames, or give the env a render hook (see BUILD.md)")
-    if args.gif and not trainer.env.kind.has("pixels"):
+    if args.gif and (python_env or not trainer.env.kind.has("pixels")):
         trainer.close()
+        if python_env:
+            raise ConfigError(f"env {name!r} is a Python env: jaxlab draws no text or pictures of it; drop "
+                              "--render/--save-frames/--gif (its library's own render_mode renders it)")
         hint = ("; it has a text log instead: --render or --save-frames FILE" if trainer.env.kind.has("render")
                 else "")
         raise ConfigError(f"env {name!r} draws no pictures (no `pixels` option in its CENV_ENV), so --gif cannot "

@@ -103,6 +103,9 @@ def play(trainer, steps: int | None = None, num_envs: int | None = None, seed: i
     the statistics cover "stat_episodes" < n of them, which favours short episodes)."""
     if steps is None and episodes is None:
         raise ValueError("play needs steps or episodes")
+    for name, value in (("episodes", episodes), ("steps", steps), ("num_envs", num_envs)):
+        if value is not None and not value >= 1:  # 0 played nothing and returned 0 episodes, silently
+            raise ValueError(f"play: {name}={value} must be at least 1")
     config = trainer.config
     names = trainer.env.kind.log_names
     with jaxlab.make(config.env_name, num_envs=num_envs or config.vec.num_envs, seed=seed,
