@@ -5,7 +5,8 @@
     python scripts/bench_train.py --sps-only --agents 4096 --flags --train.update-epochs 1
     python scripts/bench_train.py --scaling --agents 1024   # steady SPS on 1 and 2 devices, 2 processes
 
-Time to threshold is wall time from the Trainer's start (compile included, JAX import excluded) until
+Time to threshold is wall time from the Trainer's start (the step's and the update's compiles included;
+JAX's import and the Trainer's set-up excluded) until
 the episode-weighted mean return over the last --window updates reaches --threshold.
 Steady SPS excludes the first update (which compiles).
 """
@@ -87,7 +88,13 @@ def sps_config(env: str, agents: int, updates: int, flags: list[str]):
     minibatches = next(n for n in (4, 2, 1) if agents % n == 0)
     base = ["--vec.num-envs", str(agents // per_env), "--train.total-timesteps", str(agents * horizon * (updates + 1)),
             "--train.minibatch-size", str(agents * horizon // minibatches)]
-    return load_config(env, flags=base + flags)[0]
+    config = load_config(env, flags=base + flags)[0]
+    t = config.train
+    per_update = t.update_epochs * agents * t.bptt_horizon // t.minibatch_size
+    if (updates + 1) * per_update >= 2**31:  # else refused later naming --train.total-timesteps, which is ours
+        raise ConfigError(f"--updates {updates:,} makes {(updates + 1) * per_update:,} optimizer steps, past the "
+                          f"2**31 - 1 their int32 counter holds; use at most --updates {(2**31 - 1) // per_update - 1}")
+    return config
 
 
 def steady_sps(env: str, agents: int, updates: int, flags: list[str]) -> None:

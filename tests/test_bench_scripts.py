@@ -103,6 +103,11 @@ def test_bench_train_steady_sps_counts_agents_not_envs():
     assert (config.vec.num_envs, config.train.minibatch_size, config.train.total_timesteps) == (2, 64, 16 * 16 * 4)
     config = sps_config("cartpole", 6, 1, ["--train.bptt-horizon", "8"])
     assert (config.vec.num_envs, config.train.minibatch_size, config.train.total_timesteps) == (6, 24, 6 * 8 * 2)
+    from jaxlab.config import ConfigError  # too many updates: named as --updates, not --train.total-timesteps
+
+    with pytest.raises(ConfigError, match=r"^--updates 1,000,000,000 makes 8,000,000,008 optimizer steps, .*; use "
+                                          r"at most --updates 268435454$"):
+        sps_config("cartpole", 16, 10**9, [])
 
 
 def test_run_together_kills_the_other_processes_when_one_fails():
