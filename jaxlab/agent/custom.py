@@ -64,8 +64,8 @@ def module_file(spec: str) -> Path | None:
 
 def moved_module(saved: str, now: str) -> bool:
     """Whether policy.module ``now`` is ``saved``'s class, in a file moved or copied elsewhere (or the
-    same): the same class, and the saved file gone or of the same contents. (A checkpoint's arrays are then checked
-    against the module's, shape by shape, as they are restored.)"""
+    same): the same class, and the saved file gone or of the same contents. (A checkpoint's arrays are
+    then checked against the module's, shape by shape, as they are restored.)"""
     old, new = module_file(saved), module_file(now)
     if saved == now:
         return True
