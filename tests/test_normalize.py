@@ -61,6 +61,54 @@ def test_discounted_returns_and_reward_scaling_by_value():
     np.testing.assert_allclose(each[:, 0], [2.5])
 
 
+def test_rows_of_waiting_agents_count_in_neither_statistic():
+    # Segment.active 0 (an agent waiting for its env's reset): its observation and return are not its
+    # episode's; the statistics are those of the active rows alone, by an independent numpy computation
+    from jaxlab.train.learner import Segment
+    from jaxlab.train.normalization import Normalization
+
+    T, A, gamma = 4, 3, 0.5
+    rng = np.random.default_rng(5)
+    obs = rng.normal(2.0, 3.0, (T, A, 2)).astype(np.float32)
+    rewards = rng.uniform(0, 2, (T, A)).astype(np.float32)
+    active = np.array([[1, 1, 1], [1, 0, 1], [1, 0, 1], [0, 1, 1]], bool)
+    terminals = np.array([[0, 1, 0], [0, 1, 0], [1, 1, 0], [1, 0, 0]], bool)  # a waiting row is terminal
+    rewards[~active] = 0.0
+    norm = Normalization(True, True, (2,), A, gamma)
+    segment = Segment(obs=jnp.asarray(obs), resets=None, actions=None, logp=None, values=None,
+                      rewards=jnp.asarray(rewards), terminals=jnp.asarray(terminals),
+                      truncations=jnp.zeros((T, A), bool), bootstrap_values=None, next_values=None,
+                      start_carry=None, active=jnp.asarray(active))
+    new, scaled = norm.prepare_batch(norm.state, segment)
+
+    def with_prior(x):  # the prior: mean 0, var 1, count 1e-4 (per feature)
+        count = len(x) + 1e-4
+        mean = x.sum(0) / count
+        return mean, (1e-4 * (1 + mean ** 2) + ((x - mean) ** 2).sum(0)) / count, count
+
+    mean, var, count = with_prior(obs[active].astype(np.float64))
+    np.testing.assert_allclose(new["obs"].mean, mean, rtol=1e-5)
+    np.testing.assert_allclose(new["obs"].var, var, rtol=1e-5)
+    assert float(new["obs"].count) == pytest.approx(count)
+    returns, running = [], np.zeros(A)
+    for t in range(T):
+        running = gamma * running + rewards[t]
+        returns += list(running[active[t]])
+        running = np.where(terminals[t], 0.0, running)
+    _, var, count = with_prior(np.array(returns))
+    assert float(new["reward"].stats.count) == pytest.approx(count)
+    assert float(new["reward"].stats.var) == pytest.approx(var, rel=1e-5)
+    np.testing.assert_allclose(scaled.rewards, rewards / np.sqrt(var + 1e-8), rtol=1e-5)
+    # weights that select nothing leave the statistics as they were
+    stats = normalize.update(new["obs"], jnp.asarray(obs), jnp.zeros((T, A), bool))
+    for x, y in zip(stats, new["obs"]):
+        np.testing.assert_array_equal(x, y)
+    # weights all set: the unweighted update
+    for x, y in zip(normalize.update(new["obs"], jnp.asarray(obs), jnp.ones((T, A), bool)),
+                    normalize.update(new["obs"], jnp.asarray(obs))):
+        np.testing.assert_allclose(x, y, rtol=1e-5)
+
+
 def _returns_by_agent(rewards, ended, processes, segments, gamma, start):
     """Independent numpy: each agent's rewards and ends in time order from the batch's rows (process p's
     rows are its segments one after the other, each of its A / P agents), its running discounted return

@@ -6,7 +6,8 @@ the trainer's jitted update, so it adds no compile) hands the learner the batch 
     obs      normalised with those same statistics (so the update's first ratios are 1), float32
     rewards  divided by the running std of the discounted return, the return statistics first updated
              with this batch's T x N returns (SB3's VecNormalize, per batch rather than per step)
-and updates the observation statistics with the batch's raw observations, for the next batch. The
+and updates the observation statistics with the batch's raw observations, for the next batch. Rows
+where an agent waits (Segment.active 0: not its episode's) count in neither statistic. The
 state ({"obs": RunningStats, "reward": ReturnScale}, only the parts that are on) is saved in checkpoints
 and restored, so a resumed run goes on bit for bit; evaluation uses the statistics as they are (frozen).
 
@@ -65,7 +66,7 @@ class Normalization:
         options off it returns them as they are."""
         new = dict(state)
         if "obs" in state:
-            new["obs"] = normalize.update(state["obs"], segment.obs)
+            new["obs"] = normalize.update(state["obs"], segment.obs, segment.active)
             segment = segment._replace(obs=normalize.normalize(state["obs"], segment.obs))
         if "reward" in state:
             T, N = segment.rewards.shape
@@ -75,8 +76,9 @@ class Normalization:
                 return x.reshape(T, P, S, A // P).transpose(2, 0, 1, 3).reshape(S * T, A)
 
             ended = segment.terminals | segment.truncations
+            active = None if segment.active is None else in_time_order(segment.active)
             new["reward"], scaled = normalize.scale_rewards(state["reward"], in_time_order(segment.rewards),
-                                                            in_time_order(ended), self.gamma)
+                                                            in_time_order(ended), self.gamma, active=active)
             segment = segment._replace(rewards=scaled.reshape(S, T, P, A // P).transpose(1, 2, 0, 3).reshape(T, N))
         return new, segment
 
