@@ -66,9 +66,12 @@ def test_gae_is_cut_for_the_agent_that_ended_only(library):
     assert advantages[4, 2] == pytest.approx(delta + gamma * lam * advantages[5, 2], abs=1e-5)
 
 
-def test_an_update_does_not_learn_from_the_rows_of_waiting_agents(library):
-    with trainer_for("relay_wait", library) as trainer:
-        segment, _ = trainer.rollout.collect(trainer.state.params)
+@pytest.mark.parametrize("norm", [[], ["--train.obs-norm", "true", "--train.reward-scale", "auto"]],
+                         ids=["raw", "normalised"])
+def test_an_update_does_not_learn_from_the_rows_of_waiting_agents(library, norm):
+    # normalised: nor do the observation and return statistics the update merges the batch into
+    with trainer_for("relay_wait", library, *norm) as trainer:
+        segment, _ = trainer.rollout.collect(trainer.acting_params)
         active = np.asarray(segment.active)
         expected = np.array([[c <= 2 * (a + 1) for a in range(3)] * 2 for c in (np.arange(12) % 6 + 1)])
         np.testing.assert_array_equal(active, expected)
@@ -83,8 +86,8 @@ def test_an_update_does_not_learn_from_the_rows_of_waiting_agents(library):
 
         def update(seg):
             state = jax.tree.map(jnp.copy, trainer.state)
-            new_state, _, metrics = trainer._update(state, trainer.norm.state, seg, jax.random.PRNGKey(1))
-            return jax.tree.leaves(new_state.params), metrics
+            new_state, norm_state, metrics = trainer._update(state, trainer.norm.state, seg, jax.random.PRNGKey(1))
+            return jax.tree.leaves((new_state.params, norm_state)), metrics
 
         params, metrics = update(segment)
         waiting_changed, waiting_metrics = update(changed(~active))

@@ -61,6 +61,106 @@ def test_discounted_returns_and_reward_scaling_by_value():
     np.testing.assert_allclose(each[:, 0], [2.5])
 
 
+def test_rows_of_waiting_agents_count_in_neither_statistic():
+    # Segment.active 0 (an agent waiting for its env's reset): its observation and return are not its
+    # episode's; the statistics are those of the active rows alone, by an independent numpy computation
+    from jaxlab.train.learner import Segment
+    from jaxlab.train.normalization import Normalization
+
+    T, A, gamma = 4, 3, 0.5
+    rng = np.random.default_rng(5)
+    obs = rng.normal(2.0, 3.0, (T, A, 2)).astype(np.float32)
+    rewards = rng.uniform(0, 2, (T, A)).astype(np.float32)
+    active = np.array([[1, 1, 1], [1, 0, 1], [1, 0, 1], [0, 1, 1]], bool)
+    terminals = np.array([[0, 1, 0], [0, 1, 0], [1, 1, 0], [1, 0, 0]], bool)  # a waiting row is terminal
+    rewards[~active] = 0.0
+    norm = Normalization(True, True, (2,), A, gamma)
+    segment = Segment(obs=jnp.asarray(obs), resets=None, actions=None, logp=None, values=None,
+                      rewards=jnp.asarray(rewards), terminals=jnp.asarray(terminals),
+                      truncations=jnp.zeros((T, A), bool), bootstrap_values=None, next_values=None,
+                      start_carry=None, active=jnp.asarray(active))
+    new, scaled = norm.prepare_batch(norm.state, segment)
+
+    def with_prior(x):  # the prior: mean 0, var 1, count 1e-4 (per feature)
+        count = len(x) + 1e-4
+        mean = x.sum(0) / count
+        return mean, (1e-4 * (1 + mean ** 2) + ((x - mean) ** 2).sum(0)) / count, count
+
+    mean, var, count = with_prior(obs[active].astype(np.float64))
+    np.testing.assert_allclose(new["obs"].mean, mean, rtol=1e-5)
+    np.testing.assert_allclose(new["obs"].var, var, rtol=1e-5)
+    assert float(new["obs"].count) == pytest.approx(count)
+    returns, running = [], np.zeros(A)
+    for t in range(T):
+        running = gamma * running + rewards[t]
+        returns += list(running[active[t]])
+        running = np.where(terminals[t], 0.0, running)
+    _, var, count = with_prior(np.array(returns))
+    assert float(new["reward"].stats.count) == pytest.approx(count)
+    assert float(new["reward"].stats.var) == pytest.approx(var, rel=1e-5)
+    np.testing.assert_allclose(scaled.rewards, rewards / np.sqrt(var + 1e-8), rtol=1e-5)
+    # weights that select nothing leave the statistics as they were
+    stats = normalize.update(new["obs"], jnp.asarray(obs), jnp.zeros((T, A), bool))
+    for x, y in zip(stats, new["obs"]):
+        np.testing.assert_array_equal(x, y)
+    # weights all set: the unweighted update
+    for x, y in zip(normalize.update(new["obs"], jnp.asarray(obs), jnp.ones((T, A), bool)),
+                    normalize.update(new["obs"], jnp.asarray(obs))):
+        np.testing.assert_allclose(x, y, rtol=1e-5)
+
+
+def _returns_by_agent(rewards, ended, processes, segments, gamma, start):
+    """Independent numpy: each agent's rewards and ends in time order from the batch's rows (process p's
+    rows are its segments one after the other, each of its A / P agents), its running discounted return
+    R = gamma R + r (zeroed after an end) at every step, and R after the batch, by global agent p*A/P + a."""
+    T, N = rewards.shape
+    local = N // (processes * segments)
+    each, last = {}, np.zeros(processes * local)
+    for p in range(processes):
+        for a in range(local):
+            agent, running, out = p * local + a, start[p * local + a], []
+            for s in range(segments):
+                row = (p * segments + s) * local + a
+                for t in range(T):
+                    running = gamma * running + rewards[t, row]
+                    out.append((row, t, running))
+                    if ended[t, row]:
+                        running = 0.0
+            each[agent], last[agent] = out, running
+    return each, last
+
+
+@pytest.mark.parametrize("processes, segments", [(1, 2), (2, 1), (2, 2), (2, 3)])
+def test_reward_scaling_follows_each_agent_through_the_segments_of_every_process(processes, segments):
+    # the update's batch of a P-process run is process 0's S segments, then process 1's (each of A/P
+    # agents): an agent's return runs through its own process's segments, and no other row's
+    from jaxlab.train.learner import Segment
+    from jaxlab.train.normalization import Normalization
+
+    T, local, gamma = 3, 2, 0.9
+    A, N = processes * local, processes * segments * local
+    rng = np.random.default_rng(processes * 10 + segments)
+    rewards = rng.uniform(-1, 3, (T, N)).astype(np.float32)
+    terminals, truncations = rng.random((T, N)) < 0.15, rng.random((T, N)) < 0.15
+    ended = terminals | truncations
+    norm = Normalization(False, True, (1,), A, gamma, processes)
+    start = np.arange(1, A + 1, dtype=np.float32)  # a running return per agent from the batch before
+    state = {"reward": norm.state["reward"]._replace(returns=jnp.asarray(start))}
+    segment = Segment(obs=None, resets=None, actions=None, logp=None, values=None, rewards=jnp.asarray(rewards),
+                      terminals=jnp.asarray(terminals), truncations=jnp.asarray(truncations), bootstrap_values=None,
+                      next_values=None, start_carry=None)
+    new, scaled = norm.prepare_batch(state, segment)
+    each, last = _returns_by_agent(rewards.astype(np.float64), ended, processes, segments, gamma, start)
+    returns = np.array([r for out in each.values() for _, _, r in out])
+    assert returns.size == T * N
+    count = returns.size + 1e-4  # the prior: mean 0, var 1, count 1e-4
+    mean = returns.sum() / count
+    var = (1e-4 * (1 + mean ** 2) + ((returns - mean) ** 2).sum()) / count
+    assert float(new["reward"].stats.var) == pytest.approx(var, rel=1e-5)
+    np.testing.assert_allclose(new["reward"].returns, last, rtol=1e-5)
+    np.testing.assert_allclose(scaled.rewards, np.clip(rewards / np.sqrt(var + 1e-8), -10, 10), rtol=1e-5)
+
+
 SMALL = ["--vec.num-envs", "8", "--train.bptt-horizon", "8", "--train.minibatch-size", "16",
          "--policy.hidden-size", "16", "--policy.mlp-layers", "16"]
 

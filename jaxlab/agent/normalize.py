@@ -51,14 +51,21 @@ def merge(stats: RunningStats, batch_mean: jax.Array, batch_var: jax.Array, batc
     return RunningStats(mean, m2 / total, total)
 
 
-def update(stats: RunningStats, x: jax.Array) -> RunningStats:
-    """``stats`` updated with every entry of x [*batch, *S] (the leading axes beyond stats' rank)."""
+def update(stats: RunningStats, x: jax.Array, weights: jax.Array | None = None) -> RunningStats:
+    """``stats`` updated with every entry of x [*batch, *S] (the leading axes beyond stats' rank), or with
+    only those where ``weights`` [*batch] (bool or 0/1) is set (none set: ``stats`` unchanged)."""
     axes = tuple(range(x.ndim - stats.mean.ndim))
     x = x.astype(jnp.float32)
-    count = 1
-    for axis in axes:
-        count *= x.shape[axis]
-    return merge(stats, x.mean(axis=axes), x.var(axis=axes), jnp.float32(count))
+    if weights is None:
+        count = 1
+        for axis in axes:
+            count *= x.shape[axis]
+        return merge(stats, x.mean(axis=axes), x.var(axis=axes), jnp.float32(count))
+    w = weights.astype(jnp.float32).reshape(weights.shape + (1,) * stats.mean.ndim)
+    count = w.sum()
+    share = w / jnp.maximum(count, 1.0)
+    mean = (x * share).sum(axis=axes)
+    return merge(stats, mean, ((x - mean) ** 2 * share).sum(axis=axes), count)
 
 
 def normalize(stats: RunningStats, x: jax.Array, clip: float = CLIP) -> jax.Array:
@@ -85,11 +92,12 @@ def discounted_returns(returns: jax.Array, rewards: jax.Array, ended: jax.Array,
 
 
 def scale_rewards(state: ReturnScale, rewards: jax.Array, ended: jax.Array, gamma: float,
-                  clip: float = CLIP) -> tuple[ReturnScale, jax.Array]:
-    """Updates the return statistics with the T x A discounted returns of this segment, then divides the
-    rewards [T, A] by the updated std of the return sqrt(var + EPSILON) and clips them to [-clip, clip].
-    Returns (the new state, the scaled rewards [T, A])."""
+                  clip: float = CLIP, active: jax.Array | None = None) -> tuple[ReturnScale, jax.Array]:
+    """Updates the return statistics with the T x A discounted returns of this segment (only those of
+    the steps where ``active`` [T, A] is set, when given: a waiting agent's rows are not its episode's),
+    then divides the rewards [T, A] by the updated std of the return sqrt(var + EPSILON) and clips them
+    to [-clip, clip]. Returns (the new state, the scaled rewards [T, A])."""
     returns, each = discounted_returns(state.returns, rewards, ended, gamma)
-    stats = update(state.stats, each)
+    stats = update(state.stats, each, active)
     scaled = jnp.clip(rewards / jnp.sqrt(stats.var + EPSILON), -clip, clip)
     return ReturnScale(returns, stats), scaled

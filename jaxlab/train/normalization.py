@@ -6,7 +6,8 @@ the trainer's jitted update, so it adds no compile) hands the learner the batch 
     obs      normalised with those same statistics (so the update's first ratios are 1), float32
     rewards  divided by the running std of the discounted return, the return statistics first updated
              with this batch's T x N returns (SB3's VecNormalize, per batch rather than per step)
-and updates the observation statistics with the batch's raw observations, for the next batch. The
+and updates the observation statistics with the batch's raw observations, for the next batch. Rows
+where an agent waits (Segment.active 0: not its episode's) count in neither statistic. The
 state ({"obs": RunningStats, "reward": ReturnScale}, only the parts that are on) is saved in checkpoints
 and restored, so a resumed run goes on bit for bit; evaluation uses the statistics as they are (frozen).
 
@@ -38,12 +39,13 @@ class NormalizedPolicy:
 
 class Normalization:
     """What the trainer keeps for ``obs_norm`` (observations of shape ``obs_shape``) and ``reward_norm``
-    (``num_agents`` running returns, discount ``gamma``); with both off it does nothing and compiles
-    nothing."""
+    (``num_agents`` running returns, the agents of every one of ``processes`` processes, discount ``gamma``);
+    with both off it does nothing and compiles nothing."""
 
-    def __init__(self, obs_norm: bool, reward_norm: bool, obs_shape: tuple[int, ...], num_agents: int, gamma: float):
+    def __init__(self, obs_norm: bool, reward_norm: bool, obs_shape: tuple[int, ...], num_agents: int, gamma: float,
+                 processes: int = 1):
         self.obs_norm, self.reward_norm = obs_norm, reward_norm
-        self.num_agents, self.gamma = num_agents, gamma
+        self.num_agents, self.gamma, self.processes = num_agents, gamma, processes
         self.state: dict = {}
         if obs_norm:
             self.state["obs"] = normalize.init_stats(tuple(obs_shape))
@@ -64,19 +66,20 @@ class Normalization:
         options off it returns them as they are."""
         new = dict(state)
         if "obs" in state:
-            new["obs"] = normalize.update(state["obs"], segment.obs)
+            new["obs"] = normalize.update(state["obs"], segment.obs, segment.active)
             segment = segment._replace(obs=normalize.normalize(state["obs"], segment.obs))
         if "reward" in state:
             T, N = segment.rewards.shape
-            S, A = N // self.num_agents, self.num_agents
+            P, S, A = self.processes, N // self.num_agents, self.num_agents
 
-            def in_time_order(x):  # [T, S * A] -> [S * T, A]: segment s's steps after segment s - 1's
-                return x.reshape(T, S, A).transpose(1, 0, 2).reshape(S * T, A)
+            def in_time_order(x):  # [T, P * S * A/P] -> [S * T, A]: segment s's steps after segment s - 1's
+                return x.reshape(T, P, S, A // P).transpose(2, 0, 1, 3).reshape(S * T, A)
 
             ended = segment.terminals | segment.truncations
+            active = None if segment.active is None else in_time_order(segment.active)
             new["reward"], scaled = normalize.scale_rewards(state["reward"], in_time_order(segment.rewards),
-                                                            in_time_order(ended), self.gamma)
-            segment = segment._replace(rewards=scaled.reshape(S, T, A).transpose(1, 0, 2).reshape(T, N))
+                                                            in_time_order(ended), self.gamma, active=active)
+            segment = segment._replace(rewards=scaled.reshape(S, T, P, A // P).transpose(1, 2, 0, 3).reshape(T, N))
         return new, segment
 
     def metrics(self) -> dict:

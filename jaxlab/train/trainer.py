@@ -96,7 +96,7 @@ class Trainer:
         self.policy = make_policy(c, self.spec)  # the built-in ActorCritic or policy.module's
         obs_space = self.env.observation_space
         self.norm = Normalization(obs_norm_on(c, obs_space.dtype), reward_norm_on(c), obs_space.shape,
-                                  self.sizes.num_agents, t.gamma)
+                                  self.sizes.num_agents, t.gamma, jax.process_count())
         A = self.sizes.num_agents
         total_opt_steps = self.sizes.num_updates * t.update_epochs * self.sizes.num_minibatches
         self.schedule = lr_schedule(t.learning_rate, t.anneal_lr, total_opt_steps, t.min_lr_ratio)
