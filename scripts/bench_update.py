@@ -44,12 +44,11 @@ def matmul_peak(m: int, k: int, n: int, dtype: str = "float32", seconds: float =
     return best
 
 
-def update_figures(args, unroll: int) -> tuple[float, float, int]:
-    """(seconds per update, FLOPs per update, samples x epochs per update) of the real update at these
-    sizes, the last two from the config as built (--flags may change the batch or the epochs)."""
-    from jaxlab.config import load_config
-    from jaxlab.run.bench import update_flops
-    from jaxlab.train.trainer import Trainer
+def config_of(args, unroll: int):
+    """The cartpole config of these sizes (--flags last, so they may change any), its sizes checked:
+    ConfigError before anything is timed."""
+    from jaxlab.config import derive_sizes, load_config
+    from jaxlab.config.memory import env_shape
 
     num_envs = args.agents
     flags = ["--vec.num-envs", str(num_envs), "--train.bptt-horizon", str(args.horizon), "--train.minibatch-size",
@@ -57,7 +56,17 @@ def update_figures(args, unroll: int) -> tuple[float, float, int]:
              "--policy.scan-unroll", str(unroll), "--device.precision", args.precision,
              "--train.total-timesteps", str(num_envs * args.horizon * 100), *args.flags]
     config, _ = load_config("cartpole", flags=flags)
-    with Trainer(config) as trainer:
+    derive_sizes(config, env_shape(config).agents_per_env)
+    return config
+
+
+def update_figures(args, unroll: int) -> tuple[float, float, int]:
+    """(seconds per update, FLOPs per update, samples x epochs per update) of the real update at these
+    sizes, the last two from the config as built (--flags may change the batch or the epochs)."""
+    from jaxlab.run.bench import update_flops
+    from jaxlab.train.trainer import Trainer
+
+    with Trainer(config_of(args, unroll)) as trainer:
         trainer.evaluate()
         segment = trainer.segment
         key = jax.random.PRNGKey(0)
@@ -88,10 +97,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=at_least(1), default=3)
     parser.add_argument("--flags", nargs=argparse.REMAINDER, default=[], help="more config flags, last")
     args = parser.parse_args()
-    rows = args.minibatch // args.horizon
-    peak = matmul_peak(rows, 2 * args.hidden, 4 * args.hidden, args.precision)
-    print(f"{jax.devices()[0].device_kind}: {args.precision} matmul [{rows}, {2 * args.hidden}] x "
-          f"[{2 * args.hidden}, {4 * args.hidden}] peak {peak:,.1f} GFLOP/s")
+    config = config_of(args, args.unroll[0])  # a bad flag: one line (script_main) before the peak's 2 s
+    t, hidden, precision = config.train, config.policy.hidden_size, config.device.precision
+    rows = t.minibatch_size // t.bptt_horizon  # an LSTM step's gate matmul in the update, as --flags made it
+    peak = matmul_peak(rows, 2 * hidden, 4 * hidden, precision)
+    print(f"{jax.devices()[0].device_kind}: {precision} matmul [{rows}, {2 * hidden}] x "
+          f"[{2 * hidden}, {4 * hidden}] peak {peak:,.1f} GFLOP/s")
     for unroll in args.unroll:
         seconds, flops, samples = update_figures(args, unroll)
         achieved = flops / seconds / 1e9

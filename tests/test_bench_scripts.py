@@ -141,9 +141,11 @@ def test_bench_update_counts_the_flops_of_the_config_its_flags_make():
     ran (they were computed from --agents, --horizon and --epochs alone)."""
     result = subprocess.run([sys.executable, str(SCRIPTS / "bench_update.py"), "--agents", "8", "--minibatch", "64",
                              "--hidden", "8", "--unroll", "1", "--repeats", "1", "--flags", "--train.update-epochs",
-                             "2", "--vec.num-envs", "16"], capture_output=True, text=True, timeout=300)
+                             "2", "--vec.num-envs", "16", "--policy.hidden-size", "12"],
+                            capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "for 512 samples x epochs" in result.stdout, result.stdout  # 16 envs x horizon 16 x 2 epochs
+    assert "float32 matmul [4, 24] x [24, 48] peak" in result.stdout  # the gate matmul of hidden 12, not 8
 
 
 def test_bench_train_prints_no_steady_sps_for_a_threshold_run_of_one_update():
