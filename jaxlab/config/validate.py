@@ -261,14 +261,15 @@ def derive_sizes(config: Config, agents_per_env: int, updates: int | None = None
     if batch % t.minibatch_size != 0:
         raise ConfigError(f"train.minibatch_size={t.minibatch_size} must divide the batch of {batch:,} "
                           f"({shape}); e.g. --train.minibatch-size {batch}")
-    if updates is not None:  # whatever total_timesteps says (a default below a big batch would be refused)
+    length_in_updates = updates is not None
+    if length_in_updates:  # whatever total_timesteps says (a default below a big batch would be refused)
         t = replace(t, total_timesteps=batch * updates)
     if t.total_timesteps < batch:
         raise ConfigError(f"train.total_timesteps={t.total_timesteps:,} is less than one batch of {batch:,} "
                           f"({shape}); raise it to at least {batch} or use fewer envs")
     updates, minibatches = t.total_timesteps // batch, batch // t.minibatch_size
     optimizer_steps = updates * t.update_epochs * minibatches
-    if optimizer_steps >= 2**31 and updates is not None:
+    if optimizer_steps >= 2**31 and length_in_updates:
         raise ConfigError(f"{updates:,} updates make {optimizer_steps:,} optimizer steps ({t.update_epochs} epochs x "
                           f"{minibatches} minibatches each), past the 2**31 - 1 their int32 counter holds; at most "
                           f"{(2**31 - 1) // (t.update_epochs * minibatches):,} updates fit")
