@@ -184,15 +184,22 @@ def cache_dir() -> Path:
 def dependencies(header: Path) -> list[Path]:
     """The header and every file it includes (the compiler's own list, from -M), sorted."""
     builder = _builder()
-    cmd = [*shlex.split(builder.find_compiler()), f"-I{include_dir()}", "-M", "-x", "c", str(header)]
+    cmd = [*shlex.split(builder.find_compiler()), f"-I{include_dir()}", "-M", "-MT", "deps", "-x", "c", str(header)]
     result = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
     if result.returncode < 0 and -result.returncode in (signal.SIGINT, signal.SIGTERM):
         raise KeyboardInterrupt  # the compiler was stopped (Ctrl-C reaches it too): not a compile error
     if result.returncode != 0:
         raise BuildError(f"{header} does not compile (its includes could not be resolved):\n{' '.join(cmd)}\n"
                          f"{result.stderr.strip()}")
-    names = result.stdout.replace("\\\n", " ").partition(":")[2].split()
-    return sorted({Path(n).absolute() for n in names})
+    return sorted({Path(n).absolute() for n in _make_prerequisites(result.stdout)})
+
+
+def _make_prerequisites(rule: str) -> list[str]:
+    """The file names of a make rule ``deps: a b \\\n c`` as the compiler's -M writes it: a space or a
+    # in a name is escaped with a backslash, a $ doubled."""
+    body = rule.replace("\\\n", " ").partition("deps:")[2]
+    tokens = re.findall(r"(?:\\.|[^\s\\])+", body)
+    return [re.sub(r"\\([ #\t])", r"\1", token).replace("$$", "$") for token in tokens]
 
 
 @lru_cache(maxsize=1)
