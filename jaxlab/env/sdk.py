@@ -14,8 +14,8 @@ loads (no rebuild of jaxlab), the build cache, and the skeleton of a new env.
                                          that `jaxlab train drone` builds and trains that header
 
 The cache lives in $JAXLAB_CACHE_DIR, else $XDG_CACHE_HOME/jaxlab, else ~/.cache/jaxlab, under envs/;
-a library there is keyed by the contents of the header and of every file it includes, the compiler
-(its --version), the flags and the C ABI version (and by the files' paths: a moved header is built
+a library there is keyed by the contents of the header and of every file it includes, of the SDK's
+api.c (compiled into every library), the compiler (its --version), the flags and the C ABI version (and by the files' paths: a moved header is built
 again).
 """
 
@@ -232,7 +232,9 @@ def cached_library(header: str | Path) -> Path:
     if known is not None and all(Path(f).is_file() and Path(f).stat().st_mtime_ns == t for f, t in known[0]) \
             and known[1].is_file():
         return known[1]
-    deps = dependencies(header)
+    # api.c is compiled into every env library (see _translation_unit) but no header includes it: a
+    # jaxlab whose api.c changed within one ABI version must not reuse a library built from the old one
+    deps = sorted({*dependencies(header), include_dir() / "api.c"})
     key = _digest(deps, _compiler_identity(), " ".join(_builder().compile_flags()), f"ABI {ABI_VERSION}")
     folder = cache_dir() / "envs" / f"{header.stem}-{key[:16]}"
     library = folder / f"lib{header.stem}.so"
