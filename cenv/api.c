@@ -275,7 +275,7 @@ static void step_chunk(cenv_vec *vec, int c) {
                sizeof(int32_t) * (size_t)(vec->chunk_begin[c + 1] - vec->chunk_begin[c]));
     }
     vec->spec->step_range(vec->envs, vec->chunk_begin[c], vec->chunk_begin[c + 1], vec->spec->agents_wait,
-                          after_step, &ctx);
+                          vec->spaces.agents_per_env, after_step, &ctx);
 }
 
 static void reset_chunk(cenv_vec *vec, int c) {
