@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "core.h"
 #ifndef CENV_REGISTRY /* an SDK build (jaxlab build-env) defines its own list before including this file */
@@ -115,6 +116,7 @@ struct cenv_vec {
     cenv_breach chunk_breach[CENV_MAX_CHUNKS]; /* the first env of each chunk that broke the contract */
     /* threads: thread t runs chunks [thread_chunk[t], thread_chunk[t + 1]) */
     int num_threads;
+    pid_t pid;                   /* the process that started the worker threads (a fork has none) */
     int thread_chunk[CENV_MAX_CHUNKS + 1];
     cenv_worker *workers;
     pthread_mutex_t mutex;
@@ -273,7 +275,7 @@ static void step_chunk(cenv_vec *vec, int c) {
                sizeof(int32_t) * (size_t)(vec->chunk_begin[c + 1] - vec->chunk_begin[c]));
     }
     vec->spec->step_range(vec->envs, vec->chunk_begin[c], vec->chunk_begin[c + 1], vec->spec->agents_wait,
-                          after_step, &ctx);
+                          vec->spaces.agents_per_env, after_step, &ctx);
 }
 
 static void reset_chunk(cenv_vec *vec, int c) {
@@ -462,6 +464,7 @@ cenv_vec *cenv_create(int type, int64_t num_envs, uint64_t seed, const double *p
     for (int c = 0; c <= num_chunks; c++) vec->chunk_begin[c] = num_envs * c / num_chunks;
     vec->num_threads = num_threads;
     for (int t = 0; t <= num_threads; t++) vec->thread_chunk[t] = num_chunks * t / num_threads;
+    vec->pid = getpid();
     pthread_mutex_init(&vec->mutex, NULL);
     pthread_cond_init(&vec->work_ready, NULL);
     pthread_cond_init(&vec->work_done, NULL);
@@ -496,6 +499,17 @@ static int enter(const cenv_vec *vec, const char *what) {
 }
 
 static void leave(const cenv_vec *vec) { pthread_mutex_unlock(&((cenv_vec *)vec)->call_mutex); }
+
+/* A forked child gets a copy of the vector but not its worker threads: a job handed to them would
+ * wait for ever. 1 (with a message) when this process is not the one that started them. */
+static int workers_gone(cenv_vec *vec, const char *what) {
+    if (vec->num_threads < 2 || getpid() == vec->pid) return 0;
+    set_error(vec->error, CENV_ERROR_LEN,
+              "%s: this vector of '%s' runs on %d threads, started by process %lld; this process (%lld) is "
+              "a fork of it and has none of them. Create the envs in this process (or use num_threads=1)",
+              what, vec->spec->name, vec->num_threads, (long long)vec->pid, (long long)getpid());
+    return 1;
+}
 
 int cenv_agents_per_env(const cenv_vec *vec) { return vec->spaces.agents_per_env; }
 int cenv_obs_ndim(const cenv_vec *vec) { return vec->spaces.obs_ndim; }
@@ -579,7 +593,9 @@ int cenv_bind_episode_stats(cenv_vec *vec, float *env_stats, int32_t *env_ended)
 int cenv_reset(cenv_vec *vec, uint64_t seed, int reseed) {
     int rc = enter(vec, "cenv_reset");
     if (rc != 0) return rc;
-    if (vec->bound) {
+    if (workers_gone(vec, "cenv_reset")) {
+        rc = CENV_ERR_ARGUMENT;
+    } else if (vec->bound) {
         vec->reset_seed = seed;
         vec->reset_reseed = reseed;
         run_job(vec, JOB_RESET);
@@ -759,6 +775,7 @@ static int64_t step_locked(cenv_vec *vec) {
                   vec->spec->name);
         return CENV_ERR_NOT_RESET;
     }
+    if (workers_gone(vec, "cenv_step")) return CENV_ERR_ARGUMENT;
     vec->error[0] = '\0';
     int strict = vec->action_mask != NULL && vec->mask_check;
     if (strict && validate_mask_rows(vec) != 0) return CENV_ERR_MASK;
@@ -1028,13 +1045,16 @@ int cenv_pixels(cenv_vec *vec, int64_t index, uint8_t *rgb, int width, int heigh
 
 void cenv_close(cenv_vec *vec) {
     if (vec == NULL) return;
-    if (vec->envs != NULL) { /* a created vector: it has threads, a pool mutex and conditions */
+    /* In a forked child the workers (and the waits they were in) stayed in the parent: joining them, or
+     * destroying the conditions they wait on, would block for ever. It frees the memory only. */
+    int forked = vec->envs != NULL && vec->num_threads > 1 && getpid() != vec->pid;
+    if (vec->envs != NULL && !forked) { /* a created vector: it has threads, a pool mutex and conditions */
         stop_workers(vec, vec->num_threads - 1);
         pthread_mutex_destroy(&vec->mutex);
         pthread_cond_destroy(&vec->work_ready);
         pthread_cond_destroy(&vec->work_done);
     }
-    pthread_mutex_destroy(&vec->call_mutex);
+    if (!forked) pthread_mutex_destroy(&vec->call_mutex);
     free(vec->workers);
     free(vec->envs);
     free(vec);

@@ -129,7 +129,10 @@ CENV_EXPORT int cenv_pixels(cenv_vec *vec, int64_t index, uint8_t *rgb, int widt
 
 /* Calls that touch a vector's envs (bind, reset, step, log, set_state, save/load state) must not
  * overlap: a call made while another thread is inside one returns CENV_ERR_BUSY at once (and writes
- * no message) instead of racing. Serialize them (jaxlab's VecEnv holds a lock). */
+ * no message) instead of racing. Serialize them (jaxlab's VecEnv holds a lock).
+ * A forked child has a copy of the vector but none of its worker threads: there, cenv_reset and
+ * cenv_step of a vector created with num_threads > 1 return CENV_ERR_ARGUMENT (cenv_error says why)
+ * instead of waiting for ever. */
 
 /* Optional per-env episode statistics (both buffers, or NULL for both to stop): after each step,
  * env_ended[e] is the number of agent-episodes env e ended in it (0 for most) and, where it is not 0,
@@ -173,7 +176,8 @@ CENV_EXPORT int64_t cenv_save_state(cenv_vec *vec, void *out, int64_t size);
 CENV_EXPORT int cenv_load_state(cenv_vec *vec, const void *in, int64_t size);
 CENV_EXPORT int cenv_check_state(cenv_vec *vec, const void *in, int64_t size);
 
-/* Stops and joins the threads and frees everything. NULL is allowed. */
+/* Stops and joins the threads and frees everything. NULL is allowed. In a process forked from the one
+ * that created the vector (which has none of its threads) it frees the memory only. */
 CENV_EXPORT void cenv_close(cenv_vec *vec);
 
 #endif

@@ -108,10 +108,11 @@ typedef struct {
     float *(*log)(void *env);
     void (*reset)(void *env);
     /* Steps envs [begin, end) of the array `envs` (the env's own step, inlined) and calls
-     * after_step(ctx, i, ended) for each env whose step ended agents' episodes, or for every env when
-     * `every` is set. Returns 0, or the first non-zero after_step returned (the rest of the range is
-     * then still stepped). */
-    int (*step_range)(void *envs, int64_t begin, int64_t end, int every,
+     * after_step(ctx, i, ended) for each env whose step ended agents' episodes or flagged one of its
+     * `agents` agents (terminal or truncation: so a step that flags an agent but returns 0 is checked
+     * too), or for every env when `every` is set. Returns 0, or the first non-zero after_step returned
+     * (the rest of the range is then still stepped). */
+    int (*step_range)(void *envs, int64_t begin, int64_t end, int every, int agents,
                       int (*after_step)(void *ctx, int64_t index, int ended), void *ctx);
     void (*reset_agent)(void *env, int agent);                   /* option reset_agent, or NULL */
     int (*render)(const void *env, char *out, int size);         /* option render, or NULL */
@@ -201,13 +202,17 @@ typedef struct {
     static cenv_rng *NAME##_rng_v(void *e) { return &((TYPE *)e)->rng; }                          \
     static float *NAME##_log_v(void *e) { return (float *)&((TYPE *)e)->log; }                    \
     static void NAME##_reset_v(void *e) { NAME##_reset((TYPE *)e); }                              \
-    static int NAME##_step_range_v(void *envs, int64_t begin, int64_t end, int every,             \
+    static int NAME##_step_range_v(void *envs, int64_t begin, int64_t end, int every, int agents, \
                                    int (*after_step)(void *, int64_t, int), void *ctx) {          \
         TYPE *env = (TYPE *)envs;                                                                 \
         int failed = 0;                                                                           \
         for (int64_t i = begin; i < end; i++) {                                                   \
             int ended = NAME##_step(&env[i]);                                                     \
-            if (ended == 0 && !every) continue;                                                   \
+            if (ended == 0 && !every) {                                                           \
+                int flagged = 0;                                                                  \
+                for (int a = 0; a < agents; a++) flagged |= env[i].terminals[a] | env[i].truncations[a]; \
+                if (!flagged) continue;                                                           \
+            }                                                                                     \
             int rc = after_step(ctx, i, ended);                                                   \
             if (failed == 0) failed = rc;                                                         \
         }                                                                                         \

@@ -159,6 +159,9 @@ def test_a_step_must_return_how_many_agents_it_flagged(library):
     assert "its step returned 1 but 3 of its acting agents have a terminal or truncation flag" in error
     error, _ = end_env_2_at_step_3(library, flagged=2, returned=3)
     assert "its step returned 3 but 2 of its acting agents" in error
+    error, obs = end_env_2_at_step_3(library, flagged=3, returned=0)  # was passed over: 0 looked like "none"
+    assert "env 'partial' #2 broke the step contract at step 3: its step returned 0 but 3 of its acting" in error
+    assert obs == [[3.0]] * 3  # the broken env was not reset
 
 
 def test_an_agent_is_never_both_terminal_and_truncated(library):

@@ -110,3 +110,49 @@ def test_close_from_another_thread_waits_for_the_step():
 
         _run_threads([stepper, env.close])
         assert done == [True] and env.closed
+
+
+def test_a_forked_child_gets_an_error_not_a_hang_and_closes():
+    """A fork copies the vector but none of its worker threads: in the child, a step or reset of a
+    multi-threaded VecEnv is refused with a message (it waited for ever for the missing workers) and
+    close frees it without joining them (it hung too); a one-thread VecEnv steps there as usual."""
+    import os
+    import time
+
+    with jaxlab.make("cartpole", num_envs=4, seed=1, num_threads=2) as env, \
+            jaxlab.make("cartpole", num_envs=4, seed=1, num_threads=1) as single:
+        env.reset()
+        single.reset()
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report through the pipe, never return into pytest
+            code = 1
+            try:
+                messages = []
+                for call in (env.step, env.reset):
+                    try:
+                        call()
+                    except RuntimeError as err:
+                        messages.append(str(err))
+                single.step()
+                env.close()
+                single.close()
+                os.write(write, "\n".join(messages).encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write)
+        deadline, done = time.monotonic() + 30, (0, 0)
+        while time.monotonic() < deadline and done == (0, 0):
+            time.sleep(0.05)
+            done = os.waitpid(pid, os.WNOHANG)
+        if done == (0, 0):
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            raise AssertionError("the forked child hung")
+        assert os.waitstatus_to_exitcode(done[1]) == 0
+        report = os.read(read, 65536).decode()
+        os.close(read)
+        assert report.count("is a fork of it and has none of them") == 2, report
+        assert "cenv_step" in report and "cenv_reset" in report
+        env.step()  # the parent's threads are untouched

@@ -51,3 +51,18 @@ def test_each_group_steps_its_own_slice_of_envs():
 def test_groups_must_divide_the_envs():
     with pytest.raises(ConfigError, match=r"vec.groups=3 must divide vec.num_envs=8 .*e.g. --vec.groups 2"):
         Trainer(config_with("--vec.groups", "3"))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 12345])
+def test_no_two_envs_of_any_groups_share_a_random_stream(seed):
+    """cenv seeds env i of a VecEnv seeded s from s ^ (0xD1B54A32D192ED03 * (i + 1)): group seeds that
+    were multiples of that constant (seed 0: group g's was g * it) gave env g - 1 of every group g the
+    same stream, hence the same episode starts."""
+    import jaxlab
+    from jaxlab.train.trainer import group_seed
+
+    rows = []
+    for group in range(6):
+        with jaxlab.make("cartpole", num_envs=8, seed=group_seed(seed, group)) as env:
+            rows += [tuple(row) for row in env.reset().tolist()]
+    assert len(set(rows)) == len(rows)

@@ -130,6 +130,40 @@ def stroll_with_an_include(user_env: Path, folder: Path) -> Path:
     return folder / "stroll.h"
 
 
+def test_a_header_in_a_folder_with_spaces_and_unicode_builds_caches_and_hashes(user_env, tmp_path):
+    """The compiler's -M list escapes a space in a file name ("my\\ envs/"): the cache key and the source
+    hash read every file it names, so each must be split where make splits it."""
+    folder = tmp_path / "my envs ü"
+    folder.mkdir()
+    (folder / "stroll.h").write_text((user_env / "stroll.h").read_text()
+                                     .replace('#include "core.h"', '#include "core.h"\n#include "step costs.h"')
+                                     .replace('{"step_cost", 0.01,', '{"step_cost", STROLL_COST,'))
+    (folder / "step costs.h").write_text("#define STROLL_COST 0.01\n")
+    assert {folder / "stroll.h", folder / "step costs.h"} <= set(sdk.dependencies(folder / "stroll.h"))
+    first = sdk.cached_library(folder / "stroll.h")
+    digest = sdk.source_hash(folder / "stroll.h")
+    with jaxlab.make(str(folder / "stroll.h"), num_envs=2) as env:
+        env.reset()
+        env.step()
+    (folder / "step costs.h").write_text("#define STROLL_COST 0.02\n")
+    assert sdk.cached_library(folder / "stroll.h") != first  # the included file changed: rebuilt
+    assert sdk.source_hash(folder / "stroll.h") != digest
+
+
+def test_a_changed_sdk_api_c_rebuilds_a_cached_library(user_env, tmp_path, monkeypatch):
+    """api.c is compiled into every env library though no header includes it: a jaxlab whose api.c
+    changed (a fix within one ABI version) must not load a library built from the old one."""
+    sdk_copy = tmp_path / "sdk"
+    shutil.copytree(sdk.include_dir(), sdk_copy)
+    monkeypatch.setattr(sdk, "include_dir", lambda: sdk_copy)
+    header = stroll_with_an_include(user_env, tmp_path / "env")
+    first = sdk.cached_library(header)
+    with open(sdk_copy / "api.c", "a") as source:
+        source.write("/* a fix in the vectorized layer */\n")
+    second = sdk.cached_library(header)
+    assert second != first and second.is_file()
+
+
 def test_the_source_hash_is_of_the_contents_not_of_where_they_are(user_env, tmp_path):
     """A header and its includes copied elsewhere (a moved folder, a clone) keep their hash; an
     included file's contents still count."""

@@ -14,8 +14,8 @@ loads (no rebuild of jaxlab), the build cache, and the skeleton of a new env.
                                          that `jaxlab train drone` builds and trains that header
 
 The cache lives in $JAXLAB_CACHE_DIR, else $XDG_CACHE_HOME/jaxlab, else ~/.cache/jaxlab, under envs/;
-a library there is keyed by the contents of the header and of every file it includes, the compiler
-(its --version), the flags and the C ABI version (and by the files' paths: a moved header is built
+a library there is keyed by the contents of the header and of every file it includes, of the SDK's
+api.c (compiled into every library), the compiler (its --version), the flags and the C ABI version (and by the files' paths: a moved header is built
 again).
 """
 
@@ -184,15 +184,22 @@ def cache_dir() -> Path:
 def dependencies(header: Path) -> list[Path]:
     """The header and every file it includes (the compiler's own list, from -M), sorted."""
     builder = _builder()
-    cmd = [*shlex.split(builder.find_compiler()), f"-I{include_dir()}", "-M", "-x", "c", str(header)]
+    cmd = [*shlex.split(builder.find_compiler()), f"-I{include_dir()}", "-M", "-MT", "deps", "-x", "c", str(header)]
     result = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
     if result.returncode < 0 and -result.returncode in (signal.SIGINT, signal.SIGTERM):
         raise KeyboardInterrupt  # the compiler was stopped (Ctrl-C reaches it too): not a compile error
     if result.returncode != 0:
         raise BuildError(f"{header} does not compile (its includes could not be resolved):\n{' '.join(cmd)}\n"
                          f"{result.stderr.strip()}")
-    names = result.stdout.replace("\\\n", " ").partition(":")[2].split()
-    return sorted({Path(n).absolute() for n in names})
+    return sorted({Path(n).absolute() for n in _make_prerequisites(result.stdout)})
+
+
+def _make_prerequisites(rule: str) -> list[str]:
+    """The file names of a make rule ``deps: a b \\\n c`` as the compiler's -M writes it: a space or a
+    # in a name is escaped with a backslash, a $ doubled."""
+    body = rule.replace("\\\n", " ").partition("deps:")[2]
+    tokens = re.findall(r"(?:\\.|[^\s\\])+", body)
+    return [re.sub(r"\\([ #\t])", r"\1", token).replace("$$", "$") for token in tokens]
 
 
 @lru_cache(maxsize=1)
@@ -225,7 +232,9 @@ def cached_library(header: str | Path) -> Path:
     if known is not None and all(Path(f).is_file() and Path(f).stat().st_mtime_ns == t for f, t in known[0]) \
             and known[1].is_file():
         return known[1]
-    deps = dependencies(header)
+    # api.c is compiled into every env library (see _translation_unit) but no header includes it: a
+    # jaxlab whose api.c changed within one ABI version must not reuse a library built from the old one
+    deps = sorted({*dependencies(header), include_dir() / "api.c"})
     key = _digest(deps, _compiler_identity(), " ".join(_builder().compile_flags()), f"ABI {ABI_VERSION}")
     folder = cache_dir() / "envs" / f"{header.stem}-{key[:16]}"
     library = folder / f"lib{header.stem}.so"

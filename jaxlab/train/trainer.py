@@ -31,8 +31,10 @@ from jaxlab.train.rollout import EpisodeStats, Rollout, make_step
 
 
 def group_seed(seed: int, group: int) -> int:
-    """The env seed of group ``group``: the run's seed for group 0, a distinct 64-bit seed for the others."""
-    return seed if group == 0 else (seed * 0x9E3779B97F4A7C15 + group * 0xD1B54A32D192ED03) % 2**64
+    """The env seed of group ``group``: the run's seed for group 0, a distinct 64-bit seed for the others.
+    Hashed (SeedSequence), not a multiple of cenv_rng_seed's own index constant: seed * a + group *
+    0xD1B54A32D192ED03 made env g - 1 of every group g start the same random stream (with seed 0)."""
+    return seed if group == 0 else int(np.random.SeedSequence([seed, group]).generate_state(1, np.uint64)[0])
 
 
 def make_group_envs(config: config_lib.Config, num_threads: int) -> list:
