@@ -96,11 +96,7 @@ def jax_leaves(tree):
 
 def test_a_changed_header_is_rebuilt_and_refused_on_resume_unless_asked(user_env, tmp_path):
     folder = tmp_path / "env"
-    folder.mkdir()
-    (folder / "stroll.h").write_text((user_env / "stroll.h").read_text()
-                                     .replace('#include "core.h"', '#include "core.h"\n#include "costs.h"')
-                                     .replace('{"step_cost", 0.01,', '{"step_cost", STROLL_COST,'))
-    (folder / "costs.h").write_text("#define STROLL_COST 0.01\n")
+    stroll_with_an_include(user_env, folder)
     first = sdk.cached_library(folder / "stroll.h")
     assert sdk.cached_library(folder / "stroll.h") == first  # cached
     run = tmp_path / "run"
@@ -120,13 +116,13 @@ def test_a_changed_header_is_rebuilt_and_refused_on_resume_unless_asked(user_env
     assert "resuming with a changed env" in accepted.stderr
 
 
-def stroll_with_an_include(user_env: Path, folder: Path) -> Path:
-    """stroll.h in ``folder`` with its step cost in an included costs.h beside it; returns the header."""
+def stroll_with_an_include(user_env: Path, folder: Path, include: str = "costs.h") -> Path:
+    """stroll.h in ``folder`` with its step cost in an included ``include`` beside it; returns the header."""
     folder.mkdir(parents=True)
     (folder / "stroll.h").write_text((user_env / "stroll.h").read_text()
-                                     .replace('#include "core.h"', '#include "core.h"\n#include "costs.h"')
+                                     .replace('#include "core.h"', f'#include "core.h"\n#include "{include}"')
                                      .replace('{"step_cost", 0.01,', '{"step_cost", STROLL_COST,'))
-    (folder / "costs.h").write_text("#define STROLL_COST 0.01\n")
+    (folder / include).write_text("#define STROLL_COST 0.01\n")
     return folder / "stroll.h"
 
 
@@ -134,11 +130,7 @@ def test_a_header_in_a_folder_with_spaces_and_unicode_builds_caches_and_hashes(u
     """The compiler's -M list escapes a space in a file name ("my\\ envs/"): the cache key and the source
     hash read every file it names, so each must be split where make splits it."""
     folder = tmp_path / "my envs ü"
-    folder.mkdir()
-    (folder / "stroll.h").write_text((user_env / "stroll.h").read_text()
-                                     .replace('#include "core.h"', '#include "core.h"\n#include "step costs.h"')
-                                     .replace('{"step_cost", 0.01,', '{"step_cost", STROLL_COST,'))
-    (folder / "step costs.h").write_text("#define STROLL_COST 0.01\n")
+    stroll_with_an_include(user_env, folder, "step costs.h")
     assert {folder / "stroll.h", folder / "step costs.h"} <= set(sdk.dependencies(folder / "stroll.h"))
     first = sdk.cached_library(folder / "stroll.h")
     digest = sdk.source_hash(folder / "stroll.h")
