@@ -84,8 +84,11 @@ def test_bench_steps_an_env_given_as_a_header_path():
     (["--seconds", "inf"], "--seconds inf must be a finite number > 0 (the env-stepping timing window), e.g. --seconds 1"),
     (["--seconds", "nan"], "--seconds nan must be a finite number > 0 (the env-stepping timing window), e.g. --seconds 1"),
     (["--updates", "100000000000", "--vec.num-envs", "8", "--train.minibatch-size", "64"],
-     "100,000,000,001 updates make 400,000,000,004 optimizer steps (2 epochs x 2 minibatches each), past the "
-     "2**31 - 1 their int32 counter holds; at most 536,870,911 updates fit"),
+     "--updates 100000000000 makes 100,000,000,001 updates with the first, 400,000,000,004 optimizer steps (2 epochs "
+     "x 2 minibatches each), past the 2**31 - 1 their int32 counter holds; use at most --updates 536870910"),
+    (["--updates", "536870911", "--vec.num-envs", "8", "--train.minibatch-size", "64"],  # the bound's own value
+     "--updates 536870911 makes 536,870,912 updates with the first, 2,147,483,648 optimizer steps (2 epochs x 2 "
+     "minibatches each), past the 2**31 - 1 their int32 counter holds; use at most --updates 536870910"),
 ])
 def test_bench_refuses_a_count_it_cannot_time(capsys, flags, message):
     from jaxlab import cli

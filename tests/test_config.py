@@ -319,6 +319,11 @@ def test_a_run_length_in_updates_replaces_total_timesteps():
         derive_sizes(config, agents_per_env=1)
     sizes = derive_sizes(config, agents_per_env=1, updates=3)
     assert (sizes.num_updates, sizes.total_timesteps) == (3, 3 * 16384 * 16)
-    with pytest.raises(ConfigError, match=r"^2,000,000,000 updates make 64,000,000,000 optimizer steps \(2 epochs x "
-                                          r"16 minibatches each\), .*; at most 67,108,863 updates fit$"):
+    with pytest.raises(ConfigError, match=r"^--updates 1999999999 makes 2,000,000,000 updates with the first, "
+                                          r"64,000,000,000 optimizer steps \(2 epochs x 16 minibatches each\), .*; "
+                                          r"use at most --updates 67108862$"):
         derive_sizes(config, agents_per_env=1, updates=2_000_000_000)
+    # the largest --updates it names fits (with the first update), one more does not
+    assert derive_sizes(config, agents_per_env=1, updates=67108862 + 1).num_updates == 67108863
+    with pytest.raises(ConfigError, match=r"^--updates 67108863 makes "):
+        derive_sizes(config, agents_per_env=1, updates=67108863 + 1)

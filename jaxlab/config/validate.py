@@ -167,7 +167,9 @@ def check_network(config: Config, obs_shape: tuple[int, ...]) -> None:
 
 def derive_sizes(config: Config, agents_per_env: int, updates: int | None = None) -> Sizes:
     """Checks every invariant; ConfigError naming the values, the rule and a fix on the first broken.
-    ``updates``: the run's length in updates instead of train.total_timesteps (`jaxlab bench`)."""
+    ``updates``: the run's length in updates instead of train.total_timesteps (`jaxlab bench`: the first
+    update and its --updates timed ones; a length past the optimizer's int32 step count is refused naming
+    --updates)."""
     check_finite(config)
     t, v = config.train, config.vec
     if v.num_threads != "auto" and not isinstance(v.num_threads, int):
@@ -269,10 +271,11 @@ def derive_sizes(config: Config, agents_per_env: int, updates: int | None = None
                           f"({shape}); raise it to at least {batch} or use fewer envs")
     updates, minibatches = t.total_timesteps // batch, batch // t.minibatch_size
     optimizer_steps = updates * t.update_epochs * minibatches
-    if optimizer_steps >= 2**31 and length_in_updates:
-        raise ConfigError(f"{updates:,} updates make {optimizer_steps:,} optimizer steps ({t.update_epochs} epochs x "
-                          f"{minibatches} minibatches each), past the 2**31 - 1 their int32 counter holds; at most "
-                          f"{(2**31 - 1) // (t.update_epochs * minibatches):,} updates fit")
+    if optimizer_steps >= 2**31 and length_in_updates:  # `jaxlab bench`: the first update and --updates timed ones
+        fit = (2**31 - 1) // (t.update_epochs * minibatches)
+        raise ConfigError(f"--updates {updates - 1} makes {updates:,} updates with the first, {optimizer_steps:,} "
+                          f"optimizer steps ({t.update_epochs} epochs x {minibatches} minibatches each), past the "
+                          f"2**31 - 1 their int32 counter holds; use at most --updates {fit - 1}")
     if optimizer_steps >= 2**31:  # the optimizer's step count and the schedules' are int32
         largest = ((2**31 - 1) // (t.update_epochs * minibatches) + 1) * batch - 1
         raise ConfigError(f"train.total_timesteps={t.total_timesteps:,} makes {optimizer_steps:,} optimizer steps "
