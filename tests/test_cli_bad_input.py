@@ -354,6 +354,10 @@ def test_a_checkpoint_that_is_not_there_names_those_that_are(tmp_path, capsys):
     assert cli.main(["eval", "cartpole", "--checkpoint", str(checkpoints / "99")]) == 2
     assert (f"--checkpoint {checkpoints / '99'}: no checkpoint there; {checkpoints} holds 12, 4: "
             f"e.g. --checkpoint {checkpoints / '12'}") in capsys.readouterr().err
+    (checkpoints / "12" / "state").mkdir()  # a newest checkpoint without its meta/: not suggested as the way out
+    assert cli.main(["eval", "cartpole", "--checkpoint", str(checkpoints / "12")]) == 2
+    assert (f"--checkpoint {checkpoints / '12'}: not a whole checkpoint (it lacks state/ or meta/); {checkpoints} "
+            f"holds 12, 4: e.g. --checkpoint {checkpoints / '4'}") in capsys.readouterr().err
     (tmp_path / "started" / "checkpoints").mkdir(parents=True)  # a run before its first save
     assert cli.main(["eval", "cartpole", "--checkpoint", str(tmp_path / "started")]) == 2
     assert f"--checkpoint {tmp_path / 'started'}: no checkpoint there yet" in capsys.readouterr().err

@@ -60,8 +60,12 @@ def find_checkpoint(target: str, env_name: str, runs_root: Path = Path("runs"), 
             return directory
     siblings = checkpoint.step_dirs(path.parent)  # a checkpoint number that is not there: the ones that are
     if siblings:
-        raise checkpoint.CheckpointError(f"{flag} {target}: no checkpoint there; {path.parent} holds "
-                                         f"{', '.join(p.name for p in siblings)}: e.g. {flag} {siblings[0]}")
+        why = ("not a whole checkpoint (it lacks state/ or meta/)" if path in siblings  # not one to suggest
+               else "no checkpoint there")
+        others = [p for p in siblings if p != path]
+        hint = f": e.g. {flag} {others[0]}" if others else ""
+        raise checkpoint.CheckpointError(f"{flag} {target}: {why}; {path.parent} holds "
+                                         f"{', '.join(p.name for p in siblings)}{hint}")
     if (path / "checkpoints").is_dir() or (path.name == "checkpoints" and path.is_dir()):
         raise checkpoint.CheckpointError(f"{flag} {target}: no checkpoint there yet (a run saves one every "
                                          "checkpoint.minutes, every checkpoint.interval updates, at its end and on "
