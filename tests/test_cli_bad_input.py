@@ -154,7 +154,9 @@ def test_eval_refuses_a_gif_rate_no_gif_can_play(tmp_path, capsys):
     for fps in ("60", "0.001", "nan"):
         assert cli.main(["eval", "cartpole", "--checkpoint", str(tmp_path / "none"), "--gif", str(tmp_path / "a.gif"),
                          "--gif-fps", fps]) == 2
-        assert f"--gif-fps {float(fps)} must be in [0.01, 50]" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert f"--gif-fps {float(fps)} must be in [0.01, 50]" in err
+        assert "0.01 shows each for 100 s" in err and "655" not in err  # the bound's own time, not GIF's limit
 
 
 def test_write_gif_refuses_a_rate_slower_than_a_gif_can_hold(tmp_path):

@@ -298,7 +298,7 @@ def eval_command(args: argparse.Namespace) -> int:
                 raise ConfigError(f"{flag} {value} must be at least 1")
         if not 0.01 <= args.gif_fps <= 50:
             raise ConfigError(f"--gif-fps {args.gif_fps} must be in [0.01, 50]: a GIF shows a picture for at "
-                              "least 20 ms, so 50 is the most it plays, and at most 655 s; e.g. --gif-fps 25")
+                              "least 20 ms, so 50 is the most it plays; 0.01 shows each for 100 s; e.g. --gif-fps 25")
         try:
             require_pillow()  # before anything is loaded: a missing extra is one line
         except PillowMissing as err:
