@@ -111,8 +111,8 @@ def scaling(env_name: str, agents: int, updates: int, flags: list[str], counts=(
     env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={max(counts)}".strip()
     base = None
     for count in counts:
-        command = [sys.executable, __file__, "--env", env_name, "--sps-only", "--agents", str(agents), "--updates", str(updates),
-                   "--flags", *flags, "--device.count", str(count)]
+        command = [sys.executable, __file__, "--env", env_name, "--sps-only", "--agents", str(agents),
+                   "--updates", str(updates), "--flags", *flags, "--device.count", str(count)]
         result = subprocess.run(command, capture_output=True, text=True, env=env)
         found = re.search(r"steady ([\d,]+) SPS", result.stdout)
         if result.returncode != 0 or not found:

@@ -15,8 +15,8 @@ loads (no rebuild of jaxlab), the build cache, and the skeleton of a new env.
 
 The cache lives in $JAXLAB_CACHE_DIR, else $XDG_CACHE_HOME/jaxlab, else ~/.cache/jaxlab, under envs/;
 a library there is keyed by the contents of the header and of every file it includes, of the SDK's
-api.c (compiled into every library), the compiler (its --version), the flags and the C ABI version (and by the files' paths: a moved header is built
-again).
+api.c (compiled into every library), the compiler (its --version), the flags and the C ABI version
+(and by the files' paths: a moved header is built again).
 """
 
 from __future__ import annotations

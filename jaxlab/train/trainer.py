@@ -520,7 +520,8 @@ def check_compatible(saved: config_lib.Config, new: config_lib.Config) -> list[s
     from jaxlab.agent.custom import moved_module
 
     changes = config_changes(saved, new)
-    refused = [c for c in changes if (c[0] in SHAPING and not (c[0] == "policy.module" and moved_module(c[1], c[2]))) or c[0].split(".")[0] == "env"
+    moved = [c for c in changes if c[0] == "policy.module" and moved_module(c[1], c[2])]  # the same network
+    refused = [c for c in changes if (c[0] in SHAPING and c not in moved) or c[0].split(".")[0] == "env"
                or (c[0] == "train.reward_scale" and (c[1] == "auto") != (c[2] == "auto"))]  # the return stats
     if refused:
         detail = "; ".join(f"{k} was {old!r}, now {new_value!r}" for k, old, new_value in refused)
