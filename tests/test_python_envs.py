@@ -662,7 +662,8 @@ def test_train_cli_with_a_python_env_warns_once_over_several_checkpoints(tmp_pat
             continue
         assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
             "jaxlab eval: error: env 'gymnasium:CartPole-v1' is a Python env: jaxlab draws no text or pictures of "
-            "it; drop --render/--save-frames/--gif (its library's own render_mode renders it)"], refused.stderr
+            "it (Gymnasium and PettingZoo envs render through their own render_mode); drop "
+            "--render/--save-frames/--gif"], refused.stderr
 
 
 def test_bench_compares_a_python_env_with_its_c_twin():

@@ -25,11 +25,10 @@ def train_command(args: argparse.Namespace) -> int:
     before it, a SIGTERM to one process of a run stopped nothing) through JAX's start and the compile:
     one arriving before the first update is acted on after it, with a checkpoint, like one during
     training."""
+    from jaxlab.checkpoint import CheckpointError
     from jaxlab.config import ConfigError
     from jaxlab.run import distributed
     from jaxlab.run.signals import StopSignals
-
-    from jaxlab.checkpoint import CheckpointError
 
     try:
         settings = distributed.start(args.flags)  # before anything uses JAX
@@ -304,6 +303,9 @@ def eval_command(args: argparse.Namespace) -> int:
         except PillowMissing as err:
             raise ConfigError(str(err)) from None
     name = env_name_of(args.env)
+    if (args.render or args.save_frames or args.gif) and is_python_env(name):  # before anything is loaded
+        raise ConfigError(f"env {name!r} is a Python env: jaxlab draws no text or pictures of it (Gymnasium and "
+                          "PettingZoo envs render through their own render_mode); drop --render/--save-frames/--gif")
     # a header named as ENV is the env's source (as for train --resume), else the one the checkpoint records
     library = str(Path(args.env).expanduser().absolute()) if args.env.endswith(".h") else None
 
@@ -332,19 +334,12 @@ def eval_command(args: argparse.Namespace) -> int:
 
     path, trainer = newest_usable(find_checkpoint(args.checkpoint, name, flag="--checkpoint"), load, warn)
     watching = bool(args.render or args.save_frames)
-    python_env = is_python_env(name)
-    if watching and (python_env or not trainer.env.kind.has("render")):
+    if watching and not trainer.env.kind.has("render"):
         trainer.close()
-        if python_env:  # Gymnasium and PettingZoo envs render through their own library, not jaxlab's hooks
-            raise ConfigError(f"env {name!r} is a Python env: jaxlab draws no text or pictures of it; drop "
-                              "--render/--save-frames/--gif (its library's own render_mode renders it)")
         raise ConfigError(f"env {name!r} has no text rendering (no `render` option in its CENV_ENV); "
                           "drop --render/--save-frames, or give the env a render hook (see BUILD.md)")
-    if args.gif and (python_env or not trainer.env.kind.has("pixels")):
+    if args.gif and not trainer.env.kind.has("pixels"):
         trainer.close()
-        if python_env:
-            raise ConfigError(f"env {name!r} is a Python env: jaxlab draws no text or pictures of it; drop "
-                              "--render/--save-frames/--gif (its library's own render_mode renders it)")
         hint = ("; it has a text log instead: --render or --save-frames FILE" if trainer.env.kind.has("render")
                 else "")
         raise ConfigError(f"env {name!r} draws no pictures (no `pixels` option in its CENV_ENV), so --gif cannot "
