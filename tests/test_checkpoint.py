@@ -500,10 +500,28 @@ def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
 
     result = train_run(small_config(6, "--checkpoint.interval", "2"), tmp_path / "run",
                        trainer_hook=lambda trainer, saves: held.update(trainer=trainer), on_log=poison_after_update_2)
-    assert result.error.startswith("policy_loss, value_loss, entropy, approx_kl became nan at update 3")
+    assert result.error.startswith("policy_loss, value_loss, entropy, approx_kl, grad_norm became nan at update 3")
     assert result.checkpoint.name == "2" and [p.name for p in checkpoint.step_dirs(tmp_path / "run/checkpoints")] == ["2"]
     summary = json.loads((tmp_path / "run/summary.json").read_text())
     assert summary["error"] == result.error and summary["updates"] == 3
+
+
+def test_a_nan_gradient_with_finite_losses_stops_before_its_state_is_saved(tmp_path):
+    """Gradients that turn NaN in an update's last minibatch make the params NaN while the update's
+    losses (computed before the step) are finite: grad_norm says so, and that update's checkpoint,
+    due by the interval, must not be written."""
+    held = {}
+
+    def nan_gradient_in_update_2(record):
+        if record["update"] == 2:  # what such an update reports and leaves behind
+            trainer = held["trainer"]
+            trainer.state = trainer.state._replace(params=jax.tree.map(lambda x: x * np.nan, trainer.state.params))
+            record["grad_norm"] = float("nan")
+
+    result = train_run(small_config(6, "--checkpoint.interval", "1"), tmp_path / "run",
+                       trainer_hook=lambda trainer, saves: held.update(trainer=trainer), on_log=nan_gradient_in_update_2)
+    assert result.error.startswith("grad_norm became nan at update 2; stopped without saving this state")
+    assert result.checkpoint.name == "1" and [p.name for p in checkpoint.step_dirs(tmp_path / "run/checkpoints")] == ["1"]
 
 
 def test_resume_targets_latest_run_dir_checkpoints_dir_or_one_checkpoint(tmp_path):

@@ -276,7 +276,7 @@ def test_a_nan_loss_is_written_as_null_so_the_records_stay_json(tmp_path):
 
     result = train_run(config, tmp_path / "run", trainer_hook=lambda trainer, saves: held.update(trainer=trainer),
                        on_log=poison_after_update_1)
-    assert result.error.startswith("policy_loss, value_loss, entropy, approx_kl became nan at update 2")
+    assert result.error.startswith("policy_loss, value_loss, entropy, approx_kl, grad_norm became nan at update 2")
     assert np.isnan(result.records[-1]["policy_loss"])  # the record in memory keeps the NaN
     records = [strict_json(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
     assert [r["update"] for r in records] == [1, 2] and records[-1]["policy_loss"] is None

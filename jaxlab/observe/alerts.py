@@ -6,11 +6,14 @@ from __future__ import annotations
 import math
 import statistics
 
-LOSSES = ("policy_loss", "value_loss", "entropy", "approx_kl")
+#: A NaN or infinite one stops the run. grad_norm too: gradients that are NaN or infinite in an update's
+#: last minibatch turn the params into NaN while that update's losses (computed before the step) are
+#: still finite, and its checkpoint would save that state.
+LOSSES = ("policy_loss", "value_loss", "entropy", "approx_kl", "grad_norm")
 
 
 def nonfinite_losses(record: dict) -> list[str]:
-    """The loss keys of ``record`` that are NaN or infinite."""
+    """The loss keys (and grad_norm) of ``record`` that are NaN or infinite."""
     return [k for k in LOSSES if k in record and not math.isfinite(record[k])]
 
 
