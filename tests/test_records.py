@@ -89,6 +89,16 @@ def test_alerts_say_each_warning_once():
     assert said[5][0].startswith("SPS fell to 100 at update 6, under half the recent median of 512")
 
 
+def test_sps_after_the_first_update_of_a_resumed_run_leaves_out_the_resumed_process_first_update():
+    """A resumed run's records hold two first updates (each process compiles): the steady SPS leaves
+    out both, not only the run's first."""
+    start = {"launch_to_first_update_s": 5.0, "compile_cache": "miss"}
+    records = [record(1, **start), record(2), record(3, wall_time=30.0, **start), record(4, wall_time=32.0)]
+    summary = summarize(records)
+    assert summary["sps_after_first_update"] == 2048 / 4.0  # updates 2 and 4, 2 s each
+    assert [s["update"] for s in summary["starts"]] == [1, 3]
+
+
 def test_summary_of_hand_made_records():
     records = [record(1, episodes=0, episode_return=None), record(2, episode_return=30.0), record(3, episode_return=20.0),
                record(4, episodes=0, episode_return=None)]

@@ -86,14 +86,16 @@ def summarize(records: list[dict], best_metric: str = "episode_return") -> dict:
     if with_episodes:  # the episode statistics of the last update that ended episodes
         final.update({k: v for k, v in episode_statistics(with_episodes[-1]).items() if final.get(k) is None})
     best = max(with_episodes, key=lambda r: r[best_metric]) if with_episodes else None
-    first = records[0]
-    steady_time = last["wall_time"] - first["wall_time"]
+    # after each process's first update (a resumed run's compiles again): the updates whose record does
+    # not open a process, each timed from the record before it
+    steady = [(a, b) for a, b in zip(records, records[1:]) if "launch_to_first_update_s" not in b]
+    steady_steps = sum(b["global_step"] - a["global_step"] for a, b in steady)
+    steady_time = sum(b["wall_time"] - a["wall_time"] for a, b in steady)
     starts = [{"update": r["update"], "launch_to_first_update_s": r["launch_to_first_update_s"],
                "compile_cache": r["compile_cache"]} for r in records if "launch_to_first_update_s" in r]
     return {"updates": last["update"], "global_step": last["global_step"], "wall_time": last["wall_time"],
             "sps": last["global_step"] / last["wall_time"] if last["wall_time"] > 0 else 0.0,
-            "sps_after_first_update": ((last["global_step"] - first["global_step"]) / steady_time
-                                       if steady_time > 0 else None),
+            "sps_after_first_update": steady_steps / steady_time if steady_time > 0 else None,
             "time": {k[5:]: v for k, v in last.items() if k.startswith("time_")},
             "starts": starts,  # one per process that trained (a resumed run has several)
             "final": final,
