@@ -154,11 +154,12 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
                   f"{result.records[-1]['update'] if result.records else 0}; saved {where}; continue with "
                   f"`jaxlab train {config.env_name} --resume {run_dir}`", file=sys.stderr)
         return 130 if result.stopped == "SIGINT" else 0
-    ended = [r for r in result.records if r["episodes"]]
-    if ended:
+    returns = [r["episode_return"] for r in result.records if r["episodes"] and r.get("episode_return") is not None]
+    if result.records:  # an env that logs no episode_return (the contract asks for none), or no episode ended
+        final = f"final mean return {returns[-1]:.2f}" if returns else "no episode return was logged"
         say(f"done: {result.records[-1]['global_step']:,} steps in {result.records[-1]['wall_time']:.1f}s; "
-            f"final mean return {ended[-1]['episode_return']:.2f}; metrics in {run_dir}/metrics.jsonl; {where}")
-    elif not result.records:
+            f"{final}; metrics in {run_dir}/metrics.jsonl; {where}")
+    else:
         say(f"nothing to train: the checkpoint is at update {sizes.num_updates} of {sizes.num_updates}; "
             "raise --train.total-timesteps to continue")
     return 0
