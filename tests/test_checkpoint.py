@@ -519,9 +519,11 @@ def test_a_nan_gradient_with_finite_losses_stops_before_its_state_is_saved(tmp_p
             record["grad_norm"] = float("nan")
 
     result = train_run(small_config(6, "--checkpoint.interval", "1"), tmp_path / "run",
-                       trainer_hook=lambda trainer, saves: held.update(trainer=trainer), on_log=nan_gradient_in_update_2)
+                       trainer_hook=lambda trainer, saves: held.update(trainer=trainer),
+                       on_log=nan_gradient_in_update_2)
     assert result.error.startswith("grad_norm became nan at update 2; stopped without saving this state")
-    assert result.checkpoint.name == "1" and [p.name for p in checkpoint.step_dirs(tmp_path / "run/checkpoints")] == ["1"]
+    assert result.checkpoint.name == "1"
+    assert [p.name for p in checkpoint.step_dirs(tmp_path / "run/checkpoints")] == ["1"]
 
 
 def test_resume_targets_latest_run_dir_checkpoints_dir_or_one_checkpoint(tmp_path):
