@@ -29,6 +29,7 @@ own rows (its envs, carries, keys) by that process (see jaxlab.train.process_sta
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 import zlib
@@ -240,7 +241,11 @@ class RunCheckpoints:
         metric_of = None
         if best_metric:
             def metric_of(metrics):
-                return metrics[best_metric]
+                # a checkpoint saved under another best_metric (a resume that changed it: a KeyError here
+                # failed that run's first save) or with a NaN value (which scrambles the sort, so that
+                # the best one could be pruned) ranks below every number
+                value = metrics.get(best_metric) if isinstance(metrics, dict) else None
+                return value if isinstance(value, (int, float)) and not math.isnan(value) else -math.inf
 
             policies.append(checkpoint_managers.BestN(get_metric_fn=metric_of, n=1,
                                                       keep_checkpoints_without_metrics=False))
