@@ -216,6 +216,17 @@ def _restore(path: Path, target, meta: dict | None) -> tuple[Any, dict]:
     return restored["state"], meta
 
 
+def _json_readable(path: Path) -> bool:
+    """Whether ``path`` is missing or holds JSON."""
+    try:
+        json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def step_dirs(directory: Path) -> list[Path]:
     """Completed checkpoints in a run's checkpoints/ directory, newest first (Orbax's temporary
     directories of unfinished saves are not among them)."""
@@ -257,6 +268,13 @@ class RunCheckpoints:
             self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=ITEMS)
         except OSError as err:
             raise CheckpointError(f"cannot use {self.directory} for checkpoints: {err.strerror or err}") from err
+        except ValueError as err:  # Orbax reads every checkpoint's metrics: a damaged file stopped it with a traceback
+            damaged = [p for p in step_dirs(self.directory) if not _json_readable(p / "metrics" / "metrics")]
+            if not damaged:
+                raise
+            raise CheckpointError(f"cannot use {self.directory} for checkpoints: checkpoint {damaged[0]} is damaged "
+                                  f"(its metrics/metrics is not JSON); move it out of {self.directory} and run "
+                                  "again") from err
         self.last_save_time = time.monotonic()
         self.last_saved_update: int | None = None
         self.last_good: Path | None = None

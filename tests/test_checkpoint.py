@@ -615,3 +615,13 @@ def test_a_resume_that_changes_best_metric_saves_and_keeps_the_best_by_the_new_o
     new metric."""
     assert save_all(tmp_path, [1.0, 2.0], "episode_return", keep=2) == [1, 2]
     assert save_all(tmp_path, [7.0, 3.0, None], "value_loss", first=3) == [3, 5]
+
+
+def test_a_damaged_metrics_file_in_an_older_checkpoint_is_one_line_naming_it(tmp_path):
+    """Orbax reads every checkpoint's metrics when a run's checkpoints are opened (a resume, too): one
+    that is not JSON stopped the run with a JSONDecodeError traceback, naming no checkpoint."""
+    assert save_all(tmp_path, [1.0, 2.0], keep=2) == [1, 2]
+    (tmp_path / "1" / "metrics" / "metrics").write_text('{"episode_ret')
+    with pytest.raises(checkpoint.CheckpointError, match=rf"checkpoint {tmp_path / '1'} is damaged \(its "
+                                                         rf"metrics/metrics is not JSON\); move it out of"):
+        checkpoint.RunCheckpoints(tmp_path, 0, 0, 2, "episode_return")
