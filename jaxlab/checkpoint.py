@@ -29,6 +29,7 @@ own rows (its envs, carries, keys) by that process (see jaxlab.train.process_sta
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 import zlib
@@ -215,6 +216,17 @@ def _restore(path: Path, target, meta: dict | None) -> tuple[Any, dict]:
     return restored["state"], meta
 
 
+def _json_readable(path: Path) -> bool:
+    """Whether ``path`` is missing or holds JSON."""
+    try:
+        json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def step_dirs(directory: Path) -> list[Path]:
     """Completed checkpoints in a run's checkpoints/ directory, newest first (Orbax's temporary
     directories of unfinished saves are not among them)."""
@@ -240,7 +252,11 @@ class RunCheckpoints:
         metric_of = None
         if best_metric:
             def metric_of(metrics):
-                return metrics[best_metric]
+                # a checkpoint saved under another best_metric (a resume that changed it: a KeyError here
+                # failed that run's first save) or with a NaN value (which scrambles the sort, so that
+                # the best one could be pruned) ranks below every number
+                value = metrics.get(best_metric) if isinstance(metrics, dict) else None
+                return value if isinstance(value, (int, float)) and not math.isnan(value) else -math.inf
 
             policies.append(checkpoint_managers.BestN(get_metric_fn=metric_of, n=1,
                                                       keep_checkpoints_without_metrics=False))
@@ -252,6 +268,13 @@ class RunCheckpoints:
             self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=ITEMS)
         except OSError as err:
             raise CheckpointError(f"cannot use {self.directory} for checkpoints: {err.strerror or err}") from err
+        except ValueError as err:  # Orbax reads every checkpoint's metrics: a damaged file stopped it with a traceback
+            damaged = [p for p in step_dirs(self.directory) if not _json_readable(p / "metrics" / "metrics")]
+            if not damaged:
+                raise
+            raise CheckpointError(f"cannot use {self.directory} for checkpoints: checkpoint {damaged[0]} is damaged "
+                                  f"(its metrics/metrics is not JSON); move it out of {self.directory} and run "
+                                  "again") from err
         self.last_save_time = time.monotonic()
         self.last_saved_update: int | None = None
         self.last_good: Path | None = None

@@ -606,3 +606,42 @@ def test_the_default_best_metric_on_an_env_without_it_is_a_warning():
     assert check_best_metric("score", names, said.append) == "score" and check_best_metric("", names, None) == ""
     with pytest.raises(ConfigError, match=r"best_metric='scor' is not a metric of this run.*did you mean 'score'"):
         check_best_metric("scor", names, said.append)
+
+
+def save_all(directory, metrics, best_metric="episode_return", first=1, keep=1):
+    """Saves a tiny checkpoint per value of ``metrics`` (updates first, first + 1, ...) through the run's
+    RunCheckpoints, then closes; returns the updates left on disk."""
+    saves = checkpoint.RunCheckpoints(directory, 0, 0, keep, best_metric)
+    try:
+        for update, metric in enumerate(metrics, first):
+            saves.save(update, {"x": np.full(3, update, np.float32)}, {"format": checkpoint.FORMAT_VERSION}, metric)
+    finally:
+        saves.close()
+    return sorted(int(p.name) for p in checkpoint.step_dirs(directory))
+
+
+def test_a_nan_metric_never_gets_the_best_checkpoint_pruned(tmp_path):
+    """Orbax ranks the checkpoints with sorted(): a NaN among the values scrambled the order, so that
+    keep-1 pruning deleted the best checkpoint (5.0) and kept a worse one."""
+    nan = float("nan")
+    assert save_all(tmp_path / "a", [5.0, nan, 3.0]) == [1, 3]
+    assert save_all(tmp_path / "b", [5.0, 3.0, nan]) == [1, 3]
+    assert save_all(tmp_path / "c", [nan, 2.0, 1.0]) == [2, 3]
+
+
+def test_a_resume_that_changes_best_metric_saves_and_keeps_the_best_by_the_new_one(tmp_path):
+    """The checkpoints already in the run were saved with another best_metric: the first save after the
+    resume failed (KeyError in the ranking), stopping the run; they now rank below any value of the
+    new metric."""
+    assert save_all(tmp_path, [1.0, 2.0], "episode_return", keep=2) == [1, 2]
+    assert save_all(tmp_path, [7.0, 3.0, None], "value_loss", first=3) == [3, 5]
+
+
+def test_a_damaged_metrics_file_in_an_older_checkpoint_is_one_line_naming_it(tmp_path):
+    """Orbax reads every checkpoint's metrics when a run's checkpoints are opened (a resume, too): one
+    that is not JSON stopped the run with a JSONDecodeError traceback, naming no checkpoint."""
+    assert save_all(tmp_path, [1.0, 2.0], keep=2) == [1, 2]
+    (tmp_path / "1" / "metrics" / "metrics").write_text('{"episode_ret')
+    with pytest.raises(checkpoint.CheckpointError, match=rf"checkpoint {tmp_path / '1'} is damaged \(its "
+                                                         rf"metrics/metrics is not JSON\); move it out of"):
+        checkpoint.RunCheckpoints(tmp_path, 0, 0, 2, "episode_return")
