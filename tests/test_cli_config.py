@@ -21,7 +21,8 @@ def test_config_prints_sources_and_sizes_as_toml_that_round_trips(tmp_path):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "# target, preset cpu (JAX sees only CPU devices)"
-    assert lines[1] == "# 4 envs x 8 agents x horizon 16 = batch 512; 1 minibatch of 512; 1,953 updates for 1M steps"
+    assert lines[1] == ("# 4 envs x 8 agents x horizon 16 = batch 512; 1 minibatch of 512; 1,953 updates for 1M "
+                        "steps (999,936 trained: whole batches)")
     assert any(line.startswith("num_envs = 4 ") and line.endswith("# command line") for line in lines)
     assert any(line.startswith("learning_rate = ") and line.endswith("# configs/default.toml") for line in lines)
     assert any(line.startswith("precision = ") and line.endswith("# configs/presets/cpu.toml") for line in lines)

@@ -106,7 +106,7 @@ def test_derived_sizes_with_several_agents_per_env():
     assert (sizes.num_agents, sizes.batch_size, sizes.num_minibatches, sizes.minibatch_agents, sizes.num_updates) \
         == (32, 512, 2, 16, 19)
     assert sizes.describe() == ("4 envs x 8 agents x horizon 16 = batch 512; 2 minibatches of 256; "
-                                "19 updates for 10K steps")
+                                "19 updates for 10K steps (9,728 trained: whole batches)")
 
 
 def test_resolved_config_round_trips(tmp_path):
@@ -169,7 +169,7 @@ def test_auto_batch_is_agents_times_horizon_and_a_multiple_collects_several_segm
     sizes = derive_sizes(config, agents_per_env=4)
     assert (sizes.segments, sizes.batch_size, sizes.num_minibatches, sizes.num_updates) == (3, 3072, 24, 3)
     assert sizes.describe() == ("8 envs x 4 agents x horizon 32 x 3 segments = batch 3,072; "
-                                "24 minibatches of 128; 3 updates for 10K steps")
+                                "24 minibatches of 128; 3 updates for 10K steps (9,216 trained: whole batches)")
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -58,7 +58,7 @@ def test_the_labs_horizon_16_command_trains(tmp_path):
     out, err = process.communicate(timeout=120)
     assert process.returncode == 0, err
     assert out.startswith("jaxlab train drone: 24 envs x 64 agents x horizon 16 = batch 24,576; 96 minibatches of "
-                          "256; 40 updates for 1M steps"), out
+                          "256; 40 updates for 1M steps (983,040 trained: whole batches)"), out
     records = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [r["global_step"] for r in records[:2]] == [24_576, 49_152]
     assert records[0]["episodes"] > 0 and np.isfinite(records[-1]["policy_loss"])

@@ -37,6 +37,8 @@ class Sizes:
                 f"batch {self.batch_size:,}; {self.num_minibatches} minibatch{'es' * (self.num_minibatches > 1)} "
                 f"of {self.minibatch_size:,}; "
                 f"{self.num_updates:,} updates for {_steps(self.total_timesteps)} steps"
+                + (f" ({self.num_updates * self.batch_size:,} trained: whole batches)"
+                   if self.num_updates * self.batch_size != self.total_timesteps else "")
                 + (f"; agents sharded over {self.devices} devices" if self.devices > 1 else ""))
 
 
