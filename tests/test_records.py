@@ -177,6 +177,13 @@ def test_short_run_leaves_metrics_summary_run_info_and_notes(tmp_path):
     info = json.loads((run / "run.json").read_text())
     assert info["jaxlab_version"] and info["devices"] == ["cpu:cpu"] and info["host"] and info["env_name"] == "cartpole"
     assert (run / "notes.md").read_text() == "hypothesis: it runs\n"
+    assert "earlier" not in info
+    resumed = jaxlab("train", "cartpole", "--resume", str(run), "--train.total-timesteps", "1536")
+    assert resumed.returncode == 0, resumed.stderr
+    again = json.loads((run / "run.json").read_text())  # the first start was overwritten
+    assert again["earlier"] == [{k: info[k] for k in ("started", "command", "host", "jaxlab_version", "git_revision",
+                                                      "devices")}]
+    assert "--resume" in again["command"] and "--resume" not in info["command"]
 
 
 def test_wandb_offline_writes_its_run_files_and_leaves_no_process(tmp_path):

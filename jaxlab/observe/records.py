@@ -30,9 +30,13 @@ def git_revision(where: Path) -> str | None:
         return None
 
 
+EARLIER_KEYS = ("started", "command", "host", "jaxlab_version", "git_revision", "devices")
+
+
 def write_run_info(run_dir: Path, config, devices: list[str], notes: str | None = None,
                    argv: list[str] | None = None) -> dict:
-    """Writes run.json (and notes.md when ``notes``); returns what run.json holds."""
+    """Writes run.json (and notes.md when ``notes``); returns what run.json holds. A resume keeps the
+    EARLIER_KEYS of the run.json it replaces under "earlier" (one entry per earlier start)."""
     import jax
 
     run_dir = Path(run_dir)
@@ -43,6 +47,9 @@ def write_run_info(run_dir: Path, config, devices: list[str], notes: str | None 
             "devices": devices, "command": argv if argv is not None else sys.argv,
             "env_name": config.env_name, "preset": config.preset,
             "run_name": config.log.run_name or run_dir.name}
+    previous = _read_json(run_dir / "run.json")  # a resumed run's: its earlier starts are kept, oldest first
+    if previous:
+        info["earlier"] = [*previous.get("earlier", []), {k: previous.get(k) for k in EARLIER_KEYS}]
     (run_dir / "run.json").write_text(json.dumps(info, indent=2) + "\n")
     if notes:
         (run_dir / "notes.md").write_text(notes.rstrip() + "\n")
