@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import time
 import zlib
@@ -110,8 +111,11 @@ def write_manifest(path: Path) -> None:
     """Writes files.json into the complete checkpoint at ``path``: {relative path: [bytes, crc32]}."""
     files = {str(p.relative_to(path)): [p.stat().st_size, _crc32(p)] for p in _files(path)}
     temporary = path / (MANIFEST + ".tmp")
-    temporary.write_text(json.dumps(files, indent=0, sort_keys=True))
-    temporary.rename(path / MANIFEST)
+    with open(temporary, "w") as out:
+        out.write(json.dumps(files, indent=0, sort_keys=True))
+        out.flush()
+        os.fsync(out.fileno())  # on disk before the rename: after a power loss an empty files.json would
+    temporary.rename(path / MANIFEST)  # mark a good checkpoint as damaged
 
 
 def verify(path: Path) -> bool:

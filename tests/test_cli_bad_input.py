@@ -53,6 +53,22 @@ def test_damaged_records_are_read_around_not_a_traceback(tmp_path, capsys):
     assert cli.main(["plot", str(tmp_path / "killed"), "-o", str(tmp_path / "k.png")]) == 0
     keep_metrics_until(tmp_path / "killed" / "metrics.jsonl", 1)  # a resume from update 1 drops the rest
     assert (tmp_path / "killed" / "metrics.jsonl").read_text() == good[0] + "\n"
+    assert not list((tmp_path / "killed").glob("*.tmp"))  # written aside, then renamed over
+
+
+def test_the_same_update_set_aside_twice_in_one_second_keeps_both(tmp_path):
+    """Two quick resumes back to update 1 both set aside a checkpoint 2: the second rename found the
+    first's folder (named to the second) and raised OSError."""
+    from jaxlab.run.resume import set_aside_after
+
+    checkpoints = tmp_path / "checkpoints"
+    moved = []
+    for content in ("first", "second", "third"):
+        (checkpoints / "2").mkdir(parents=True)
+        (checkpoints / "2" / "what").write_text(content)
+        moved += set_aside_after(checkpoints, 1)
+    assert len(set(moved)) == 3 and [(p / "what").read_text() for p in moved] == ["first", "second", "third"]
+    assert all(p.parent == tmp_path / "checkpoints-replaced" and p.name.startswith("2-") for p in moved)
 
 
 @pytest.mark.parametrize("output, message", [

@@ -100,7 +100,9 @@ def keep_metrics_until(path: Path, update: int) -> None:
     if not path.is_file():
         return
     kept = [line for line, record in metric_lines(path) if record.get("update", 0) <= update]
-    path.write_text("".join(line + "\n" for line in kept))
+    temporary = path.with_name(path.name + ".tmp")  # a rename: a stop part way leaves the whole old file
+    temporary.write_text("".join(line + "\n" for line in kept))
+    temporary.replace(path)
 
 
 def set_aside_after(directory: Path, update: int) -> list[Path]:
@@ -111,6 +113,10 @@ def set_aside_after(directory: Path, update: int) -> list[Path]:
         if int(path.name) > update:
             target = directory.with_name(directory.name + "-replaced") / f"{path.name}-{time.strftime('%Y%m%d-%H%M%S')}"
             target.parent.mkdir(exist_ok=True)
+            n = 1
+            while target.exists():  # the same update set aside twice within a second (two quick resumes)
+                n += 1
+                target = target.with_name(f"{target.name.split('~')[0]}~{n}")
             path.rename(target)
             moved.append(target)
     return moved
