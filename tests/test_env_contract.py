@@ -7,6 +7,10 @@ envs built by the SDK into a library of their own:
   outside the mask and a mask that allows none, naming the env, agent, step and legal actions.
 """
 
+import json
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -78,7 +82,8 @@ CENV_ENV(partial, Partial, PartialLog, "ends some of its agents", set_state)
 """
 
 # `gated`: Discrete(3) with a mask that allows action tick % 3 only (none at all from tick `closed`);
-# reward 1 for the allowed action.
+# reward 1 for the allowed action; episodes of `length` steps (0: they never end). It logs only
+# episode_length (the contract asks for no episode_return).
 GATED_H = r"""
 #include "core.h"
 typedef struct { float episode_length; } GatedLog;
@@ -90,10 +95,11 @@ typedef struct {
     uint8_t *truncations;
     uint8_t *action_mask;
     GatedLog log;
-    int closed, tick;
+    int closed, length, tick;
     cenv_rng rng;
 } Gated;
-static const cenv_param gated_params[] = {{"closed", 1000, 0, 1000, 1, "tick from which nothing is legal"}};
+static const cenv_param gated_params[] = {{"closed", 1000, 0, 1000, 1, "tick from which nothing is legal"},
+                                          {"length", 0, 0, 1000, 1, "steps per episode (0: no end)"}};
 static const char *const gated_log_names[] = {"episode_length"};
 static void gated_spaces(const double *params, cenv_spaces *out) {
     (void)params;
@@ -106,7 +112,10 @@ static void gated_spaces(const double *params, cenv_spaces *out) {
     out->action_nvec[0] = 3;
     out->has_mask = 1;
 }
-static void gated_init(Gated *env, const double *params) { env->closed = (int)params[0]; }
+static void gated_init(Gated *env, const double *params) {
+    env->closed = (int)params[0];
+    env->length = (int)params[1];
+}
 static void gated_observe(Gated *env) {
     env->observations[0] = (float)env->tick;
     for (int i = 0; i < 3; i++) env->action_mask[i] = (uint8_t)(i == env->tick % 3 && env->tick < env->closed);
@@ -118,10 +127,12 @@ static void gated_reset(Gated *env) {
 static int gated_step(Gated *env) {
     env->rewards[0] = env->actions[0] == env->tick % 3 ? 1.0f : 0.0f;
     env->tick += 1;
-    env->terminals[0] = 0;
+    int ended = env->length > 0 && env->tick >= env->length;
+    env->terminals[0] = (uint8_t)ended;
     env->truncations[0] = 0;
     gated_observe(env);
-    return 0;
+    if (ended) env->log.episode_length = (float)env->tick;
+    return ended;
 }
 CENV_ENV(gated, Gated, GatedLog, "writes an action mask", mask)
 """
@@ -295,7 +306,6 @@ def test_a_step_that_returns_a_failure_fails_with_the_envs_own_message(broken_li
 def test_an_env_without_episode_return_trains_with_no_best_checkpoint_and_a_warning(library, tmp_path):
     """End to end: the default checkpoint.best_metric names a statistic this env does not log (the
     contract does not ask for one); the run trains and saves, with one warning and no best."""
-    import json
 
     from jaxlab.config import load_config
     from jaxlab.run.loop import train_run
@@ -311,3 +321,18 @@ def test_an_env_without_episode_return_trains_with_no_best_checkpoint_and_a_warn
         "this env logs no episode_return, so no checkpoint is kept as the best; pick a metric with "
         "--checkpoint.best-metric NAME (") and "episode_length" in warned[0]
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["best"] is None
+
+
+def test_the_done_line_of_an_env_without_episode_return(library, tmp_path):
+    """The last line of `jaxlab train` for an env that ends episodes but logs no episode_return: `done: …`,
+    not a KeyError after the run had trained and saved."""
+    result = subprocess.run([sys.executable, "-m", "jaxlab.cli", "train", "gated", "--env.library", library,
+                             "--env.length", "3", "--vec.num-envs", "8", "--train.bptt-horizon", "8",
+                             "--train.minibatch-size", "16", "--policy.hidden-size", "16", "--train.total-timesteps",
+                             "128", "--run-dir", str(tmp_path / "run"), "--log.dashboard", "plain"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    last = result.stdout.splitlines()[-1]
+    assert last.startswith("done: 128 steps in ") and "no episode return was logged" in last, result.stdout
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["episodes"] > 0 and r["episode_length"] == 3.0 for r in records)  # episodes did end
