@@ -77,7 +77,7 @@ def sps_config(env: str, agents: int, updates: int, flags: list[str]):
     """The config of the steady-SPS run: ``agents`` agents (agents / the env's agents per env envs), 4
     minibatches (2 or 1 when the agents do not divide by 4), steps for 1 + ``updates`` updates, then
     ``flags``. ConfigError for agents that are not whole envs."""
-    from jaxlab.config import ConfigError
+    from jaxlab.config import ConfigError, derive_sizes
     from jaxlab.config.memory import env_shape
 
     probe_config, _ = load_config(env, flags=flags)
@@ -89,11 +89,9 @@ def sps_config(env: str, agents: int, updates: int, flags: list[str]):
     base = ["--vec.num-envs", str(agents // per_env), "--train.total-timesteps", str(agents * horizon * (updates + 1)),
             "--train.minibatch-size", str(agents * horizon // minibatches)]
     config = load_config(env, flags=base + flags)[0]
-    t = config.train
-    per_update = t.update_epochs * agents * t.bptt_horizon // t.minibatch_size
-    if (updates + 1) * per_update >= 2**31:  # else refused later naming --train.total-timesteps, which is ours
-        raise ConfigError(f"--updates {updates:,} makes {(updates + 1) * per_update:,} optimizer steps, past the "
-                          f"2**31 - 1 their int32 counter holds; use at most --updates {(2**31 - 1) // per_update - 1}")
+    # the length in updates, as `jaxlab bench` gives it: too many is refused naming --updates, not the
+    # --train.total-timesteps set above
+    derive_sizes(config, per_env, updates=updates + 1)
     return config
 
 

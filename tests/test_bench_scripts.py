@@ -105,8 +105,8 @@ def test_bench_train_steady_sps_counts_agents_not_envs():
     assert (config.vec.num_envs, config.train.minibatch_size, config.train.total_timesteps) == (6, 24, 6 * 8 * 2)
     from jaxlab.config import ConfigError  # too many updates: named as --updates, not --train.total-timesteps
 
-    with pytest.raises(ConfigError, match=r"^--updates 1,000,000,000 makes 8,000,000,008 optimizer steps, .*; use "
-                                          r"at most --updates 268435454$"):
+    with pytest.raises(ConfigError, match=r"^--updates 1000000000 makes 1,000,000,001 updates with the first, "
+                                          r"8,000,000,008 optimizer steps .*; use at most --updates 268435454$"):
         sps_config("cartpole", 16, 10**9, [])
 
 
