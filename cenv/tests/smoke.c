@@ -1,7 +1,8 @@
 /* Steps every registered env through the public API, with 1 and 3 threads, random legal (and some
  * out-of-range) actions, and checks the results (observations of either dtype, final observations,
  * rewards, flags, masks, statistics) match across thread counts; also a describe-only
- * handle, step before reset, and saved states. Built with -fsanitize=address,undefined by
+ * handle, step before reset, and saved states. Built with
+ * -fsanitize=address,undefined,float-cast-overflow by
  * tests/test_build.py::test_sanitizer_build_steps_every_env; exits non-zero on any mismatch. */
 #include <math.h>
 #include <stdio.h>
