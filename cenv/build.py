@@ -22,7 +22,9 @@ WARNINGS = ["-Wall", "-Wextra", "-Werror"]
 # still do with -march=native or with clang, whose default would fuse a * b + c.
 RELEASE_FLAGS = ["-O3", "-std=c11", "-fPIC", "-fvisibility=hidden", "-pthread", "-ffp-contract=off",
                  *WARNINGS]
-SANITIZE_FLAGS = ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
+# float-cast-overflow: a float converted to an int out of its range (NaN, inf, 1e30) is undefined
+# behaviour, which GCC's -fsanitize=undefined does not check by itself.
+SANITIZE_FLAGS = ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined,float-cast-overflow",
                   "-fno-sanitize-recover=all"]
 
 

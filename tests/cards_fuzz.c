@@ -1,5 +1,5 @@
 /* Fuzzes the card game (examples/envs/cards.h) through jaxlab's public C API, built with
- * -fsanitize=address,undefined by tests/test_cards_fuzz.py:
+ * -fsanitize=address,undefined,float-cast-overflow by tests/test_cards_fuzz.py:
  *
  *   cards_fuzz MOVES
  *

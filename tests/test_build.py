@@ -28,6 +28,24 @@ def test_sanitizer_build_steps_every_env(tmp_path):
     assert "MISMATCH" not in result.stdout and "ERROR" not in result.stderr
 
 
+def test_sanitizer_build_catches_a_float_converted_to_an_int_out_of_range(tmp_path):
+    """(int) of NaN, an infinity or 1e30 is undefined behaviour that GCC's -fsanitize=undefined leaves
+    unchecked: the sanitizer build adds float-cast-overflow, so an env that renders such a position
+    (a state set by set_state) fails the sanitizer tests."""
+    source = tmp_path / "cast.c"
+    source.write_text("#include <stdio.h>\n"
+                      "int main(int argc, char **argv) {\n"
+                      "    (void)argv;\n"
+                      "    volatile float far = (float)argc * 1e30f;\n"
+                      "    printf(\"%d\\n\", (int)far);\n"
+                      "    return 0;\n"
+                      "}\n")
+    binary = cenv_build.build(tmp_path / "cast", sanitize=True, shared=False, verbose=False, sources=[source])
+    result = subprocess.run([str(binary)], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0, result.stdout
+    assert "runtime error" in result.stderr and "outside the range" in result.stderr, result.stderr
+
+
 def test_release_build_is_warning_clean_and_exports_only_cenv_symbols(tmp_path):
     assert "-Werror" in cenv_build.compile_command(tmp_path / "x.so")
     library = cenv_build.build(tmp_path / "libcenv.so", verbose=False)

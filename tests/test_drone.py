@@ -479,6 +479,76 @@ def test_render_is_a_top_view():
         assert "0" in text.split("\n", 1)[1] and text.count("o") >= 2
 
 
+def test_render_leaves_out_what_lies_beyond_the_walls_or_is_not_a_number():
+    """A drone or zone set far beyond the walls (1e30 m, or 1e300, an infinite float) is not drawn,
+    and the frame keeps its shape; converting such a position to a column was undefined behaviour
+    (the sanitizer test below renders NaN and infinities too)."""
+    with make(num_drones=3) as env:
+        env.reset()
+        place(env, 0, (0.0, 0.0, 2.0), pickup=(0.0, 0.0, 2.0), deliver=(0.0, 0.0, 2.0), carrying=0)
+        place(env, 1, (1e30, -1e30, 2.0), pickup=(-1e300, 1e300, 2.0), deliver=(1e30, 1e30, 2.0), carrying=0)
+        place(env, 2, (1e300, 3e9, 2.0), pickup=(-3e9, -1e30, 2.0), deliver=(0.0, 0.0, 2.0), carrying=1)
+        lines = env.render(0).split("\n")
+        assert lines[0].startswith("drone 0: z 2.00 m") and len(lines) == 25
+        assert all(len(line) == 50 and line[0] == line[-1] == "|" for line in lines[1:])
+        grid = "".join(line[1:-1] for line in lines[1:])
+        assert grid.count("0") == 1 and "o" not in grid and "@" not in grid  # drones 1, 2 are beyond the walls
+        assert "p" not in grid and "d" not in grid  # the zones at the centre are under drone 0, the rest beyond
+        assert env.pixels(0, 64, 32).shape == (32, 64, 3)
+
+
+DRONE_RENDER_EXTREMES_C = r"""
+#define _POSIX_C_SOURCE 200809L
+#include "HEADER"
+#define CENV_REGISTRY {&drone_spec}
+#include "api.c"
+#include <stdlib.h>
+
+/* Renders (text and pixels) drones and zones at NaN, infinities and floats far out of int range, as
+ * a set or loaded state may hold them; one drone at the centre must be drawn. */
+int main(void) {
+    Drone *env = calloc(1, sizeof(Drone));
+    uint8_t *rgb = malloc(64 * 32 * 3);
+    if (env == NULL || rgb == NULL) return 2;
+    const float odd[] = {NAN, -NAN, INFINITY, -INFINITY, 1e30f, -1e30f, 3e9f, -3e9f};
+    int n = (int)(sizeof(odd) / sizeof(odd[0]));
+    env->num_drones = n + 1;
+    env->half = 8.0f;
+    env->zone_radius = 1.0f;
+    for (int i = 0; i < n; i++) {
+        env->px[i] = odd[i];
+        env->py[i] = odd[(i + 3) % n];
+        env->pz[i] = odd[(i + 5) % n];
+        for (int k = 0; k < 3; k++) {
+            env->pickup[k][i] = odd[(i + k + 1) % n];
+            env->deliver[k][i] = odd[(i + k + 2) % n];
+        }
+        env->carrying[i] = (uint8_t)(i % 2);
+    }
+    env->pz[n] = 2.0f; /* drone n at the centre, its zones there too (drawn under it) */
+    char text[4096];
+    int used = drone_render(env, text, (int)sizeof(text));
+    int pixels = drone_pixels(env, rgb, 64, 32);
+    printf("%s\n", text);
+    free(rgb);
+    free(env);
+    return used > 0 && used < (int)sizeof(text) && pixels == 0 ? 0 : 1;
+}
+"""
+
+
+def test_render_and_pixels_of_nan_and_infinite_positions_under_the_sanitizers(tmp_path):
+    source = tmp_path / "drone_extremes.c"
+    source.write_text(DRONE_RENDER_EXTREMES_C.replace("HEADER", str(HEADER)))
+    binary = sdk._builder().build(tmp_path / "drone_extremes", sanitize=True, shared=False, sources=[source],
+                                  include=[sdk.include_dir()], verbose=False)
+    run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=120,
+                         env={"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0", "UBSAN_OPTIONS": "print_stacktrace=1"})
+    assert run.returncode == 0 and run.stderr == "", run.stdout + run.stderr
+    grid = "".join(line[1:-1] for line in run.stdout.splitlines()[1:])
+    assert len(grid) == 48 * 24 and grid.count("o") == 1 and set(grid) == {".", "o"}, run.stdout
+
+
 # ---- the build ----
 
 

@@ -1,5 +1,10 @@
 """Bad input stops at the Python boundary with a clear exception, never a crash."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -159,3 +164,32 @@ def test_render_and_load_state_name_a_bad_argument():
         with pytest.raises(ValueError, match=r"it has no outputs, final_observations"):
             env.load_state({"cenv": saved["cenv"]})
         env.load_state(saved)
+
+
+@pytest.mark.parametrize("name, physical", [("cartpole", [0.0, 0.0, 0.0, 0.0]), ("pendulum", [0.0, 0.0])])
+def test_set_state_refuses_a_tick_that_is_not_a_count_of_steps(name, physical):
+    """The tick (the last value) was converted to an int unchecked: NaN, an infinity or 1e300 is
+    undefined behaviour there, and a tick near INT_MAX overflowed on the next step."""
+    with jaxlab.make(name, num_envs=1) as env:
+        env.reset()
+        for tick in (np.nan, np.inf, -1.0, 1e300, 2.0**31 - 1):
+            with pytest.raises(RuntimeError, match=f"env '{name}' rejects"):
+                env.set_state(0, [*physical, tick])
+        env.set_state(0, [*physical, 7])
+        env.set_state(0, [*physical, 1e9])
+
+
+def test_cartpole_renders_a_nan_position_without_a_cart():
+    """set_state takes any x: a NaN one was converted to the cart's column unchecked, which wrote
+    outside the track (a crash: hence a child process)."""
+    code = ("import jaxlab, numpy as np\n"
+            "with jaxlab.make('cartpole', num_envs=1) as env:\n"
+            "    env.reset()\n"
+            "    for x in (np.nan, -np.inf, 1e300, 0.0):\n"
+            "        env.set_state(0, [x, 0.0, 0.0, 0.0])\n"
+            "        print(env.render(0))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(Path(jaxlab.__file__).parents[1])})
+    assert result.returncode == 0, result.stderr
+    tracks = [line.split("|")[1] for line in result.stdout.splitlines()]
+    assert tracks == ["-" * 41, "#" + "-" * 40, "-" * 40 + "#", "-" * 20 + "#" + "-" * 20], result.stdout

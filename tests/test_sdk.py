@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -154,6 +155,60 @@ def test_a_changed_sdk_api_c_rebuilds_a_cached_library(user_env, tmp_path, monke
         source.write("/* a fix in the vectorized layer */\n")
     second = sdk.cached_library(header)
     assert second != first and second.is_file()
+
+
+def test_two_threads_building_one_header_at_once_both_get_a_working_library(user_env, tmp_path, monkeypatch):
+    """Two threads of one process build the same header into a fresh cache at the same time: neither
+    may write, move or load the other's half-built file (they shared one temporary name per process).
+    A barrier holds each build until both have compiled, so they overlap every time."""
+    monkeypatch.setenv("JAXLAB_CACHE_DIR", str(tmp_path / "cache"))
+    header = stroll_with_an_include(user_env, tmp_path / "env")
+    both_built = threading.Barrier(2, timeout=120)
+    real_build = sdk.build_library
+
+    def build_then_wait(headers, output, **kwargs):
+        built = real_build(headers, output, **kwargs)
+        both_built.wait()  # the other thread has compiled too before either renames its library
+        return built
+
+    monkeypatch.setattr(sdk, "build_library", build_then_wait)
+    results, errors = [None, None], []
+
+    def build(i):
+        try:
+            results[i] = sdk.cached_library(header)
+        except BaseException as err:  # noqa: BLE001 - reported by the main thread
+            errors.append(err)
+            both_built.abort()
+
+    threads = [threading.Thread(target=build, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert not errors, errors
+    assert results[0] == results[1] and results[0].is_file()
+    assert [p.name for p in results[0].parent.iterdir()] == ["libstroll.so"]  # no temporary left
+    with jaxlab.make("stroll", num_envs=2, seed=0, library=str(results[0])) as env:
+        env.reset()
+        env.step()
+
+
+def test_a_failed_build_leaves_no_temporary_file_in_the_cache(user_env, tmp_path, monkeypatch):
+    """A build that fails (or is interrupted) after the compiler began writing its output leaves
+    nothing in the cache: no half-written library under a temporary name."""
+    monkeypatch.setenv("JAXLAB_CACHE_DIR", str(tmp_path / "cache"))
+    header = stroll_with_an_include(user_env, tmp_path / "env")
+
+    def half_write_then_fail(headers, output, **kwargs):
+        Path(output).write_bytes(b"\x7fELF half a library")
+        raise sdk.BuildError("the linker was stopped")
+
+    monkeypatch.setattr(sdk, "build_library", half_write_then_fail)
+    with pytest.raises(sdk.BuildError, match="the linker was stopped"):
+        sdk.cached_library(header)
+    left = [p.relative_to(tmp_path / "cache") for p in (tmp_path / "cache").rglob("*") if not p.is_dir()]
+    assert left == []
 
 
 def test_the_source_hash_is_of_the_contents_not_of_where_they_are(user_env, tmp_path):

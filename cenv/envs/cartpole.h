@@ -111,9 +111,11 @@ static int cartpole_step(Cartpole *env) {
     return 1;
 }
 
-/* Test hook: state = (x, x_dot, theta, theta_dot[, tick]). */
+/* Test hook: state = (x, x_dot, theta, theta_dot[, tick]); a tick outside [0, 1e9] (NaN included)
+ * is refused: converting it to an int could be undefined behaviour, and so could counting on from it. */
 static int cartpole_set_state(Cartpole *env, const double *state, int n) {
     if (n != 4 && n != 5) return -1;
+    if (n == 5 && !(state[4] >= 0.0 && state[4] <= 1e9)) return -1;
     env->x = state[0];
     env->x_dot = state[1];
     env->theta = state[2];
@@ -128,8 +130,10 @@ static int cartpole_render(const Cartpole *env, char *out, int size) {
     char track[42];
     memset(track, '-', 41);
     track[41] = '\0';
-    double x = env->x < -CARTPOLE_X_LIMIT ? -CARTPOLE_X_LIMIT : (env->x > CARTPOLE_X_LIMIT ? CARTPOLE_X_LIMIT : env->x);
-    track[(int)((x + CARTPOLE_X_LIMIT) / (2 * CARTPOLE_X_LIMIT) * 40.0 + 0.5)] = '#';
+    if (!isnan(env->x)) { /* a NaN x (set_state takes any double) has no place: no cart on the track */
+        double x = env->x < -CARTPOLE_X_LIMIT ? -CARTPOLE_X_LIMIT : (env->x > CARTPOLE_X_LIMIT ? CARTPOLE_X_LIMIT : env->x);
+        track[(int)((x + CARTPOLE_X_LIMIT) / (2 * CARTPOLE_X_LIMIT) * 40.0 + 0.5)] = '#';
+    }
     char lean = env->theta > 0.02 ? '/' : (env->theta < -0.02 ? '\\' : '|');
     return snprintf(out, (size_t)size, "|%s| pole %c  x %+.2f  v %+.2f  angle %+.3f  spin %+.2f  step %d", track,
                     lean, env->x, env->x_dot, env->theta, env->theta_dot, env->tick);

@@ -103,9 +103,11 @@ static int pendulum_step(Pendulum *env) {
     return 1;
 }
 
-/* Test hook: state = (th, thdot[, tick]). */
+/* Test hook: state = (th, thdot[, tick]); a tick outside [0, 1e9] (NaN included) is refused:
+ * converting it to an int could be undefined behaviour, and so could counting on from it. */
 static int pendulum_set_state(Pendulum *env, const double *state, int n) {
     if (n != 2 && n != 3) return -1;
+    if (n == 3 && !(state[2] >= 0.0 && state[2] <= 1e9)) return -1;
     env->th = state[0];
     env->thdot = state[1];
     if (n == 3) env->tick = (int)state[2];

@@ -1,7 +1,9 @@
 /* Steps every registered env through the public API, with 1 and 3 threads, random legal (and some
  * out-of-range) actions, and checks the results (observations of either dtype, final observations,
  * rewards, flags, masks, statistics) match across thread counts; also a describe-only
- * handle, step before reset, and saved states. Built with -fsanitize=address,undefined by
+ * handle, step before reset, saved states, and extreme states set by set_state (NaN, infinities,
+ * 1e30) rendered, drawn and stepped. Built with
+ * -fsanitize=address,undefined,float-cast-overflow by
  * tests/test_build.py::test_sanitizer_build_steps_every_env; exits non-zero on any mismatch. */
 #include <math.h>
 #include <stdio.h>
@@ -206,6 +208,29 @@ int main(void) {
         } else {
             uint8_t tiny[3];
             if (cenv_pixels(one.vec, 0, tiny, 1, 1) != CENV_ERR_ARGUMENT) failures++;
+        }
+        /* Extreme states (option set_state): whatever an env accepts of NaN, infinities and values far
+         * out of the range of an int, all of them or after a leading 0 (an index, as drone.h's state
+         * starts with), it renders, draws and steps without undefined behaviour (the sanitizers
+         * check; refusing the state is fine). */
+        if (cenv_env_flags(type) & CENV_ENV_SET_STATE) {
+            static const double extremes[] = {NAN, INFINITY, -INFINITY, 1e300, -1e300, 1e30, -1e30, 3e9, -3e9};
+            double state[32];
+            char text[8192];
+            static uint8_t rgb[64 * 48 * 3];
+            for (int e = 0; e < CENV_COUNT_OF(extremes); e++) {
+                for (int lead = 0; lead < 2; lead++) {
+                    for (int n = 1; n <= CENV_COUNT_OF(state); n++) {
+                        for (int k = 0; k < n; k++) state[k] = k == 0 && lead ? 0.0 : extremes[e];
+                        if (cenv_set_state(one.vec, 0, state, n) != 0) continue;
+                        if (cenv_env_flags(type) & CENV_ENV_RENDER) cenv_render(one.vec, 0, text, sizeof(text));
+                        if (cenv_env_flags(type) & CENV_ENV_PIXELS) cenv_pixels(one.vec, 0, rgb, 64, 48);
+                        fill_actions(&one, &rng);
+                        cenv_step(one.vec); /* an error (a mask the state broke) is fine */
+                    }
+                }
+            }
+            if (cenv_reset(one.vec, 99, 1) != 0) failures++;
         }
         /* A bad action is refused, not stepped. */
         if (one.continuous) {

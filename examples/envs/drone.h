@@ -633,6 +633,15 @@ static int drone_set_state(Drone *env, const double *state, int n) {
     return 0;
 }
 
+/* The cell of the text view that (offset / span) * cells falls in, truncated, or -1 when that lies
+ * outside [0, cells): a position far beyond the walls, infinite or NaN (set_state takes any finite
+ * double, and 1e300 is an infinite float; a loaded state holds any float) is not drawn rather than
+ * converted to an int, which would be undefined behaviour. */
+static int drone_text_cell(float offset, float span, int cells) {
+    float f = offset / span * (float)cells;
+    return f > -1.0f && f < (float)cells ? (int)f : -1;
+}
+
 /* A text top view: the arena as a grid of characters; a drone is 'o' ('@' while carrying; drone 0 is
  * '0' or 'A'), its current target zone 'p' (pickup) or 'd' (delivery). */
 static int drone_render(const Drone *env, char *out, int size) {
@@ -650,7 +659,7 @@ static int drone_render(const Drone *env, char *out, int size) {
                 y = env->carrying[i] ? env->deliver[1][i] : env->pickup[1][i];
                 mark = env->carrying[i] ? 'd' : 'p';
             }
-            int c = (int)((x + env->half) / span * W), r = (int)((env->half - y) / span * H);
+            int c = drone_text_cell(x + env->half, span, W), r = drone_text_cell(env->half - y, span, H);
             if (c >= 0 && c < W && r >= 0 && r < H && (pass == 1 || grid[r][c] == '.')) grid[r][c] = mark;
         }
     }

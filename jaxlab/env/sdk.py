@@ -27,6 +27,7 @@ import keyword
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -240,9 +241,17 @@ def cached_library(header: str | Path) -> Path:
     library = folder / f"lib{header.stem}.so"
     if not library.is_file():
         folder.mkdir(parents=True, exist_ok=True)
-        partial = folder / f".lib{header.stem}.{os.getpid()}.so"
-        build_library([header], partial)
-        partial.replace(library)  # atomic: a process racing us sees the whole file or none
+        # Built in a folder of this build alone (mkdtemp: unique per process and thread, and per host
+        # sharing the cache), so two builds of one header at once never write or move each other's
+        # file; then renamed into place (atomic: a build racing us sees the whole file or none). The
+        # folder goes whether the build succeeded, failed or was interrupted.
+        scratch = Path(tempfile.mkdtemp(prefix=f".lib{header.stem}.", suffix=".tmp", dir=folder))
+        try:
+            partial = scratch / library.name
+            build_library([header], partial)
+            partial.replace(library)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
     _built[str(header)] = (tuple((str(f), f.stat().st_mtime_ns) for f in deps), library)
     return library
 
