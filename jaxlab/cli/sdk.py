@@ -74,4 +74,5 @@ def add_commands(add) -> None:
                 build_env_command)
     build.add_argument("headers", nargs="+", metavar="HEADER.h", help="env headers")
     build.add_argument("-o", "--output", metavar="LIB.so", help="the library to write (default libNAME.so)")
-    build.add_argument("--sanitize", action="store_true", help="build with -fsanitize=address,undefined,float-cast-overflow")
+    build.add_argument("--sanitize", action="store_true",
+                       help="build with -fsanitize=address,undefined,float-cast-overflow")
