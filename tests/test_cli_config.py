@@ -58,8 +58,8 @@ def test_bench_prints_env_and_training_figures():
                     "--train.minibatch-size", "64", "--policy.hidden-size", "16",
                     "--train.total-timesteps", "64")  # below a batch: not bench's length, so not refused
     assert result.returncode == 0, result.stderr
-    assert "warning: jaxlab bench runs --updates updates after the first, whatever --train.total-timesteps says" \
-        in result.stderr
+    assert ("warning: jaxlab bench ignores train.total_timesteps=64 (from --train.total-timesteps): its run is the "
+            "first update and --updates 1 more") in result.stderr
     assert "env cartpole: 8 agents, 1 C thread(s):" in result.stdout and "M agent-steps/s" in result.stdout
     assert "steady" in result.stdout and "SPS over 1 updates" in result.stdout
     # the update's FLOPs by the 6N rule: 6 x params x batch (8 envs x horizon 16) x update_epochs (2)
@@ -67,6 +67,40 @@ def test_bench_prints_env_and_training_figures():
     gflop = float(re.search(r"update: ([\d.,]+) GFLOP each by the 6N rule, [\d.,]+ GFLOP/s achieved",
                             result.stdout).group(1))
     assert gflop == pytest.approx(6 * params * 8 * 16 * 2 / 1e9, abs=0.006)
+
+
+SMALL_BENCH = ["--updates", "1", "--seconds", "0.05", "--vec.num-envs", "8", "--train.minibatch-size", "64",
+               "--policy.hidden-size", "16"]
+
+
+def test_bench_neither_refuses_nor_silently_ignores_a_total_it_does_not_use(tmp_path, capsys, monkeypatch):
+    """The bench's run is --updates long: a train.total_timesteps it ignores is not refused (0 was: "must
+    be at least 1"), and is warned about whichever layer set it, a flag or a --config file (which had no
+    warning), naming it; an env's default total says nothing about this command, so no warning."""
+    from jaxlab import cli
+
+    assert cli.main(["bench", "cartpole", *SMALL_BENCH, "--train.total-timesteps", "0"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ("jaxlab: warning: jaxlab bench ignores train.total_timesteps=0 (from --train.total-timesteps): "
+                   "its run is the first update and --updates 1 more\n")
+    assert "SPS over 1 updates" in out
+
+    import jaxlab.run.bench as bench  # the rest: only the warning, not the figures
+
+    monkeypatch.setattr(bench, "report_env", lambda *args: [])
+    monkeypatch.setattr(bench, "report_training", lambda *args: "")
+    config = tmp_path / "config.toml"
+    config.write_text("[train]\ntotal_timesteps = -5\n")
+    assert cli.main(["bench", "cartpole", *SMALL_BENCH, "--config", str(config)]) == 0
+    assert capsys.readouterr().err == (f"jaxlab: warning: jaxlab bench ignores train.total_timesteps=-5 (from "
+                                       f"--config {config}): its run is the first update and --updates 1 more\n")
+    assert cli.main(["bench", "cartpole", *SMALL_BENCH, "--config", str(config), "--train.total-timesteps", "1e6",
+                     "--updates", "2"]) == 0  # the flag wins over the file: the flag is named
+    assert capsys.readouterr().err == ("jaxlab: warning: jaxlab bench ignores train.total_timesteps=1,000,000 "
+                                       "(from --train.total-timesteps): its run is the first update and --updates 2 "
+                                       "more\n")
+    assert cli.main(["bench", "cartpole", *SMALL_BENCH]) == 0  # configs/envs/cartpole.toml's total: no warning
+    assert capsys.readouterr().err == ""
 
 
 def test_bench_steps_an_env_given_as_a_header_path():

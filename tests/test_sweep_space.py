@@ -288,3 +288,25 @@ def test_pruners_follow_the_settings():
     assert (median._n_warmup_steps, median._n_startup_trials) == (3, 3)  # from report 3 of 10 (30% >= 25%)
     multi = study_lib.make_pruner(spec_of({**GOOD, "objective": "score,cost"}))
     assert isinstance(multi, optuna.pruners.NopPruner)  # Optuna prunes on one value only
+
+
+def test_values_in_messages_are_cut_by_the_one_shared_helper():
+    """jaxlab.messages.short_repr words a value for a message (the Python env adapters' and a resumed
+    study's): one line, cut to its width with "..."; both modules use it rather than a copy each."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from jaxlab.env import python_envs
+    from jaxlab.messages import short_repr
+
+    assert python_envs.short_repr is short_repr and study_lib.short_repr is short_repr
+    assert short_repr(np.zeros((2, 2))) == "array([[0., 0.], [0., 0.]])"  # numpy's line breaks: one line
+    assert short_repr("x" * 58) == repr("x" * 58)  # 60 characters: whole
+    long = list(range(100))
+    assert short_repr(long) == repr(long)[:57] + "..."
+    assert short_repr(long, 120) == repr(long)[:117] + "..."
+    spec = spec_of(GOOD)  # a resumed study's other value: at most 120 characters of it
+    with pytest.raises(ConfigError) as info:
+        study_lib.check_same("s", replace(spec, metric="m" * 200), spec, None, "")
+    assert f"not '{'m' * 116}...; resume it" in str(info.value)

@@ -2,6 +2,7 @@
 carries, truncation bootstrap), the LR schedule in the metrics, metrics.jsonl."""
 
 import json
+import re
 
 import jax
 import jax.numpy as jnp
@@ -9,6 +10,8 @@ import numpy as np
 import pytest
 
 from jaxlab.config import ConfigError, load_config
+from jaxlab.observe.records import read_metrics
+from jaxlab.run.loop import train_loop
 from jaxlab.train.trainer import Trainer
 
 
@@ -166,6 +169,97 @@ def test_run_dir_holds_config_and_metrics(tmp_path):
         assert key in lines[-1]
     reloaded, _ = load_config("cartpole", config_file=tmp_path / "config.toml")
     assert reloaded == config
+
+
+def run_files(run) -> dict:
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+
+
+def test_a_trainer_refuses_a_run_dir_that_holds_a_run_and_changes_nothing(tmp_path):
+    """Trainer(config, run_dir=R) from Python appended to R's metrics.jsonl (and rewrote its config.toml)
+    when R held a run already, mixing two runs' records; refused now, as `jaxlab train` refuses it, before
+    anything is built or written."""
+    from jaxlab.run.loop import train
+
+    run = tmp_path / "run"
+    with Trainer(small_config(), run_dir=run) as trainer:
+        train_loop(trainer, updates=2)
+    before = run_files(run)
+    other = small_config("cartpole", "--train.seed", "1")
+    with pytest.raises(ConfigError) as refused:
+        Trainer(other, run_dir=run)
+    assert str(refused.value) == (f"run dir {run} already holds a run (metrics.jsonl); a trainer recording there "
+                                  "would append its records to that run's: give a new run_dir, or move that run "
+                                  "away first")
+    with pytest.raises(ConfigError, match="already holds a run"):
+        train(other, run)  # jaxlab.run.loop.train goes through Trainer(config, run_dir)
+    with Trainer(other) as trainer, pytest.raises(ConfigError, match="already holds a run"):
+        trainer.record_to(run)
+    assert run_files(run) == before
+    (run / "checkpoints" / "2").mkdir(parents=True)  # a run with checkpoints: the hint is train_run's resume
+    with pytest.raises(ConfigError) as refused:
+        Trainer(other, run_dir=run)
+    assert str(refused.value) == (
+        f"run dir {run} already holds a run (checkpoints up to update 2); a trainer recording there would append "
+        f"its records to that run's: give a new run_dir, continue that run from its checkpoints with "
+        f"jaxlab.run.loop.train_run(config, {str(run)!r}, resume={str(run / 'checkpoints')!r}), or move that run "
+        "away first")
+    empty = tmp_path / "empty"  # an empty metrics.jsonl holds no run (as for `jaxlab train`)
+    empty.mkdir()
+    (empty / "metrics.jsonl").touch()
+    with Trainer(small_config(), run_dir=empty) as trainer:
+        train_loop(trainer, updates=1)
+    assert [r["update"] for r in read_metrics(empty)] == [1]
+
+
+def test_a_resumed_trainer_continues_its_run_dir_records(tmp_path):
+    """A trainer that loaded a checkpoint of a run continues that run's metrics.jsonl with
+    record_to(run_dir, resumed=True) (train_run's resume does); without it the run dir is refused with
+    that hint, and records after the checkpoint's update are refused (they would be there twice)."""
+    from jaxlab.run.resume import keep_metrics_until
+
+    run = tmp_path / "run"
+    config = small_config()
+    with Trainer(config, run_dir=run) as first:
+        train_loop(first, updates=3)
+        first.save_checkpoint(run / "checkpoints" / "3")
+        train_loop(first, updates=1)  # update 4: logged after the checkpoint
+    with Trainer(config) as resumed:
+        resumed.load_checkpoint(run / "checkpoints" / "3")
+        with pytest.raises(ConfigError, match=re.escape(
+                f"if this trainer continues that run (it is at update 3) say so with "
+                f"record_to({str(run)!r}, resumed=True)")):
+            resumed.record_to(run)
+        with pytest.raises(ConfigError) as refused:
+            resumed.record_to(run, resumed=True)
+        assert str(refused.value) == (
+            f"{run / 'metrics.jsonl'} holds records up to update 4, after update 3 that this trainer continues "
+            f"from, so its next updates would be in it twice; drop them first with jaxlab.run.resume."
+            f"keep_metrics_until({str(run / 'metrics.jsonl')!r}, 3), or record to a new run dir")
+        assert [r["update"] for r in read_metrics(run)] == [1, 2, 3, 4]
+        keep_metrics_until(run / "metrics.jsonl", 3)
+        resumed.record_to(run, resumed=True)
+        train_loop(resumed, updates=2)
+    assert [r["update"] for r in read_metrics(run)] == [1, 2, 3, 4, 5]
+
+
+def test_train_run_resume_still_appends_to_its_run_dir(tmp_path):
+    """train_run's resume goes through record_to(resumed=True): the run dir's records go on after the
+    checkpoint's update (the later ones cut), in its own run dir and in a new one."""
+    from jaxlab.run.loop import train_run
+
+    run, fresh = tmp_path / "run", tmp_path / "fresh"
+    with Trainer(small_config(), run_dir=run) as first:
+        train_loop(first, updates=2)
+        first.save_checkpoint(run / "checkpoints" / "2")
+        train_loop(first, updates=1)
+    result = train_run(small_config("cartpole", "--train.total-timesteps", "256"), run,
+                       resume=run / "checkpoints", warn=lambda line: None)
+    assert result.error is None and result.resumed_from == run / "checkpoints" / "2"
+    assert [r["update"] for r in read_metrics(run)] == [1, 2, 3, 4]
+    train_run(small_config("cartpole", "--train.total-timesteps", "320"), fresh, resume=run / "checkpoints",
+              warn=lambda line: None)
+    assert [r["update"] for r in read_metrics(fresh)] == [5]
 
 
 def test_train_before_evaluate_is_an_error():

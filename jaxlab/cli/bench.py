@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import math
 
-from jaxlab.cli.common import LAYERS, fail, resolve, warn
+from jaxlab.cli.common import LAYERS, fail, resolve
 
 
 def bench_command(args: argparse.Namespace) -> int:
     """C env stepping and steady training SPS for ENV with the resolved config."""
     from jaxlab.config import ConfigError
-    from jaxlab.config.layers import parse_flags
     from jaxlab.run.bench import report_env, report_training
 
     if args.updates < 1:
@@ -20,9 +19,8 @@ def bench_command(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.seconds) and args.seconds > 0):  # inf stepped the env for ever
         return fail("bench", ConfigError(f"--seconds {args.seconds} must be a finite number > 0 (the env-stepping "
                                          "timing window), e.g. --seconds 1"))
-    if "total_timesteps" in parse_flags(args.flags).get("train", {}):
-        warn("warning: jaxlab bench runs --updates updates after the first, whatever --train.total-timesteps says")
-    resolved = resolve(args, updates=args.updates + 1)  # the run's length: --updates after the compiling one
+    # the run's length: --updates after the compiling one (train.total_timesteps: ignored, with a warning)
+    resolved = resolve(args, updates=args.updates + 1)
     config, sizes = resolved.config, resolved.sizes
     print(f"device preset {config.preset} ({resolved.preset_reason}); {resolved.backend}")
     for line in report_env(config.env_name, sizes.num_agents, args.seconds, sizes.num_threads, config.env,
@@ -38,5 +36,6 @@ def add_commands(add) -> None:
                 f"Measure C env agent-steps/s and steady training SPS (first update excluded) for ENV "
                 f"with the resolved config; prints figures, asserts nothing. {LAYERS}",
                 bench_command, with_config=True)
-    bench.add_argument("--updates", type=int, default=3, help="timed updates after the first (default 3)")
+    bench.add_argument("--updates", type=int, default=3, help="timed updates after the first (default 3): the "
+                       "run's length, whatever train.total_timesteps says")
     bench.add_argument("--seconds", type=float, default=1.0, help="env-stepping timing window (default 1)")

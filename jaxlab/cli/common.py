@@ -165,12 +165,29 @@ def unused_flags_warning(config, flags: list[str]) -> str | None:
     return f"warning: {'; '.join(lines)}" if lines else None
 
 
+def ignored_total_warning(config, sources: dict, config_file, updates: int) -> str | None:
+    """`jaxlab bench`'s warning that its run of ``updates`` (the first and --updates more) ignores the
+    config's train.total_timesteps, naming the layer that set it: a flag or the --config file
+    ``config_file`` (a run dir's config.toml holds every key); None when an env's defaults or a preset
+    set it (they say nothing about this command)."""
+    source = sources.get("train.total_timesteps")
+    if source == "command line":
+        where = "--train.total-timesteps"
+    elif config_file is not None and source == str(Path(config_file)):
+        where = f"--config {config_file}"
+    else:
+        return None
+    return (f"warning: jaxlab bench ignores train.total_timesteps={config.train.total_timesteps:,} (from {where}): "
+            f"its run is the first update and --updates {updates - 1} more")
+
+
 def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, updates: int | None = None) -> Resolved:
     """The config of ARGS (preset, --config, flags) with its sizes checked and its memory estimate
     checked against the device's and the host's; ConfigError (or CheckpointError for --resume)
     otherwise, which main() reports with exit status 2. Warnings go to ``warn`` (a run over several
     processes passes one that prints in process 0 only). ``updates``: the run's length in updates, set
-    in the config's train.total_timesteps, instead of that key (`jaxlab bench`).
+    in the config's train.total_timesteps, instead of that key, which is then not checked and, when a
+    --config file or a flag set it, gets a warning (`jaxlab bench`: ignored_total_warning).
     Nothing is compiled; JAX's backend is started (to see the devices) with its memory options set."""
     from jaxlab.config import ConfigError, check_network, derive_sizes, load_config, memory, presets
     from jaxlab.config.layers import flags_library, repeated_flags
@@ -220,6 +237,10 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, update
             reason += f"; workload size {', '.join(workloads)}"
     for line in repeated_flags(args.flags):
         warn(f"warning: {line}")
+    if updates is not None:
+        line = ignored_total_warning(config, sources, args.config, updates)
+        if line is not None:
+            warn(line)
     devices = presets.current_devices()
     for line in (presets.unused_gpu_warning(devices),
                  presets.emulated_bfloat16_warning(config.device.precision, devices)):

@@ -169,9 +169,9 @@ def check_network(config: Config, obs_shape: tuple[int, ...]) -> None:
 
 def derive_sizes(config: Config, agents_per_env: int, updates: int | None = None) -> Sizes:
     """Checks every invariant; ConfigError naming the values, the rule and a fix on the first broken.
-    ``updates``: the run's length in updates instead of train.total_timesteps (`jaxlab bench`: the first
-    update and its --updates timed ones; a length past the optimizer's int32 step count is refused naming
-    --updates)."""
+    ``updates``: the run's length in updates instead of train.total_timesteps, which is then not checked
+    (`jaxlab bench`: the first update and its --updates timed ones; a length past the optimizer's int32
+    step count is refused naming --updates)."""
     check_finite(config)
     t, v = config.train, config.vec
     if v.num_threads != "auto" and not isinstance(v.num_threads, int):
@@ -182,7 +182,7 @@ def derive_sizes(config: Config, agents_per_env: int, updates: int | None = None
                 ("train.total_timesteps", t.total_timesteps), ("checkpoint.keep", config.checkpoint.keep),
                 ("vec.groups", v.groups), ("policy.scan_unroll", config.policy.scan_unroll)]
     for name, value in positive:
-        if value < 1:
+        if value < 1 and not (name == "train.total_timesteps" and updates is not None):  # bench: not its length
             raise ConfigError(f"{name}={value} must be at least 1; e.g. {default_flag(name)}")
     if not 0 <= t.seed < 2**63:  # the envs take seeds in [0, 2**64); the JAX keys are made from an int64
         raise ConfigError(f"train.seed={t.seed} must be an integer in [0, 2**63), e.g. --train.seed 0")

@@ -50,6 +50,7 @@ import numpy as np
 from jaxlab.env.spaces import Box, Discrete, EnvSpaces, MultiDiscrete
 from jaxlab.env.buffers import aligned_empty, allocate
 from jaxlab.env.vecenv import VecEnv
+from jaxlab.messages import short_repr
 
 PREFIXES = ("gymnasium:", "pettingzoo:")
 #: Built-in C envs that step exactly like a Python env (tests/test_env_dynamics.py checks it): their
@@ -213,12 +214,6 @@ def _action(space, name: str) -> tuple:
         return Box(tuple(float(x) for x in space.low), tuple(float(x) for x in space.high), tuple(space.shape)), None
     raise ValueError(f"env {name!r} has action space {space}; jaxlab takes Discrete, 1-D MultiDiscrete and "
                      "1-D Box actions: wrap the env so that it has one of these")
-
-
-def _short(value) -> str:
-    """``value`` for a message: its repr, cut to 60 characters."""
-    text = " ".join(repr(value).split())
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _mask_width(action) -> int:
@@ -556,8 +551,8 @@ def _parallel_env(env, name: str, module: str):
         return env
     hint = ("an AEC env converts with pettingzoo.utils.conversions.aec_to_parallel" if isinstance(env, AECEnv)
             else "subclass pettingzoo.ParallelEnv")
-    raise ValueError(f"env {name!r}: {module}.parallel_env() returned {_short(env)} ({type(env).__name__}), not a "
-                     f"PettingZoo ParallelEnv; make it return one ({hint})")
+    raise ValueError(f"env {name!r}: {module}.parallel_env() returned {short_repr(env)} ({type(env).__name__}), "
+                     f"not a PettingZoo ParallelEnv; make it return one ({hint})")
 
 
 class PettingZooVecEnv(PythonVecEnv):
@@ -620,13 +615,13 @@ class PettingZooVecEnv(PythonVecEnv):
         would broadcast a scalar or a 1-element array over the row)."""
         if self._dict_obs:
             if not isinstance(observation, dict) or "observation" not in observation:
-                raise self._misfit(row, f"its observation is {_short(observation)}, not a dict with "
+                raise self._misfit(row, f"its observation is {short_repr(observation)}, not a dict with "
                                         f"'observation' as its declared space says")
             if self.action_mask is not None and not self._info_mask:
                 self._write_mask(row, observation.get("action_mask"), "its observation's 'action_mask'")
             observation = observation["observation"]
         if np.shape(observation) != self.observation_space.shape:
-            raise self._misfit(row, f"its observation {_short(observation)} has shape {np.shape(observation)}, "
+            raise self._misfit(row, f"its observation {short_repr(observation)} has shape {np.shape(observation)}, "
                                     f"not the shape of its declared observation space {self._declared}; make the "
                                     "env return observations of that shape (or declare the space it returns)")
         self.observations[row] = observation
@@ -639,7 +634,7 @@ class PettingZooVecEnv(PythonVecEnv):
 
     def _write_mask(self, row: int, mask, where: str) -> None:
         if np.shape(mask) != (self.spaces.mask_width,):
-            raise self._misfit(row, f"{where} {_short(mask)} has shape {np.shape(mask)}; its action space "
+            raise self._misfit(row, f"{where} {short_repr(mask)} has shape {np.shape(mask)}; its action space "
                                     f"{self.action_space} needs a mask of shape ({self.spaces.mask_width},), one "
                                     "entry per action")
         self.action_mask[row] = np.asarray(mask).astype(bool)
@@ -683,7 +678,7 @@ class PettingZooVecEnv(PythonVecEnv):
                 self.truncations[row] = bool(truncations.get(agent, False)) and not terminal
                 reward = rewards.get(agent, 0.0)
                 if np.shape(reward) != ():
-                    raise self._misfit(row, f"its reward {_short(reward)} has shape {np.shape(reward)}; a "
+                    raise self._misfit(row, f"its reward {short_repr(reward)} has shape {np.shape(reward)}; a "
                                             "ParallelEnv's reward is one number per agent")
                 self.rewards[row] = reward
                 if agent in observations:

@@ -169,6 +169,20 @@ def _read_json(path: Path) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+def earlier_run(run_dir: Path) -> str | None:
+    """What of a run ``run_dir`` holds already ("checkpoints up to update N", or "metrics.jsonl" when it
+    is not empty), or None: a new run there would mix its records into that run's (and its checkpoint
+    pruning delete that run's checkpoints)."""
+    from jaxlab.checkpoint import step_dirs
+
+    run_dir = Path(run_dir)
+    held = step_dirs(run_dir / "checkpoints")
+    if held:
+        return f"checkpoints up to update {held[0].name}"
+    metrics = run_dir / "metrics.jsonl"
+    return "metrics.jsonl" if metrics.is_file() and metrics.stat().st_size > 0 else None
+
+
 def is_run(path: Path) -> bool:
     """Whether ``path`` is a run dir: it holds metrics.jsonl or config.toml."""
     return (path / "metrics.jsonl").is_file() or (path / "config.toml").is_file()

@@ -23,6 +23,7 @@ from pathlib import Path
 from jaxlab import checkpoint
 from jaxlab import config as config_lib
 from jaxlab.observe.alerts import nonfinite_losses
+from jaxlab.observe.records import earlier_run
 from jaxlab.run.distributed import any_process, is_primary, sync_processes
 from jaxlab.run.resume import keep_metrics_until, newest_usable, resume_run_dir, set_aside_after
 from jaxlab.run.lock import RunDirLock
@@ -72,8 +73,8 @@ def log_to(on_log: Callable[[dict], None]) -> Hook:
 
 def train(config: config_lib.Config, run_dir: str | Path | None = None,
           on_log: Callable[[dict], None] | None = None) -> list[dict]:
-    """Runs every update of ``config`` (metrics.jsonl in ``run_dir`` when given; no checkpoints);
-    returns the records. ``on_log(record)`` per update."""
+    """Runs every update of ``config`` (metrics.jsonl in ``run_dir`` when given, which must not hold a
+    run already: ConfigError; no checkpoints); returns the records. ``on_log(record)`` per update."""
     from jaxlab.train.trainer import Trainer
 
     with Trainer(config, run_dir=run_dir) as trainer:
@@ -146,10 +147,8 @@ class SaveCheckpoints:
 def refuse_an_earlier_run(run_dir: Path) -> None:
     """ConfigError when ``run_dir`` already holds a run's checkpoints or metrics: a new run there would
     mix its records into that run's and its checkpoint pruning would delete that run's checkpoints."""
-    held = checkpoint.step_dirs(run_dir / "checkpoints")
-    metrics = run_dir / "metrics.jsonl"
-    if held or (metrics.is_file() and metrics.stat().st_size > 0):
-        what = f"checkpoints up to update {held[0].name}" if held else "metrics.jsonl"
+    what = earlier_run(run_dir)
+    if what is not None:
         raise config_lib.ConfigError(f"run dir {run_dir} already holds a run ({what}); continue it with "
                                      f"--resume {run_dir}, or give a new --run-dir")
 
@@ -231,7 +230,7 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
             warn(f"resumed from {result.resumed_from} at update {trainer.update_index}, "
                  f"step {trainer.global_step:,}")
         if primary:  # only now: a resume that fails leaves the run's records as they were
-            trainer.record_to(run_dir)
+            trainer.record_to(run_dir, resumed=resume is not None)  # refused without a resume: checked above
             (run_dir / "summary.json").unlink(missing_ok=True)  # a resumed run's is stale until this one ends
             records.write_run_info(run_dir, config, [f"{d.platform}:{d.device_kind}" for d in jax.devices()], notes)
         if on_start is not None:

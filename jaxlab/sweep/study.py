@@ -20,6 +20,7 @@ import zlib
 from pathlib import Path
 
 from jaxlab.config import ConfigError
+from jaxlab.messages import short_repr
 from jaxlab.sweep.space import SweepSpec
 
 JOURNAL = "study.journal"
@@ -208,12 +209,13 @@ def check_same(name: str, spec: SweepSpec, stored: SweepSpec, base_toml: str | N
                               f"{stored.seeds}, or start a new --study")
         if f.name in spec.flags:
             old = getattr(stored, f.name)
-            raise ConfigError(f"study {name!r} was created with {f.name} = {_short(old)}, not --{f.name} "
+            raise ConfigError(f"study {name!r} was created with {f.name} = {short_repr(old, 120)}, not --{f.name} "
                               f"{getattr(spec, f.name)}; resume it with --{f.name} {old}, or "
                               "start a new --study")
-        raise ConfigError(f"study {name!r} was created with {f.name} = {_short(getattr(stored, f.name))}, not "
-                          f"{_short(getattr(spec, f.name))}; resume it with the same sweep file and options "
-                          "(or `jaxlab sweep ENV --study NAME` alone), or start a new --study")
+        stored_value, value = (short_repr(getattr(s, f.name), 120) for s in (stored, spec))
+        raise ConfigError(f"study {name!r} was created with {f.name} = {stored_value}, not {value}; resume it "
+                          "with the same sweep file and options (or `jaxlab sweep ENV --study NAME` alone), or "
+                          "start a new --study")
     if base_toml is not None and base_toml != stored_base:
         from jaxlab.config import config_from_toml
         from jaxlab.train.trainer import config_changes
@@ -240,11 +242,6 @@ def params_change(old: tuple, new: tuple) -> str:
         if p.name not in olds:
             return f"no {p.name}, which the new space adds: {p.short()}"
     return f"its keys in the order {', '.join(olds)}, not {', '.join(news)}"
-
-
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) < 120 else text[:117] + "..."
 
 
 def suggest(trial, spec: SweepSpec) -> dict:

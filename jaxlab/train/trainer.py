@@ -69,9 +69,34 @@ def with_matmul_precision(fn, precision: str):
     return wrapped
 
 
+def refuse_an_earlier_run(run_dir: str | Path, update: int = 0) -> None:
+    """ConfigError, before anything is written, when ``run_dir`` holds a run already (checkpoints, or a
+    non-empty metrics.jsonl; see jaxlab.observe.records.earlier_run): a trainer recording there would
+    append its records to that run's. The Python API's wording of jaxlab.run.loop.refuse_an_earlier_run;
+    ``update``: the update the trainer is at (past 0 after load_checkpoint: the hint names record_to's
+    ``resumed``)."""
+    from jaxlab.observe.records import earlier_run
+
+    what = earlier_run(Path(run_dir))
+    if what is None:
+        return
+    if update > 0:  # a trainer that loaded a checkpoint
+        resume = (f"if this trainer continues that run (it is at update {update}) say so with "
+                  f"record_to({str(run_dir)!r}, resumed=True), ")
+    elif what.startswith("checkpoints"):
+        resume = (f"continue that run from its checkpoints with jaxlab.run.loop.train_run(config, "
+                  f"{str(run_dir)!r}, resume={str(Path(run_dir) / 'checkpoints')!r}), ")
+    else:
+        resume = ""
+    raise config_lib.ConfigError(f"run dir {run_dir} already holds a run ({what}); a trainer recording there would "
+                                 f"append its records to that run's: give a new run_dir, {resume}or move "
+                                 "that run away first")
+
+
 class Trainer:
     """PPO on one VecEnv. evaluate() collects a segment, train() updates on it, mean_and_log() returns
     (and, with a run_dir or after record_to(run_dir), appends to metrics.jsonl) the metrics of the update.
+    A run_dir that holds a run already is refused (ConfigError) before anything is built or written.
 
     ``max_traces``: when set, each jitted function fails (chex.assert_max_traces) if traced more often.
     """
@@ -81,6 +106,8 @@ class Trainer:
         self.config = config
         c, t = config, config.train
         self._metrics_file = None
+        if run_dir is not None:
+            refuse_an_earlier_run(run_dir)  # before the envs and the compiles
         from jaxlab.config.memory import env_shape
         from jaxlab.run import compile_cache
 
@@ -172,13 +199,36 @@ class Trainer:
         if run_dir is not None:
             self.record_to(run_dir)
 
-    def record_to(self, run_dir: str | Path) -> None:
+    def record_to(self, run_dir: str | Path, resumed: bool = False) -> None:
         """Writes the config to RUN_DIR/config.toml and appends each update's metrics to metrics.jsonl
-        from now on (a run that resumes calls it once the checkpoint is loaded)."""
-        self.run_dir = Path(run_dir)
+        from now on. A run dir that holds a run already is refused (ConfigError, nothing written;
+        refuse_an_earlier_run), unless ``resumed``: this trainer continues that run from one of its
+        checkpoints (load_checkpoint), and metrics.jsonl holds no record after the update it resumed at
+        (jaxlab.run.resume.keep_metrics_until cuts the later ones; train_run does both)."""
+        run_dir = Path(run_dir)
+        if resumed:
+            self._check_resumed_records(run_dir / "metrics.jsonl")
+        else:
+            refuse_an_earlier_run(run_dir, self.update_index)
+        self.run_dir = run_dir
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.toml").write_text(config_lib.to_toml(self.config))
         self._metrics_file = open(self.run_dir / "metrics.jsonl", "a")
+
+    def _check_resumed_records(self, path: Path) -> None:
+        """ConfigError when ``path`` (a metrics.jsonl this trainer would continue) holds records after
+        its update: the updates it trains next would be in it twice."""
+        from jaxlab.observe.records import metric_lines
+
+        if not path.is_file():
+            return
+        later = [record["update"] for _, record in metric_lines(path)
+                 if isinstance(record.get("update"), int) and record["update"] > self.update_index]
+        if later:
+            raise config_lib.ConfigError(
+                f"{path} holds records up to update {max(later)}, after update {self.update_index} that this "
+                f"trainer continues from, so its next updates would be in it twice; drop them first with "
+                f"jaxlab.run.resume.keep_metrics_until({str(path)!r}, {self.update_index}), or record to a new run dir")
 
     def _traced(self, name: str) -> None:
         self.traces[name] += 1
