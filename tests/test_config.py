@@ -43,6 +43,10 @@ def test_integers(text):
     (["--train.learning-rate", "fast"], r"train.learning_rate='fast' is not a number; write e.g. "
      r"--train.learning-rate [0-9.e-]+ \(the default\)"),
     (["--train.gamma"], r"flag --train.gamma needs a value"),
+    # a flag followed by another flag has no value: it is not the next flag's name (CleanRL's bare booleans)
+    (["--policy.lstm", "--train.seed", "1"], r"^flag --policy.lstm needs a value: --policy.lstm true or "
+                                             r"--policy.lstm false \(a flag alone is not read as true\)$"),
+    (["--train.seed", "--train.gamma", "0.9"], r"^flag --train.seed needs a value, e.g. --train.seed 0 \(the default\)$"),
 ])
 def test_bad_flags(flags, message):
     with pytest.raises(ConfigError, match=message):

@@ -288,13 +288,26 @@ def _flag_pairs(flags: list[str]) -> list[tuple[str, str]]:
             raise ConfigError(f"unexpected argument {flag!r}; config flags look like --train.seed 1")
         name, eq, value = flag[2:].partition("=")
         if not eq:
-            if i + 1 >= len(flags):
-                raise ConfigError(f"flag {flag} needs a value, e.g. {flag} 1")
+            if i + 1 >= len(flags) or flags[i + 1].startswith("--"):  # not a value: the next flag
+                raise ConfigError(_needs_a_value(flag, name))
             value = flags[i + 1]
             i += 1
         pairs.append((name.replace("_", "-"), value))
         i += 1
     return pairs
+
+
+def _needs_a_value(flag: str, name: str) -> str:
+    """The error for a flag given without a value, with an example of the key's type: a boolean flag
+    alone is not read as true (write --policy.lstm true)."""
+    section, _, key = name.replace("-", "_").partition(".")
+    field = next((f for f in fields(SECTIONS[section]) if f.name == key), None) if section in SECTIONS else None
+    if field is not None and field.type in (bool, "bool"):
+        return f"flag {flag} needs a value: {flag} true or {flag} false (a flag alone is not read as true)"
+    default = field.default if field is not None else ""
+    if isinstance(default, (tuple, list)):
+        default = ",".join(map(str, default))
+    return f"flag {flag} needs a value" + (f", e.g. {flag} {default} (the default)" if default != "" else "")
 
 
 def parse_flags(flags: list[str]) -> dict:
