@@ -156,3 +156,5 @@ def test_python_dash_m_jaxlab_is_the_jaxlab_command():
                             timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("usage: jaxlab train")
+    version = subprocess.run([sys.executable, "-m", "jaxlab", "--version"], capture_output=True, text=True, timeout=120)
+    assert version.returncode == 0 and version.stdout == f"jaxlab {__version__}\n", version.stderr

@@ -16,7 +16,10 @@ FAMILIES = (inspect, train, bench, sdk, sweep)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from jaxlab import __version__
+
     parser = argparse.ArgumentParser(prog="jaxlab", description="JAX LSTM-PPO over batched C environments.")
+    parser.add_argument("--version", action="version", version=f"jaxlab {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add = command_adder(commands)
     for family in FAMILIES:
