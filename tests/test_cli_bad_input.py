@@ -26,6 +26,16 @@ def test_eval_refuses_what_it_could_not_finish_before_loading_anything(tmp_path,
     assert message.replace("FOLDER", str(tmp_path)) in capsys.readouterr().err
 
 
+def test_config_flags_may_come_before_env(capsys):
+    """`jaxlab config --train.seed 3 memory` (CleanRL's habit: options anywhere): argparse took 3 for ENV
+    ("unknown env '3'")."""
+    assert cli.main(["config", "--train.seed", "3", "memory", "--env.delay=2", "--policy.lstm", "false"]) == 0
+    out = capsys.readouterr().out
+    assert "\nseed = 3 " in out and "\ndelay = 2 " in out and "\nlstm = false " in out
+    assert cli.config_flags_last(["train", "--policy.lstm", "--train.seed", "1", "cartpole", "--run-dir", "a.b"]) == \
+        ["train", "cartpole", "--run-dir", "a.b", "--policy.lstm", "--train.seed", "1"]
+
+
 def write_run(folder, lines, notes=None, summary=None):
     folder.mkdir(parents=True)
     (folder / "config.toml").write_text('env_name = "cartpole"\n')

@@ -43,6 +43,19 @@ def test_integers(text):
     (["--train.learning-rate", "fast"], r"train.learning_rate='fast' is not a number; write e.g. "
      r"--train.learning-rate [0-9.e-]+ \(the default\)"),
     (["--train.gamma"], r"flag --train.gamma needs a value"),
+    # a flag followed by another flag has no value: it is not the next flag's name (CleanRL's bare booleans)
+    (["--policy.lstm", "--train.seed", "1"], r"^flag --policy.lstm needs a value: --policy.lstm true or "
+                                             r"--policy.lstm false \(a flag alone is not read as true\)$"),
+    (["--train.seed", "--train.gamma", "0.9"], r"^flag --train.seed needs a value, e.g. --train.seed 0 \(the default\)$"),
+    # PufferLib's and CleanRL's names: a key of another section, a section's key with its prefix, a bare name
+    (["--train.num-envs", "8"], r"^unknown config key 'train.num_envs'; did you mean 'vec.num_envs'\?$"),
+    (["--train.checkpoint-interval", "50"], r"^unknown config key 'train.checkpoint_interval'; did you mean "
+                                            r"'checkpoint.interval'\?$"),
+    (["--rnn.hidden-size", "64"], r"^unknown config section \[rnn\] in command line; did you mean 'policy.hidden_size'\?$"),
+    (["--train.device", "cuda"], r"^unknown config key 'train.device'; jaxlab trains on the devices JAX sees: pick "
+                                 r"them with --preset"),
+    (["--wandb"], r"^unexpected argument '--wandb'; did you mean --log.wandb true\?"),
+    (["--seed", "1"], r"^unexpected argument '--seed'; did you mean --train.seed\?"),
 ])
 def test_bad_flags(flags, message):
     with pytest.raises(ConfigError, match=message):

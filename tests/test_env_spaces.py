@@ -28,6 +28,14 @@ def test_spaces_of_follows_the_parameters():
     assert str(spaces_of("pendulum").action_space) == "Box(-2, 2, (1,), float32)"
 
 
+def test_a_box_shows_as_its_bounds_and_shape_in_a_repl():
+    """repr (what a REPL and an EnvSpaces show) is the short form, not every bound of a 334-wide
+    observation twice, as the dataclass wrote it."""
+    spot = spaces_of("spot")
+    assert repr(spot.observation_space) == "Box(0, 255, (8, 8, 3), uint8)"
+    assert "observation_space=Box(-inf, inf, (10,), float32)" in repr(spaces_of("target"))
+
+
 @pytest.mark.parametrize("name, params, error, message", [
     ("cartpol", {}, ValueError, r"unknown env 'cartpol'"),
     ("target", {"agents_per_env": 65}, ValueError, r"agents_per_env=65 is out of range"),

@@ -143,6 +143,16 @@ def test_a_header_in_a_folder_with_spaces_and_unicode_builds_caches_and_hashes(u
     assert sdk.source_hash(folder / "stroll.h") != digest
 
 
+def test_make_takes_a_header_path_under_the_home_folder(user_env, monkeypatch):
+    """jaxlab.make("~/my_envs/drone.h"), as the README writes it: the ~ is the user's home (the shell
+    expands it on the command line; from Python nothing did)."""
+    monkeypatch.setenv("HOME", str(user_env.parent))
+    with jaxlab.make(f"~/{user_env.name}/stroll.h", num_envs=2) as env:
+        assert env.name == "stroll"
+        env.reset()
+        env.step()
+
+
 def test_a_changed_sdk_api_c_rebuilds_a_cached_library(user_env, tmp_path, monkeypatch):
     """api.c is compiled into every env library though no header includes it: a jaxlab whose api.c
     changed (a fix within one ABI version) must not load a library built from the old one."""

@@ -147,3 +147,14 @@ def test_the_command_entry_imports_nothing_heavy():
     import tomllib
     with open(os.path.join(os.path.dirname(__file__), "..", "pyproject.toml"), "rb") as f:
         assert tomllib.load(f)["project"]["scripts"]["jaxlab"] == "jaxlab.launch:main"
+
+
+def test_python_dash_m_jaxlab_is_the_jaxlab_command():
+    """`python -m jaxlab train cartpole` as for other packages with a command (it said "No module named
+    jaxlab.__main__")."""
+    result = subprocess.run([sys.executable, "-m", "jaxlab", "train", "--help"], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: jaxlab train")
+    version = subprocess.run([sys.executable, "-m", "jaxlab", "--version"], capture_output=True, text=True, timeout=120)
+    assert version.returncode == 0 and version.stdout == f"jaxlab {__version__}\n", version.stderr

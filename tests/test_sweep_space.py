@@ -143,6 +143,14 @@ def test_show_of_a_study_that_does_not_exist_exits_2(tmp_path):
     assert "no study 'nope' in" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+def test_show_of_a_study_without_trials_says_so_without_an_empty_list(tmp_path):
+    command = [sys.executable, "-m", "jaxlab.cli", "sweep", "cartpole", "--study", "empty", "--root", str(tmp_path)]
+    assert subprocess.run([*command, "--trials", "0"], capture_output=True, timeout=300).returncode == 0
+    shown = subprocess.run([*command, "--show"], capture_output=True, text=True, timeout=300)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("study empty: 0 trials; episode_return = mean over"), shown.stdout  # was "0 trials ();"
+
+
 def test_a_study_another_sweep_is_still_creating_is_waited_for_and_an_abandoned_one_is_completed(tmp_path):
     """Two sweeps started together: one creates the study and stores its attributes one at a time; the
     other, finding the study without them (CI once saw a KeyError: 'sweep'), waits for them."""

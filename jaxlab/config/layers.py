@@ -154,11 +154,30 @@ def coerce_key(section: str, key: str, value: Any, kind: type | str) -> Any:
     return special(value, where) if special else coerce(value, kind, where)
 
 
+def _key_elsewhere(key: str, section: str = "") -> str | None:
+    """The config key ("section.key") that a key written in the wrong section means: the same name in
+    another section (train.num_envs: vec.num_envs), or a section's key written with its section as a
+    prefix (train.checkpoint_interval, PufferLib's: checkpoint.interval); None when there is none."""
+    for other, cls in SECTIONS.items():
+        if other != section and any(f.name == key for f in fields(cls)):
+            return f"{other}.{key}"
+    for other, cls in SECTIONS.items():
+        rest = key.removeprefix(f"{other}_")
+        if rest != key and any(f.name == rest for f in fields(cls)):
+            return f"{other}.{rest}"
+    return None
+
+
 def _unknown_key(section: str, key: str, known, env_name: str = "") -> ConfigError:
     from jaxlab.env.python_envs import is_python_env
 
     close = difflib.get_close_matches(key, list(known), n=1)
-    hint = f"; did you mean '{section}.{close[0]}'?" if close else f"; valid keys: {', '.join(known)}"
+    elsewhere = _key_elsewhere(key, section)
+    hint = (f"; did you mean '{section}.{close[0]}'?" if close else f"; did you mean '{elsewhere}'?" if elsewhere
+            else f"; valid keys: {', '.join(known)}")
+    if key == "device" and not close:  # PufferLib's train.device
+        hint = ("; jaxlab trains on the devices JAX sees: pick them with --preset (see `jaxlab presets`) and "
+                "--device.count")
     if section == "env" and not close and is_python_env(env_name):
         if env_name.startswith("gymnasium:"):
             args = "its constructor's keyword arguments (and gymnasium.make's, e.g. max_episode_steps)"
@@ -193,7 +212,9 @@ def apply_layer(values: dict, layer: dict, source: str, sources: dict, env_param
             continue
         if section not in SECTIONS:
             close = difflib.get_close_matches(section, ["env", *SECTIONS], n=1)
-            hint = f"; did you mean [{close[0]}]?" if close else ""
+            elsewhere = next(filter(None, (_key_elsewhere(str(k).replace("-", "_")) for k in entries)), None) \
+                if isinstance(entries, dict) else None  # [rnn] hidden_size: policy.hidden_size
+            hint = f"; did you mean [{close[0]}]?" if close else f"; did you mean '{elsewhere}'?" if elsewhere else ""
             raise ConfigError(f"unknown config section [{section}] in {source}{hint}")
         if not isinstance(entries, dict):
             raise ConfigError(f"[{section}] in {source} must be a table")
@@ -285,16 +306,36 @@ def _flag_pairs(flags: list[str]) -> list[tuple[str, str]]:
     while i < len(flags):
         flag = flags[i]
         if not flag.startswith("--") or "." not in flag:
+            elsewhere = _key_elsewhere(flag[2:].partition("=")[0].replace("-", "_")) if flag.startswith("--") else None
+            if elsewhere:  # --wandb (PufferLib's): --log.wandb true
+                section, _, key = elsewhere.partition(".")
+                kind = next(f.type for f in fields(SECTIONS[section]) if f.name == key)
+                value = " true" if kind in (bool, "bool") else ""
+                raise ConfigError(f"unexpected argument {flag!r}; did you mean --{elsewhere.replace('_', '-')}{value}? "
+                                  "config flags look like --section.key value")
             raise ConfigError(f"unexpected argument {flag!r}; config flags look like --train.seed 1")
         name, eq, value = flag[2:].partition("=")
         if not eq:
-            if i + 1 >= len(flags):
-                raise ConfigError(f"flag {flag} needs a value, e.g. {flag} 1")
+            if i + 1 >= len(flags) or flags[i + 1].startswith("--"):  # not a value: the next flag
+                raise ConfigError(_needs_a_value(flag, name))
             value = flags[i + 1]
             i += 1
         pairs.append((name.replace("_", "-"), value))
         i += 1
     return pairs
+
+
+def _needs_a_value(flag: str, name: str) -> str:
+    """The error for a flag given without a value, with an example of the key's type: a boolean flag
+    alone is not read as true (write --policy.lstm true)."""
+    section, _, key = name.replace("-", "_").partition(".")
+    field = next((f for f in fields(SECTIONS[section]) if f.name == key), None) if section in SECTIONS else None
+    if field is not None and field.type in (bool, "bool"):
+        return f"flag {flag} needs a value: {flag} true or {flag} false (a flag alone is not read as true)"
+    default = field.default if field is not None else ""
+    if isinstance(default, (tuple, list)):
+        default = ",".join(map(str, default))
+    return f"flag {flag} needs a value" + (f", e.g. {flag} {default} (the default)" if default != "" else "")
 
 
 def parse_flags(flags: list[str]) -> dict:

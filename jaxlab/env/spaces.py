@@ -49,7 +49,7 @@ class MultiDiscrete:
         return f"MultiDiscrete({list(self.nvec)})"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Box:
     """A float array of ``shape`` with per-component bounds ``low``/``high`` (tuples, flattened)."""
 
@@ -69,6 +69,8 @@ class Box:
         if len(set(self.low)) == 1 and len(set(self.high)) == 1:
             return f"Box({self.low[0]:g}, {self.high[0]:g}, {self.shape}, {np.dtype(self.dtype).name})"
         return f"Box({list(self.low)}, {list(self.high)}, {self.shape}, {np.dtype(self.dtype).name})"
+
+    __repr__ = __str__  # a REPL shows Box(-inf, inf, (334,), float32), not 334 bounds twice (as Gymnasium's)
 
 
 Space = Discrete | MultiDiscrete | Box

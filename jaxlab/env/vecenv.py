@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from pathlib import Path
 
 import numpy as np
 
@@ -374,6 +375,7 @@ def make(name: str, num_envs: int = 1, seed: int = 0, num_threads: int = 1, libr
     if library is None and str(name).endswith(".h"):
         from jaxlab.env.sdk import header_env
 
-        library, name = str(name), header_env(name)
+        header = Path(name).expanduser()  # "~/my_envs/drone.h", as on the command line
+        library, name = str(header), header_env(header)
     return VecEnv(name, num_envs=num_envs, seed=seed, num_threads=num_threads, library=library,
                   mask_check=mask_check, **params)

@@ -58,8 +58,9 @@ def show(study, spec: SweepSpec, base_toml: str, study_dir: Path, env_name: str,
     a score,cost study). Returns the text to print. ``again``: the command that continues the study."""
     counts = _states(study)
     total = sum(counts.values())
-    lines = [f"study {study.study_name}: {total} trials (" + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-             + f"); {spec.metric} = mean over the last {spec.average_last:.0%} of each run, over "
+    states = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    lines = [f"study {study.study_name}: {total} trials" + (f" ({states})" if states else "")
+             + f"; {spec.metric} = mean over the last {spec.average_last:.0%} of each run, over "
              f"{spec.seeds} seed(s)"]
     best = ranked(study, spec)
     if not best:
