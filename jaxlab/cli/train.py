@@ -429,7 +429,8 @@ def add_commands(add) -> None:
     evaluate.add_argument("--episodes", type=int, default=10, help="agent-episodes to play (default 10)")
     evaluate.add_argument("--deterministic", action="store_true", help="take the most likely action (default: sample)")
     evaluate.add_argument("--num-envs", type=int, help="envs played at once (default min(episodes, 64))")
-    evaluate.add_argument("--seed", type=int, default=12345, help="seed of the new envs and of sampling (default 12345)")
+    evaluate.add_argument("--seed", type=int, default=12345,
+                          help="seed of the new envs and of sampling (default 12345)")
     evaluate.add_argument("--render", action="store_true", help="print env 0's first episode as text (envs "
                           "with a render hook: `jaxlab envs` lists their options)")
     evaluate.add_argument("--save-frames", metavar="FILE", help="write env 0's first episode as text to FILE")
