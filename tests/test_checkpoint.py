@@ -592,6 +592,29 @@ def test_best_metric_must_be_a_metric_of_the_run(tmp_path):
     assert set(result.records[0]) - first_only == set(names) == set(result.records[1])
 
 
+def test_bad_input_refused_once_the_run_dir_exists_leaves_no_run_dir(tmp_path):
+    """A config refused after jaxlab train made the run dir (the best metric is checked against the built
+    trainer's records) left RUN_DIR with .lock, run.log and checkpoints/: a stray runs/ENV-TIMESTAMP per
+    attempt with the default --run-dir. A run dir that existed before, or one with anything else in it,
+    is kept."""
+    fresh = tmp_path / "fresh"
+    refused = jaxlab("train", "cartpole", *SMALL, "--train.total-timesteps", "256", "--checkpoint.best-metric",
+                     "episode_retrn", "--run-dir", str(fresh))
+    assert refused.returncode == 2 and "is not a metric of this run" in refused.stderr, refused.stderr
+    assert not fresh.exists(), sorted(p.name for p in fresh.iterdir())
+    kept = tmp_path / "kept"
+    (kept / "checkpoints").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="is not a metric of this run"):
+        train_run(small_config(2, "--checkpoint.best-metric", "episode_retrn"), kept)
+    assert sorted(p.name for p in kept.iterdir()) == [".lock", "checkpoints", "run.log"]
+    (kept / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="is not a metric of this run"):
+        train_run(small_config(2, "--checkpoint.best-metric", "episode_retrn"), kept, remove_if_not_started=True)
+    assert sorted(p.name for p in kept.iterdir()) == ["notes.txt"]  # the rest was the attempt's (all empty)
+    result = train_run(small_config(2), tmp_path / "ran", remove_if_not_started=True)
+    assert result.checkpoint is not None and (tmp_path / "ran" / "metrics.jsonl").is_file()
+
+
 def test_the_default_best_metric_on_an_env_without_it_is_a_warning():
     """The env contract does not require an episode_return statistic: an env without one trains with no
     best checkpoint and a warning (the default was not the user's choice); a name the user gave that

@@ -92,6 +92,7 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
     else:  # several processes: process 0's clock names the one run dir of them all
         stamp = distributed.from_process_0(time.strftime("%Y%m%d-%H%M%S"))
         run_dir = args.run_dir or f"runs/{config.env_name}-{stamp}"
+    new_run_dir = not Path(run_dir).exists()  # removed again if the run does not start (bad input)
     for directory in (Path(run_dir), Path(run_dir) / "checkpoints"):
         problem = cannot_write(directory)
         if problem:
@@ -117,7 +118,7 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
         result = train_run(config, run_dir, resume=resolved.resume, on_log=observers, warn=warn if primary else quiet,
                            notes=args.notes, on_start=observers.start if observers else None,
                            resume_meta=resolved.resume_meta, resume_any_env=args.resume_any_env, profile=profile,
-                           stop=stop)
+                           stop=stop, remove_if_not_started=new_run_dir)
     except KeyboardInterrupt:
         close(observers)
         metrics = Path(run_dir) / "metrics.jsonl"

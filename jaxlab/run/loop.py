@@ -153,6 +153,37 @@ def refuse_an_earlier_run(run_dir: Path) -> None:
                                      f"--resume {run_dir}, or give a new --run-dir")
 
 
+class RemovedIfNotStarted:
+    """Context manager for a run dir this run created (``remove`` True): on exit, if the run never
+    started (``started()`` was not called: a config refused once the trainer was built, a resume that
+    found nothing usable, an interrupt while compiling), the run dir is removed again when it holds
+    nothing but what that attempt left (RUN_DIR/.lock, an empty run.log, an empty checkpoints/), so that
+    bad input leaves no stray run dir (a default --run-dir is a new runs/ENV-TIMESTAMP every time). A
+    non-empty run.log, or anything else in it, is kept."""
+
+    def __init__(self, run_dir: Path, remove: bool):
+        self.run_dir, self.remove, self._started = Path(run_dir), remove, False
+
+    def started(self) -> None:
+        self._started = True
+
+    def __enter__(self) -> RemovedIfNotStarted:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if not self.remove or self._started:
+            return
+        log = self.run_dir / "run.log"
+        try:
+            if log.is_file() and log.stat().st_size == 0:
+                log.unlink()
+            (self.run_dir / ".lock").unlink(missing_ok=True)
+            (self.run_dir / "checkpoints").rmdir()  # each rmdir fails when the folder holds anything
+            self.run_dir.rmdir()
+        except OSError:
+            pass  # something else is in it: kept
+
+
 def check_best_metric(name: str, names: Sequence[str], warn: Callable[[str], None]) -> str:
     """The checkpoint.best_metric to use: ``name`` when it is one of the run's record keys ``names`` (or
     "", none). The default, episode_return, for an env that logs none (the env contract does not
@@ -178,7 +209,8 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
               on_log: Callable[[dict], None] | None = None, warn: Callable[[str], None] = print,
               trainer_hook: Callable | None = None, notes: str | None = None,
               on_start: Callable | None = None, resume_meta: dict | None = None,
-              resume_any_env: bool = False, profile=None, stop: StopSignals | None = None) -> RunResult:
+              resume_any_env: bool = False, profile=None, stop: StopSignals | None = None,
+              remove_if_not_started: bool = False) -> RunResult:
     """Trains ``config`` to its last update in ``run_dir`` with checkpoints; see the module docstring.
     Without ``resume``, ``run_dir`` must not hold a run already (ConfigError). Holds the run dir's lock
     for the whole run (RunDirInUse when another process holds it), sends library log lines (absl,
@@ -191,7 +223,8 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
     ``resume_any_env`` resumes even when the env's source changed since the checkpoint (a warning);
     ``profile``: a jaxlab.run.profile.ProfileUpdates that traces some updates; ``stop``: the caller's
     StopSignals, already active (a signal it took before this call stops the run after its first
-    update), else one of its own for the run.
+    update), else one of its own for the run; ``remove_if_not_started``: the caller created ``run_dir``
+    for this run, so it is removed again if the run does not start (RemovedIfNotStarted).
 
     In a run over several processes (jaxlab.run.distributed) every process calls it, in step, with the
     same arguments (``warn``, ``on_log``, ``on_start`` and ``profile`` may differ): process 0 alone
@@ -213,7 +246,8 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
     logs = library_logs_to(run_dir / "run.log") if primary else nullcontext()
     if resume is None or resume_run_dir(Path(resume)).resolve() != run_dir.resolve():
         refuse_an_earlier_run(run_dir)  # a resume into another run dir starts that dir's records
-    with lock, logs, Trainer(config) as trainer, \
+    unstarted = RemovedIfNotStarted(run_dir, remove_if_not_started and primary)
+    with unstarted, lock, logs, Trainer(config) as trainer, \
             (nullcontext(stop) if stop is not None else StopSignals()) as stop:
         best_metric = check_best_metric(c.best_metric, trainer.record_names, warn)
         if resume is not None:
@@ -231,6 +265,7 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
                  f"step {trainer.global_step:,}")
         if primary:  # only now: a resume that fails leaves the run's records as they were
             trainer.record_to(run_dir, resumed=resume is not None)  # refused without a resume: checked above
+            unstarted.started()
             (run_dir / "summary.json").unlink(missing_ok=True)  # a resumed run's is stale until this one ends
             records.write_run_info(run_dir, config, [f"{d.platform}:{d.device_kind}" for d in jax.devices()], notes)
         if on_start is not None:
