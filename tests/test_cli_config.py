@@ -60,6 +60,8 @@ def test_bench_prints_env_and_training_figures():
     assert result.returncode == 0, result.stderr
     assert ("warning: jaxlab bench ignores train.total_timesteps=64 (from --train.total-timesteps): its run is the "
             "first update and --updates 1 more") in result.stderr
+    # JAX runs on the CPU here: no line about GPU memory (it said "GPU memory allocated on demand")
+    assert result.stdout.splitlines()[0] == "device preset cpu (JAX sees only CPU devices)", result.stdout
     assert "env cartpole: 8 agents, 1 C thread(s):" in result.stdout and "M agent-steps/s" in result.stdout
     assert "steady" in result.stdout and "SPS over 1 updates" in result.stdout
     # the update's FLOPs by the 6N rule: 6 x params x batch (8 envs x horizon 16) x update_epochs (2)

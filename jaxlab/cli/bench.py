@@ -22,7 +22,10 @@ def bench_command(args: argparse.Namespace) -> int:
     # the run's length: --updates after the compiling one (train.total_timesteps: ignored, with a warning)
     resolved = resolve(args, updates=args.updates + 1)
     config, sizes = resolved.config, resolved.sizes
-    print(f"device preset {config.preset} ({resolved.preset_reason}); {resolved.backend}")
+    import jax
+
+    memory = f"; {resolved.backend}" if jax.default_backend() != "cpu" else ""  # XLA's GPU memory options
+    print(f"device preset {config.preset} ({resolved.preset_reason}){memory}")
     for line in report_env(config.env_name, sizes.num_agents, args.seconds, sizes.num_threads, config.env,
                            config.env_library or None):
         print(line)
