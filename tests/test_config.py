@@ -207,7 +207,7 @@ def test_more_invariants(flags, message):
 
 @pytest.mark.parametrize("flags, message", [
     (["--train.batch-size", "big"], r"train.batch_size='big' is neither auto nor an integer"),
-    (["--log.wandb", "on"], r"log.wandb='on' is not a boolean"),
+    (["--log.wandb", "enabled"], r"log.wandb='enabled' is not a boolean; use true or false \(also 1/0, yes/no, on/off\)"),
     (["--device.precison", "float32"], r"did you mean 'device.precision'"),
 ])
 def test_more_bad_flags(flags, message):
@@ -340,3 +340,12 @@ def test_a_run_length_in_updates_replaces_total_timesteps():
     assert derive_sizes(config, agents_per_env=1, updates=67108862 + 1).num_updates == 67108863
     with pytest.raises(ConfigError, match=r"^--updates 67108863 makes "):
         derive_sizes(config, agents_per_env=1, updates=67108863 + 1)
+
+
+@pytest.mark.parametrize("word, value", [("on", True), ("OFF", False), ("Yes", True), ("0", False)])
+def test_booleans_take_on_and_off_as_mask_check_does(word, value):
+    """--env.mask-check off worked, but --train.norm-adv off was 'not a boolean'."""
+    config, _ = load_config("cartpole", flags=["--train.norm-adv", word, "--log.wandb", word,
+                                               "--train.anneal-lr", word])
+    assert config.train.norm_adv is value and config.log.wandb is value
+    assert config.train.anneal_lr == ("linear" if value else "none")

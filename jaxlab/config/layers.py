@@ -28,13 +28,13 @@ def configs_dir() -> Path:
 
 
 def parse_bool(text: str, where: str) -> bool:
-    """true/false in any case, 1/0, yes/no."""
+    """true/false in any case, 1/0, yes/no, on/off."""
     value = text.strip().lower()
-    if value in ("true", "1", "yes"):
+    if value in ("true", "1", "yes", "on"):
         return True
-    if value in ("false", "0", "no"):
+    if value in ("false", "0", "no", "off"):
         return False
-    raise ConfigError(f"{where}={text!r} is not a boolean; use true or false (also 1/0, yes/no)")
+    raise ConfigError(f"{where}={text!r} is not a boolean; use true or false (also 1/0, yes/no, on/off)")
 
 
 AUTO_EXAMPLES = {"train.batch_size": 65536, "vec.num_threads": 2}  # an integer to suggest per "int | str" key

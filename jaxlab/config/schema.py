@@ -199,7 +199,8 @@ MASK_CHECKS = ("strict", "off")
 #: [env] keys that are not the env's own parameters: key -> Config field.
 ENV_KEYS = {"library": "env_library", "mask_check": "env_mask_check"}
 #: train.anneal_lr also takes a boolean, as PufferLib writes it (--train.anneal-lr False).
-SCHEDULE_ALIASES = {"true": "linear", "yes": "linear", "1": "linear", "false": "none", "no": "none", "0": "none"}
+SCHEDULE_ALIASES = {"true": "linear", "yes": "linear", "1": "linear", "on": "linear",
+                    "false": "none", "no": "none", "0": "none", "off": "none"}
 PRECISIONS = ("float32", "bfloat16")
 ENCODERS = ("mlp", "cnn")
 ACTIVATIONS = ("gelu", "relu", "silu", "tanh", "elu")
