@@ -136,7 +136,7 @@ def coerce_int_list(value: Any, where: str) -> tuple[int, ...]:
 
 def coerce_schedule(value: Any, where: str) -> str:
     """train.anneal_lr: a schedule name in any case, or a boolean as PufferLib users write it (a TOML
-    boolean, or true/yes/1 and false/no/0 in any case): true means "linear", false "none"."""
+    boolean, or true/yes/1/on and false/no/0/off in any case): true means "linear", false "none"."""
     if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
         return "linear" if value else "none"
     name = coerce(value, str, where).strip().lower()

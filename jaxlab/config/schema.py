@@ -75,7 +75,7 @@ class TrainConfig:
     learning_rate: float = 3e-3
     """Adam learning rate at the start"""
     anneal_lr: str = "linear"
-    """learning-rate schedule: linear, cosine or none (true/yes/1 mean linear, false/no/0 none)"""
+    """learning-rate schedule: linear, cosine or none (true/yes/1/on mean linear, false/no/0/off none)"""
     min_lr_ratio: float = 0.0
     """floor of the annealed learning rate, as a fraction of learning_rate"""
     gamma: float = 0.99
