@@ -320,7 +320,7 @@ def test_anneal_lr_takes_toml_booleans(tmp_path, toml, schedule):
 def test_anneal_lr_help_names_the_booleans():
     from jaxlab.config import TrainConfig, field_help
 
-    assert "false/no/0 none" in field_help(TrainConfig)["anneal_lr"]
+    assert "false/no/0/off none" in field_help(TrainConfig)["anneal_lr"]
 
 
 def test_a_run_length_in_updates_replaces_total_timesteps():
