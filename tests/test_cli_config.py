@@ -155,3 +155,16 @@ def test_every_command_has_help(command):
     if command in ("train", "config", "bench"):
         assert "--preset NAME" in result.stdout and "--train.batch-size" in result.stdout
         assert "--device.precision" in result.stdout and "--checkpoint.interval" in result.stdout
+
+
+def test_envs_shows_the_envs_named(capsys):
+    """`jaxlab envs cartpole` was 'unrecognized arguments'; now it shows that env alone, and a name it does not
+    know is refused with the closest one."""
+    from jaxlab import cli
+
+    assert cli.main(["envs", "cartpole", "memory"]) == 0
+    shown = [line.split(":")[0] for line in capsys.readouterr().out.splitlines() if not line.startswith(" ")]
+    assert shown == ["cartpole", "memory"]
+    assert cli.main(["envs", "cartpol"]) == 2
+    assert "no env 'cartpol' among jaxlab's envs or on the env path; did you mean 'cartpole'?" in \
+        capsys.readouterr().err

@@ -10,18 +10,32 @@ from jaxlab.cli.common import LAYERS, fail, output_file_problem, resolve, warn
 
 
 def envs_command(args: argparse.Namespace) -> int:
-    """Prints the envs (jaxlab's, or those of --library LIB.so / HEADER.h) with their spaces, options,
-    parameters and episode statistics."""
+    """Prints the envs (jaxlab's, or those of --library LIB.so / HEADER.h; only those named when names are
+    given) with their spaces, options, parameters and episode statistics."""
+    import difflib
+
     from jaxlab.config import ConfigError
     from jaxlab.env import env_types, spaces_of
     from jaxlab.env.library import LibraryError
-    from jaxlab.env.sdk import BuildError
+    from jaxlab.env.sdk import BuildError, env_path
 
     try:
         kinds = env_types(args.library)
     except (LibraryError, BuildError) as err:
         raise ConfigError(str(err)) from None
+    on_path = {} if args.library is not None else \
+        {h.stem: h for folder in reversed(env_path()) for h in folder.glob("*.h")}
+    wanted = list(dict.fromkeys(args.names))
+    for name in wanted:
+        if name not in kinds and name not in on_path:
+            known = sorted({*kinds, *on_path})
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            where = f"in {args.library}" if args.library is not None else "among jaxlab's envs or on the env path"
+            raise ConfigError(f"no env {name!r} {where}; {hint}envs: {', '.join(known)}")
     for kind in kinds.values():
+        if wanted and kind.name not in wanted:
+            continue
         spaces = spaces_of(kind.name, library=kind.library)
         agents = f", {spaces.agents_per_env} agents per env by default" if spaces.agents_per_env > 1 else ""
         options = [o for o in ("mask", "reset_agent", "agents_wait", "render", "pixels") if kind.has(o)]
@@ -33,11 +47,8 @@ def envs_command(args: argparse.Namespace) -> int:
             print(f"  --env.{p.name} {kind_name} = {p.default_value:g}  in [{p.low:g}, {p.high:g}]  {p.help}")
         print(f"  statistics: {', '.join(kind.log_names)}")
     if args.library is None:
-        from jaxlab.env.sdk import env_path
-
-        found = sorted({h.stem: h for folder in reversed(env_path()) for h in folder.glob("*.h")}.items())
-        for name, header in found:
-            if name not in kinds:
+        for name, header in sorted(on_path.items()):
+            if name not in kinds and (not wanted or name in wanted):
                 print(f"{name}: {header} (on the env path: `jaxlab train {name}` builds it; "
                       f"`jaxlab envs --library {header}` for its spaces)")
     return 0
@@ -119,8 +130,9 @@ def plot_command(args: argparse.Namespace) -> int:
 def add_commands(add) -> None:
     """Registers this family's subcommands with ``add`` (see common.command_adder)."""
     envs = add("envs", "list the environments, their spaces and parameters",
-               "List the C environments (jaxlab's, or those of an env library or header), their spaces, "
-               "options, parameters and statistics.", envs_command)
+               "List the C environments (jaxlab's, or those of an env library or header; only the ENV names "
+               "given, if any), their spaces, options, parameters and statistics.", envs_command)
+    envs.add_argument("names", nargs="*", metavar="ENV", help="only these envs (default: all)")
     envs.add_argument("--library", metavar="LIB", help="an env library (.so from `jaxlab build-env`) or an env "
                       "header (.h, built on first use): list its envs instead of jaxlab's")
     add("config", "print the resolved config, where each value came from, and the sizes",
