@@ -28,6 +28,9 @@ def test_names_come_from_the_help_only_when_they_name_the_whole_range(help_text,
 def test_value_of_maps_names_and_leaves_numbers():
     p = param("1 easy, 2 hard", 1, 2)
     assert (p.value_of("hard"), p.value_of(" easy "), p.value_of(2), p.value_of("3")) == (2, 1, 2, "3")
+    assert (p.value_of("HARD"), p.value_of("Easy")) == (2, 1)  # any case ("Greedy" was refused)
+    both = param("0 a, 1 A", 0, 1)
+    assert (both.value_of("a"), both.value_of("A"), both.value_of("b")) == (0, 1, "b")  # exact names first
 
 
 @pytest.mark.slow

@@ -51,11 +51,15 @@ class Param:
         return tuple(found.groups()) if found and high > low else ()
 
     def value_of(self, value):
-        """``value``, or the number a name of ``names`` stands for (a str that is no name is returned
-        as it is, for the caller's type error)."""
-        if isinstance(value, str) and value.strip() in self.names:
-            return int(self.low) + self.names.index(value.strip())
-        return value
+        """``value``, or the number a name of ``names`` stands for, in any case when that names one alone
+        ("Greedy": greedy); a str that is no name is returned as it is, for the caller's type error."""
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if text in self.names:
+            return int(self.low) + self.names.index(text)
+        folded = [i for i, name in enumerate(self.names) if name.lower() == text.lower()]
+        return int(self.low) + folded[0] if len(folded) == 1 else value
 
 
 @dataclass(frozen=True)
