@@ -5,7 +5,6 @@ what they share."""
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 
@@ -51,6 +50,31 @@ def config_flags_last(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Runs the command of ``argv`` (default sys.argv[1:]); returns its exit status. A reader of its
+    output that exits early (`jaxlab runs | head`) ends it quietly with status 0, as the reader asked:
+    `jaxlab train` stops its run with a checkpoint (jaxlab.run.signals.StopSignals), other commands
+    just stop."""
+    from jaxlab.run.signals import silence_broken_pipes
+
+    try:
+        code = _main(argv)
+    except SystemExit as end:  # argparse's --help, --version and usage errors: after the flush below
+        code = end
+    except BrokenPipeError:
+        silence_broken_pipes()  # so that the interpreter's final flush is quiet too
+        return 0
+    try:
+        for stream in (sys.stdout, sys.stderr):  # what a buffer still holds for a pipe: its error comes here
+            if stream is not None:
+                stream.flush()
+    except BrokenPipeError:
+        silence_broken_pipes()  # the command's own status stands
+    if isinstance(code, SystemExit):
+        raise code
+    return code
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(config_flags_last(sys.argv[1:] if argv is None else list(argv)))
     if not args.takes_flags and rest:
@@ -66,7 +90,4 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C outside a run's own handling (imports, a command without one)
         print(f"jaxlab {args.command}: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # `jaxlab config ENV | head`: the reader left; not an error
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's final flush quiet
-        return 0
 

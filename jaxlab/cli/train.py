@@ -15,7 +15,8 @@ from jaxlab.cli.common import (LAYERS, cannot_write, check_saved_header, check_s
 
 def train_command(args: argparse.Namespace) -> int:
     """Trains ARGS.env (or resumes a run) with checkpoints; prints progress and where things went.
-    Exit status: 0 done or stopped by SIGTERM after saving, 130 stopped by SIGINT after saving, 1 the
+    Exit status: 0 done or stopped by SIGTERM or a broken pipe after saving (the reader of stdout or
+    stderr exited: `jaxlab train ENV | head`; see StopSignals), 130 stopped by SIGINT after saving, 1 the
     run stopped on an error (a checkpoint that cannot be written, a NaN loss), 2 bad config or input.
     In a run over several processes (--dist.*, jaxlab.run.distributed) every process runs this; process
     0 prints and writes the records, and every process saves and resumes its part of each checkpoint.
@@ -34,7 +35,7 @@ def train_command(args: argparse.Namespace) -> int:
         settings = distributed.start(args.flags)  # before anything uses JAX
     except ConfigError as err:
         return fail("train", err)
-    with StopSignals() as stop:
+    with StopSignals(pipes=True) as stop:  # a broken stdout/stderr pipe stops the run as SIGTERM does
         try:
             code = _train(args, stop, settings)
         except (ConfigError, CheckpointError) as err:
@@ -119,6 +120,7 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
                            notes=args.notes, on_start=observers.start if observers else None,
                            resume_meta=resolved.resume_meta, resume_any_env=args.resume_any_env, profile=profile,
                            stop=stop, remove_if_not_started=new_run_dir)
+        stop.ended = True  # a pipe that breaks at the lines below stops nothing
     except KeyboardInterrupt:
         close(observers)
         metrics = Path(run_dir) / "metrics.jsonl"
@@ -154,7 +156,7 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
             print(f"stopped by {result.stopped} after update "
                   f"{result.records[-1]['update'] if result.records else 0}; saved {where}; continue with "
                   f"`jaxlab train {config.env_name} --resume {run_dir}`", file=sys.stderr)
-        return 130 if result.stopped == "SIGINT" else 0
+        return 130 if result.stopped == "SIGINT" else 0  # SIGTERM, or SIGPIPE: a broken pipe (StopSignals)
     returns = [r["episode_return"] for r in result.records if r["episodes"] and r.get("episode_return") is not None]
     if result.records:  # an env that logs no episode_return (the contract asks for none), or no episode ended
         final = f"final mean return {returns[-1]:.2f}" if returns else "no episode return was logged"

@@ -33,7 +33,8 @@ from jaxlab.run.signals import StopSignals
 @dataclass
 class RunResult:
     records: list[dict] = field(default_factory=list)
-    stopped: str | None = None        # "SIGINT" / "SIGTERM" when a signal stopped the run
+    stopped: str | None = None        # "SIGINT" / "SIGTERM" when a signal stopped the run, "SIGPIPE" a
+    # broken stdout/stderr pipe (with StopSignals(pipes=True))
     checkpoint: Path | None = None    # the newest complete checkpoint when the run ended
     error: str | None = None          # why the run stopped early (a failed save, a NaN loss)
     resumed_from: Path | None = None
@@ -249,6 +250,8 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
     unstarted = RemovedIfNotStarted(run_dir, remove_if_not_started and primary)
     with unstarted, lock, logs, Trainer(config) as trainer, \
             (nullcontext(stop) if stop is not None else StopSignals()) as stop:
+        if primary:
+            stop.log_to(run_dir / "run.log")  # its lines about a broken output pipe
         best_metric = check_best_metric(c.best_metric, trainer.record_names, warn)
         if resume is not None:
             known = resume_meta or {}

@@ -1,25 +1,54 @@
-"""Graceful stop: SIGINT/SIGTERM ask the run to finish its update and save, instead of killing it."""
+"""Graceful stop: SIGINT/SIGTERM ask the run to finish its update and save, instead of killing it; so
+does a broken pipe on stdout or stderr (``StopSignals(pipes=True)``: the reader of the run's output
+exited, as in `jaxlab train ENV | head`). ``silence_broken_pipes`` quiets a command's broken output
+streams so that it can end without a traceback."""
 
 from __future__ import annotations
 
 import os
+import select
 import signal
+import sys
 import threading
+import time
+from pathlib import Path
+
+#: the standard output streams by name, with their file descriptors
+STREAMS = (("stdout", 1), ("stderr", 2))
 
 
 class StopSignals:
     """While active, SIGINT and SIGTERM set ``received`` instead of killing the process, and the first
     one says so on stderr at once; a second SIGINT raises KeyboardInterrupt. Does nothing outside the
-    main thread."""
+    main thread.
 
-    def __init__(self):
+    With ``pipes``, sys.stdout and sys.stderr are wrapped too (BrokenPipeGuard): a write that finds its
+    pipe's reader gone points that file descriptor (and the other one's, when its reader is gone too)
+    at /dev/null, so that no later print and not the interpreter's final flush raise, and acts as a
+    signal named "SIGPIPE": ``received`` is set (unless a signal came first, or ``ended`` says that the
+    run is over), a line says so on stderr (when it still has a reader) and one goes to the run's log
+    (``log_to``). ``broken`` lists the streams found broken."""
+
+    def __init__(self, pipes: bool = False):
         self.received: str | None = None
+        self.pipes = pipes
+        self.broken: list[str] = []
+        self.ended = False  # set once the run has ended: a broken pipe then stops nothing
         self._previous: dict = {}
+        self._streams: dict = {}  # name: the stream a BrokenPipeGuard of ours replaced
+        self._run_log: Path | None = None
+        self._notes: list[str] = []  # lines for the run's log that came before log_to
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._previous[sig] = signal.signal(sig, self._handle)
+        if self.pipes:
+            for name, _ in STREAMS:
+                stream = getattr(sys, name)
+                if stream is not None and not isinstance(stream, BrokenPipeGuard):
+                    self._streams[name] = stream
+                    setattr(sys, name, BrokenPipeGuard(stream, name, self.pipe_broke))
         return self
 
     def _handle(self, signum, frame) -> None:
@@ -30,10 +59,122 @@ class StopSignals:
             _say(f"{signal.Signals(signum).name}: finishing this update, then saving a checkpoint{again}\n")
         self.received = signal.Signals(signum).name
 
+    def pipe_broke(self, name: str) -> None:
+        """Stream ``name`` ("stdout" or "stderr") found its pipe's reader gone: see the class docstring."""
+        if name in self.broken:
+            return
+        names = [other for other, fd in STREAMS if other == name or (other not in self.broken and reader_gone(fd))]
+        for each in names:
+            _silence(dict(STREAMS)[each], self._streams.get(each))
+        self.broken += names
+        what = "'s and ".join(names) + ("'s reader" if len(names) == 1 else "'s readers")
+        if self.ended:
+            note = f"{what} exited (broken pipe) after the run ended: no more output there; nothing was lost"
+        else:
+            note = (f"{what} exited (broken pipe): no more output there; finishing this update, then saving "
+                    "a checkpoint, as on SIGTERM")
+            if self.received is None:
+                self.received = "SIGPIPE"
+        if "stderr" not in self.broken:
+            _say(f"SIGPIPE: {note}\n")
+        self._notes.append(note)
+        self._write_notes()
+
+    def log_to(self, run_log: Path) -> None:
+        """Where the lines about broken pipes go (the run's run.log), those before this call too."""
+        self._run_log = Path(run_log)
+        self._write_notes()
+
+    def _write_notes(self) -> None:
+        if self._run_log is None or not self._notes:
+            return
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        try:
+            with open(self._run_log, "a") as file:
+                file.writelines(f"{stamp} jaxlab WARNING {note}\n" for note in self._notes)
+        except OSError:
+            pass  # the run's records say it stopped; run.log is a convenience
+        self._notes.clear()
+
     def __exit__(self, *exc) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+        for name, stream in self._streams.items():
+            guard = getattr(sys, name)
+            if isinstance(guard, BrokenPipeGuard):
+                guard.flush()  # a pipe broken at the last lines is found here, not at the interpreter's exit
+                setattr(sys, name, stream)
+        self._streams.clear()
+
+
+class BrokenPipeGuard:
+    """A text stream that passes everything to ``stream``, except that a BrokenPipeError of a write or
+    flush calls ``on_broken(name)`` instead of raising."""
+
+    def __init__(self, stream, name: str, on_broken):
+        self._stream, self._name, self._on_broken = stream, name, on_broken
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._on_broken(self._name)
+            return len(text)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._on_broken(self._name)
+
+    def __getattr__(self, attribute):
+        return getattr(self._stream, attribute)
+
+
+def reader_gone(fd: int) -> bool:
+    """Whether writing to ``fd`` would raise BrokenPipeError: a pipe whose reader closed it (poll's
+    POLLERR on its write end)."""
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
+def silence_broken_pipes(stream_name: str = "stdout") -> list[str]:
+    """After a BrokenPipeError of a command's output: points stdout and stderr at /dev/null where their
+    readers are gone (``stream_name``'s when neither looks gone) and drops what their buffers still
+    hold, so that the interpreter's final flush is quiet (no "Exception ignored ... BrokenPipeError").
+    Returns the names of the streams silenced."""
+    names = [name for name, fd in STREAMS if reader_gone(fd)] or [stream_name]
+    for name in names:
+        _silence(dict(STREAMS)[name], getattr(sys, name))
+    return names
+
+
+def _silence(fd: int, stream) -> None:
+    """Points ``fd`` at /dev/null, then flushes ``stream`` (the Python stream over it) there."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, fd)
+        finally:
+            os.close(null)
+    except OSError:
+        return
+    if isinstance(stream, BrokenPipeGuard):
+        stream = stream._stream
+    try:
+        if stream is not None:
+            stream.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def _say(text: str) -> None:
