@@ -615,6 +615,23 @@ def test_bad_input_refused_once_the_run_dir_exists_leaves_no_run_dir(tmp_path):
     assert result.checkpoint is not None and (tmp_path / "ran" / "metrics.jsonl").is_file()
 
 
+def test_a_run_refused_for_a_run_dir_in_use_leaves_the_other_runs_lock_and_files(tmp_path):
+    """Two `jaxlab train` started in the same second get the same default runs/ENV-TIMESTAMP: both find it
+    missing (remove_if_not_started), one takes the lock and compiles, the other is refused (RunDirInUse).
+    The refused one removed the other's .lock, its empty run.log and checkpoints/, and the run dir itself,
+    under the running one: a third run could then take the lock too."""
+    from jaxlab.run.lock import RunDirInUse, RunDirLock
+
+    run = tmp_path / "run"
+    with RunDirLock(run):  # the other run, still compiling: its lock, its empty run.log and checkpoints/
+        (run / "run.log").touch()
+        (run / "checkpoints").mkdir()
+        with pytest.raises(RunDirInUse, match="is in use by process"):
+            train_run(small_config(2), run, remove_if_not_started=True)
+        assert sorted(p.name for p in run.iterdir()) == [".lock", "checkpoints", "run.log"]
+        assert f"process {os.getpid()}" in (run / ".lock").read_text()
+
+
 def test_the_default_best_metric_on_an_env_without_it_is_a_warning():
     """The env contract does not require an episode_return statistic: an env without one trains with no
     best checkpoint and a warning (the default was not the user's choice); a name the user gave that

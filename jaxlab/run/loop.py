@@ -160,7 +160,8 @@ class RemovedIfNotStarted:
     found nothing usable, an interrupt while compiling), the run dir is removed again when it holds
     nothing but what that attempt left (RUN_DIR/.lock, an empty run.log, an empty checkpoints/), so that
     bad input leaves no stray run dir (a default --run-dir is a new runs/ENV-TIMESTAMP every time). A
-    non-empty run.log, or anything else in it, is kept."""
+    non-empty run.log, or anything else in it, is kept. Enter it while holding the run dir's lock (so
+    that a run refused because another process holds it never removes that run's .lock and files)."""
 
     def __init__(self, run_dir: Path, remove: bool):
         self.run_dir, self.remove, self._started = Path(run_dir), remove, False
@@ -248,7 +249,8 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
     if resume is None or resume_run_dir(Path(resume)).resolve() != run_dir.resolve():
         refuse_an_earlier_run(run_dir)  # a resume into another run dir starts that dir's records
     unstarted = RemovedIfNotStarted(run_dir, remove_if_not_started and primary)
-    with unstarted, lock, logs, Trainer(config) as trainer, \
+    # unstarted inside the lock: a run refused for a run dir in use (RunDirInUse) removes nothing of its owner's
+    with lock, unstarted, logs, Trainer(config) as trainer, \
             (nullcontext(stop) if stop is not None else StopSignals()) as stop:
         if primary:
             stop.log_to(run_dir / "run.log")  # its lines about a broken output pipe
