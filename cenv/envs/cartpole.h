@@ -131,7 +131,8 @@ static int cartpole_render(const Cartpole *env, char *out, int size) {
     memset(track, '-', 41);
     track[41] = '\0';
     if (!isnan(env->x)) { /* a NaN x (set_state takes any double) has no place: no cart on the track */
-        double x = env->x < -CARTPOLE_X_LIMIT ? -CARTPOLE_X_LIMIT : (env->x > CARTPOLE_X_LIMIT ? CARTPOLE_X_LIMIT : env->x);
+        double x = env->x < -CARTPOLE_X_LIMIT ? -CARTPOLE_X_LIMIT
+                   : (env->x > CARTPOLE_X_LIMIT ? CARTPOLE_X_LIMIT : env->x);
         track[(int)((x + CARTPOLE_X_LIMIT) / (2 * CARTPOLE_X_LIMIT) * 40.0 + 0.5)] = '#';
     }
     char lean = env->theta > 0.02 ? '/' : (env->theta < -0.02 ? '\\' : '|');
