@@ -79,3 +79,32 @@ def test_a_command_whose_reader_exits_early_ends_quietly(command, tmp_path):
         if process.poll() is None:
             process.kill()
     assert (process.returncode, err) == (0, "")
+
+
+class ReaderGone:
+    """A stream whose reader has left: every write and flush raises BrokenPipeError."""
+
+    def write(self, text):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self):
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_pipe_found_broken_when_the_command_ends_stops_nothing(tmp_path, monkeypatch):
+    """StopSignals' exit flushes what stdout still holds: a broken pipe found there (after an error, or
+    Ctrl-C, ended the command) said 'finishing this update, then saving a checkpoint' and set SIGPIPE,
+    though nothing was running any more."""
+    from jaxlab.run import signals
+
+    monkeypatch.setattr(signals, "_silence", lambda fd, stream: None)  # leave pytest's own descriptors alone
+    monkeypatch.setattr(signals, "reader_gone", lambda fd: False)
+    said = []
+    monkeypatch.setattr(signals, "_say", said.append)
+    monkeypatch.setattr(sys, "stdout", ReaderGone())
+    with signals.StopSignals(pipes=True) as stop:
+        stop.log_to(tmp_path / "run.log")
+    assert stop.received is None and stop.broken == ["stdout"]
+    assert said == ["SIGPIPE: stdout's reader exited (broken pipe) after the run ended: no more output there; "
+                    "nothing was lost\n"]
+    assert "finishing this update" not in (tmp_path / "run.log").read_text()

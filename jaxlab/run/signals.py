@@ -27,7 +27,7 @@ class StopSignals:
     at /dev/null, so that no later print and not the interpreter's final flush raise, and acts as a
     signal named "SIGPIPE": ``received`` is set (unless a signal came first, or ``ended`` says that the
     run is over), a line says so on stderr (when it still has a reader) and one goes to the run's log
-    (``log_to``). ``broken`` lists the streams found broken."""
+    (``log_to``). ``broken`` lists the streams found broken. Leaving it sets ``ended``."""
 
     def __init__(self, pipes: bool = False):
         self.received: str | None = None
@@ -100,6 +100,7 @@ class StopSignals:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+        self.ended = True  # what it guarded is over: a pipe found broken by the flush below stops nothing
         for name, stream in self._streams.items():
             guard = getattr(sys, name)
             if isinstance(guard, BrokenPipeGuard):
