@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxlab.config.schema import ENV_KEYS, SCHEDULE_ALIASES, SECTIONS, Config, ConfigError
+from jaxlab.config.validate import flag_of
 
 
 def configs_dir() -> Path:
@@ -308,10 +309,8 @@ def _flag_pairs(flags: list[str]) -> list[tuple[str, str]]:
         if not flag.startswith("--") or "." not in flag:
             elsewhere = _key_elsewhere(flag[2:].partition("=")[0].replace("-", "_")) if flag.startswith("--") else None
             if elsewhere:  # --wandb (PufferLib's): --log.wandb true
-                section, _, key = elsewhere.partition(".")
-                kind = next(f.type for f in fields(SECTIONS[section]) if f.name == key)
-                value = " true" if kind in (bool, "bool") else ""
-                raise ConfigError(f"unexpected argument {flag!r}; did you mean --{elsewhere.replace('_', '-')}{value}? "
+                value = " true" if _is_bool(_schema_field(elsewhere)) else ""
+                raise ConfigError(f"unexpected argument {flag!r}; did you mean {flag_of(elsewhere)}{value}? "
                                   "config flags look like --section.key value")
             raise ConfigError(f"unexpected argument {flag!r}; config flags look like --train.seed 1")
         name, eq, value = flag[2:].partition("=")
@@ -325,12 +324,21 @@ def _flag_pairs(flags: list[str]) -> list[tuple[str, str]]:
     return pairs
 
 
+def _schema_field(key: str) -> dataclasses.Field | None:
+    """The schema's field of config key ``key`` ("section.name"), or None when there is none."""
+    section, _, name = key.partition(".")
+    return next((f for f in fields(SECTIONS[section]) if f.name == name), None) if section in SECTIONS else None
+
+
+def _is_bool(field: dataclasses.Field | None) -> bool:
+    return field is not None and field.type in (bool, "bool")
+
+
 def _needs_a_value(flag: str, name: str) -> str:
     """The error for a flag given without a value, with an example of the key's type: a boolean flag
     alone is not read as true (write --policy.lstm true)."""
-    section, _, key = name.replace("-", "_").partition(".")
-    field = next((f for f in fields(SECTIONS[section]) if f.name == key), None) if section in SECTIONS else None
-    if field is not None and field.type in (bool, "bool"):
+    field = _schema_field(name.replace("-", "_"))
+    if _is_bool(field):
         return f"flag {flag} needs a value: {flag} true or {flag} false (a flag alone is not read as true)"
     default = field.default if field is not None else ""
     if isinstance(default, (tuple, list)):
