@@ -13,8 +13,8 @@ import threading
 import time
 from pathlib import Path
 
-#: the standard output streams by name, with their file descriptors
-STREAMS = (("stdout", 1), ("stderr", 2))
+#: the standard output streams by name: their file descriptors
+STREAMS = {"stdout": 1, "stderr": 2}
 
 
 class StopSignals:
@@ -44,7 +44,7 @@ class StopSignals:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._previous[sig] = signal.signal(sig, self._handle)
         if self.pipes:
-            for name, _ in STREAMS:
+            for name in STREAMS:
                 stream = getattr(sys, name)
                 if stream is not None and not isinstance(stream, BrokenPipeGuard):
                     self._streams[name] = stream
@@ -63,9 +63,10 @@ class StopSignals:
         """Stream ``name`` ("stdout" or "stderr") found its pipe's reader gone: see the class docstring."""
         if name in self.broken:
             return
-        names = [other for other, fd in STREAMS if other == name or (other not in self.broken and reader_gone(fd))]
+        names = [other for other, fd in STREAMS.items()
+                 if other == name or (other not in self.broken and reader_gone(fd))]
         for each in names:
-            _silence(dict(STREAMS)[each], self._streams.get(each))
+            _silence(STREAMS[each], self._streams.get(each))
         self.broken += names
         what = "'s and ".join(names) + ("'s reader" if len(names) == 1 else "'s readers")
         if self.ended:
@@ -148,14 +149,14 @@ def reader_gone(fd: int) -> bool:
         return False
 
 
-def silence_broken_pipes(stream_name: str = "stdout") -> list[str]:
+def silence_broken_pipes() -> list[str]:
     """After a BrokenPipeError of a command's output: points stdout and stderr at /dev/null where their
-    readers are gone (``stream_name``'s when neither looks gone) and drops what their buffers still
+    readers are gone (stdout when neither looks gone) and drops what their buffers still
     hold, so that the interpreter's final flush is quiet (no "Exception ignored ... BrokenPipeError").
     Returns the names of the streams silenced."""
-    names = [name for name, fd in STREAMS if reader_gone(fd)] or [stream_name]
+    names = [name for name, fd in STREAMS.items() if reader_gone(fd)] or ["stdout"]
     for name in names:
-        _silence(dict(STREAMS)[name], getattr(sys, name))
+        _silence(STREAMS[name], getattr(sys, name))
     return names
 
 
