@@ -45,6 +45,40 @@ def test_config_errors_exit_2_for_every_command():
     assert result.returncode == 2 and "train.batch_size=1,000 must be a positive multiple of 1,024" in result.stderr
 
 
+@pytest.mark.parametrize("flags", [["--dist.num-processes", "2"], ["--dist.process-id", "5"],
+                                   ["--dist.coordinator", "node0:12345"], ["--dist.num-processes", "x"]])
+def test_config_refuses_the_dist_flags_train_refuses(flags, capsys, monkeypatch):
+    """`jaxlab config` is train's dry run: dist settings train refuses before JAX starts (a count without
+    a coordinator, an index out of range, a coordinator for one process) were printed as a config."""
+    from jaxlab import cli
+
+    for name in ("SLURM_NTASKS", "SLURM_PROCID", "SLURM_JOB_ID", "JAXLAB_COORDINATOR"):
+        monkeypatch.delenv(name, raising=False)
+    assert cli.main(["train", "cartpole", *flags]) == 2
+    refused = capsys.readouterr().err
+    assert refused.startswith("jaxlab train: error: ") and "dist." in refused
+    assert cli.main(["config", "cartpole", *flags]) == 2
+    assert capsys.readouterr() == ("", refused.replace("jaxlab train:", "jaxlab config:"))
+
+
+def test_config_refuses_a_best_metric_train_refuses(capsys):
+    """A mistyped --checkpoint.best-metric, refused by `jaxlab train` (no checkpoint would be kept as the
+    best), was printed by `jaxlab config`; the metrics are the run's records, which follow the config
+    (return_std only with reward scaling)."""
+    from jaxlab import cli
+
+    assert cli.main(["config", "cartpole", "--checkpoint.best-metric", "episode_retrn"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("jaxlab config: error: checkpoint.best_metric='episode_retrn' is not a "
+                                        "metric of this run, so no checkpoint would be kept as the best; did you "
+                                        "mean 'episode_return'? metrics (higher is better): global_step, update, ")
+    assert cli.main(["config", "cartpole", "--checkpoint.best-metric", "return_std"]) == 0
+    out, err = capsys.readouterr()
+    assert 'best_metric = "return_std"' in out and err == ""
+    assert cli.main(["config", "cartpole", "--checkpoint.best-metric", "return_std", "--train.reward-scale", "1"]) == 2
+    assert "best_metric='return_std' is not a metric of this run" in capsys.readouterr().err
+
+
 def test_presets_lists_every_preset_and_the_auto_choice():
     result = jaxlab("presets")
     assert result.returncode == 0, result.stderr

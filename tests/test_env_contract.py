@@ -323,6 +323,18 @@ def test_an_env_without_episode_return_trains_with_no_best_checkpoint_and_a_warn
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["best"] is None
 
 
+def test_config_warns_as_train_does_for_the_default_best_metric_of_an_env_without_it(library, capsys):
+    """`jaxlab config`, train's dry run, says what train says of the default best_metric on an env that
+    logs no episode_return: a warning, not an error (the default was not the user's choice)."""
+    from jaxlab import cli
+
+    assert cli.main(["config", "gated", "--env.library", library]) == 0
+    out, err = capsys.readouterr()
+    assert 'best_metric = "episode_return"' in out
+    assert err.startswith("jaxlab: this env logs no episode_return, so no checkpoint is kept as the best; pick a "
+                          "metric with --checkpoint.best-metric NAME (global_step, ") and "episode_length" in err
+
+
 def test_the_done_line_of_an_env_without_episode_return(library, tmp_path):
     """The last line of `jaxlab train` for an env that ends episodes but logs no episode_return: `done: …`,
     not a KeyError after the run had trained and saved."""

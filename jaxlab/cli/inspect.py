@@ -56,10 +56,15 @@ def envs_command(args: argparse.Namespace) -> int:
 
 def config_command(args: argparse.Namespace) -> int:
     """Prints the resolved config as TOML, each value with the layer that set it, the sizes and the
-    memory estimate."""
+    memory estimate. A dry run of `jaxlab train`: what it refuses before training (the --dist.* flags,
+    the config, checkpoint.best_metric) is refused here too, with the same message."""
     from jaxlab.config import env_kind, to_toml
+    from jaxlab.run.distributed import settings_from_flags
 
+    settings_from_flags(args.flags)  # as jaxlab train checks them, first; nothing is joined
     resolved = resolve(args)
+    kind = env_kind(resolved.config.env_name, resolved.config.env_library or None)
+    check_best_metric(resolved.config, kind.log_names)
     print(f"# {resolved.config.env_name}, preset {resolved.config.preset} ({resolved.preset_reason})")
     print(f"# {resolved.sizes.describe()}")
     print(f"# memory: {resolved.memory.describe()}; {resolved.memory_limit.describe()}")
@@ -72,7 +77,7 @@ def config_command(args: argparse.Namespace) -> int:
             section = line.strip("[]")
             print(line)
             if section == "env":
-                for param in env_kind(resolved.config.env_name, resolved.config.env_library or None).params:
+                for param in kind.params:
                     if param.name not in resolved.config.env:
                         print(f"# {param.name} = {param.default_value:g}".ljust(40) + " # the env's C default")
         elif section and " = " in line:
@@ -81,6 +86,16 @@ def config_command(args: argparse.Namespace) -> int:
         else:
             print(line)
     return 0
+
+
+def check_best_metric(config, log_names) -> None:
+    """`jaxlab train`'s check of checkpoint.best_metric (jaxlab.run.loop.check_best_metric) against the
+    records a run of ``config`` on an env with statistics ``log_names`` writes: ConfigError for a name
+    they lack, a warning for the default on an env without it."""
+    from jaxlab.run.loop import check_best_metric as check
+    from jaxlab.train.trainer import record_names
+
+    check(config.checkpoint.best_metric, record_names(config, log_names), warn)
 
 
 def presets_command(args: argparse.Namespace) -> int:
@@ -137,7 +152,9 @@ def add_commands(add) -> None:
                       "header (.h, built on first use): list its envs instead of jaxlab's")
     add("config", "print the resolved config, where each value came from, and the sizes",
         f"Print the resolved config of ENV as TOML (usable with --config), each value commented "
-        f"with the layer that set it, and the derived sizes. {LAYERS}", config_command, with_config=True)
+        f"with the layer that set it, and the derived sizes. A dry run of `jaxlab train` with the same "
+        f"arguments: what train refuses before training (the config, the --dist.* flags, "
+        f"checkpoint.best_metric) is refused here too. {LAYERS}", config_command, with_config=True)
     runs = add("runs", "list runs with env, steps, SPS, final and best return and notes",
                "Print a table of the run dirs under DIR: env, steps, SPS, final and best episode return, "
                "status and the first line of notes.md.", runs_command)

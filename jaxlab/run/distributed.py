@@ -108,9 +108,17 @@ def initialize(settings: Settings) -> bool:
     return True
 
 
+def settings_from_flags(flags: Sequence[str] = (), environ: Mapping[str, str] = os.environ) -> Settings:
+    """The settings of the [dist] ``flags`` with the environment filling what they leave out; ConfigError
+    when they do not make a run. What `jaxlab train` checks before JAX starts, and `jaxlab config` too
+    (its dry run: nothing is joined)."""
+    return resolve(dist_from_flags(flags), environ)
+
+
 def start(flags: Sequence[str] = (), environ: Mapping[str, str] = os.environ) -> Settings:
-    """Resolves the [dist] flags and the environment and initializes; returns the settings."""
-    settings = resolve(dist_from_flags(flags), environ)
+    """Resolves the [dist] flags and the environment (settings_from_flags) and initializes; returns the
+    settings."""
+    settings = settings_from_flags(flags, environ)
     initialize(settings)
     return settings
 

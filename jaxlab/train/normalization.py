@@ -21,6 +21,9 @@ import numpy as np
 
 from jaxlab.agent import normalize
 
+#: The record key of the std the rewards were last divided by (reward scaling on).
+RETURN_STD = "return_std"
+
 
 class NormalizedPolicy:
     """``policy`` (ActorCritic or ModulePolicy) whose observations are normalised first: apply(variables,
@@ -87,4 +90,4 @@ class Normalization:
         if "reward" not in self.state:
             return {}
         stats = self.state["reward"].stats
-        return {"return_std": float(np.sqrt(np.asarray(stats.var) + normalize.EPSILON))}
+        return {RETURN_STD: float(np.sqrt(np.asarray(stats.var) + normalize.EPSILON))}

@@ -36,6 +36,10 @@ from jaxlab.env.buffers import decode
 from jaxlab.train.compiling import host_zeros, jit_once, to_device
 from jaxlab.train.learner import Segment
 
+#: What Rollout.timing splits its seconds into: C env steps, waiting for policy calls, host<->device copies
+#: (actions out, env outputs in).
+TIMING = ("env", "policy", "copy")
+
 
 class EnvStepError(RuntimeError):
     """An env raised while the rollout stepped it (a C env's error, a Python env's exception): its
@@ -181,8 +185,7 @@ class Rollout:
         for env in envs:
             env.reset()
             env.terminals.fill(True)  # every agent starts an episode: its carry is reset at the first step
-        self.timing = {"env": 0.0, "policy": 0.0, "copy": 0.0}  # seconds: C env steps, waiting for policy
-        # calls, host<->device copies (actions out, env outputs in)
+        self.timing = dict.fromkeys(TIMING, 0.0)  # seconds
         self._final = [to_device(env.final_observations) for env in envs]
 
     def group_keys(self) -> list:

@@ -8,7 +8,7 @@ import sys
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import chex
 import jax
@@ -21,13 +21,13 @@ from jaxlab.agent.distributions import ActionSpec
 from jaxlab.env.sdk import SOURCE_HASH_VERSION, source_hash
 from jaxlab.observe.device_memory import memory_fields
 from jaxlab.observe.records import json_safe
-from jaxlab.train.learner import TrainState, lr_schedule, make_optimizer, make_update
+from jaxlab.train.learner import METRICS, TrainState, lr_schedule, make_optimizer, make_update
 from jaxlab.train.parallel import DataParallel
 from jaxlab.train.process_state import ProcessState
 from jaxlab.train.build import learner_reward_scale, make_policy, obs_norm_on, reward_norm_on
-from jaxlab.train.normalization import Normalization
+from jaxlab.train.normalization import RETURN_STD, Normalization
 from jaxlab.train.compiling import host_zeros, jit_once, jit_step
-from jaxlab.train.rollout import EpisodeStats, Rollout, make_step
+from jaxlab.train.rollout import TIMING, EpisodeStats, Rollout, make_step
 
 
 def group_seed(seed: int, group: int) -> int:
@@ -67,6 +67,16 @@ def with_matmul_precision(fn, precision: str):
             return fn(*args, **kwargs)
 
     return wrapped
+
+
+def record_names(config: config_lib.Config, log_names: Sequence[str]) -> tuple[str, ...]:
+    """The keys of every record a Trainer of ``config`` returns from mean_and_log, for an env whose
+    statistics are ``log_names`` (the first record of a process holds two more: compile_cache and
+    launch_to_first_update_s; on a GPU, the device memory's). Known before anything is built: `jaxlab
+    config` checks checkpoint.best_metric against them as `jaxlab train` does."""
+    return ("global_step", "update", "wall_time", "sps", "compiles", *METRICS,
+            *((RETURN_STD,) if reward_norm_on(config) else ()), "episodes", *log_names,
+            *(f"time_{k}" for k in (*TIMING, "learn")), "time_other")
 
 
 def refuse_an_earlier_run(run_dir: str | Path, update: int = 0) -> None:
@@ -240,12 +250,8 @@ class Trainer:
 
     @property
     def record_names(self) -> tuple[str, ...]:
-        """The keys of every record mean_and_log returns (the first of a process holds two more:
-        compile_cache and launch_to_first_update_s; on a GPU, the device memory's)."""
-        from jaxlab.train.learner import METRICS
-
-        return ("global_step", "update", "wall_time", "sps", "compiles", *METRICS, *self.norm.metrics(),
-                "episodes", *self.env.kind.log_names, *(f"time_{k}" for k in self.timing), "time_other")
+        """The keys of every record mean_and_log returns (see record_names)."""
+        return record_names(self.config, self.env.kind.log_names)
 
     @property
     def timing(self) -> dict[str, float]:
