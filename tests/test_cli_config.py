@@ -139,6 +139,30 @@ def test_bench_neither_refuses_nor_silently_ignores_a_total_it_does_not_use(tmp_
     assert capsys.readouterr().err == ""
 
 
+def test_bench_says_nothing_of_a_saved_runs_total_that_is_the_envs_default(tmp_path, capsys, monkeypatch):
+    """A run dir's config.toml records every key, the total too: `jaxlab bench ENV --config RUN/config.toml`
+    warned that it ignores train.total_timesteps even when the run kept the env's default. Now the file's
+    total is named only when it differs from the one the layers under the file give (the env's defaults,
+    a header's NAME.toml beside it, the preset)."""
+    from jaxlab import cli
+    from jaxlab.config import to_toml
+
+    import jaxlab.run.bench as bench
+
+    monkeypatch.setattr(bench, "report_env", lambda *args: [])
+    monkeypatch.setattr(bench, "report_training", lambda *args: "")
+    for env in ("cartpole", "drone"):  # drone: NAME.h on the env path, its defaults in NAME.toml beside it
+        saved = tmp_path / f"{env}.toml"
+        saved.write_text(to_toml(load_config(env, preset="cpu")[0]))  # what a run dir's config.toml holds
+        assert cli.main(["bench", env, *SMALL_BENCH, "--config", str(saved)]) == 0
+        assert capsys.readouterr().err == "", env
+    config = load_config("cartpole", preset="cpu", flags=["--train.total-timesteps", "3e5"])[0]
+    saved.write_text(to_toml(config))  # a run of another length
+    assert cli.main(["bench", "cartpole", *SMALL_BENCH, "--config", str(saved)]) == 0
+    assert capsys.readouterr().err == (f"jaxlab: warning: jaxlab bench ignores train.total_timesteps=300,000 (from "
+                                       f"--config {saved}): its run is the first update and --updates 1 more\n")
+
+
 def test_bench_steps_an_env_given_as_a_header_path():
     """ENV as path/to/NAME.h: the env-stepping figures come from that header's env (it was an unknown-env
     traceback: the header was not passed on to the stepping benchmark)."""

@@ -165,20 +165,41 @@ def unused_flags_warning(config, flags: list[str]) -> str | None:
     return f"warning: {'; '.join(lines)}" if lines else None
 
 
-def ignored_total_warning(config, sources: dict, config_file, updates: int) -> str | None:
+def ignored_total_warning(config, sources: dict, config_file, updates: int,
+                          total_below_file: Callable[[], int | None] = lambda: None) -> str | None:
     """`jaxlab bench`'s warning that its run of ``updates`` (the first and --updates more) ignores the
-    config's train.total_timesteps, naming the layer that set it: a flag or the --config file
-    ``config_file`` (a run dir's config.toml holds every key); None when an env's defaults or a preset
-    set it (they say nothing about this command)."""
+    config's train.total_timesteps, naming the layer that set it: a flag, or the --config file
+    ``config_file`` when its value differs from ``total_below_file()`` (the total the layers under the
+    file give, None if unknown: a run dir's config.toml records every key, the defaults' total too);
+    None when an env's defaults or a preset set it (they say nothing about this command)."""
     source = sources.get("train.total_timesteps")
     if source == "command line":
         where = "--train.total-timesteps"
     elif config_file is not None and source == str(Path(config_file)):
+        if total_below_file() == config.train.total_timesteps:  # the file repeats the default: no choice made
+            return None
         where = f"--config {config_file}"
     else:
         return None
     return (f"warning: jaxlab bench ignores train.total_timesteps={config.train.total_timesteps:,} (from {where}): "
             f"its run is the first update and --updates {updates - 1} more")
+
+
+def total_without_file(args: argparse.Namespace, preset: str, config) -> int | None:
+    """train.total_timesteps as the layers under ARGS's --config file give it (configs/default.toml, the
+    env's defaults, ``preset``) for ``config``'s env: ENV alone when it finds the same env.library (a
+    built-in env, a header path, NAME.h on the env path, with its NAME.toml), else with that library
+    (the file or a flag named it); None when neither resolves."""
+    from jaxlab.config import ConfigError, load_config
+
+    for flags in ([], ["--env.library", config.env_library]):
+        try:
+            below = load_config(args.env, flags=flags, preset=preset)[0]
+        except ConfigError:
+            continue
+        if below.env_library == config.env_library:
+            return below.train.total_timesteps
+    return None
 
 
 def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, updates: int | None = None) -> Resolved:
@@ -187,7 +208,7 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, update
     otherwise, which main() reports with exit status 2. Warnings go to ``warn`` (a run over several
     processes passes one that prints in process 0 only). ``updates``: the run's length in updates, set
     in the config's train.total_timesteps, instead of that key, which is then not checked and, when a
-    --config file or a flag set it, gets a warning (`jaxlab bench`: ignored_total_warning).
+    flag set it or a --config file changed it, gets a warning (`jaxlab bench`: ignored_total_warning).
     Nothing is compiled; JAX's backend is started (to see the devices) with its memory options set."""
     from jaxlab.config import ConfigError, check_network, derive_sizes, load_config, memory, presets
     from jaxlab.config.layers import flags_library, repeated_flags
@@ -227,8 +248,8 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, update
         if auto:  # the card is known once JAX sees the devices; a fraction the user gave applies before
             backend = presets.prepare_backend(users_memory_fraction(args))
             card, reason = presets.select_preset(presets.current_devices())
-        config, sources = load_config(args.env, config_file=args.config, flags=args.flags,
-                                      preset=",".join([card, *workloads]))
+        preset = ",".join([card, *workloads])
+        config, sources = load_config(args.env, config_file=args.config, flags=args.flags, preset=preset)
         if not auto:
             backend = presets.prepare_backend(config.device.memory_fraction)
             presets.check_preset_fits(card, presets.current_devices())
@@ -238,7 +259,8 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, update
     for line in repeated_flags(args.flags):
         warn(f"warning: {line}")
     if updates is not None:
-        line = ignored_total_warning(config, sources, args.config, updates)
+        line = ignored_total_warning(config, sources, args.config, updates,
+                                     lambda: None if resume else total_without_file(args, preset, config))
         if line is not None:
             warn(line)
     devices = presets.current_devices()
