@@ -12,3 +12,36 @@ def test_envs_lists_spaces_parameters_and_statistics(capsys):
     assert "--env.num_cues int = 4  in [2, 64]" in out
     assert "Discrete(5), 8 agents per env by default" in out
     assert "statistics: episode_return, episode_length, success" in out
+
+
+def test_envs_and_find_header_agree_on_the_names_of_headers_on_the_env_path(tmp_path, monkeypatch, capsys):
+    """`jaxlab envs` listed every .h on the env path, my-env.h too, with "`jaxlab train my-env` builds it",
+    though find_header (so train, config, jaxlab.make) never looks up a name that is not lower-case letters,
+    digits and _: "unknown env". One rule now (sdk.is_env_name): envs lists only what find_header finds,
+    and names the others with the rule and the fixes, as train does."""
+    import pytest
+
+    import jaxlab
+    from jaxlab.env import sdk
+
+    for name in ("walker", "my-env", "Walker2"):
+        (tmp_path / f"{name}.h").write_text("/* a user's env */\n")
+    monkeypatch.setenv("JAXLAB_ENV_PATH", str(tmp_path))
+    assert sdk.find_header("walker") == tmp_path / "walker.h"
+    assert sdk.find_header("my-env") is None and sdk.find_header("Walker2") is None
+    assert [h for h in sdk.headers_on_path().values() if h.parent == tmp_path] == [tmp_path / "walker.h"]
+    assert main(["envs"]) == 0
+    out, err = capsys.readouterr()
+    assert f"walker: {tmp_path / 'walker.h'} (on the env path" in out
+    assert "my-env" not in out and "Walker2" not in out
+    problem = (f"{tmp_path / 'my-env.h'} on the env path is not found by name: NAME.h is found for env NAME only "
+               "when NAME is lower-case letters, digits and _, starting with a letter; rename it (e.g. my_env.h) "
+               f"or give its path as ENV (`jaxlab train {tmp_path / 'my-env.h'}`, `jaxlab envs --library "
+               f"{tmp_path / 'my-env.h'}`)")
+    other = problem.replace("my-env", "Walker2").replace("my_env", "walker2")
+    assert err.splitlines() == [f"jaxlab: warning: {other}", f"jaxlab: warning: {problem}"]
+    assert main(["envs", "my-env"]) == 2
+    assert capsys.readouterr() == ("", f"jaxlab envs: error: {problem}\n")
+    with pytest.raises(ValueError) as caught:
+        jaxlab.make("my-env")
+    assert str(caught.value) == f"unknown env 'my-env': {problem}"

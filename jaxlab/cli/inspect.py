@@ -17,22 +17,29 @@ def envs_command(args: argparse.Namespace) -> int:
     from jaxlab.config import ConfigError
     from jaxlab.env import env_types, spaces_of
     from jaxlab.env.library import LibraryError
-    from jaxlab.env.sdk import BuildError, env_path
+    from jaxlab.env.sdk import BuildError, headers_on_path, misnamed_header_problem, misnamed_headers
 
     try:
         kinds = env_types(args.library)
     except (LibraryError, BuildError) as err:
         raise ConfigError(str(err)) from None
-    on_path = {} if args.library is not None else \
-        {h.stem: h for folder in reversed(env_path()) for h in folder.glob("*.h")}
+    on_path = {} if args.library is not None else headers_on_path()  # the headers `jaxlab train NAME` finds
+    misnamed: dict = {}  # the headers it does not find (NAME.h with NAME not sdk.is_env_name), first folder first
+    for header in misnamed_headers() if args.library is None else ():
+        misnamed.setdefault(header.stem, header)
     wanted = list(dict.fromkeys(args.names))
     for name in wanted:
+        if name in misnamed and name not in kinds:
+            raise ConfigError(misnamed_header_problem(misnamed[name]))
         if name not in kinds and name not in on_path:
             known = sorted({*kinds, *on_path})
             close = difflib.get_close_matches(name, known, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             where = f"in {args.library}" if args.library is not None else "among jaxlab's envs or on the env path"
             raise ConfigError(f"no env {name!r} {where}; {hint}envs: {', '.join(known)}")
+    if not wanted:
+        for header in misnamed.values():
+            warn(f"warning: {misnamed_header_problem(header)}")
     for kind in kinds.values():
         if wanted and kind.name not in wanted:
             continue

@@ -137,8 +137,11 @@ def env_type(name: str, library: str | Path | None = None) -> EnvType:
     if name not in types:
         known = list(types)
         if library is None:  # the headers on the env path are names too (drone, cards, the user's own)
-            from jaxlab.env.sdk import header_names
+            from jaxlab.env.sdk import header_names, misnamed_header_problem, misnamed_headers
 
+            misnamed = [h for h in misnamed_headers() if h.stem == name]
+            if misnamed:  # NAME.h is there, under a name find_header does not look up
+                raise ValueError(f"unknown env {name!r}: {misnamed_header_problem(misnamed[0])}")
             known += [h for h in header_names() if h not in types]
         close = difflib.get_close_matches(str(name), known, n=1)
         hint = f" Did you mean '{close[0]}'?" if close else ""

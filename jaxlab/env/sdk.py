@@ -155,9 +155,15 @@ def env_path() -> list[Path]:
     return folders
 
 
+def is_env_name(name: str) -> bool:
+    """Whether NAME.h on the env path can be found by NAME: lower-case letters, digits and _, starting
+    with a letter. The one rule of find_header, header_names and `jaxlab envs`."""
+    return bool(_NAME.match(name))
+
+
 def find_header(name: str) -> Path | None:
-    """The first NAME.h on the env path (see env_path), or None."""
-    if not _NAME.match(name):
+    """The first NAME.h on the env path (see env_path), or None (always for a name not is_env_name)."""
+    if not is_env_name(name):
         return None
     for folder in env_path():
         if (folder / f"{name}.h").is_file():
@@ -165,13 +171,39 @@ def find_header(name: str) -> Path | None:
     return None
 
 
+def headers_on_path() -> dict[str, Path]:
+    """{NAME: the NAME.h find_header(NAME) finds} for every header on the env path named by is_env_name's
+    rule, first folder first."""
+    found: dict[str, Path] = {}
+    for folder in env_path():
+        for header in sorted(folder.glob("*.h")):
+            if is_env_name(header.stem) and header.stem not in found:
+                found[header.stem] = header.absolute()
+    return found
+
+
 def header_names() -> list[str]:
     """The env names of the NAME.h headers on the env path (see env_path), first folder first, each
     once."""
-    names = []
-    for folder in env_path():
-        names += [h.stem for h in sorted(folder.glob("*.h")) if _NAME.match(h.stem) and h.stem not in names]
-    return names
+    return list(headers_on_path())
+
+
+def misnamed_headers() -> list[Path]:
+    """The .h files on the env path whose name breaks is_env_name's rule: find_header never finds them."""
+    return [header.absolute() for folder in env_path() for header in sorted(folder.glob("*.h"))
+            if not is_env_name(header.stem)]
+
+
+def misnamed_header_problem(header: Path) -> str:
+    """Why the header ``header`` (one of misnamed_headers) is not an env name, and the fixes."""
+    try:
+        fixed = header_env(header)  # the env it defines: NAME.h is looked up for env NAME
+    except BuildError:
+        fixed = re.sub(r"[^a-z0-9_]", "_", header.stem.lower())
+    fixed = fixed if is_env_name(fixed) else "my_env"
+    return (f"{header} on the env path is not found by name: NAME.h is found for env NAME only when NAME is "
+            f"lower-case letters, digits and _, starting with a letter; rename it (e.g. {fixed}.h) or give "
+            f"its path as ENV (`jaxlab train {header}`, `jaxlab envs --library {header}`)")
 
 
 def cache_dir() -> Path:
