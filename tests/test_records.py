@@ -74,7 +74,7 @@ def test_non_terminal_output_gets_plain_lines():
 
 
 def test_alerts_say_each_warning_once():
-    alerts = Alerts(warmup_updates=1)
+    alerts = Alerts(steps_per_update=1000, warmup_updates=1)  # one update without an episode is news
     said = [alerts.check(record(1))]
     said.append(alerts.check(record(2, compiles=3)))
     said.append(alerts.check(record(3, compiles=4)))
@@ -84,9 +84,29 @@ def test_alerts_say_each_warning_once():
     said.append(alerts.check(record(7, sps=100.0)))
     assert said[0] == [] and said[2] == [] and said[6] == []
     assert said[1][0].startswith("recompiled at update 2")
-    assert said[3][0].startswith("no episode finished in update 4")
+    assert said[3][0] == ("no episode finished in update 4 (1,000 steps per agent), so it has no episode "
+                          "statistics: an env that never ends its episodes (stuck), or episodes longer than that")
     assert said[4][0].startswith("value_loss is nan at update 5")
     assert said[5][0].startswith("SPS fell to 100 at update 6, under half the recent median of 512")
+
+
+def test_updates_without_an_episode_are_news_only_after_quiet_steps_per_agent():
+    """An env whose episodes outlast an update leaves updates without episodes: said at update 1 of every
+    pendulum run ("no episode finished in update 1"), noise. Now said once, when the updates since the
+    last that ended an episode add up to QUIET_STEPS (1,000) steps per agent."""
+    from jaxlab.observe.alerts import QUIET_STEPS
+
+    assert QUIET_STEPS == 1000
+    pendulum = Alerts(steps_per_update=16)  # 200-step episodes, horizon 16: an update with episodes every 12.5
+    said = [pendulum.check(record(u, episodes=4 if u % 25 in (13, 0) else 0)) for u in range(1, 201)]
+    assert not any(said)
+    stuck = Alerts(steps_per_update=16)
+    said = [stuck.check(record(u, episodes=4 if u == 3 else 0)) for u in range(1, 200)]
+    first = next(u for u, lines in enumerate(said, 1) if lines)
+    assert first == 3 + 63 and said[first - 1] == [  # 63 updates of 16 steps after the last episode's
+        "no episode finished in updates 4-66 (1,008 steps per agent), so they have no episode statistics: an env "
+        "that never ends its episodes (stuck), or episodes longer than that"]
+    assert sum(map(len, said)) == 1  # once
 
 
 def test_sps_after_the_first_update_of_a_resumed_run_leaves_out_the_resumed_process_first_update():

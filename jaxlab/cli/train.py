@@ -210,7 +210,7 @@ class RunObservers:
         info = RunInfo(self.config.env_name, trainer.num_params, f"{device.platform}:{device.device_kind}",
                        self.config.preset, self.run_dir, self.sizes.num_updates,
                        self.sizes.num_updates * self.sizes.batch_size, trainer.env.kind.log_names)
-        self.alerts = Alerts()
+        self.alerts = Alerts(self.sizes.segments * self.sizes.horizon)  # each agent's steps per update
         self.reporter = make_reporter(self.config.log.dashboard, info, self.config.log.interval)
         self.outputs = [("terminal", self.reporter.update)]
         if self.config.log.wandb:
