@@ -111,10 +111,14 @@ static int cartpole_step(Cartpole *env) {
     return 1;
 }
 
-/* Test hook: state = (x, x_dot, theta, theta_dot[, tick]); a tick outside [0, 1e9] (NaN included)
- * is refused: converting it to an int could be undefined behaviour, and so could counting on from it. */
+/* Test hook: state = (x, x_dot, theta, theta_dot[, tick]). A NaN or infinite physical value is refused
+ * (a NaN x or theta never ends the episode, and its observations stay NaN); so is a tick outside [0, 1e9]
+ * (NaN included): converting it to an int could be undefined behaviour, and so could counting on from it. */
 static int cartpole_set_state(Cartpole *env, const double *state, int n) {
     if (n != 4 && n != 5) return -1;
+    for (int k = 0; k < 4; k++) {
+        if (!isfinite(state[k])) return -1;
+    }
     if (n == 5 && !(state[4] >= 0.0 && state[4] <= 1e9)) return -1;
     env->x = state[0];
     env->x_dot = state[1];

@@ -103,10 +103,14 @@ static int pendulum_step(Pendulum *env) {
     return 1;
 }
 
-/* Test hook: state = (th, thdot[, tick]); a tick outside [0, 1e9] (NaN included) is refused:
- * converting it to an int could be undefined behaviour, and so could counting on from it. */
+/* Test hook: state = (th, thdot[, tick]). A NaN or infinite th or thdot is refused (its observations
+ * would be NaN for the rest of the episode); so is a tick outside [0, 1e9] (NaN included): converting it
+ * to an int could be undefined behaviour, and so could counting on from it. */
 static int pendulum_set_state(Pendulum *env, const double *state, int n) {
     if (n != 2 && n != 3) return -1;
+    for (int k = 0; k < 2; k++) {
+        if (!isfinite(state[k])) return -1;
+    }
     if (n == 3 && !(state[2] >= 0.0 && state[2] <= 1e9)) return -1;
     env->th = state[0];
     env->thdot = state[1];
