@@ -4,6 +4,7 @@ render; the build cache; and every bad input of the SDK with its one clear line.
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -219,6 +220,51 @@ def test_a_failed_build_leaves_no_temporary_file_in_the_cache(user_env, tmp_path
         sdk.cached_library(header)
     left = [p.relative_to(tmp_path / "cache") for p in (tmp_path / "cache").rglob("*") if not p.is_dir()]
     assert left == []
+
+
+def test_a_killed_build_leaves_a_folder_that_the_next_use_removes_but_never_a_live_builds(user_env, tmp_path,
+                                                                                           monkeypatch):
+    """A build killed with SIGKILL cannot remove its temporary folder (.libNAME.XXXX.tmp beside the
+    cached library), which stayed in the cache for ever. The next use of a header removes it once the
+    build that held it is gone, while a build still running keeps its folder, however old it is."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("JAXLAB_CACHE_DIR", str(cache))
+    header = stroll_with_an_include(user_env, tmp_path / "env")
+    ready = tmp_path / "linking"
+    slow_cc = tmp_path / "slow-cc"  # the real compiler, but the link waits until the test kills it
+    slow_cc.write_text(f'#!/bin/sh\ncase " $* " in *" -shared "*) touch "{ready}"; exec sleep 300;; esac\n'
+                       f'exec {sdk._builder().find_compiler()} "$@"\n')
+    slow_cc.chmod(0o755)
+    code = f"from jaxlab.env import sdk; sdk.cached_library({str(header)!r})"
+    build = subprocess.Popen([sys.executable, "-c", code], start_new_session=True, stderr=subprocess.PIPE,
+                             env={**os.environ, "CC": str(slow_cc),
+                                  "PYTHONPATH": str(Path(jaxlab.__file__).parents[1])})
+    try:
+        for _ in range(1200):
+            if ready.exists() or build.poll() is not None:
+                break
+            threading.Event().wait(0.1)
+        assert ready.exists(), build.communicate(timeout=60)[1]
+        [live] = cache.glob("envs/*/.libstroll.*.tmp")
+        old = live.stat().st_mtime - 7200  # two hours: past sdk.STALE_BUILD_S
+        os.utime(live, (old, old))  # old, but its build is alive: kept
+        unknown = live.parent / ".libstroll.ab12cd34.tmp"  # an older jaxlab's: no owner.lock; fresh: kept
+        unknown.mkdir()
+        ancient = live.parent / ".libstroll.ef56gh78.tmp"  # an older jaxlab's, untouched for two hours
+        ancient.mkdir()
+        (ancient / "libstroll.so").write_bytes(b"\x7fELF half")
+        os.utime(ancient, (old, old))
+        library = sdk.cached_library(header)  # the real compiler (another cache key): builds, and cleans
+        assert library.is_file() and live.is_dir() and unknown.is_dir() and not ancient.exists()
+    finally:
+        os.killpg(build.pid, signal.SIGKILL)  # the build and its compiler, as the OOM killer or kill -9 would
+        build.wait(timeout=60)
+    assert live.is_dir()  # nothing could remove it when the build died
+    assert sdk.cached_library(header) == library  # known to this process: nothing looked at
+    monkeypatch.setattr(sdk, "_built", {})  # as the next process to use the header
+    assert sdk.cached_library(header) == library
+    assert not live.exists() and unknown.is_dir()
+    assert sorted(p.name for p in library.parent.iterdir()) == ["libstroll.so"]
 
 
 def test_the_source_hash_is_of_the_contents_not_of_where_they_are(user_env, tmp_path):
