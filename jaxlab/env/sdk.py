@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import glob
 import hashlib
 import importlib.util
 import keyword
@@ -34,7 +35,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from functools import lru_cache
 from pathlib import Path
 
@@ -137,16 +138,45 @@ def build_library(headers: list[str | Path], output: str | Path, sanitize: bool 
     if output.is_file() and output.read_bytes()[:4] != b"\x7fELF":
         raise BuildError(f"{output} exists and is not a library (it would be overwritten); give another name, "
                          f"e.g. -o lib{headers[0].stem}.so, or remove it")
+    if output.is_dir():
+        raise BuildError(f"{output} is a folder; give the library a file name, e.g. "
+                         f"-o {output / f'lib{headers[0].stem}.so'}")
     builder = _builder()
-    with tempfile.TemporaryDirectory(prefix="jaxlab-build-") as folder:
+    # The compiler writes into a folder of this build beside the output (the linker writes its file in
+    # place, and deletes it when it fails), which is then renamed over the output: a failed or
+    # interrupted build leaves an existing library as it was, and a process that has it loaded keeps
+    # its file. Through a symlink, the file it points at is replaced.
+    target = Path(os.path.realpath(output))
+    with tempfile.TemporaryDirectory(prefix="jaxlab-build-") as folder, ExitStack() as stack:
         source = _translation_unit(headers, Path(folder))
         try:
-            builder.build(output, sanitize=sanitize, sources=[source], include=[include_dir()], verbose=verbose)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _remove_stale_scratch(target.parent, f".{glob.escape(target.name)}.*.tmp", by_age=False)
+            scratch = stack.enter_context(_scratch(target.parent, target.name))
+        except OSError as err:
+            raise _unwritable(output, err) from None
+        try:
+            builder.build(scratch / target.name, sanitize=sanitize, sources=[source], include=[include_dir()],
+                          verbose=verbose)
         except builder.CompilerNotFound as err:
             raise BuildError(str(err)) from None
         except RuntimeError as err:
             raise BuildError(f"{', '.join(map(str, headers))} does not compile:\n{err}") from None
+        try:
+            (scratch / target.name).replace(target)
+        except OSError as err:
+            raise _unwritable(output, err) from None
     return output
+
+
+def _unwritable(output: Path, err: OSError) -> BuildError:
+    """The error for a library that cannot be written where ``output`` says (``err``: why)."""
+    blocker = next((folder for folder in Path(output).parents if folder.is_file()), None)
+    if isinstance(err, (FileExistsError, NotADirectoryError)) and blocker is not None:
+        why = f"{blocker} is a file, not a folder"
+    else:
+        why = f"{err.strerror or err}{f' ({err.filename})' if err.filename else ''}"
+    return BuildError(f"cannot write the library {output}: {why}; give -o a path in a folder you can write")
 
 
 def env_path() -> list[Path]:
