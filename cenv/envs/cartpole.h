@@ -159,7 +159,8 @@ static int cartpole_pixels(const Cartpole *env, uint8_t *rgb, int width, int hei
     float axle_y = 0.12f;
     cenv_draw_rect(c, cenv_view_x(v, x - 0.25f), cenv_view_y(v, 0.0f), cenv_view_x(v, x + 0.25f),
                    cenv_view_y(v, 0.24f), 0x000000);
-    float tip_x = x + (float)(2.0 * CARTPOLE_LENGTH) * sinf(theta), tip_y = axle_y + (float)(2.0 * CARTPOLE_LENGTH) * cosf(theta);
+    float tip_x = x + (float)(2.0 * CARTPOLE_LENGTH) * sinf(theta);
+    float tip_y = axle_y + (float)(2.0 * CARTPOLE_LENGTH) * cosf(theta);
     cenv_draw_line(c, cenv_view_x(v, x), cenv_view_y(v, axle_y), cenv_view_x(v, tip_x), cenv_view_y(v, tip_y),
                    cenv_view_len(v, 0.08f), 0xca9865);
     cenv_draw_disc(c, cenv_view_x(v, x), cenv_view_y(v, axle_y), cenv_view_len(v, 0.04f), 0x8184cb);

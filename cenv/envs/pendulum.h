@@ -1,5 +1,5 @@
-/* Pendulum: Gymnasium's Pendulum-v1 bit for bit (tests/test_env_dynamics.py) (g=10, m=1, l=1, dt=0.05, max speed 8, max torque 2,
- * reward -(angle_normalize(th)^2 + 0.1 thdot^2 + 0.001 u^2)), truncated at `max_steps` (200).
+/* Pendulum: Gymnasium's Pendulum-v1 bit for bit (tests/test_env_dynamics.py) (g=10, m=1, l=1, dt=0.05, max speed 8,
+ * max torque 2, reward -(angle_normalize(th)^2 + 0.1 thdot^2 + 0.001 u^2)), truncated at `max_steps` (200).
  * Observation float32[3] = (cos th, sin th, thdot); action Box(-2, 2, (1,)), clipped here. */
 #ifndef CENV_PENDULUM_H
 #define CENV_PENDULUM_H
