@@ -102,6 +102,14 @@ def test_build_env_never_overwrites_its_header_or_a_file_that_is_not_a_library(t
     assert cli.main(["build-env", str(header), "-o", str(notes)]) == 2
     assert "exists and is not a library (it would be overwritten)" in capsys.readouterr().err
     assert header.read_bytes() == source and notes.read_text() == "mine"
+    # a folder was handed to the compiler ("cannot open output file ... Is a directory", as a compile error)
+    assert cli.main(["build-env", str(header), "-o", str(tmp_path)]) == 2
+    assert f"{tmp_path} is a folder; give the library a file name, e.g. -o {tmp_path / 'libwalker.so'}" \
+        in capsys.readouterr().err
+    assert cli.main(["build-env", str(header), "-o", str(notes / "libwalker.so")]) == 2
+    assert f"cannot write the library {notes / 'libwalker.so'}: {notes} is a file, not a folder; give -o a path" \
+        in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "test_walker.py", "walker.h"]
 
 
 @pytest.mark.parametrize("args, message", [

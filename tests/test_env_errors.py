@@ -179,17 +179,53 @@ def test_set_state_refuses_a_tick_that_is_not_a_count_of_steps(name, physical):
         env.set_state(0, [*physical, 1e9])
 
 
-def test_cartpole_renders_a_nan_position_without_a_cart():
-    """set_state takes any x: a NaN one was converted to the cart's column unchecked, which wrote
+@pytest.mark.parametrize("name, physical", [("cartpole", [0.0, 0.0, 0.0, 0.0]), ("pendulum", [0.0, 0.0])])
+def test_set_state_refuses_a_physical_value_that_is_not_finite_and_names_it(name, physical):
+    """A NaN or infinite x, velocity, angle or spin was taken: a NaN cartpole never ended its episode
+    (every comparison with the limits is false) and stepped NaN observations to its time limit, and a
+    pendulum's observations stayed NaN. The hook refused 'N values' without saying which one was bad."""
+    with jaxlab.make(name, num_envs=2) as env:
+        env.reset()
+        for k in range(len(physical)):
+            for bad in (np.nan, np.inf, -np.inf):
+                state = list(physical)
+                state[k] = bad
+                with pytest.raises(RuntimeError, match=rf"env '{name}' rejects {len(physical)} values: "
+                                                       rf"state\[{k}\] = {bad} is not finite; pass finite numbers"):
+                    env.set_state(1, state)
+                with pytest.raises(RuntimeError, match=rf"state\[{k}\] = {bad} is not finite"):
+                    env.set_state(0, [*state, 3])  # with a tick too
+        with pytest.raises(RuntimeError, match=r"state\[0\] = nan, state\[1\] = inf are not finite"):
+            env.set_state(0, [np.nan, np.inf, *physical[2:]])
+        with pytest.raises(RuntimeError, match=rf"rejects {len(physical) - 1} values$"):  # none to name
+            env.set_state(0, physical[1:])
+        with pytest.raises(RuntimeError, match=r"env index 2 out of range or unbound$"):  # not the values
+            env.set_state(2, [np.nan, *physical[1:]])
+        env.set_state(1, [1e300, *physical[1:]])  # far, but a number
+        assert np.isfinite(env.observations[0]).all()
+
+
+def test_cartpole_renders_a_far_or_nan_position_without_writing_outside_the_track():
+    """A far x is drawn at the track's end; a NaN one (set_state refuses it, but a saved state can hold
+    one: here written into the bytes of x) was converted to the cart's column unchecked, which wrote
     outside the track (a crash: hence a child process)."""
     code = ("import jaxlab, numpy as np\n"
             "with jaxlab.make('cartpole', num_envs=1) as env:\n"
             "    env.reset()\n"
-            "    for x in (np.nan, -np.inf, 1e300, 0.0):\n"
+            "    env.set_state(0, [0.0, 0.0, 0.0, 0.0])\n"
+            "    zero = env.save_state()\n"
+            "    env.set_state(0, [2.0, 0.0, 0.0, 0.0])\n"
+            "    at = np.flatnonzero(zero['cenv'] != env.save_state()['cenv'])\n"
+            "    at = at[0] - at[0] % 8\n"  # the first byte of x that differs; x is an aligned double
+            "    zero['cenv'][at:at + 8] = np.frombuffer(np.float64(np.nan).tobytes(), np.uint8)\n"
+            "    env.load_state(zero)\n"
+            "    print(env.render(0))\n"
+            "    for x in (-1e300, 1e300, 0.0):\n"
             "        env.set_state(0, [x, 0.0, 0.0, 0.0])\n"
             "        print(env.render(0))\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                             env={**os.environ, "PYTHONPATH": str(Path(jaxlab.__file__).parents[1])})
     assert result.returncode == 0, result.stderr
+    assert "nan" in result.stdout.splitlines()[0], result.stdout  # the NaN state was loaded and drawn
     tracks = [line.split("|")[1] for line in result.stdout.splitlines()]
     assert tracks == ["-" * 41, "#" + "-" * 40, "-" * 40 + "#", "-" * 20 + "#" + "-" * 20], result.stdout

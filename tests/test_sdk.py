@@ -4,6 +4,7 @@ render; the build cache; and every bad input of the SDK with its one clear line.
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -219,6 +220,106 @@ def test_a_failed_build_leaves_no_temporary_file_in_the_cache(user_env, tmp_path
         sdk.cached_library(header)
     left = [p.relative_to(tmp_path / "cache") for p in (tmp_path / "cache").rglob("*") if not p.is_dir()]
     assert left == []
+
+
+def test_a_killed_build_leaves_a_folder_that_the_next_use_removes_but_never_a_live_builds(user_env, tmp_path,
+                                                                                           monkeypatch):
+    """A build killed with SIGKILL cannot remove its temporary folder (.libNAME.XXXX.tmp beside the
+    cached library), which stayed in the cache for ever. The next use of a header removes it once the
+    build that held it is gone, while a build still running keeps its folder, however old it is."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("JAXLAB_CACHE_DIR", str(cache))
+    header = stroll_with_an_include(user_env, tmp_path / "env")
+    ready = tmp_path / "linking"
+    slow_cc = tmp_path / "slow-cc"  # the real compiler, but the link waits until the test kills it
+    slow_cc.write_text(f'#!/bin/sh\ncase " $* " in *" -shared "*) touch "{ready}"; exec sleep 300;; esac\n'
+                       f'exec {sdk._builder().find_compiler()} "$@"\n')
+    slow_cc.chmod(0o755)
+    code = f"from jaxlab.env import sdk; sdk.cached_library({str(header)!r})"
+    build = subprocess.Popen([sys.executable, "-c", code], start_new_session=True, stderr=subprocess.PIPE,
+                             env={**os.environ, "CC": str(slow_cc),
+                                  "PYTHONPATH": str(Path(jaxlab.__file__).parents[1])})
+    try:
+        for _ in range(1200):
+            if ready.exists() or build.poll() is not None:
+                break
+            threading.Event().wait(0.1)
+        assert ready.exists(), build.communicate(timeout=60)[1]
+        [live] = cache.glob("envs/*/.libstroll.*.tmp")
+        old = live.stat().st_mtime - 7200  # two hours: past sdk.STALE_BUILD_S
+        os.utime(live, (old, old))  # old, but its build is alive: kept
+        unknown = live.parent / ".libstroll.ab12cd34.tmp"  # an older jaxlab's: no owner.lock; fresh: kept
+        unknown.mkdir()
+        ancient = live.parent / ".libstroll.ef56gh78.tmp"  # an older jaxlab's, untouched for two hours
+        ancient.mkdir()
+        (ancient / "libstroll.so").write_bytes(b"\x7fELF half")
+        os.utime(ancient, (old, old))
+        library = sdk.cached_library(header)  # the real compiler (another cache key): builds, and cleans
+        assert library.is_file() and live.is_dir() and unknown.is_dir() and not ancient.exists()
+    finally:
+        try:
+            os.killpg(build.pid, signal.SIGKILL)  # the build and its compiler, as the OOM killer or kill -9 would
+        except ProcessLookupError:
+            pass  # it ended by itself (the test failed above)
+        build.wait(timeout=60)
+    assert live.is_dir()  # nothing could remove it when the build died
+    assert sdk.cached_library(header) == library  # known to this process: nothing looked at
+    monkeypatch.setattr(sdk, "_built", {})  # as the next process to use the header
+    assert sdk.cached_library(header) == library
+    assert not live.exists() and unknown.is_dir()
+    assert sorted(p.name for p in library.parent.iterdir()) == ["libstroll.so"]
+
+
+def test_a_failed_or_interrupted_build_env_leaves_an_existing_library_as_it_was(user_env, tmp_path, monkeypatch):
+    """`jaxlab build-env A.h -o LIB.so` had the compiler write LIB.so in place: a link error deleted a
+    good old library (the linker removes its output when it fails) and an interrupted link left half of
+    one. The build now goes to a temporary folder beside LIB.so and is renamed over it when whole. (A
+    compile error never reached the linker, so it left LIB.so alone before too.)"""
+    library = tmp_path / "libstroll.so"
+    sdk.build_library([user_env / "stroll.h"], library)
+    good = library.read_bytes()
+
+    def unchanged():
+        assert library.read_bytes() == good
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)  # no temporary left
+
+    broken = tmp_path / "broken.h"
+    broken.write_text(BROKEN_H + 'CENV_ENV(broken, Broken, BrokenLog, "x")\n')
+    unlinked = tmp_path / "unlinked.h"  # compiles, but calls a function no library has
+    unlinked.write_text((user_env / "stroll.h").read_text().replace(
+        "CENV_ENV(", "void stroll_nowhere(void);\n__attribute__((used)) static void stroll_call(void) "
+                     "{ stroll_nowhere(); }\nCENV_ENV(", 1))
+    names = ["libstroll.so", "broken.h", "unlinked.h"]
+    with pytest.raises(sdk.BuildError, match="broken.h does not compile"):
+        sdk.build_library([broken], library)
+    unchanged()
+    monkeypatch.setenv("CENV_CFLAGS", "-Wl,-z,defs")  # an undefined symbol is a link error
+    link_error = "(?s)unlinked.h does not compile.*undefined (reference to|symbol).{,3}stroll_nowhere"
+    with pytest.raises(sdk.BuildError, match=link_error):
+        sdk.build_library([unlinked], library)
+    unchanged()
+    monkeypatch.delenv("CENV_CFLAGS")
+
+    def half_write_then_stop(output, **kwargs):
+        Path(output).write_bytes(b"\x7fELF half a library")
+        raise KeyboardInterrupt  # Ctrl-C while the linker was writing
+
+    monkeypatch.setattr(sdk._builder(), "build", half_write_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        sdk.build_library([user_env / "stroll.h"], library)
+    unchanged()
+    monkeypatch.undo()
+    (tmp_path / "libnew.so").symlink_to(library)  # a library replaced through a link: the link stays
+    names.append("libnew.so")
+    edited = tmp_path / "edited" / "stroll.h"
+    edited.parent.mkdir()
+    edited.write_text((user_env / "stroll.h").read_text().replace("0.01", "0.02"))
+    assert sdk.build_library([edited], tmp_path / "libnew.so") == tmp_path / "libnew.so"
+    assert (tmp_path / "libnew.so").is_symlink() and library.read_bytes() != good
+    names.append("edited")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)
+    with jaxlab.make("stroll", num_envs=2, library=str(library)) as env:
+        assert env.params["step_cost"] == pytest.approx(0.02)
 
 
 def test_the_source_hash_is_of_the_contents_not_of_where_they_are(user_env, tmp_path):

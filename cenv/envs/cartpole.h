@@ -111,10 +111,14 @@ static int cartpole_step(Cartpole *env) {
     return 1;
 }
 
-/* Test hook: state = (x, x_dot, theta, theta_dot[, tick]); a tick outside [0, 1e9] (NaN included)
- * is refused: converting it to an int could be undefined behaviour, and so could counting on from it. */
+/* Test hook: state = (x, x_dot, theta, theta_dot[, tick]). A NaN or infinite physical value is refused
+ * (a NaN x or theta never ends the episode, and its observations stay NaN); so is a tick outside [0, 1e9]
+ * (NaN included): converting it to an int could be undefined behaviour, and so could counting on from it. */
 static int cartpole_set_state(Cartpole *env, const double *state, int n) {
     if (n != 4 && n != 5) return -1;
+    for (int k = 0; k < 4; k++) {
+        if (!isfinite(state[k])) return -1;
+    }
     if (n == 5 && !(state[4] >= 0.0 && state[4] <= 1e9)) return -1;
     env->x = state[0];
     env->x_dot = state[1];
@@ -155,7 +159,8 @@ static int cartpole_pixels(const Cartpole *env, uint8_t *rgb, int width, int hei
     float axle_y = 0.12f;
     cenv_draw_rect(c, cenv_view_x(v, x - 0.25f), cenv_view_y(v, 0.0f), cenv_view_x(v, x + 0.25f),
                    cenv_view_y(v, 0.24f), 0x000000);
-    float tip_x = x + (float)(2.0 * CARTPOLE_LENGTH) * sinf(theta), tip_y = axle_y + (float)(2.0 * CARTPOLE_LENGTH) * cosf(theta);
+    float tip_x = x + (float)(2.0 * CARTPOLE_LENGTH) * sinf(theta);
+    float tip_y = axle_y + (float)(2.0 * CARTPOLE_LENGTH) * cosf(theta);
     cenv_draw_line(c, cenv_view_x(v, x), cenv_view_y(v, axle_y), cenv_view_x(v, tip_x), cenv_view_y(v, tip_y),
                    cenv_view_len(v, 0.08f), 0xca9865);
     cenv_draw_disc(c, cenv_view_x(v, x), cenv_view_y(v, axle_y), cenv_view_len(v, 0.04f), 0x8184cb);

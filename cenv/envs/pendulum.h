@@ -1,5 +1,5 @@
-/* Pendulum: Gymnasium's Pendulum-v1 bit for bit (tests/test_env_dynamics.py) (g=10, m=1, l=1, dt=0.05, max speed 8, max torque 2,
- * reward -(angle_normalize(th)^2 + 0.1 thdot^2 + 0.001 u^2)), truncated at `max_steps` (200).
+/* Pendulum: Gymnasium's Pendulum-v1 bit for bit (tests/test_env_dynamics.py) (g=10, m=1, l=1, dt=0.05, max speed 8,
+ * max torque 2, reward -(angle_normalize(th)^2 + 0.1 thdot^2 + 0.001 u^2)), truncated at `max_steps` (200).
  * Observation float32[3] = (cos th, sin th, thdot); action Box(-2, 2, (1,)), clipped here. */
 #ifndef CENV_PENDULUM_H
 #define CENV_PENDULUM_H
@@ -103,10 +103,14 @@ static int pendulum_step(Pendulum *env) {
     return 1;
 }
 
-/* Test hook: state = (th, thdot[, tick]); a tick outside [0, 1e9] (NaN included) is refused:
- * converting it to an int could be undefined behaviour, and so could counting on from it. */
+/* Test hook: state = (th, thdot[, tick]). A NaN or infinite th or thdot is refused (its observations
+ * would be NaN for the rest of the episode); so is a tick outside [0, 1e9] (NaN included): converting it
+ * to an int could be undefined behaviour, and so could counting on from it. */
 static int pendulum_set_state(Pendulum *env, const double *state, int n) {
     if (n != 2 && n != 3) return -1;
+    for (int k = 0; k < 2; k++) {
+        if (!isfinite(state[k])) return -1;
+    }
     if (n == 3 && !(state[2] >= 0.0 && state[2] <= 1e9)) return -1;
     env->th = state[0];
     env->thdot = state[1];

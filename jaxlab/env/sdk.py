@@ -21,6 +21,9 @@ api.c (compiled into every library), the compiler (its --version), the flags and
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import glob
 import hashlib
 import importlib.util
 import keyword
@@ -31,6 +34,8 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
+from contextlib import ExitStack, contextmanager
 from functools import lru_cache
 from pathlib import Path
 
@@ -133,16 +138,45 @@ def build_library(headers: list[str | Path], output: str | Path, sanitize: bool 
     if output.is_file() and output.read_bytes()[:4] != b"\x7fELF":
         raise BuildError(f"{output} exists and is not a library (it would be overwritten); give another name, "
                          f"e.g. -o lib{headers[0].stem}.so, or remove it")
+    if output.is_dir():
+        raise BuildError(f"{output} is a folder; give the library a file name, e.g. "
+                         f"-o {output / f'lib{headers[0].stem}.so'}")
     builder = _builder()
-    with tempfile.TemporaryDirectory(prefix="jaxlab-build-") as folder:
+    # The compiler writes into a folder of this build beside the output (the linker writes its file in
+    # place, and deletes it when it fails), which is then renamed over the output: a failed or
+    # interrupted build leaves an existing library as it was, and a process that has it loaded keeps
+    # its file. Through a symlink, the file it points at is replaced.
+    target = Path(os.path.realpath(output))
+    with tempfile.TemporaryDirectory(prefix="jaxlab-build-") as folder, ExitStack() as stack:
         source = _translation_unit(headers, Path(folder))
         try:
-            builder.build(output, sanitize=sanitize, sources=[source], include=[include_dir()], verbose=verbose)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _remove_stale_scratch(target.parent, f".{glob.escape(target.name)}.*.tmp", by_age=False)
+            scratch = stack.enter_context(_scratch(target.parent, target.name))
+        except OSError as err:
+            raise _unwritable(output, err) from None
+        try:
+            builder.build(scratch / target.name, sanitize=sanitize, sources=[source], include=[include_dir()],
+                          verbose=verbose)
         except builder.CompilerNotFound as err:
             raise BuildError(str(err)) from None
         except RuntimeError as err:
             raise BuildError(f"{', '.join(map(str, headers))} does not compile:\n{err}") from None
+        try:
+            (scratch / target.name).replace(target)
+        except OSError as err:
+            raise _unwritable(output, err) from None
     return output
+
+
+def _unwritable(output: Path, err: OSError) -> BuildError:
+    """The error for a library that cannot be written where ``output`` says (``err``: why)."""
+    blocker = next((folder for folder in Path(output).parents if folder.is_file()), None)
+    if isinstance(err, (FileExistsError, NotADirectoryError)) and blocker is not None:
+        why = f"{blocker} is a file, not a folder"
+    else:
+        why = f"{err.strerror or err}{f' ({err.filename})' if err.filename else ''}"
+    return BuildError(f"cannot write the library {output}: {why}; give -o a path in a folder you can write")
 
 
 def env_path() -> list[Path]:
@@ -254,6 +288,70 @@ def _digest(files: list[Path], *extra: str) -> str:
 
 _built: dict[str, tuple[tuple[tuple[str, int], ...], Path]] = {}  # header -> (deps with mtimes, library)
 
+#: The file in a build's temporary folder that its build holds an exclusive flock on while it runs: the
+#: kernel lets go of it when the process ends, however it ends (SIGKILL too).
+_OWNER_LOCK = "owner.lock"
+#: A temporary build folder whose owner cannot be told (no owner.lock: made by an older jaxlab, or a
+#: file system without locks) is stale once it has not changed for this long.
+STALE_BUILD_S = 3600.0
+
+
+@contextmanager
+def _scratch(parent: Path, name: str):
+    """A new folder ``parent/.NAME.XXXXXXXX.tmp`` for one build alone (mkdtemp: unique per process and
+    thread, and per host sharing the folder), held while the build runs (see _OWNER_LOCK) and removed
+    after it, whether it succeeded, failed or was interrupted."""
+    folder = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=parent))
+    owner = None
+    try:
+        # locked before it gets its name, so that no cleaner ever finds an owner.lock nobody holds yet
+        owner = open(folder / f".{_OWNER_LOCK}.new", "w")
+        try:
+            fcntl.flock(owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.replace(folder / f".{_OWNER_LOCK}.new", folder / _OWNER_LOCK)
+        except OSError:
+            pass  # no locks on this file system: only the folder's age tells that it is stale
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        if owner is not None:
+            owner.close()
+
+
+def _scratch_is_stale(folder: Path, by_age: bool) -> bool:
+    """Whether nothing uses the temporary build folder ``folder`` any more: its owner.lock is held by no
+    process (its build was killed), or, when that cannot be told and ``by_age``, it has not changed for
+    STALE_BUILD_S. A folder a live build holds is never stale, however old."""
+    try:
+        fd = os.open(folder / _OWNER_LOCK, os.O_RDONLY)
+    except OSError:
+        fd = None  # none: a build between mkdtemp and its lock, an older jaxlab's, or unreadable
+    if fd is not None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True  # taken at once: the build that held it has ended
+        except OSError as err:
+            if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                return False  # a live build holds it
+        finally:
+            os.close(fd)
+    try:
+        return by_age and time.time() - folder.stat().st_mtime > STALE_BUILD_S
+    except OSError:
+        return False
+
+
+def _remove_stale_scratch(parent: Path, pattern: str, by_age: bool = True) -> None:
+    """Removes the temporary build folders ``parent/PATTERN`` that no build uses any more (see
+    _scratch_is_stale): a build killed with SIGKILL (or a lost machine) leaves its folder behind."""
+    try:
+        candidates = list(parent.glob(pattern))
+    except OSError:
+        return
+    for folder in candidates:
+        if folder.is_dir() and not folder.is_symlink() and _scratch_is_stale(folder, by_age):
+            shutil.rmtree(folder, ignore_errors=True)
+
 
 def cached_library(header: str | Path) -> Path:
     """The library of ``header`` in the cache, built now when it is not there (BuildError with the
@@ -271,19 +369,17 @@ def cached_library(header: str | Path) -> Path:
     key = _digest(deps, _compiler_identity(), " ".join(_builder().compile_flags()), f"ABI {ABI_VERSION}")
     folder = cache_dir() / "envs" / f"{header.stem}-{key[:16]}"
     library = folder / f"lib{header.stem}.so"
+    # the folders of builds killed before they could remove them (of any header): see _scratch
+    _remove_stale_scratch(cache_dir() / "envs", "*/.lib*.tmp")
     if not library.is_file():
         folder.mkdir(parents=True, exist_ok=True)
-        # Built in a folder of this build alone (mkdtemp: unique per process and thread, and per host
-        # sharing the cache), so two builds of one header at once never write or move each other's
-        # file; then renamed into place (atomic: a build racing us sees the whole file or none). The
-        # folder goes whether the build succeeded, failed or was interrupted.
-        scratch = Path(tempfile.mkdtemp(prefix=f".lib{header.stem}.", suffix=".tmp", dir=folder))
-        try:
+        # Built in a folder of this build alone, so two builds of one header at once never write or
+        # move each other's file; then renamed into place (atomic: a build racing us sees the whole
+        # file or none).
+        with _scratch(folder, library.stem) as scratch:
             partial = scratch / library.name
             build_library([header], partial)
             partial.replace(library)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
     _built[str(header)] = (tuple((str(f), f.stat().st_mtime_ns) for f in deps), library)
     return library
 

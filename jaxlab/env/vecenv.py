@@ -270,11 +270,22 @@ class VecEnv:
 
     def set_state(self, index: int, state) -> None:
         """Test hook: overwrite env ``index``'s physical state (see the env's C header for the layout)
-        and rewrite its observation."""
+        and rewrite its observation. RuntimeError when the env's hook refuses the values; the message
+        names a NaN or infinite one among them (the C hook only says that it refused)."""
         values = np.ascontiguousarray(state, dtype=np.float64)
         c_values = values.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
         with self._lock:
-            self._check(self._lib.cenv_set_state(self._handle, index, c_values, values.size), "set_state")
+            rc = self._lib.cenv_set_state(self._handle, index, c_values, values.size)
+            if rc == self._codes["ERR_ARGUMENT"] and self.kind.has("set_state") and not isinstance(index, bool) \
+                    and isinstance(index, (int, np.integer)) and 0 <= index < self.num_envs:
+                flat = values.reshape(-1)
+                bad = np.flatnonzero(~np.isfinite(flat))
+                if bad.size:  # the hook got the values (not a bad index): a non-finite one is the likely cause
+                    named = ", ".join(f"state[{k}] = {flat[k]}" for k in bad[:4]) + (", ..." if bad.size > 4 else "")
+                    raise RuntimeError(f"cenv set_state failed ({rc}): {self._lib.cenv_error(self._handle).decode()}: "
+                                       f"{named} {'is' if bad.size == 1 else 'are'} not finite; pass finite numbers "
+                                       "(the env's C header documents the state's layout)")
+            self._check(rc, "set_state")
 
     def _state_buffers(self) -> dict[str, np.ndarray]:
         """The buffers the C side wrote last that a saved state holds besides the C bytes: the step's
