@@ -79,6 +79,27 @@ def test_config_refuses_a_best_metric_train_refuses(capsys):
     assert "best_metric='return_std' is not a metric of this run" in capsys.readouterr().err
 
 
+def test_a_dist_table_in_a_config_file_is_named_as_not_read(tmp_path, capsys, monkeypatch):
+    """jaxlab train takes a run's processes from --dist.* flags and the environment before it loads any
+    config: a [dist] table in a --config file did nothing, silently, while `jaxlab config` printed it as
+    the run's. Its non-default values get a warning naming the file and the flags; defaults say nothing."""
+    from jaxlab import cli
+
+    for name in ("SLURM_NTASKS", "SLURM_PROCID", "SLURM_JOB_ID", "JAXLAB_COORDINATOR"):
+        monkeypatch.delenv(name, raising=False)
+    two = tmp_path / "two.toml"
+    two.write_text('[dist]\nnum_processes = 2\ncoordinator = "node0:1234"\n')
+    assert cli.main(["config", "cartpole", "--config", str(two)]) == 0
+    assert capsys.readouterr().err == (
+        f"jaxlab: warning: [dist] coordinator = 'node0:1234' (from {two}), num_processes = 2 (from {two}) are "
+        "not read: a run's processes come from the command line or the environment (SLURM, JAXLAB_COORDINATOR), "
+        "before any config file; pass --dist.coordinator node0:1234 --dist.num-processes 2\n")
+    one = tmp_path / "one.toml"
+    one.write_text("[dist]\nnum_processes = 0\nprocess_id = -1\n")  # a one-process run's saved config.toml
+    assert cli.main(["config", "cartpole", "--config", str(one)]) == 0
+    assert capsys.readouterr().err == ""
+
+
 def test_presets_lists_every_preset_and_the_auto_choice():
     result = jaxlab("presets")
     assert result.returncode == 0, result.stderr

@@ -165,6 +165,26 @@ def unused_flags_warning(config, flags: list[str]) -> str | None:
     return f"warning: {'; '.join(lines)}" if lines else None
 
 
+def dist_in_file_warning(config, sources: dict) -> str | None:
+    """The warning for [dist] keys that a file (a --config file, an env's TOML, a preset) set to other
+    than their defaults, or None: the processes of a run come from the --dist.* flags and the
+    environment only (they meet in jax.distributed.initialize before the config is loaded), so a file's
+    [dist] does nothing. ``sources``: load_config's {key: layer that set it}."""
+    from jaxlab.config.schema import DistConfig
+    from jaxlab.config.validate import flag_of
+
+    default = DistConfig()
+    ignored = [(key, sources[f"dist.{key}"]) for key in ("coordinator", "num_processes", "process_id")
+               if sources.get(f"dist.{key}", "command line") != "command line"
+               and getattr(config.dist, key) != getattr(default, key)]
+    if not ignored:
+        return None
+    named = ", ".join(f"{key} = {getattr(config.dist, key)!r} (from {source})" for key, source in ignored)
+    flags = " ".join(f"{flag_of('dist.' + key)} {getattr(config.dist, key)}" for key, _ in ignored)
+    return (f"warning: [dist] {named} {'is' if len(ignored) == 1 else 'are'} not read: a run's processes come from the command line or the "
+            f"environment (SLURM, JAXLAB_COORDINATOR), before any config file; pass {flags}")
+
+
 def ignored_total_warning(config, sources: dict, config_file, updates: int,
                           total_below_file: Callable[[], int | None] = lambda: None) -> str | None:
     """`jaxlab bench`'s warning that its run of ``updates`` (the first and --updates more) ignores the
@@ -258,6 +278,9 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, update
             reason += f"; workload size {', '.join(workloads)}"
     for line in repeated_flags(args.flags):
         warn(f"warning: {line}")
+    line = dist_in_file_warning(config, sources)
+    if line is not None:
+        warn(line)
     if updates is not None:
         line = ignored_total_warning(config, sources, args.config, updates,
                                      lambda: None if resume else total_without_file(args, preset, config))
