@@ -445,6 +445,31 @@ def test_a_second_ctrl_c_interrupts_at_once_and_the_run_resumes_from_what_was_sa
     assert [p.name for p in checkpoint.step_dirs(run / "checkpoints")][0] == "8"
 
 
+def test_a_second_ctrl_c_during_the_compile_exits_130_not_with_a_segfault(tmp_path):
+    """Ctrl-C twice while XLA compiles the update: XLA compiles on a thread of its own, and the
+    KeyboardInterrupt ends only JAX's wait for it; Python's finalization (JAX's atexit clean-up) then
+    destroyed the backend under that thread, and the process died of SIGSEGV after its last line. It
+    now ends at once with 130. JAX_LOG_COMPILES puts "Compiling jit(prepare_and_update)" in run.log
+    when that compile (about 20 s here: fully unrolled over 32 steps, no cache) starts."""
+    run = tmp_path / "run"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "jaxlab.cli", "train", "cartpole", "--vec.num-envs", "8", "--train.bptt-horizon", "32",
+         "--policy.scan-unroll", "32", "--train.minibatch-size", "256", "--train.total-timesteps", "1024",
+         "--run-dir", str(run), "--log.dashboard", "none", "--device.compile-cache", "off"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "JAX_LOG_COMPILES": "1"})
+    deadline = time.monotonic() + 240
+    log = run / "run.log"
+    while not (log.is_file() and "Compiling jit(prepare_and_update)" in log.read_text()):
+        assert time.monotonic() < deadline and process.poll() is None, process.communicate()
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)  # a graceful stop, after the first update,
+    time.sleep(0.5)
+    process.send_signal(signal.SIGINT)  # then at once, still inside the compile
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err  # it was -11, SIGSEGV
+    assert err.strip().splitlines()[-1] == "interrupted; before the first update ended; nothing was saved"
+
+
 def test_eval_in_a_fresh_process_takes_the_trainers_actions(tmp_path):
     """Deterministic actions (the mode) and sampled ones (same seed) match the trainer's policy."""
     from jaxlab.train.evaluation import play

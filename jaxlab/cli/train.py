@@ -122,6 +122,9 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
                            stop=stop, remove_if_not_started=new_run_dir)
         stop.ended = True  # a pipe that breaks at the lines below stops nothing
     except KeyboardInterrupt:
+        from jaxlab.run.signals import interrupted
+
+        interrupted()  # the process ends at once (launch.main): the interrupt may have cut JAX's wait for a compile
         close(observers)
         metrics = Path(run_dir) / "metrics.jsonl"
         where = (f"the metrics so far are in {metrics}" if metrics.is_file() and metrics.stat().st_size
