@@ -246,6 +246,29 @@ def test_a_resume_into_another_run_dir_that_holds_a_run_is_refused(tmp_path):
     assert [r["update"] for r in read_metrics(a)] == [1, 2, 3, 4, 5]
 
 
+def test_a_checkpoint_set_aside_by_a_resume_resumes_into_a_run_dir_of_its_own(tmp_path, capsys):
+    """A resume back to update 2 moves checkpoint 4 to RUN/checkpoints-replaced/4-STAMP. Resuming that one
+    took its folder, checkpoints-replaced/, for the run dir: a run started there (config.toml, metrics,
+    its own checkpoints/ among the checkpoints set aside), out of `jaxlab runs`. It is now refused without
+    --run-dir, naming the run, and continues in the run dir given."""
+    from jaxlab import cli
+
+    run = tmp_path / "run"
+    train_run(small_config(4, "--checkpoint.interval", "2"), run)
+    train_run(small_config(3), run, resume=run / "checkpoints" / "2")
+    (aside,) = (run / "checkpoints-replaced").iterdir()
+    assert aside.name.startswith("4-")
+    before = run_files(run)
+    flags = [*SMALL, "--train.total-timesteps", str(64 * 6), "--log.dashboard", "none"]
+    assert cli.main(["train", "cartpole", "--resume", str(aside), *flags]) == 2
+    assert (f"this checkpoint (update 4) was set aside by an earlier resume of {run} that went back before it"
+            in capsys.readouterr().err)
+    assert run_files(run) == before and sorted(p.name for p in aside.parent.iterdir()) == [aside.name]
+    branch = tmp_path / "branch"
+    assert cli.main(["train", "cartpole", "--resume", str(aside), "--run-dir", str(branch), *flags]) == 0
+    assert [r["update"] for r in read_metrics(branch)] == [5, 6] and run_files(run) == before
+
+
 def test_a_resume_with_nothing_left_to_train_changes_nothing(tmp_path):
     """Resuming an older checkpoint whose update is already the last: no metrics cut, no newer checkpoint
     moved aside, no record rewritten (it cut metrics.jsonl and moved checkpoint 4 aside, then trained

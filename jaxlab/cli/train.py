@@ -87,8 +87,15 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
               "trace goes to", file=sys.stderr)
         return 2
     if resolved.resume is not None:
-        from jaxlab.run.resume import resume_run_dir
+        from jaxlab.run.resume import resume_run_dir, set_aside_from
 
+        aside = set_aside_from(resolved.resume)
+        if aside is not None and args.run_dir is None:  # its run dir's records after it are another resume's
+            update = resolved.resume_meta[resolved.resume]["update"]
+            raise ConfigError(f"--resume {args.resume}: this checkpoint (update {update}) was set aside by an earlier "
+                              f"resume of {aside} that went back before it, and {aside}'s records from there on are "
+                              f"that resume's; continue it in a run dir of its own: --run-dir DIR (e.g. --run-dir "
+                              f"{aside}-{resolved.resume.name})")
         run_dir = args.run_dir or str(resume_run_dir(resolved.resume))
     else:  # several processes: process 0's clock names the one run dir of them all
         stamp = distributed.from_process_0(time.strftime("%Y%m%d-%H%M%S"))
@@ -411,7 +418,8 @@ def add_commands(add) -> None:
     train = add("train", "train a policy on an env", f"Train an LSTM-PPO policy on ENV. {LAYERS}",
                 train_command, with_config=True)
     train.add_argument("--run-dir", metavar="DIR", help="where config.toml, metrics.jsonl and checkpoints/ "
-                       "go (default runs/ENV-TIMESTAMP; with --resume, the resumed run's dir)")
+                       "go (default runs/ENV-TIMESTAMP; with --resume, the resumed run's dir; needed to resume a "
+                       "checkpoint from a run's checkpoints-replaced/)")
     train.add_argument("--notes", metavar="TEXT", help="the run's hypothesis, saved as notes.md in the run dir "
                        "and shown by `jaxlab runs`")
     train.add_argument("--resume", metavar="WHAT", help="continue a run: latest (the newest run of ENV "
