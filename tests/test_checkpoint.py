@@ -281,6 +281,22 @@ def test_a_resume_with_nothing_left_to_train_changes_nothing(tmp_path):
     assert run_files(run) == before and not (run / "checkpoints-replaced").exists()
 
 
+def test_a_resume_to_fewer_updates_than_the_checkpoints_says_where_the_checkpoint_is(tmp_path, capsys):
+    """A resume with a train.total_timesteps below the checkpoint's update said "the checkpoint is at
+    update 2 of 2" of a checkpoint at update 4; it now names both and the total that would continue."""
+    from jaxlab import cli
+
+    run = tmp_path / "run"
+    train_run(small_config(4), run)
+    flags = [*SMALL, "--log.dashboard", "none"]
+    assert cli.main(["train", "cartpole", "--resume", str(run), *flags, "--train.total-timesteps", "128"]) == 0
+    assert ("nothing to train: the checkpoint is at update 4, past the 2 updates of train.total_timesteps 128; "
+            "to continue, raise --train.total-timesteps above 256") in capsys.readouterr().out
+    assert cli.main(["train", "cartpole", "--resume", str(run), *flags]) == 0
+    out = capsys.readouterr().out
+    assert "nothing to train: the checkpoint is at update 4 of 4; raise --train.total-timesteps" in out
+
+
 def test_a_resume_that_fails_leaves_the_runs_records_as_they_were(tmp_path):
     """Another vec.groups is refused (the checkpoint holds one env state and carry per group), and a
     resume that fails writes nothing: config.toml, run.json and metrics.jsonl stay the run's own."""

@@ -173,9 +173,23 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
         say(f"done: {result.records[-1]['global_step']:,} steps in {result.records[-1]['wall_time']:.1f}s; "
             f"{final}; metrics in {run_dir}/metrics.jsonl; {where}")
     else:
-        say(f"nothing to train: the checkpoint is at update {sizes.num_updates} of {sizes.num_updates}; "
-            "raise --train.total-timesteps to continue")
+        say(nothing_to_train(result.resumed_from, sizes))
     return 0
+
+
+def nothing_to_train(resumed_from: Path, sizes) -> str:
+    """The line of a resume whose checkpoint is at or past the run's last update (``sizes``: the resumed
+    config's): a lower train.total_timesteps than the checkpoint's (it said "update 78 of 78" of a
+    checkpoint at update 160) is named as such."""
+    from jaxlab.checkpoint import read_meta
+
+    at = read_meta(resumed_from)["update"]
+    if at <= sizes.num_updates:
+        return (f"nothing to train: the checkpoint is at update {at} of {sizes.num_updates}; raise "
+                "--train.total-timesteps to continue")
+    return (f"nothing to train: the checkpoint is at update {at}, past the {sizes.num_updates} updates of "
+            f"train.total_timesteps {sizes.total_timesteps:,}; to continue, raise --train.total-timesteps above "
+            f"{at * sizes.batch_size:,}")
 
 
 def quiet(*args, **kwargs) -> None:
