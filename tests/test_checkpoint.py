@@ -3,6 +3,7 @@ stop signals, and eval from a path in a fresh process."""
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -482,6 +483,30 @@ def test_a_second_ctrl_c_interrupts_at_once_and_the_run_resumes_from_what_was_sa
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["update"] for r in records] == list(range(1, 9))  # update 5 of the cut run was dropped
     assert [p.name for p in checkpoint.step_dirs(run / "checkpoints")][0] == "8"
+
+
+def test_the_command_a_stopped_run_prints_resumes_it_from_a_path_with_spaces(tmp_path, monkeypatch, capfd):
+    """The stop line's `jaxlab train ENV --resume RUN_DIR` had the run dir unquoted: pasted into a shell,
+    a path with a space became two arguments."""
+    from jaxlab import cli
+
+    run = tmp_path / "my runs" / "cart pole"
+    flags = [*SMALL, "--train.total-timesteps", "512", "--log.dashboard", "none"]
+    log = Trainer.mean_and_log
+
+    def log_then_sigterm_at_2(trainer):
+        record = log(trainer)
+        if record["update"] == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return record
+
+    monkeypatch.setattr(Trainer, "mean_and_log", log_then_sigterm_at_2)
+    assert cli.main(["train", "cartpole", *flags, "--run-dir", str(run)]) == 0
+    command = capfd.readouterr().err.split("continue with `")[1].split("`")[0]
+    assert shlex.split(command) == ["jaxlab", "train", "cartpole", "--resume", str(run)]
+    monkeypatch.undo()
+    assert cli.main(shlex.split(command)[1:] + flags) == 0
+    assert [r["update"] for r in read_metrics(run)] == list(range(1, 9))
 
 
 def test_a_second_ctrl_c_during_the_compile_exits_130_not_with_a_segfault(tmp_path):

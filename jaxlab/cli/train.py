@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -165,7 +166,7 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
         if primary:
             print(f"stopped by {result.stopped} after update "
                   f"{result.records[-1]['update'] if result.records else 0}; saved {where}; continue with "
-                  f"`jaxlab train {config.env_name} --resume {run_dir}`", file=sys.stderr)
+                  f"`jaxlab train {config.env_name} --resume {shlex.quote(str(run_dir))}`", file=sys.stderr)
         return 130 if result.stopped == "SIGINT" else 0  # SIGTERM, or SIGPIPE: a broken pipe (StopSignals)
     returns = [r["episode_return"] for r in result.records if r["episodes"] and r.get("episode_return") is not None]
     if result.records:  # an env that logs no episode_return (the contract asks for none), or no episode ended
