@@ -509,15 +509,18 @@ def test_the_command_a_stopped_run_prints_resumes_it_from_a_path_with_spaces(tmp
     assert [r["update"] for r in read_metrics(run)] == list(range(1, 9))
 
 
-def test_a_second_ctrl_c_during_the_compile_exits_130_not_with_a_segfault(tmp_path):
+@pytest.mark.parametrize("entry", [["jaxlab.cli"], ["jaxlab.sweep.child", "SWEEP_PID"]], ids=["command", "trial"])
+def test_a_second_ctrl_c_during_the_compile_exits_130_not_with_a_segfault(tmp_path, entry):
     """Ctrl-C twice while XLA compiles the update: XLA compiles on a thread of its own, and the
     KeyboardInterrupt ends only JAX's wait for it; Python's finalization (JAX's atexit clean-up) then
     destroyed the backend under that thread, and the process died of SIGSEGV after its last line. It
-    now ends at once with 130. JAX_LOG_COMPILES puts "Compiling jit(prepare_and_update)" in run.log
-    when that compile (about 20 s here: fully unrolled over 32 steps, no cache) starts."""
+    now ends at once with 130, as `jaxlab train` and as a sweep's trial (this process for its sweep).
+    JAX_LOG_COMPILES puts "Compiling jit(prepare_and_update)" in run.log when that compile (about 20 s
+    here: fully unrolled over 32 steps, no cache) starts."""
     run = tmp_path / "run"
+    entry = [str(os.getpid()) if part == "SWEEP_PID" else part for part in entry]
     process = subprocess.Popen(
-        [sys.executable, "-m", "jaxlab.cli", "train", "cartpole", "--vec.num-envs", "8", "--train.bptt-horizon", "32",
+        [sys.executable, "-m", *entry, "train", "cartpole", "--vec.num-envs", "8", "--train.bptt-horizon", "32",
          "--policy.scan-unroll", "32", "--train.minibatch-size", "256", "--train.total-timesteps", "1024",
          "--run-dir", str(run), "--log.dashboard", "none", "--device.compile-cache", "off"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "JAX_LOG_COMPILES": "1"})
