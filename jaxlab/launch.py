@@ -1,6 +1,7 @@
 """The `jaxlab` console script's entry: imports the command line inside a guard, so that a Ctrl-C while
 Python is still importing it (a fraction of a second) ends with one line and exit 130, not a traceback.
-Importing this module imports nothing but `sys` (`jaxlab/__init__.py` is lazy)."""
+Importing this module imports nothing but `sys` (`jaxlab/__init__.py` is lazy). A command that a Ctrl-C
+interrupted at once ends the process without Python's finalization (jaxlab.run.signals.end_at_once)."""
 
 import sys
 
@@ -11,4 +12,7 @@ def main() -> int:
     except KeyboardInterrupt:
         print("jaxlab: interrupted", file=sys.stderr)
         return 130
-    return cli_main()
+    code = cli_main()
+    from jaxlab.run.signals import end_at_once
+
+    return end_at_once(code)  # after a Ctrl-C that interrupted the command: without Python's finalization

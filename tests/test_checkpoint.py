@@ -3,6 +3,7 @@ stop signals, and eval from a path in a fresh process."""
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -246,6 +247,29 @@ def test_a_resume_into_another_run_dir_that_holds_a_run_is_refused(tmp_path):
     assert [r["update"] for r in read_metrics(a)] == [1, 2, 3, 4, 5]
 
 
+def test_a_checkpoint_set_aside_by_a_resume_resumes_into_a_run_dir_of_its_own(tmp_path, capsys):
+    """A resume back to update 2 moves checkpoint 4 to RUN/checkpoints-replaced/4-STAMP. Resuming that one
+    took its folder, checkpoints-replaced/, for the run dir: a run started there (config.toml, metrics,
+    its own checkpoints/ among the checkpoints set aside), out of `jaxlab runs`. It is now refused without
+    --run-dir, naming the run, and continues in the run dir given."""
+    from jaxlab import cli
+
+    run = tmp_path / "run"
+    train_run(small_config(4, "--checkpoint.interval", "2"), run)
+    train_run(small_config(3), run, resume=run / "checkpoints" / "2")
+    (aside,) = (run / "checkpoints-replaced").iterdir()
+    assert aside.name.startswith("4-")
+    before = run_files(run)
+    flags = [*SMALL, "--train.total-timesteps", str(64 * 6), "--log.dashboard", "none"]
+    assert cli.main(["train", "cartpole", "--resume", str(aside), *flags]) == 2
+    assert (f"this checkpoint (update 4) was set aside by an earlier resume of {run} that went back before it"
+            in capsys.readouterr().err)
+    assert run_files(run) == before and sorted(p.name for p in aside.parent.iterdir()) == [aside.name]
+    branch = tmp_path / "branch"
+    assert cli.main(["train", "cartpole", "--resume", str(aside), "--run-dir", str(branch), *flags]) == 0
+    assert [r["update"] for r in read_metrics(branch)] == [5, 6] and run_files(run) == before
+
+
 def test_a_resume_with_nothing_left_to_train_changes_nothing(tmp_path):
     """Resuming an older checkpoint whose update is already the last: no metrics cut, no newer checkpoint
     moved aside, no record rewritten (it cut metrics.jsonl and moved checkpoint 4 aside, then trained
@@ -256,6 +280,22 @@ def test_a_resume_with_nothing_left_to_train_changes_nothing(tmp_path):
     result = train_run(small_config(2), run, resume=run / "checkpoints" / "2")
     assert result.records == [] and result.resumed_from == run / "checkpoints" / "2"
     assert run_files(run) == before and not (run / "checkpoints-replaced").exists()
+
+
+def test_a_resume_to_fewer_updates_than_the_checkpoints_says_where_the_checkpoint_is(tmp_path, capsys):
+    """A resume with a train.total_timesteps below the checkpoint's update said "the checkpoint is at
+    update 2 of 2" of a checkpoint at update 4; it now names both and the total that would continue."""
+    from jaxlab import cli
+
+    run = tmp_path / "run"
+    train_run(small_config(4), run)
+    flags = [*SMALL, "--log.dashboard", "none"]
+    assert cli.main(["train", "cartpole", "--resume", str(run), *flags, "--train.total-timesteps", "128"]) == 0
+    assert ("nothing to train: the checkpoint is at update 4, past the 2 updates of train.total_timesteps 128; "
+            "to continue, raise --train.total-timesteps above 256") in capsys.readouterr().out
+    assert cli.main(["train", "cartpole", "--resume", str(run), *flags]) == 0
+    out = capsys.readouterr().out
+    assert "nothing to train: the checkpoint is at update 4 of 4; raise --train.total-timesteps" in out
 
 
 def test_a_resume_that_fails_leaves_the_runs_records_as_they_were(tmp_path):
@@ -443,6 +483,58 @@ def test_a_second_ctrl_c_interrupts_at_once_and_the_run_resumes_from_what_was_sa
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["update"] for r in records] == list(range(1, 9))  # update 5 of the cut run was dropped
     assert [p.name for p in checkpoint.step_dirs(run / "checkpoints")][0] == "8"
+
+
+def test_the_command_a_stopped_run_prints_resumes_it_from_a_path_with_spaces(tmp_path, monkeypatch, capfd):
+    """The stop line's `jaxlab train ENV --resume RUN_DIR` had the run dir unquoted: pasted into a shell,
+    a path with a space became two arguments."""
+    from jaxlab import cli
+
+    run = tmp_path / "my runs" / "cart pole"
+    flags = [*SMALL, "--train.total-timesteps", "512", "--log.dashboard", "none"]
+    log = Trainer.mean_and_log
+
+    def log_then_sigterm_at_2(trainer):
+        record = log(trainer)
+        if record["update"] == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return record
+
+    monkeypatch.setattr(Trainer, "mean_and_log", log_then_sigterm_at_2)
+    assert cli.main(["train", "cartpole", *flags, "--run-dir", str(run)]) == 0
+    command = capfd.readouterr().err.split("continue with `")[1].split("`")[0]
+    assert shlex.split(command) == ["jaxlab", "train", "cartpole", "--resume", str(run)]
+    monkeypatch.undo()
+    assert cli.main(shlex.split(command)[1:] + flags) == 0
+    assert [r["update"] for r in read_metrics(run)] == list(range(1, 9))
+
+
+@pytest.mark.parametrize("entry", [["jaxlab.cli"], ["jaxlab.sweep.child", "SWEEP_PID"]], ids=["command", "trial"])
+def test_a_second_ctrl_c_during_the_compile_exits_130_not_with_a_segfault(tmp_path, entry):
+    """Ctrl-C twice while XLA compiles the update: XLA compiles on a thread of its own, and the
+    KeyboardInterrupt ends only JAX's wait for it; Python's finalization (JAX's atexit clean-up) then
+    destroyed the backend under that thread, and the process died of SIGSEGV after its last line. It
+    now ends at once with 130, as `jaxlab train` and as a sweep's trial (this process for its sweep).
+    JAX_LOG_COMPILES puts "Compiling jit(prepare_and_update)" in run.log when that compile (about 20 s
+    here: fully unrolled over 32 steps, no cache) starts."""
+    run = tmp_path / "run"
+    entry = [str(os.getpid()) if part == "SWEEP_PID" else part for part in entry]
+    process = subprocess.Popen(
+        [sys.executable, "-m", *entry, "train", "cartpole", "--vec.num-envs", "8", "--train.bptt-horizon", "32",
+         "--policy.scan-unroll", "32", "--train.minibatch-size", "256", "--train.total-timesteps", "1024",
+         "--run-dir", str(run), "--log.dashboard", "none", "--device.compile-cache", "off"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "JAX_LOG_COMPILES": "1"})
+    deadline = time.monotonic() + 240
+    log = run / "run.log"
+    while not (log.is_file() and "Compiling jit(prepare_and_update)" in log.read_text()):
+        assert time.monotonic() < deadline and process.poll() is None, process.communicate()
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)  # a graceful stop, after the first update,
+    time.sleep(0.5)
+    process.send_signal(signal.SIGINT)  # then at once, still inside the compile
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err  # it was -11, SIGSEGV
+    assert err.strip().splitlines()[-1] == "interrupted; before the first update ended; nothing was saved"
 
 
 def test_eval_in_a_fresh_process_takes_the_trainers_actions(tmp_path):

@@ -66,6 +66,25 @@ def test_damaged_records_are_read_around_not_a_traceback(tmp_path, capsys):
     assert not list((tmp_path / "killed").glob("*.tmp"))  # written aside, then renamed over
 
 
+def test_runs_lists_a_folder_holding_another_programs_records_without_a_traceback(tmp_path, capsys):
+    """`jaxlab runs` over a folder that also holds another program's run (its own metrics.jsonl, a
+    summary.json with other types) stopped with a KeyError or ValueError traceback and listed nothing;
+    that folder is now a row with what could be read, and the jaxlab runs beside it are listed."""
+    good = json.dumps({"update": 1, "global_step": 64, "wall_time": 2.0, "sps": 32.0, "episodes": 1,
+                       "episode_return": 10.0})
+    write_run(tmp_path / "ours", [good])
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "metrics.jsonl").write_text('{"step": 1, "loss": 0.5}\n{"step": 2, "loss": 0.4}\n')
+    write_run(tmp_path / "odd", [good], summary={"global_step": "1k", "sps": "fast", "status": 3,
+                                                 "final": {"episode_return": "high"}, "best": {"value": [1]}})
+    assert cli.main(["runs", str(tmp_path)]) == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
+    assert rows["ours"][1:5] == ["cartpole", "64", "32", "10.00"]
+    assert rows["other"][1:6] == ["?", "0", "0", "-", "-"]  # nothing of it is a jaxlab record
+    assert rows["odd"][1:7] == ["cartpole", "0", "0", "-", "-", "3"]  # each field of the wrong type as missing
+
+
 def test_the_same_update_set_aside_twice_in_one_second_keeps_both(tmp_path):
     """Two quick resumes back to update 1 both set aside a checkpoint 2: the second rename found the
     first's folder (named to the second) and raised OSError."""

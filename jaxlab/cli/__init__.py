@@ -88,6 +88,9 @@ def _main(argv: list[str] | None) -> int:
     except (ConfigError, CheckpointError) as err:  # bad config or input: one line, no traceback
         return fail(args.command, err)
     except KeyboardInterrupt:  # Ctrl-C outside a run's own handling (imports, a command without one)
+        from jaxlab.run.signals import interrupted
+
+        interrupted()  # the process ends at once (launch.main): JAX may be compiling on a thread of its own
         print(f"jaxlab {args.command}: interrupted", file=sys.stderr)
         return 130
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -87,8 +88,15 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
               "trace goes to", file=sys.stderr)
         return 2
     if resolved.resume is not None:
-        from jaxlab.run.resume import resume_run_dir
+        from jaxlab.run.resume import resume_run_dir, set_aside_from
 
+        aside = set_aside_from(resolved.resume)
+        if aside is not None and args.run_dir is None:  # its run dir's records after it are another resume's
+            update = resolved.resume_meta[resolved.resume]["update"]
+            raise ConfigError(f"--resume {args.resume}: this checkpoint (update {update}) was set aside by an earlier "
+                              f"resume of {aside} that went back before it, and {aside}'s records from there on are "
+                              f"that resume's; continue it in a run dir of its own: --run-dir DIR (e.g. --run-dir "
+                              f"{aside}-{resolved.resume.name})")
         run_dir = args.run_dir or str(resume_run_dir(resolved.resume))
     else:  # several processes: process 0's clock names the one run dir of them all
         stamp = distributed.from_process_0(time.strftime("%Y%m%d-%H%M%S"))
@@ -122,6 +130,9 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
                            stop=stop, remove_if_not_started=new_run_dir)
         stop.ended = True  # a pipe that breaks at the lines below stops nothing
     except KeyboardInterrupt:
+        from jaxlab.run.signals import interrupted
+
+        interrupted()  # the process ends at once (launch.main): the interrupt may have cut JAX's wait for a compile
         close(observers)
         metrics = Path(run_dir) / "metrics.jsonl"
         where = (f"the metrics so far are in {metrics}" if metrics.is_file() and metrics.stat().st_size
@@ -155,7 +166,7 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
         if primary:
             print(f"stopped by {result.stopped} after update "
                   f"{result.records[-1]['update'] if result.records else 0}; saved {where}; continue with "
-                  f"`jaxlab train {config.env_name} --resume {run_dir}`", file=sys.stderr)
+                  f"`jaxlab train {config.env_name} --resume {shlex.quote(str(run_dir))}`", file=sys.stderr)
         return 130 if result.stopped == "SIGINT" else 0  # SIGTERM, or SIGPIPE: a broken pipe (StopSignals)
     returns = [r["episode_return"] for r in result.records if r["episodes"] and r.get("episode_return") is not None]
     if result.records:  # an env that logs no episode_return (the contract asks for none), or no episode ended
@@ -163,9 +174,23 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
         say(f"done: {result.records[-1]['global_step']:,} steps in {result.records[-1]['wall_time']:.1f}s; "
             f"{final}; metrics in {run_dir}/metrics.jsonl; {where}")
     else:
-        say(f"nothing to train: the checkpoint is at update {sizes.num_updates} of {sizes.num_updates}; "
-            "raise --train.total-timesteps to continue")
+        say(nothing_to_train(result.resumed_from, sizes))
     return 0
+
+
+def nothing_to_train(resumed_from: Path, sizes) -> str:
+    """The line of a resume whose checkpoint is at or past the run's last update (``sizes``: the resumed
+    config's): a lower train.total_timesteps than the checkpoint's (it said "update 78 of 78" of a
+    checkpoint at update 160) is named as such."""
+    from jaxlab.checkpoint import read_meta
+
+    at = read_meta(resumed_from)["update"]
+    if at <= sizes.num_updates:
+        return (f"nothing to train: the checkpoint is at update {at} of {sizes.num_updates}; raise "
+                "--train.total-timesteps to continue")
+    return (f"nothing to train: the checkpoint is at update {at}, past the {sizes.num_updates} updates of "
+            f"train.total_timesteps {sizes.total_timesteps:,}; to continue, raise --train.total-timesteps above "
+            f"{at * sizes.batch_size:,}")
 
 
 def quiet(*args, **kwargs) -> None:
@@ -408,7 +433,8 @@ def add_commands(add) -> None:
     train = add("train", "train a policy on an env", f"Train an LSTM-PPO policy on ENV. {LAYERS}",
                 train_command, with_config=True)
     train.add_argument("--run-dir", metavar="DIR", help="where config.toml, metrics.jsonl and checkpoints/ "
-                       "go (default runs/ENV-TIMESTAMP; with --resume, the resumed run's dir)")
+                       "go (default runs/ENV-TIMESTAMP; with --resume, the resumed run's dir; needed to resume a "
+                       "checkpoint from a run's checkpoints-replaced/)")
     train.add_argument("--notes", metavar="TEXT", help="the run's hypothesis, saved as notes.md in the run dir "
                        "and shown by `jaxlab runs`")
     train.add_argument("--resume", metavar="WHAT", help="continue a run: latest (the newest run of ENV "

@@ -83,12 +83,25 @@ def episode_statistics(record: dict) -> dict:
     return stats
 
 
+def _number(value) -> int | float | None:
+    """``value`` when it is a number (not a bool), else None: a hand-edited or foreign record's field."""
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def is_update_record(record: dict) -> bool:
+    """Whether ``record`` is an update's record as jaxlab writes it: numeric update, global_step and
+    wall_time (a metrics.jsonl of another program, in a folder `jaxlab runs` lists, has other keys)."""
+    return all(_number(record.get(key)) is not None for key in ("update", "global_step", "wall_time"))
+
+
 def summarize(records: list[dict], best_metric: str = "episode_return") -> dict:
-    """Final and best metrics of a run's records (one per update, as in metrics.jsonl)."""
+    """Final and best metrics of a run's records (one per update, as in metrics.jsonl); records that are
+    not update records (is_update_record) are left out."""
+    records = [r for r in records if is_update_record(r)]
     if not records:
         return {"updates": 0, "global_step": 0, "wall_time": 0.0, "sps": 0.0, "final": {}, "best": None}
     last = records[-1]
-    with_episodes = [r for r in records if r.get("episodes") and r.get(best_metric) is not None]
+    with_episodes = [r for r in records if r.get("episodes") and _number(r.get(best_metric)) is not None]
     final = {k: v for k, v in last.items() if not k.startswith("time_") and k not in START_KEYS}
     if with_episodes:  # the episode statistics of the last update that ended episodes
         final.update({k: v for k, v in episode_statistics(with_episodes[-1]).items() if final.get(k) is None})
@@ -235,9 +248,10 @@ def run_rows(root: Path) -> list[dict]:
                                           f"stopped ({summary['stopped']})" if summary.get("stopped") else "done")
         named = info.get("run_name")
         label = run.name if not named or named == run.name else f"{run.name} ({named})"
-        rows.append({"run": label, "path": str(run), "env": env or "?",
-                     "steps": summary.get("global_step", 0), "sps": summary.get("sps", 0.0),
-                     "final_return": final, "best_return": best.get("value"), "status": status, "notes": notes})
+        rows.append({"run": label, "path": str(run), "env": str(env or "?"),  # a field of the wrong type: as missing
+                     "steps": _number(summary.get("global_step")) or 0, "sps": _number(summary.get("sps")) or 0.0,
+                     "final_return": _number(final), "best_return": _number(best.get("value")), "status": str(status),
+                     "notes": notes})
     return rows
 
 

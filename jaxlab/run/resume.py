@@ -94,6 +94,19 @@ def resume_run_dir(location: Path) -> Path:
     return checkpoints.parent if checkpoints.name == "checkpoints" else checkpoints
 
 
+def set_aside_from(location: Path) -> Path | None:
+    """The run dir whose checkpoints-replaced/ (set_aside_after) holds the checkpoint ``location``, else
+    None. Its run dir is not the folder around it (a run started in RUN/checkpoints-replaced/ mixed its
+    files with the checkpoints set aside there), and RUN's records after the update it was set aside at
+    are those of the resume that set it aside, not its own."""
+    location = Path(location)
+    parent = location.parent
+    if not checkpoint.is_checkpoint(location) or not parent.name.endswith("-replaced"):
+        return None
+    run = parent.parent
+    return run if (run / parent.name.removesuffix("-replaced")).is_dir() else None
+
+
 def keep_metrics_until(path: Path, update: int) -> None:
     """Drops records after ``update`` from metrics.jsonl (they were logged after the checkpoint that a
     resume goes back to, and will be logged again)."""

@@ -16,6 +16,32 @@ from pathlib import Path
 #: the standard output streams by name: their file descriptors
 STREAMS = {"stdout": 1, "stderr": 2}
 
+#: whether a Ctrl-C interrupted this process's command at once (see interrupted and end_at_once)
+_interrupted = [False]
+
+
+def interrupted() -> None:
+    """Records that a Ctrl-C interrupted the command at once (a KeyboardInterrupt that it caught): the
+    process must then end without Python's finalization (end_at_once)."""
+    _interrupted[0] = True
+
+
+def end_at_once(code: int) -> int:
+    """``code``, or, after a Ctrl-C that interrupted the command (``interrupted``), the end of the process
+    with ``code`` at once, its output flushed first. The interrupt may have left XLA working on a thread of
+    its own: a compile runs on XLA's thread pool, and a KeyboardInterrupt ends JAX's wait for it, not the
+    compile; Python's finalization (JAX's atexit clean-up destroys its backend) then pulled the objects from
+    under that thread, and the process died of SIGSEGV (exit 139) after its last line, not with 130."""
+    if not _interrupted[0]:
+        return code
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
 
 class StopSignals:
     """While active, SIGINT and SIGTERM set ``received`` instead of killing the process, and the first

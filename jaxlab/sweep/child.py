@@ -25,8 +25,9 @@ def main(argv: list[str]) -> int:
         return 1
     sys.argv = ["jaxlab", *args]
     from jaxlab.cli import main as jaxlab_main
+    from jaxlab.run.signals import end_at_once
 
-    return jaxlab_main(args)
+    return end_at_once(jaxlab_main(args))  # as the jaxlab command does (jaxlab.launch): a second Ctrl-C in a compile
 
 
 if __name__ == "__main__":
