@@ -142,6 +142,25 @@ def test_one_resume_reads_the_checkpoint_meta_once(tmp_path, monkeypatch):
     assert code == 0 and reads == [run / "checkpoints" / "2"]
 
 
+def test_a_damaged_newest_meta_is_reported_once_on_resume(tmp_path, capsys):
+    """The newest checkpoint's meta is cut short: the resume warns once that it falls back (the config is
+    read from the older one, whose state is then loaded without reading the damaged one again)."""
+    from jaxlab import cli
+
+    run = tmp_path / "run"
+    assert train_run(small_config(4, "--checkpoint.interval", "2"), run).checkpoint is not None
+    meta = run / "checkpoints" / "4" / "meta" / "metadata"
+    meta.write_bytes(meta.read_bytes()[:10])
+    capsys.readouterr()
+    code = cli.main(["train", "cartpole", "--resume", str(run), "--train.total-timesteps", "384",
+                     "--log.dashboard", "none"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert err.count(f"checkpoint {run / 'checkpoints' / '4'} is unreadable") == 1, err
+    assert err.count("falling back to an older checkpoint") == 1, err
+    assert f"resumed from {run / 'checkpoints' / '2'} at update 2" in err
+
+
 def test_kill_during_a_save_leaves_the_previous_checkpoint_intact(tmp_path):
     """SIGKILL lands while Orbax is writing a checkpoint (its temporary directory exists before and after
     the kill, so the save never completed); the newest complete checkpoint is still byte for byte what

@@ -194,6 +194,23 @@ def test_plot_refuses_a_metric_that_is_not_a_number(tmp_path, capsys):
     assert cli.main(["plot", str(tmp_path / "run"), "-o", str(png)]) == 0 and png.is_file()
 
 
+def test_plot_of_another_programs_metrics_says_it_holds_no_update_records(tmp_path, capsys):
+    """Another program's metrics.jsonl (episode_return per "step", no update, global_step or wall_time):
+    plot said "no run has values of 'episode_return'; metrics in …: episode_return, …", the metric listed
+    as present yet without values. It now names the file as holding no jaxlab update records."""
+    pytest.importorskip("matplotlib")
+    write_run(tmp_path / "other", [json.dumps({"step": s, "episode_return": 1.0 * s}) for s in (1, 2)])
+    write_run(tmp_path / "ours", [json.dumps({"update": 1, "global_step": 64, "wall_time": 1, "episode_return": 1.0})])
+    png = tmp_path / "c.png"
+    for runs in (["other"], ["ours", "other"]):
+        assert cli.main(["plot", *(str(tmp_path / r) for r in runs), "-o", str(png)]) == 2
+        err = capsys.readouterr().err
+        assert err == (f"jaxlab plot: error: {tmp_path / 'other' / 'metrics.jsonl'} holds no jaxlab update records "
+                       "(none of its 2 records has a numeric update, global_step and wall_time: another program's "
+                       "file?); pass run dirs written by `jaxlab train`\n"), err
+        assert not png.exists()
+
+
 def test_runs_names_a_copied_run_by_its_folder(tmp_path):
     write_run(tmp_path / "copy", [json.dumps({"update": 1, "global_step": 64, "wall_time": 1})])
     (tmp_path / "copy" / "run.json").write_text(json.dumps({"run_name": "original", "env_name": "cartpole"}))

@@ -58,3 +58,23 @@ def test_an_env_whose_episodes_outlast_an_update_trains_without_a_no_episode_war
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["episodes"] > 0 for r in records] == [False] * 12 + [True] + [False] * 3  # updates 1-12: none ended
     assert "no episode finished" not in result.stderr, result.stderr  # (another warning may come: SPS fell)
+
+
+def test_a_resume_that_ends_no_episode_reports_the_runs_last_return(tmp_path):
+    """pendulum's first episodes end in update 13 (200 steps, horizon 16). A resume for update 21 alone
+    ends none: its last line said "no episode return was logged" of a run whose metrics.jsonl has
+    returns; it now gives the run's last return, its update, and that this resume ended no episode."""
+    run = tmp_path / "run"
+    result = jaxlab("train", "pendulum", "--vec.num-envs", "4", "--train.minibatch-size", "16",
+                    "--policy.hidden-size", "16", "--train.total-timesteps", "1280", "--log.dashboard", "none",
+                    "--run-dir", str(run))
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    ended = [r for r in records if r["episodes"]]
+    assert [r["update"] for r in ended] == [13]
+    result = jaxlab("train", "pendulum", "--resume", str(run), "--train.total-timesteps", "1344",
+                    "--log.dashboard", "none")
+    assert result.returncode == 0, result.stderr
+    last = result.stdout.strip().splitlines()[-1]
+    assert (f"final mean return {ended[0]['episode_return']:.2f}, logged at update 13 (the 1 update(s) of this "
+            "resume ended no episode)") in last, last

@@ -168,14 +168,32 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
                   f"{result.records[-1]['update'] if result.records else 0}; saved {where}; continue with "
                   f"`jaxlab train {config.env_name} --resume {shlex.quote(str(run_dir))}`", file=sys.stderr)
         return 130 if result.stopped == "SIGINT" else 0  # SIGTERM, or SIGPIPE: a broken pipe (StopSignals)
-    returns = [r["episode_return"] for r in result.records if r["episodes"] and r.get("episode_return") is not None]
-    if result.records:  # an env that logs no episode_return (the contract asks for none), or no episode ended
-        final = f"final mean return {returns[-1]:.2f}" if returns else "no episode return was logged"
+    if result.records:
+        final = final_return(result, run_dir) if primary else ""
         say(f"done: {result.records[-1]['global_step']:,} steps in {result.records[-1]['wall_time']:.1f}s; "
             f"{final}; metrics in {run_dir}/metrics.jsonl; {where}")
     else:
         say(nothing_to_train(result.resumed_from, sizes))
     return 0
+
+
+def final_return(result, run_dir: str) -> str:
+    """The end-of-run line's word on the return: the last mean episode return this run logged. A resume
+    that ended no episode gives the run's last from its whole metrics.jsonl (which keeps the records
+    before the checkpoint), saying so; an env that logs no episode_return (the contract asks for none),
+    or a run that ended no episode, has none."""
+    from jaxlab.observe.records import last_return, read_metrics
+
+    found = last_return(result.records)
+    if found is not None:
+        return f"final mean return {found[1]:.2f}"
+    if result.resumed_from is None:
+        return "no episode return was logged"
+    found = last_return(read_metrics(Path(run_dir)))
+    stretch = f"the {len(result.records)} update(s) of this resume ended no episode"
+    if found is None:
+        return f"no episode return was logged in the run ({stretch})"
+    return f"final mean return {found[1]:.2f}, logged at update {found[0]} ({stretch})"
 
 
 def nothing_to_train(resumed_from: Path, sizes) -> str:

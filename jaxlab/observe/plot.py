@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jaxlab.observe.records import read_metrics
+from jaxlab.observe.records import is_update_record, read_metrics
 
 X_AXES = {"step": ("global_step", "agent-steps"), "time": ("wall_time", "wall time (s)")}
 
@@ -14,22 +14,35 @@ class PlotError(ValueError):
     """Bad plot input (a run dir without metrics, a metric no run has, matplotlib missing)."""
 
 
+def update_records(run: Path) -> list[dict]:
+    """The update records (is_update_record) of RUN/metrics.jsonl; PlotError when it has none: no file,
+    no readable record, or only records without jaxlab's numeric update, global_step and wall_time (the
+    metrics.jsonl of another program), which are left out of a file that has update records too."""
+    records = read_metrics(run)
+    if not records:
+        raise PlotError(f"{run} has no metrics.jsonl records; pass run dirs written by `jaxlab train`")
+    updates = [r for r in records if is_update_record(r)]
+    if not updates:
+        raise PlotError(f"{Path(run) / 'metrics.jsonl'} holds no jaxlab update records (none of its {len(records)} "
+                        "records has a numeric update, global_step and wall_time: another program's file?); pass "
+                        "run dirs written by `jaxlab train`")
+    return updates
+
+
 def curves(run_dirs: list[Path], metric: str, x: str) -> list[tuple[str, list[float], list[float]]]:
     """(label, xs, ys) per run: the updates where ``metric`` has a value."""
     key = X_AXES[x][0]
     out = []
     for run in run_dirs:
-        records = read_metrics(Path(run))
-        if not records:
-            raise PlotError(f"{run} has no metrics.jsonl records; pass run dirs written by `jaxlab train`")
-        points = [(r[key], r[metric]) for r in records if r.get(metric) is not None and r.get(key) is not None]
+        records = update_records(Path(run))
+        points = [(r[key], r[metric]) for r in records if r.get(metric) is not None]
         text = next((y for _, y in points if isinstance(y, bool) or not isinstance(y, (int, float))), None)
         if text is not None:  # compile_cache's "hit", a hand-edited value: no curve to draw
             raise PlotError(f"{metric!r} is not a number in {run} (e.g. {text!r}); plot a numeric metric, e.g. "
                             f"--metric episode_return")
         out.append((Path(run).name, [p[0] for p in points], [p[1] for p in points]))
     if not any(xs for _, xs, _ in out):
-        known = sorted(k for k, v in read_metrics(Path(run_dirs[0]))[-1].items() if isinstance(v, (int, float)))
+        known = sorted(k for k, v in update_records(Path(run_dirs[0]))[-1].items() if isinstance(v, (int, float)))
         raise PlotError(f"no run has values of {metric!r}; metrics in {run_dirs[0]}: {', '.join(known)}")
     return out
 

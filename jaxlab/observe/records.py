@@ -94,6 +94,15 @@ def is_update_record(record: dict) -> bool:
     return all(_number(record.get(key)) is not None for key in ("update", "global_step", "wall_time"))
 
 
+def last_return(records: list[dict]) -> tuple[int, float] | None:
+    """(update, episode_return) of the last update record (is_update_record) that ended episodes and
+    logged a numeric episode_return, else None."""
+    for record in reversed(records):
+        if is_update_record(record) and record.get("episodes") and _number(record.get("episode_return")) is not None:
+            return record["update"], record["episode_return"]
+    return None
+
+
 def summarize(records: list[dict], best_metric: str = "episode_return") -> dict:
     """Final and best metrics of a run's records (one per update, as in metrics.jsonl); records that are
     not update records (is_update_record) are left out."""

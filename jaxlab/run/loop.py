@@ -207,6 +207,12 @@ def check_best_metric(name: str, names: Sequence[str], warn: Callable[[str], Non
         f"{hint}metrics (higher is better): {', '.join(names)}; or \"\" for none")
 
 
+def first_known(location: Path, known: dict) -> Path | None:
+    """The newest checkpoint under ``location`` among ``known`` ({path: meta} that a caller has read, as
+    newest_usable found them: the damaged ones newer than it were reported then), else None."""
+    return next((path for path in checkpoint.step_dirs(location) if path in known), None)
+
+
 def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | None = None,
               on_log: Callable[[dict], None] | None = None, warn: Callable[[str], None] = print,
               trainer_hook: Callable | None = None, notes: str | None = None,
@@ -221,7 +227,8 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
     jaxlab.observe.records). ``on_start(trainer)`` is called once the trainer is built and restored;
     ``trainer_hook(trainer, saves)`` once the checkpoints are set up too (tests inject faults with it).
     ``resume_meta``: {checkpoint path: its meta} for checkpoints whose meta the caller has read already
-    (each is read once);
+    (each is read once; the damaged checkpoints newer than the newest of them, which the caller passed
+    over and reported, are passed over without a second warning);
     ``resume_any_env`` resumes even when the env's source changed since the checkpoint (a warning);
     ``profile``: a jaxlab.run.profile.ProfileUpdates that traces some updates; ``stop``: the caller's
     StopSignals, already active (a signal it took before this call stops the run after its first
@@ -258,7 +265,8 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
         if resume is not None:
             known = resume_meta or {}
             result.resumed_from, _ = newest_usable(
-                Path(resume), lambda path: trainer.load_checkpoint(path, known.get(path), resume_any_env, warn), warn)
+                Path(resume), lambda path: trainer.load_checkpoint(path, known.get(path), resume_any_env, warn), warn,
+                start=first_known(Path(resume), known))
             sync_processes("resumed")  # every process has read before process 0 tidies the run dir
             if trainer.update_index >= trainer.sizes.num_updates:
                 return result  # nothing to train: the run dir is left as it is (no records, nothing set aside)

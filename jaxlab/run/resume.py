@@ -74,13 +74,17 @@ def find_checkpoint(target: str, env_name: str, runs_root: Path = Path("runs"), 
                                      "checkpoints/, a checkpoints/ directory or one checkpoint directory)")
 
 
-def newest_usable(location: Path, use: Callable[[Path], T], warn: Callable[[str], None]) -> tuple[Path, T]:
+def newest_usable(location: Path, use: Callable[[Path], T], warn: Callable[[str], None],
+                  start: Path | None = None) -> tuple[Path, T]:
     """(path, use(path)) for ``location`` when it is one checkpoint; else for the newest checkpoint under
-    it for which ``use`` raises no CheckpointError, reporting by path each damaged one passed over."""
+    it for which ``use`` raises no CheckpointError, reporting by path each damaged one passed over.
+    ``start``: a checkpoint under ``location`` to begin with, when the caller has passed over (and
+    reported) the newer ones already; they are passed over again without a second warning."""
     location = Path(location)
     if checkpoint.is_checkpoint(location):
         return location, use(location)
-    for path in checkpoint.step_dirs(location):
+    steps = checkpoint.step_dirs(location)
+    for path in steps[steps.index(start):] if start in steps else steps:
         try:
             return path, use(path)
         except checkpoint.CheckpointError as err:
