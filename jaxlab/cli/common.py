@@ -181,7 +181,8 @@ def dist_in_file_warning(config, sources: dict) -> str | None:
         return None
     named = ", ".join(f"{key} = {getattr(config.dist, key)!r} (from {source})" for key, source in ignored)
     flags = " ".join(f"{flag_of('dist.' + key)} {getattr(config.dist, key)}" for key, _ in ignored)
-    return (f"warning: [dist] {named} {'is' if len(ignored) == 1 else 'are'} not read: a run's processes come from the command line or the "
+    verb = "is" if len(ignored) == 1 else "are"
+    return (f"warning: [dist] {named} {verb} not read: a run's processes come from the command line or the "
             f"environment (SLURM, JAXLAB_COORDINATOR), before any config file; pass {flags}")
 
 
