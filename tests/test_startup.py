@@ -140,6 +140,61 @@ def test_ctrl_c_while_the_command_line_is_imported_is_one_line_and_exit_130():
     assert done.stderr.strip() == "jaxlab: interrupted"
 
 
+_INTERRUPTED_JAX_IMPORT = """
+import builtins, sys
+real_import = builtins.__import__
+def interrupted(name, *args, **kwargs):
+    if name == "jaxlab.checkpoint" and "jaxlab.cli" in sys.modules and name not in sys.modules:
+        raise KeyboardInterrupt  # a Ctrl-C while the command imports JAX, after the command line is imported
+    return real_import(name, *args, **kwargs)
+builtins.__import__ = interrupted
+sys.argv = ["jaxlab", "eval", "cartpole", "--checkpoint", "nowhere"]
+from jaxlab.launch import main
+sys.exit(main())
+"""
+
+
+def test_ctrl_c_while_a_command_imports_jax_is_one_line_and_exit_130():
+    """It was a traceback, and death by SIGINT: the command's first import of JAX came before its guard."""
+    done = subprocess.run([sys.executable, "-c", _INTERRUPTED_JAX_IMPORT], capture_output=True, text=True,
+                          timeout=60)
+    assert (done.returncode, done.stderr) == (130, "jaxlab eval: interrupted\n")
+
+
+def test_ctrl_c_turned_into_another_error_is_an_interrupt_and_other_errors_stay_errors(monkeypatch, capsys):
+    """A Ctrl-C during `jaxlab eval` that a library turned into an error of its own (a RuntimeError while
+    Orbax was imported, asyncio's "Event loop is closed") was a traceback and exit 1: it is one line and 130,
+    as a plain KeyboardInterrupt; an error with no KeyboardInterrupt behind it still propagates."""
+    from jaxlab import cli
+    from jaxlab.checkpoint import CheckpointError
+    from jaxlab.cli import train
+    from jaxlab.run import signals
+
+    monkeypatch.setattr(signals, "_interrupted", [False])  # as interrupted() set it: the process would end at once
+
+    def wrapped(error):
+        def run(args):
+            try:
+                raise KeyboardInterrupt
+            except KeyboardInterrupt:
+                raise error  # its __context__ is the KeyboardInterrupt
+        return run
+
+    for error in (RuntimeError("Event loop is closed"), CheckpointError("checkpoint x is unreadable: KeyError")):
+        monkeypatch.setattr(train, "eval_command", wrapped(error))
+        assert cli.main(["eval", "cartpole", "--checkpoint", "x"]) == 130
+        assert capsys.readouterr().err == "jaxlab eval: interrupted\n" and signals._interrupted == [True]
+        signals._interrupted[0] = False
+
+    def fails(args):
+        raise RuntimeError("Event loop is closed")
+
+    monkeypatch.setattr(train, "eval_command", fails)
+    with pytest.raises(RuntimeError, match="Event loop is closed"):
+        cli.main(["eval", "cartpole", "--checkpoint", "x"])
+    assert signals._interrupted == [False]
+
+
 def test_the_command_entry_imports_nothing_heavy():
     probe = "import sys, jaxlab.launch; print(sorted(m for m in ('numpy', 'jax', 'jaxlab.cli', 'jaxlab.env') if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)

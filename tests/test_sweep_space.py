@@ -318,3 +318,96 @@ def test_values_in_messages_are_cut_by_the_one_shared_helper():
     with pytest.raises(ConfigError) as info:
         study_lib.check_same("s", replace(spec, metric="m" * 200), spec, None, "")
     assert f"not '{'m' * 116}...; resume it" in str(info.value)
+
+
+# summary.json of a trial that a second Ctrl-C (forwarded by its sweep) interrupted in its first compile, as
+# `jaxlab train` wrote it (a real one); with ``checkpoint`` the same stop later, after a checkpoint was saved
+INTERRUPTED_AT_ONCE = {"updates": 0, "global_step": 0, "wall_time": 0.0, "sps": 0.0, "final": {}, "best": None,
+                       "stopped": "SIGINT", "error": "KeyboardInterrupt: ", "checkpoint": None, "resumed_from": None}
+
+
+def left_running(tmp_path, summary, checkpoints=()):
+    """A sweep (not started) over an in-memory study holding trial 0 RUNNING, as a sweep process that ended
+    left it, whose one run dir holds ``summary`` (summary.json) and checkpoints/N for each N of ``checkpoints``."""
+    import socket
+
+    import optuna
+
+    from jaxlab.sweep.supervisor import Sweep
+
+    study_lib.quiet_optuna()
+    spec, base = spec_of(GOOD), load_config("cartpole")[0]
+    study = optuna.create_study(direction="maximize")
+    trial = study.ask()
+    trial.set_user_attr("host", socket.gethostname())
+    trial.set_user_attr("study_dir", str(tmp_path.resolve()))
+    run_dir = tmp_path / f"trial-0-seed-{base.train.seed}"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    for update in checkpoints:
+        for part in ("state", "meta"):
+            (run_dir / "checkpoints" / str(update) / part).mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"update": u, "global_step": 512 * u}) + "\n"
+                                                   for u in range(1, max(checkpoints, default=0) + 2)))
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    said = []
+    sweep = Sweep(study, None, spec, base, tmp_path / "base.toml", tmp_path, [], {}, 1, say=said.append)
+    return sweep, study, run_dir, said
+
+
+@pytest.mark.parametrize("checkpoints", [(5, 10), ()])
+def test_a_trial_a_second_ctrl_c_stopped_at_once_is_continued_by_the_next_sweep_not_failed(tmp_path, checkpoints):
+    """A trial stopped at once by a second Ctrl-C records error "KeyboardInterrupt: " beside stopped "SIGINT";
+    the next sweep took that for a failure: its run was neither continued nor rerun, the trial never told
+    (it stayed RUNNING), and the sweep ended with a traceback (its lock closed twice). It is a stop now: the
+    run continues from its newest checkpoint, or, with none, is moved aside and starts again."""
+    import optuna
+
+    sweep, study, run_dir, said = left_running(tmp_path, INTERRUPTED_AT_ONCE, checkpoints)
+    sweep.adopt()
+    assert [t.number for t in sweep.trials] == [0]
+    (seed_run,) = sweep.trials[0].runs
+    assert (seed_run.state, seed_run.resume, seed_run.error) == ("pending", bool(checkpoints), None)
+    assert study.trials[0].state == optuna.trial.TrialState.RUNNING  # not told: it runs on
+    if checkpoints:
+        assert (run_dir / "summary.json").is_file()  # continued in place, from checkpoints/10
+    else:
+        assert not run_dir.exists() and len(list((tmp_path / "discarded").iterdir())) == 1
+        assert any("had no checkpoint; moved aside" in line for line in said)
+
+
+def test_an_adopted_trial_whose_run_failed_is_told_failed_once(tmp_path):
+    """A run that failed for real (an error, no stop) still fails its trial when a sweep adopts it: told FAIL
+    once, with its error (it was left RUNNING, and the sweep died closing the trial's lock a second time)."""
+    import optuna
+
+    summary = {**INTERRUPTED_AT_ONCE, "stopped": None, "error": "EnvStepError: the env's step failed"}
+    sweep, study, run_dir, said = left_running(tmp_path, summary, (5,))
+    sweep.adopt()
+    assert sweep.trials == [] and sweep.told == {0: "failed"}
+    assert study.trials[0].state == optuna.trial.TrialState.FAIL
+    seed = run_dir.name.rsplit("-", 1)[1]
+    assert study.trials[0].user_attrs["error"] == f"seed {seed}: {summary['error']}"
+    assert said[-1] == f"trial 0 failed: seed {seed}: {summary['error']}"
+    assert sweep.step(stopping=True) is False  # nothing left: finishing it again raised OSError (EBADF)
+
+
+@pytest.mark.parametrize("checkpoints", [(5, 10), ()])
+def test_a_run_a_second_sigint_stopped_at_once_is_rerun_by_its_sweep_when_it_saved_no_checkpoint(tmp_path,
+                                                                                                   checkpoints):
+    """A trial's run that two SIGINTs sent to it (not by its sweep) stopped at once, exit 130, is continued by
+    the sweep that runs it, as one stopped by SIGINT: from its newest checkpoint; with none it was resumed
+    all the same (`jaxlab train --resume` of a run without a checkpoint: the trial failed); it starts again."""
+    from types import SimpleNamespace
+
+    from jaxlab.sweep.trials import Slot
+
+    sweep, _, run_dir, _ = left_running(tmp_path, INTERRUPTED_AT_ONCE, checkpoints)
+    run_dir.rename(tmp_path / "elsewhere")  # adopted with no run dir: it starts
+    sweep.adopt()
+    (run_dir.parent / "elsewhere").rename(run_dir)  # ... and ran, until the SIGINTs
+    trial = sweep.trials[0]
+    (seed_run,) = trial.runs
+    seed_run.state, seed_run.slot, seed_run.process = "running", Slot(0, None, 1, None), SimpleNamespace(returncode=130)
+    sweep.reap(trial, seed_run)
+    assert (seed_run.state, seed_run.resume, trial.failed) == ("pending", bool(checkpoints), None)
+    assert run_dir.exists() == bool(checkpoints)  # without a checkpoint: moved aside, to start afresh

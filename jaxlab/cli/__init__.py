@@ -80,17 +80,48 @@ def _main(argv: list[str] | None) -> int:
     if not args.takes_flags and rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     args.flags = rest
-    from jaxlab.checkpoint import CheckpointError
+    try:
+        return _run(args)
+    except KeyboardInterrupt:  # Ctrl-C outside a run's own handling (imports, a command without one)
+        return _interrupted(args.command)
+    except Exception as err:  # a Ctrl-C that a library turned into an error of its own: an interrupt too
+        if not from_an_interrupt(err):
+            raise
+        return _interrupted(args.command)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command's exit status; bad config or input is one line (exit 2), not a traceback."""
+    from jaxlab.checkpoint import CheckpointError  # imports JAX: a Ctrl-C here is the caller's to handle
     from jaxlab.config import ConfigError
 
     try:
         return args.run(args)
-    except (ConfigError, CheckpointError) as err:  # bad config or input: one line, no traceback
+    except (ConfigError, CheckpointError) as err:
+        if from_an_interrupt(err):
+            raise
         return fail(args.command, err)
-    except KeyboardInterrupt:  # Ctrl-C outside a run's own handling (imports, a command without one)
-        from jaxlab.run.signals import interrupted
 
-        interrupted()  # the process ends at once (launch.main): JAX may be compiling on a thread of its own
-        print(f"jaxlab {args.command}: interrupted", file=sys.stderr)
-        return 130
+
+def from_an_interrupt(err: BaseException) -> bool:
+    """Whether ``err`` was raised from a KeyboardInterrupt or while one was handled: a KeyboardInterrupt is
+    in its chain of causes and contexts (e.g. Orbax's import or asyncio turning a Ctrl-C into a
+    RuntimeError). An error that merely came after a Ctrl-C, with none in its chain, is not."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, KeyboardInterrupt):
+            return True
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def _interrupted(command: str) -> int:
+    """One line for a command a Ctrl-C interrupted; 130. The process ends at once (launch.main): JAX may be
+    compiling on a thread of its own."""
+    from jaxlab.run.signals import interrupted
+
+    interrupted()
+    print(f"jaxlab {command}: interrupted", file=sys.stderr)
+    return 130
 

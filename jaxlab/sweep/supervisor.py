@@ -102,6 +102,13 @@ def read_json(path: Path) -> dict:
         return {}
 
 
+def interrupted_at_once(summary: dict) -> bool:
+    """Whether a run's summary.json says that a second Ctrl-C (SIGINT) stopped it at once, part way through
+    an update or its compile: `jaxlab train` records that as a stop and as ``error`` "KeyboardInterrupt: ".
+    It is a stop, not a failure: the run continues from its newest checkpoint (there may be none)."""
+    return bool(summary.get("stopped")) and str(summary.get("error") or "").startswith("KeyboardInterrupt")
+
+
 class StopRequests:
     """SIGINT and SIGTERM, while active, are queued in ``pending`` (the loop forwards each to the trials)
     instead of stopping the sweep at once; ``first`` names the first one."""
@@ -193,9 +200,21 @@ class Sweep:
             kept = {r.seed: r.state + (" (resumes from its checkpoint)" if r.resume else "") for r in run.runs}
             self.say(f"trial {run.number} adopted (its sweep stopped): "
                      + ", ".join(f"seed {s} {state}" for s, state in kept.items()))
-            self.trials.append(run)
-            if not run.active():
+            self._fail_if_a_seed_failed(run)
+            if run.active():
+                self.trials.append(run)
+            else:  # finished here, once: step() finishes only the trials in self.trials
                 self._finish(run)
+
+    def _fail_if_a_seed_failed(self, run: TrialRun) -> None:
+        """A trial one of whose runs failed fails, its pending runs cancelled (as reap does for a live one)."""
+        failed = next((r for r in run.runs if r.state == "failed"), None)
+        if failed is None:
+            return
+        run.failed = f"seed {failed.seed}: {failed.error}"
+        for other in run.runs:
+            if other.state == "pending":
+                other.state = "cancelled"
 
     def _classify(self, seed_run: SeedRun, total_steps: int) -> None:
         """The state of a run dir a stopped sweep left: finished, pruned, failed, or to continue (from
@@ -208,7 +227,7 @@ class Sweep:
         seed_run.follower.poll()
         if summary.get("status") == "pruned":
             seed_run.state = "pruned"
-        elif summary and summary.get("error"):
+        elif summary and summary.get("error") and not interrupted_at_once(summary):
             seed_run.state, seed_run.error = "failed", summary["error"]
         elif summary and not summary.get("stopped"):
             self._score(seed_run, total_steps)
@@ -299,6 +318,9 @@ class Sweep:
         elif seed_run.stop_reason == "sweep" or (summary.get("stopped") and code in (0, 130)):
             seed_run.state = "stopped"
             seed_run.resume = bool(summary)  # it saved a checkpoint; without a summary it was still starting
+            if interrupted_at_once(summary):  # it saved none at its stop: its newest, or it starts again
+                seed_run.resume = False
+                self._classify(seed_run, run.total_steps)
             if seed_run.stop_reason != "sweep":  # stopped from outside the sweep: continue it
                 seed_run.state = "pending"
         else:
