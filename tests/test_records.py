@@ -11,7 +11,7 @@ import pytest
 
 from jaxlab.observe.alerts import Alerts
 from jaxlab.observe.dashboard import PlainReporter, RichDashboard, RunInfo, make_reporter
-from jaxlab.observe.records import run_rows, summarize
+from jaxlab.observe.records import read_metrics, run_rows, summarize
 from threads_left import threads_left_since
 
 INFO = RunInfo("cartpole", 41_730, "cpu:cpu", "cpu", "runs/x", num_updates=10, total_steps=10_240,
@@ -160,6 +160,19 @@ def test_runs_table_on_synthetic_run_dirs(tmp_path):
         "a    cartpole  3,072  512         40.00        50.00  running or killed  bigger batch helps\n"
         "b    memory    2,048  512          1.00         1.00  running or killed\n")
     assert jaxlab("runs", str(tmp_path / "nope")).returncode == 2
+
+
+def test_runs_tells_a_run_stopped_at_once_by_a_second_ctrl_c_from_one_that_failed(tmp_path):
+    """A second Ctrl-C stops a run at once, part way through an update: summary.json holds stopped SIGINT
+    and the KeyboardInterrupt as its error. `jaxlab runs` listed it as "error", like a crash; it is a
+    stop (the run resumes from its newest checkpoint), and a real error after a first Ctrl-C stays one."""
+    for name, summary in (("once", {"stopped": "SIGINT", "error": "KeyboardInterrupt: "}),
+                          ("crash", {"stopped": "SIGINT", "error": "RuntimeError: disk full"}),
+                          ("term", {"stopped": "SIGTERM", "error": None})):
+        run = write_run(tmp_path, name, "cartpole", [10.0])
+        (run / "summary.json").write_text(json.dumps({**summarize(read_metrics(run)), **summary}))
+    assert {r["run"]: r["status"] for r in run_rows(tmp_path)} == \
+        {"once": "stopped at once (SIGINT)", "crash": "error", "term": "stopped (SIGTERM)"}
 
 
 def test_plot_writes_a_valid_png(tmp_path):

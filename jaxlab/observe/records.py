@@ -94,6 +94,13 @@ def is_update_record(record: dict) -> bool:
     return all(_number(record.get(key)) is not None for key in ("update", "global_step", "wall_time"))
 
 
+def interrupted_at_once(summary: dict) -> bool:
+    """Whether a run's summary.json says that a second Ctrl-C (SIGINT) stopped it at once, part way through
+    an update or its compile: `jaxlab train` records that as a stop and as ``error`` "KeyboardInterrupt: ".
+    It is a stop, not a failure: the run continues from its newest checkpoint (there may be none)."""
+    return bool(summary.get("stopped")) and str(summary.get("error") or "").startswith("KeyboardInterrupt")
+
+
 def last_return(records: list[dict]) -> tuple[int, float] | None:
     """(update, episode_return) of the last update record (is_update_record) that ended episodes and
     logged a numeric episode_return, else None."""
@@ -253,7 +260,8 @@ def run_rows(root: Path) -> list[dict]:
         final = final.get("episode_return") if isinstance(final, dict) else None
         best = summary.get("best")
         best = best if isinstance(best, dict) else {}
-        status = summary.get("status") or ("error" if summary.get("error") else
+        status = summary.get("status") or (f"stopped at once ({summary['stopped']})" if interrupted_at_once(summary)
+                                          else "error" if summary.get("error") else
                                           f"stopped ({summary['stopped']})" if summary.get("stopped") else "done")
         named = info.get("run_name")
         label = run.name if not named or named == run.name else f"{run.name} ({named})"

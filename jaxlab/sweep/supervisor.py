@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jaxlab.config import Config, ConfigError
+from jaxlab.observe.records import interrupted_at_once
 from jaxlab.sweep import study as study_lib
 from jaxlab.sweep.space import SweepSpec, apply_params, check_config
 from jaxlab.sweep.trials import MetricsFollower, Slot, child_environment, last_line, start, train_command
@@ -100,13 +101,6 @@ def read_json(path: Path) -> dict:
         return json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return {}
-
-
-def interrupted_at_once(summary: dict) -> bool:
-    """Whether a run's summary.json says that a second Ctrl-C (SIGINT) stopped it at once, part way through
-    an update or its compile: `jaxlab train` records that as a stop and as ``error`` "KeyboardInterrupt: ".
-    It is a stop, not a failure: the run continues from its newest checkpoint (there may be none)."""
-    return bool(summary.get("stopped")) and str(summary.get("error") or "").startswith("KeyboardInterrupt")
 
 
 class StopRequests:
