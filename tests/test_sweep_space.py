@@ -399,6 +399,7 @@ def test_a_run_a_second_sigint_stopped_at_once_is_rerun_by_its_sweep_when_it_sav
     all the same (`jaxlab train --resume` of a run without a checkpoint: the trial failed); it starts again."""
     from types import SimpleNamespace
 
+    from jaxlab.cli.sweep import stopped_line
     from jaxlab.sweep.trials import Slot
 
     sweep, _, run_dir, _ = left_running(tmp_path, INTERRUPTED_AT_ONCE, checkpoints)
@@ -411,3 +412,9 @@ def test_a_run_a_second_sigint_stopped_at_once_is_rerun_by_its_sweep_when_it_sav
     sweep.reap(trial, seed_run)
     assert (seed_run.state, seed_run.resume, trial.failed) == ("pending", bool(checkpoints), None)
     assert run_dir.exists() == bool(checkpoints)  # without a checkpoint: moved aside, to start afresh
+    assert sweep.cut_short == [run_dir.name]  # the sweep's last line does not say it saved a checkpoint
+    line = stopped_line("SIGINT", "1 running", sweep.cut_short, "jaxlab sweep cartpole --study s")
+    assert line == (f"stopped by SIGINT: 1 running; {run_dir.name} stopped at once (a second Ctrl-C) without a "
+                    "checkpoint at the stop: continued from its newest checkpoint, or started again; the other "
+                    "running trials saved one; continue with `jaxlab sweep cartpole --study s`")
+    assert "every running trial saved a checkpoint" in stopped_line("SIGINT", "1 running", [], "again")

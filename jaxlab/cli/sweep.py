@@ -149,8 +149,7 @@ def run_sweep(args, study, storage, spec, base_toml: str, study_dir: Path, platf
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     again = study_command(args, study.study_name)
     if stopped:
-        print(f"stopped by {stopped}: {summary}; every running trial saved a checkpoint; continue with "
-              f"`{again}`", file=sys.stderr)
+        print(stopped_line(stopped, summary, sweep.cut_short, again), file=sys.stderr)
         return 130 if stopped == "SIGINT" else 0
     if sweep.told and set(sweep.told.values()) == {"failed"}:
         print(all_failed(summary, [t for t in trials if t.number in sweep.told]), file=sys.stderr)
@@ -174,6 +173,18 @@ def all_failed(summary: str, failed: list) -> str:
     log = next((f for f in logs if f.is_file()), logs[0])
     return (f"all {len(failed)} trial(s) of this sweep failed ({summary} in the study; errors above); each run's "
             f"output is in train-output.log in its run dir, e.g. {os.path.relpath(log)}")
+
+
+def stopped_line(stopped: str, summary: str, cut_short: list[str], again: str) -> str:
+    """The last line of a sweep that ``stopped`` (the signal) ended: the trials' states (``summary``), what
+    its running trials saved, and the command that continues it (``again``). ``cut_short``: the runs that a
+    second Ctrl-C stopped at once, which saved no checkpoint at their stop."""
+    if not cut_short:
+        saved = "every running trial saved a checkpoint"
+    else:
+        saved = (f"{', '.join(cut_short)} stopped at once (a second Ctrl-C) without a checkpoint at the stop: "
+                 "continued from its newest checkpoint, or started again; the other running trials saved one")
+    return f"stopped by {stopped}: {summary}; {saved}; continue with `{again}`"
 
 
 def nothing_to_run(held: int, summary: str, target: int, again: str) -> str:

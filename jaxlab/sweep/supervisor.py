@@ -144,6 +144,7 @@ class Sweep:
         self.exhausted = False
         self.launched = 0  # runs this process started (or resumed)
         self.told: dict[int, str] = {}  # trial number -> how this process ended it: failed, pruned, complete
+        self.cut_short: list[str] = []  # the runs a second Ctrl-C stopped at once (no checkpoint saved at the stop)
 
     # ---- ownership ----
 
@@ -313,6 +314,7 @@ class Sweep:
             seed_run.state = "stopped"
             seed_run.resume = bool(summary)  # it saved a checkpoint; without a summary it was still starting
             if interrupted_at_once(summary):  # it saved none at its stop: its newest, or it starts again
+                self.cut_short.append(seed_run.run_dir.name)
                 seed_run.resume = False
                 self._classify(seed_run, run.total_steps)
             if seed_run.stop_reason != "sweep":  # stopped from outside the sweep: continue it
