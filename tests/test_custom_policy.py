@@ -231,6 +231,25 @@ def test_the_command_line_refuses_a_broken_module_in_one_line(broken):
         result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
+def test_eval_of_a_run_whose_module_file_was_edited_to_break_the_contract_is_one_line(tmp_path):
+    """eval (load_trainer) builds the policy without train's up-front checks: a policy file edited since
+    its run so that its step raises, or returns a value [A, 1], ended `jaxlab eval` with a traceback
+    (exit 1). The Trainer refuses it as a ConfigError naming policy.module: one line, exit 2."""
+    path = tmp_path / "policy.py"
+    path.write_text(BROKEN)
+    with Trainer(config_of("cartpole", 2, f"{path}:Good")) as trainer:
+        trainer.save_checkpoint(tmp_path / "ck")
+    for edit, message in (("Raises", "Raises.init(key, carry, obs) failed: RuntimeError: a bug in the step"),
+                          ("ValueColumn", "it returned head [8, 2] and value [8, 1]")):
+        path.write_text(BROKEN + f"\nGood = {edit}  # edited since the run\n")
+        result = subprocess.run([sys.executable, "-m", "jaxlab.cli", "eval", "cartpole", "--checkpoint",
+                                 str(tmp_path / "ck"), "--episodes", "2"], capture_output=True, text=True,
+                                timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert result.stderr.startswith(f"jaxlab eval: error: policy.module='{path}:Good': ") and message in \
+            result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
 def test_an_unroll_method_is_checked_at_start(broken):
     """unroll must give what T steps give: carry, head [T, A, k], value [T, A] (it ran only in the first
     update, after the run dir was made)."""

@@ -149,8 +149,14 @@ class Trainer:
 
         # the keys, the policy's init and the optimizer's: one executable that runs once (cached on disk
         # like the others), instead of a small compile per eager op (about 4.7 s of a warm start)
-        params, opt_state, rollout_key, self.update_key = jit_once(init_state)(
-            np.int64(t.seed), self.policy.initial_carry(A), obs, np.ones(A, bool))
+        try:
+            params, opt_state, rollout_key, self.update_key = jit_once(init_state)(
+                np.int64(t.seed), self.policy.initial_carry(A), obs, np.ones(A, bool))
+        except ValueError as err:  # a policy.module breaking the contract (edited since its run was checked)
+            self.close()
+            if not c.policy.module or isinstance(err, config_lib.ConfigError):
+                raise
+            raise config_lib.ConfigError(f"policy.module={c.policy.module!r}: {err}") from None
         self.state = TrainState(params, opt_state, host_zeros((), np.int32))
         self._split_key = jit_once(lambda key: tuple(jax.random.split(key)))  # each update's key
         self.num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
