@@ -96,6 +96,19 @@ def test_invariants(flags, message):
         derive_sizes(config, agents_per_env=1)
 
 
+@pytest.mark.parametrize("size, suggested", [(300, 256), (100, 128), (7, 16), (288, 256), (384, 256), (2048, 1024)])
+def test_a_refused_minibatch_size_suggests_the_nearest_one_that_is_taken(size, suggested):
+    """cartpole's batch is 1,024 at horizon 16. The suggestion for a size that is no multiple of the horizon
+    was the multiple below it (288 for 300), which the next check refused for not dividing the batch; and
+    one that does not divide the batch got the whole batch (1,024 for 288). It is the nearest size that
+    both checks take now."""
+    config, _ = load_config("cartpole", flags=["--train.minibatch-size", str(size)])
+    with pytest.raises(ConfigError, match=rf"minibatch_size={size} must .*; e.g. --train.minibatch-size {suggested}$"):
+        derive_sizes(config, agents_per_env=1)
+    config, _ = load_config("cartpole", flags=["--train.minibatch-size", str(suggested)])
+    assert derive_sizes(config, agents_per_env=1).minibatch_size == suggested
+
+
 def test_gae_lambda_zero_is_one_step_td():
     config, _ = load_config("cartpole", flags=["--train.gae-lambda", "0"])
     derive_sizes(config, agents_per_env=1)  # allowed: advantages are one-step TD errors

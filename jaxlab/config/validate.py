@@ -167,6 +167,14 @@ def check_network(config: Config, obs_shape: tuple[int, ...]) -> None:
                           "32,64") from None
 
 
+def nearest_minibatch(wanted: int, batch: int, horizon: int) -> int:
+    """The minibatch size nearest ``wanted`` (the smaller on a tie) that the checks take: a multiple of
+    ``horizon`` that divides ``batch`` (itself a multiple of ``horizon``)."""
+    sequences = batch // horizon
+    divisors = {d for i in range(1, math.isqrt(sequences) + 1) if sequences % i == 0 for d in (i, sequences // i)}
+    return min((horizon * d for d in divisors), key=lambda size: (abs(size - wanted), size))
+
+
 def derive_sizes(config: Config, agents_per_env: int, updates: int | None = None) -> Sizes:
     """Checks every invariant; ConfigError naming the values, the rule and a fix on the first broken.
     ``updates``: the run's length in updates instead of train.total_timesteps, which is then not checked
@@ -260,11 +268,12 @@ def derive_sizes(config: Config, agents_per_env: int, updates: int | None = None
                               f"({shape}); use auto or e.g. --train.batch-size {fix}")
     if t.minibatch_size % t.bptt_horizon != 0:
         raise ConfigError(f"train.minibatch_size={t.minibatch_size} must be a multiple of train.bptt_horizon="
-                          f"{t.bptt_horizon} (minibatches are whole sequences); e.g. "
-                          f"--train.minibatch-size {max(1, t.minibatch_size // t.bptt_horizon) * t.bptt_horizon}")
+                          f"{t.bptt_horizon} (minibatches are whole sequences) and divide the batch of {batch:,}; "
+                          f"e.g. --train.minibatch-size {nearest_minibatch(t.minibatch_size, batch, t.bptt_horizon)}")
     if batch % t.minibatch_size != 0:
         raise ConfigError(f"train.minibatch_size={t.minibatch_size} must divide the batch of {batch:,} "
-                          f"({shape}); e.g. --train.minibatch-size {batch}")
+                          f"({shape}); e.g. --train.minibatch-size "
+                          f"{nearest_minibatch(t.minibatch_size, batch, t.bptt_horizon)}")
     length_in_updates = updates is not None
     if length_in_updates:  # whatever total_timesteps says (a default below a big batch would be refused)
         t = replace(t, total_timesteps=batch * updates)
