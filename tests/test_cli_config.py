@@ -100,6 +100,30 @@ def test_a_dist_table_in_a_config_file_is_named_as_not_read(tmp_path, capsys, mo
     assert capsys.readouterr().err == ""
 
 
+def test_a_preset_line_in_a_config_file_is_named_as_not_applied(tmp_path, capsys):
+    """`preset = "heavy"` in a --config file (jaxlab config's output has such a line) layered nothing, silently:
+    the run was the cpu preset's default network. A line naming presets other than --preset's gets a warning
+    naming the preset's keys the file does not set, and the flag; one that names only the presets applied,
+    or whose file sets every key of the preset (a run dir's config.toml), says nothing."""
+    from jaxlab import cli
+
+    heavy = tmp_path / "heavy.toml"
+    heavy.write_text('preset = "heavy"\n')
+    assert cli.main(["config", "cartpole", "--config", str(heavy)]) == 0
+    out, err = capsys.readouterr()
+    assert err == (f"jaxlab: warning: preset = 'heavy' in --config {heavy} is not applied: presets come from "
+                   "--preset only (here cpu), so the preset's policy.mlp_layers, policy.hidden_size, "
+                   "train.update_epochs, train.learning_rate are not set; to layer it, pass --preset heavy\n")
+    assert "hidden_size = 128 " in out  # the default network, not heavy's
+    assert cli.main(["config", "cartpole", "--config", str(heavy), "--preset", "heavy"]) == 0
+    assert capsys.readouterr().err == ""
+    assert cli.main(["config", "cartpole", "--preset", "heavy"]) == 0
+    saved = tmp_path / "saved.toml"
+    saved.write_text(capsys.readouterr().out.replace('preset = "cpu,heavy"', 'preset = "h100,heavy"'))
+    assert cli.main(["config", "cartpole", "--config", str(saved)]) == 0  # every key set: nothing is lost
+    assert capsys.readouterr().err == ""
+
+
 def test_presets_lists_every_preset_and_the_auto_choice():
     result = jaxlab("presets")
     assert result.returncode == 0, result.stderr

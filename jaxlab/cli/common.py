@@ -186,6 +186,37 @@ def dist_in_file_warning(config, sources: dict) -> str | None:
             f"environment (SLURM, JAXLAB_COORDINATOR), before any config file; pass {flags}")
 
 
+def file_preset_warning(config_file, preset: str) -> str | None:
+    """The warning for a ``preset = "..."`` line of the --config file ``config_file`` naming presets other
+    than ``preset`` (those applied: --preset's) that set keys the file does not, or None: presets come
+    from --preset alone, so such a line layers nothing (a run dir's config.toml, which records its run's
+    presets and every key, loses nothing by it)."""
+    from jaxlab.config import ConfigError
+    from jaxlab.config.layers import preset_list, read_preset, read_toml
+
+    if config_file is None:
+        return None
+    layer = read_toml(Path(config_file))
+    written = layer.get("preset", "none")
+    if not isinstance(written, str):
+        return None
+    unset = []
+    for name in [name for name in preset_list(written) if name not in preset_list(preset)]:
+        try:
+            info, keys = read_preset(name)
+        except ConfigError:  # an unknown name: --preset's own error says so, with the names
+            return (f"warning: preset = {written!r} in --config {config_file} is not applied: presets come from "
+                    f"--preset only (here {preset}); to layer it, pass --preset {written}")
+        keys = {**keys, "vec": {**keys.get("vec", {}), **({"num_envs": 0} if "agents" in info else {})}}
+        unset += [f"{section}.{key}" for section, table in keys.items() for key in table
+                  if key not in layer.get(section, {}) and f"{section}.{key}" not in unset]
+    if not unset:
+        return None
+    return (f"warning: preset = {written!r} in --config {config_file} is not applied: presets come from --preset "
+            f"only (here {preset}), so the preset's {', '.join(unset)} are not set; to layer it, pass --preset "
+            f"{written}")
+
+
 def ignored_total_warning(config, sources: dict, config_file, updates: int,
                           total_below_file: Callable[[], int | None] = lambda: None) -> str | None:
     """`jaxlab bench`'s warning that its run of ``updates`` (the first and --updates more) ignores the
@@ -279,9 +310,9 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, update
             reason += f"; workload size {', '.join(workloads)}"
     for line in repeated_flags(args.flags):
         warn(f"warning: {line}")
-    line = dist_in_file_warning(config, sources)
-    if line is not None:
-        warn(line)
+    for line in (dist_in_file_warning(config, sources), None if resume else file_preset_warning(args.config, preset)):
+        if line is not None:
+            warn(line)
     if updates is not None:
         line = ignored_total_warning(config, sources, args.config, updates,
                                      lambda: None if resume else total_without_file(args, preset, config))
