@@ -109,6 +109,22 @@ def test_a_refused_minibatch_size_suggests_the_nearest_one_that_is_taken(size, s
     assert derive_sizes(config, agents_per_env=1).minibatch_size == suggested
 
 
+@pytest.mark.parametrize("text, message", [
+    ("lstm = false\n", r"lstm = false in .*flat.toml is outside any \[section\]; put it under \[policy\] as "
+                       r"lstm = false \(policy.lstm\)$"),
+    ("max_steps = 100\n", r"put it under \[env\] as max_steps = 100 \(env.max_steps\)$"),
+    ("checkpoint_interval = 5\n", r"put it under \[checkpoint\] as interval = 5 \(checkpoint.interval\)$"),
+    ('nonsense = "x"\n', r'^nonsense = "x" in .* is outside any \[section\]; put each key under its section'),
+])
+def test_a_config_file_key_outside_every_section_says_where_it_belongs(tmp_path, text, message):
+    """A flat file (`lstm = false` above every header) was "unknown config section [lstm]": a key taken for a
+    section, with no word of the [policy] it belongs in."""
+    path = tmp_path / "flat.toml"
+    path.write_text(text + "[train]\nseed = 1\n")
+    with pytest.raises(ConfigError, match=message):
+        load_config("cartpole", config_file=path)
+
+
 def test_gae_lambda_zero_is_one_step_td():
     config, _ = load_config("cartpole", flags=["--train.gae-lambda", "0"])
     derive_sizes(config, agents_per_env=1)  # allowed: advantages are one-step TD errors

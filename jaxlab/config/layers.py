@@ -193,6 +193,23 @@ def _unknown_key(section: str, key: str, known, env_name: str = "") -> ConfigErr
     return ConfigError(f"unknown config key '{section}.{key}'{hint}")
 
 
+def _key_outside_sections(key: str, value, source: str, env_params: dict) -> ConfigError:
+    """The error for ``key = value`` written in ``source`` before any [section] header (a flat file): where
+    the key belongs, when some section has it."""
+    try:
+        written = json.dumps(value)  # as TOML writes it (true, "text", [1, 2]); a date is not JSON
+    except TypeError:
+        written = str(value)
+    name = key.replace("-", "_")
+    where = f"env.{name}" if name in env_params else _key_elsewhere(name)
+    if where is None:
+        fix = "put each key under its section's header, e.g. [policy] for hidden_size (see `jaxlab train --help`)"
+    else:
+        section, _, name = where.partition(".")
+        fix = f"put it under [{section}] as {name} = {written} ({where})"
+    return ConfigError(f"{key} = {written} in {source} is outside any [section]; {fix}")
+
+
 def apply_layer(values: dict, layer: dict, source: str, sources: dict, env_params: dict, env_name: str = "") -> None:
     """Merges a {section: {key: value}} layer into ``values``, recording ``source`` per key. In [env],
     ``library`` and ``mask_check`` (ENV_KEYS) go to values["env_keys"], the rest are env parameters
@@ -211,6 +228,8 @@ def apply_layer(values: dict, layer: dict, source: str, sources: dict, env_param
                     values["env"][key] = value
                 sources[f"env.{key}"] = source
             continue
+        if section not in SECTIONS and not isinstance(entries, dict):  # `lstm = true` above every [section]
+            raise _key_outside_sections(section, entries, source, env_params)
         if section not in SECTIONS:
             close = difflib.get_close_matches(section, ["env", *SECTIONS], n=1)
             elsewhere = next(filter(None, (_key_elsewhere(str(k).replace("-", "_")) for k in entries)), None) \
