@@ -229,6 +229,17 @@ def test_eval_refuses_a_gif_rate_no_gif_can_play(tmp_path, capsys):
         assert "0.01 shows each for 100 s" in err and "655" not in err  # the bound's own time, not GIF's limit
 
 
+def test_eval_refuses_a_gif_and_text_frames_written_to_one_file(tmp_path, capsys, monkeypatch):
+    """--gif x.gif --save-frames ./x.gif wrote the text frames, then the GIF over them, and printed that
+    both were in x.gif: the frames were lost without a word. Refused before the checkpoint is read."""
+    pytest.importorskip("PIL")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["eval", "cartpole", "--checkpoint", str(tmp_path / "none"), "--gif", "x.gif",
+                     "--save-frames", "./x.gif"]) == 2
+    assert capsys.readouterr().err == ("jaxlab eval: error: --gif and --save-frames both name x.gif: the GIF would "
+                                       "overwrite the text frames; give them two files, e.g. --save-frames x.txt\n")
+
+
 def test_write_gif_refuses_a_rate_slower_than_a_gif_can_hold(tmp_path):
     pytest.importorskip("PIL")
     from jaxlab.observe.gif import write_gif

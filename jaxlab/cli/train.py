@@ -326,6 +326,9 @@ def eval_command(args: argparse.Namespace) -> int:
         problem = name is not None and output_file_problem(flag, name, suffix)
         if problem:  # before the checkpoint is loaded and played
             raise ConfigError(problem)
+    if args.gif and args.save_frames and Path(args.gif).resolve() == Path(args.save_frames).resolve():
+        raise ConfigError(f"--gif and --save-frames both name {args.gif}: the GIF would overwrite the text frames; "
+                          f"give them two files, e.g. --save-frames {Path(args.gif).with_suffix('.txt')}")
     given = [f"--{key.replace('_', '-')}" for key in GIF_DEFAULTS if getattr(args, key) is not None]
     if given and not args.gif:
         one = len(given) == 1
