@@ -125,6 +125,22 @@ def test_a_config_file_key_outside_every_section_says_where_it_belongs(tmp_path,
         load_config("cartpole", config_file=path)
 
 
+@pytest.mark.parametrize("text, message", [
+    ("[policy]\nmodule = 3\n", r'^policy.module=3 is not a string; write it in quotes in TOML: module = "3"$'),
+    ("[log]\nrun_name = 1.5\n", r'^log.run_name=1.5 is not a string; write it in quotes in TOML: run_name = "1.5"$'),
+    ('[policy]\nactivation = ["relu"]\n', r"^policy.activation=\['relu'\] is not a string; write one in quotes"),
+    ("[policy]\nlstm = 2\n", r"^policy.lstm=2 is not a boolean; write lstm = true or false in TOML "
+                             r"\(or --policy.lstm true\)$"),
+])
+def test_a_config_file_value_of_the_wrong_kind_gets_a_fix(tmp_path, text, message):
+    """A TOML number where a string goes, or a list, or 2 for a boolean, was "policy.module=3 must be a str":
+    the value, but no word of how to write it."""
+    path = tmp_path / "kinds.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_config("cartpole", config_file=path)
+
+
 def test_gae_lambda_zero_is_one_step_td():
     config, _ = load_config("cartpole", flags=["--train.gae-lambda", "0"])
     derive_sizes(config, agents_per_env=1)  # allowed: advantages are one-step TD errors
