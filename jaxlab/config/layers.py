@@ -107,7 +107,7 @@ def _wrong_kind_fix(kind: type, value: Any, where: str) -> str:
     """What is wrong with ``value`` for key ``where`` of type ``kind`` (bool or str), and the fix."""
     name = where.rpartition(".")[2]
     if kind is bool:
-        return f"is not a boolean; write {name} = true or false in TOML (or --{where.replace('_', '-')} true)"
+        return f"is not a boolean; write {name} = true or false in TOML (or {flag_of(where)} true)"
     if isinstance(value, (int, float)):  # a TOML value written without its quotes
         return f'is not a string; write it in quotes in TOML: {name} = "{value}"'
     return f'is not a string; write one in quotes in TOML, e.g. {name} = "..."'
