@@ -367,6 +367,55 @@ static int check_params(const cenv_spec *spec, const double *params, int num_par
     return 0;
 }
 
+/* Whether the spaces an env's `spaces` function wrote are ones the vectorized layer and jaxlab can use:
+ * 0, or CENV_ERR_ARGUMENT with a message naming the env, the field, its value and what it must be.
+ * Unchecked, a zero or negative size or an unknown code used to surface far from its cause (a
+ * ZeroDivisionError or a reshape error in Python), and an ndim beyond the limits overran the
+ * caller's arrays. */
+static int check_spaces(const cenv_spec *spec, const cenv_spaces *sp, char *err, int64_t err_len) {
+    const char *name = spec->name;
+#define SPACES_ERROR(...)                                                                                  \
+    do {                                                                                                   \
+        char what_[256];                                                                                   \
+        snprintf(what_, sizeof(what_), __VA_ARGS__);                                                       \
+        set_error(err, err_len, "env '%s' declares %s in %s_spaces() with the parameters given; fix that " \
+                  "function (BUILD.md, \"The env contract\")", name, what_, name);                      \
+        return CENV_ERR_ARGUMENT;                                                                          \
+    } while (0)
+    if (sp->agents_per_env < 1) SPACES_ERROR("agents_per_env = %d (at least 1)", sp->agents_per_env);
+    if (sp->obs_ndim < 1 || sp->obs_ndim > CENV_MAX_OBS_DIMS)
+        SPACES_ERROR("obs_ndim = %d (from 1 to CENV_MAX_OBS_DIMS, %d)", sp->obs_ndim, CENV_MAX_OBS_DIMS);
+    int64_t items = 1;
+    for (int d = 0; d < sp->obs_ndim; d++) {
+        if (sp->obs_shape[d] < 1 || sp->obs_shape[d] > INT32_MAX)
+            SPACES_ERROR("obs_shape[%d] = %lld (from 1 to %d)", d, (long long)sp->obs_shape[d], INT32_MAX);
+        items *= sp->obs_shape[d];
+        if (items > INT32_MAX)
+            SPACES_ERROR("an observation of more than %d items per agent (obs_shape[0..%d])", INT32_MAX, d);
+    }
+    if (sp->obs_dtype != CENV_DTYPE_FLOAT32 && sp->obs_dtype != CENV_DTYPE_UINT8)
+        SPACES_ERROR("obs_dtype = %d (CENV_DTYPE_FLOAT32 or CENV_DTYPE_UINT8)", sp->obs_dtype);
+    int kind = sp->action_kind, ndim = sp->action_ndim;
+    if (kind != CENV_ACTION_DISCRETE && kind != CENV_ACTION_MULTI_DISCRETE && kind != CENV_ACTION_CONTINUOUS)
+        SPACES_ERROR("action_kind = %d (CENV_ACTION_DISCRETE, CENV_ACTION_MULTI_DISCRETE or "
+                     "CENV_ACTION_CONTINUOUS)", kind);
+    if (kind == CENV_ACTION_DISCRETE && ndim != 1)
+        SPACES_ERROR("action_ndim = %d for a discrete action (1; several components: "
+                     "CENV_ACTION_MULTI_DISCRETE)", ndim);
+    if (ndim < 1 || ndim > CENV_MAX_ACTION_DIMS)
+        SPACES_ERROR("action_ndim = %d (from 1 to CENV_MAX_ACTION_DIMS, %d)", ndim, CENV_MAX_ACTION_DIMS);
+    for (int d = 0; d < ndim; d++) {
+        if (kind != CENV_ACTION_CONTINUOUS && (sp->action_nvec[d] < 1 || sp->action_nvec[d] > INT32_MAX))
+            SPACES_ERROR("action_nvec[%d] = %lld (from 1 to %d choices)", d, (long long)sp->action_nvec[d],
+                         INT32_MAX);
+        if (kind == CENV_ACTION_CONTINUOUS && !(sp->action_low[d] <= sp->action_high[d]))
+            SPACES_ERROR("action bounds [%g, %g] for component %d (low <= high, neither NaN)",
+                         (double)sp->action_low[d], (double)sp->action_high[d], d);
+    }
+#undef SPACES_ERROR
+    return 0;
+}
+
 /* A handle holding the spaces of env type `type` with these params, and no envs: what cenv_describe
  * returns and what cenv_create starts from. NULL with a message in err on failure. */
 static cenv_vec *new_vec(int type, const double *params, int num_params, char *err, int64_t err_len) {
@@ -387,6 +436,7 @@ static cenv_vec *new_vec(int type, const double *params, int num_params, char *e
     cenv_spaces spaces;
     memset(&spaces, 0, sizeof(spaces));
     spec->spaces(params, &spaces);
+    if (check_spaces(spec, &spaces, err, err_len) != 0) return NULL;
     if (spaces.has_mask != spec->has_mask || spec->num_pointers != 5 + spec->has_mask) {
         set_error(err, err_len,
                   "env '%s' says has_mask=%d in its spaces, has %d buffer pointers before `log` and %s the "

@@ -516,3 +516,46 @@ def test_resuming_with_another_envs_header_names_the_checkpoints_env(trained, tm
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert f"--resume {run} is a run of 'stroll', not 'other'; run `jaxlab train stroll --resume {run}`" \
         in result.stderr
+
+
+#: (env name, the line of stroll.h's spaces function replaced, its replacement, what the error says)
+BAD_SPACES = [
+    ("no_agents", "out->agents_per_env = 1;", "out->agents_per_env = 0;", "agents_per_env = 0 (at least 1)"),
+    ("empty_obs", "out->obs_shape[0] = 2;", "out->obs_shape[0] = 0;", "obs_shape[0] = 0 (from 1 to"),
+    ("negative_obs", "out->obs_shape[0] = 2;", "out->obs_shape[0] = -3;", "obs_shape[0] = -3 (from 1 to"),
+    ("deep_obs", "out->obs_ndim = 1;", "out->obs_ndim = (int)params[0];", "obs_ndim = 8 (from 1 to CENV_MAX_OBS"),
+    ("odd_dtype", "out->obs_dtype = CENV_DTYPE_FLOAT32;", "out->obs_dtype = 7;", "obs_dtype = 7 (CENV_DTYPE_FLOAT32"),
+    ("odd_kind", "out->action_kind = CENV_ACTION_DISCRETE;", "out->action_kind = 9;", "action_kind = 9 (CENV_ACTION"),
+    ("no_choices", "out->action_nvec[0] = 3;", "out->action_nvec[0] = 0;", "action_nvec[0] = 0 (from 1 to"),
+    ("no_components", "    out->action_ndim = 1;", "    out->action_ndim = 0;",
+     "action_ndim = 0 for a discrete action"),
+    ("nan_bounds", "out->action_kind = CENV_ACTION_DISCRETE;",
+     "out->action_kind = CENV_ACTION_CONTINUOUS; out->action_low[0] = 1; out->action_high[0] = __builtin_nanf(\"\");",
+     "action bounds [1, nan] for component 0 (low <= high, neither NaN)"),
+]
+
+
+def test_an_env_that_declares_impossible_spaces_is_refused_naming_the_field(user_env, tmp_path):
+    """Spaces a header's spaces function gets wrong (a size of 0 or less, an unknown dtype or action kind,
+    more dimensions than the limits, NaN bounds) are refused by the C layer when the env is described
+    or created, naming the env, the field and its value, instead of a ZeroDivisionError or reshape
+    error from deep inside jaxlab (or, past the limits, writes beyond the caller's arrays)."""
+    stroll = (user_env / "stroll.h").read_text()
+    headers = []
+    for name, line, replacement, _ in BAD_SPACES:
+        assert line in stroll
+        camel = "".join(part.capitalize() for part in name.split("_"))
+        text = stroll.replace(line, replacement).replace("STROLL", name.upper()).replace("Stroll", camel)
+        (tmp_path / f"{name}.h").write_text(text.replace("stroll", name))
+        headers.append(tmp_path / f"{name}.h")
+    library = sdk.build_library(headers, tmp_path / "libbad.so")
+    for name, _, _, expect in BAD_SPACES:
+        with pytest.raises(ValueError, match="declares") as err:
+            jaxlab.env.spaces_of(name, library=library)
+        assert f"env '{name}' declares {expect}" in str(err.value) and f"{name}_spaces()" in str(err.value)
+        with pytest.raises(ValueError, match="declares"):
+            jaxlab.make(name, library=library, num_envs=2)
+    result = jaxlab_cli("train", str(tmp_path / "no_agents.h"), "--train.total-timesteps", "256")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "env 'no_agents' declares agents_per_env = 0" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
