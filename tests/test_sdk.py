@@ -559,3 +559,19 @@ def test_an_env_that_declares_impossible_spaces_is_refused_naming_the_field(user
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert "env 'no_agents' declares agents_per_env = 0" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_an_env_returning_nan_rewards_is_named_as_the_cause_not_the_learning_rate(user_env, tmp_path):
+    """NaN rewards from an env make every loss NaN in the first update; the run's error says that the
+    env returned them (how many), not to lower the learning rate, which cannot help."""
+    stroll = (user_env / "stroll.h").read_text()
+    line = "float reward = reached ? 1.0f : -env->step_cost;"
+    assert line in stroll
+    header = tmp_path / "stroll.h"
+    header.write_text(stroll.replace(line, "float reward = reached ? 1.0f : __builtin_nanf(\"\");"))
+    result = jaxlab_cli("train", str(header), *SMALL, "--train.total-timesteps", "256",
+                        "--run-dir", str(tmp_path / "run"))
+    assert result.returncode == 1, result.stderr
+    error = result.stderr.strip().splitlines()[-1]
+    assert "became nan at update 1: env 'stroll' returned non-finite rewards (" in error, error
+    assert "of 64 values) in this update's batch" in error and "learning_rate" not in error, error

@@ -53,7 +53,8 @@ class Alerts:
         bad = nonfinite_losses(record)
         if bad:
             self._once("nan", f"{bad[0]} is {record[bad[0]]} at update {record['update']}: the run stops and keeps "
-                       "its last good checkpoint (try a lower train.learning_rate)", out)
+                       "its last good checkpoint (its error says why: non-finite rewards or observations from the env, "
+                       "else try a lower train.learning_rate)", out)
         self._check_episodes(record, out)
         if self.updates_seen > self.warmup:
             if len(self.recent_sps) >= 3:

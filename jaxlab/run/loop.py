@@ -91,8 +91,14 @@ class NonfiniteStop:
     def __call__(self, trainer, record) -> bool:
         bad = nonfinite_losses(record)
         if bad:
-            self.result.error = (f"{', '.join(bad)} became {record[bad[0]]} at update {record['update']}; "
-                                 f"stopped without saving this state (lower train.learning_rate?)")
+            became = f"{', '.join(bad)} became {record[bad[0]]} at update {record['update']}"
+            env_fault = trainer.nonfinite_env_outputs()
+            if env_fault:  # the env's fault: no learning rate would help
+                self.result.error = (f"{became}: env '{trainer.env.name}' returned {env_fault} in this update's "
+                                     "batch; stopped without saving this state. Fix the env so that its "
+                                     "rewards and observations are finite numbers")
+            else:
+                self.result.error = f"{became}; stopped without saving this state (lower train.learning_rate?)"
         return bool(bad)
 
 

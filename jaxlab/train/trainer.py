@@ -296,6 +296,24 @@ class Trainer:
         self.update_index += 1
         return self._last_metrics
 
+    def nonfinite_env_outputs(self) -> str | None:
+        """What the env returned that was NaN or infinite in the last batch (its rewards, float
+        observations), as words, e.g. "non-finite rewards (12 of 256)", or None when all were finite
+        (or cannot be read from this process). Looked at only after a loss became non-finite: it tells
+        a broken env from a learning rate too high."""
+        found = []
+        for what, name in (("rewards", "rewards"), ("observations", "obs")):
+            try:
+                values = np.asarray(getattr(self.rollout.buffers, name))
+            except Exception:  # noqa: BLE001 - e.g. an array spread over other processes: no diagnosis
+                continue
+            if values.dtype.kind != "f":
+                continue  # uint8 observations are always finite
+            bad = int(np.count_nonzero(~np.isfinite(values)))
+            if bad:
+                found.append(f"non-finite {what} ({bad:,} of {values.size:,} values)")
+        return " and ".join(found) or None
+
     def mean_and_log(self) -> dict:
         """The update's metrics, SPS and the mean episode statistics since the last call; appended to
         metrics.jsonl when the trainer has a run dir. The env's statistics are None when no episode ended."""
