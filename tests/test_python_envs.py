@@ -695,3 +695,34 @@ def test_gymnasium_adapter_type():
         for _ in range(30):
             out = env.step(np.ones(2, np.int32))
         assert all(a is b for a, b in zip(out[:4], buffers))  # the same buffers, never reallocated
+
+
+class Blowup(Countdown):
+    """Countdown with Box actions whose observations turn NaN from step 2 (physics that blew up)."""
+
+    def __init__(self):
+        super().__init__(continuous=True)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs * (np.nan if self.t >= 2 else 1.0), reward, terminated, truncated, info
+
+
+BLOWUP = "JaxlabTest/Blowup-v0"
+if BLOWUP not in gym.registry:
+    gym.register(BLOWUP, entry_point=Blowup, disable_env_checker=True)
+
+
+def test_a_nan_action_from_nan_observations_names_the_observations_as_the_cause():
+    """NaN observations make the policy's continuous action NaN, which the env refuses: the error says
+    that the observations the policy acted on were NaN (the env's fault), not only that the action was."""
+    from jaxlab.train.rollout import EnvStepError
+
+    config, _ = load_config(f"gymnasium:{BLOWUP}", flags=[*SMALL, "--train.total-timesteps", "384"])
+    with Trainer(config) as trainer, pytest.raises(EnvStepError) as err:
+        train_loop(trainer, updates=1)
+    message = str(err.value)
+    assert "NaN action" in message, message
+    assert re.search(r"; the observations the policy acted on held \d+ NaN or infinite values \(of 16\), returned "
+                     rf"by env 'gymnasium:{BLOWUP}': fix the env so that its observations are finite numbers$",
+                     message), message

@@ -46,6 +46,20 @@ class EnvStepError(RuntimeError):
     message names the env and the step, then the env's own error."""
 
 
+def nonfinite_observations_note(env) -> str:
+    """Words to add to a failed step's error when the observations the policy acted on (the env's
+    buffer: a refused step changes nothing) held NaN or infinities: a policy fed those acts NaN (a
+    continuous action the env then refuses), so the env's observations are the cause. "" when finite."""
+    obs = env.observations
+    if obs.dtype.kind != "f":
+        return ""
+    bad = int(np.count_nonzero(~np.isfinite(obs)))
+    if not bad:
+        return ""
+    return (f"; the observations the policy acted on held {bad:,} NaN or infinite values (of {obs.size:,}), "
+            f"returned by env '{env.name}': fix the env so that its observations are finite numbers")
+
+
 class SegmentBuffers(NamedTuple):
     """The device rows of a batch, N = segments x agents: obs [T, N, ...] (the env's dtype), resets,
     terminals, truncations [T, N] bool, actions [T, N, ...], logp, values, rewards, bootstrap_values
@@ -233,7 +247,7 @@ class Rollout:
             info = self.envs[g].step(host)[4]
         except Exception as err:  # the env's code (C or Python): named, not a bare traceback from here
             raise EnvStepError(f"env '{self.envs[g].name}' failed while stepping: {type(err).__name__}: "
-                               f"{err}") from err
+                               f"{err}{nonfinite_observations_note(self.envs[g])}") from err
         self.timing["env"] += time.perf_counter() - tic
         return info
 
