@@ -726,3 +726,27 @@ def test_a_nan_action_from_nan_observations_names_the_observations_as_the_cause(
     assert re.search(r"; the observations the policy acted on held \d+ NaN or infinite values \(of 16\), returned "
                      rf"by env 'gymnasium:{BLOWUP}': fix the env so that its observations are finite numbers$",
                      message), message
+
+
+class IntegerBox(Countdown):
+    """Countdown with Box(0, 5, (2,), int64) actions: integers in a Box."""
+
+    def __init__(self):
+        super().__init__()
+        self.action_space = gym.spaces.Box(0, 5, (2,), np.int64)
+
+
+INTEGER_BOX = "JaxlabTest/IntegerBox-v0"
+if INTEGER_BOX not in gym.registry:
+    gym.register(INTEGER_BOX, entry_point=IntegerBox, disable_env_checker=True)
+
+
+def test_an_integer_box_action_space_is_refused_not_fed_fractions():
+    """jaxlab's Box actions are float32 samples: an env declaring a Box of integers used to be trained
+    with fractions it never declared (2.37 for an int64 component); it is refused, with the fix."""
+    with pytest.raises(ValueError, match=r"has action space Box\(0, 5, \(2,\), int64\), a Box of integers; "
+                                         r"jaxlab's Box actions are continuous float32: wrap the env so that its "
+                                         r"actions are a MultiDiscrete \(with start=low, nvec=high-low\+1\)"):
+        jaxlab.make(f"gymnasium:{INTEGER_BOX}", num_envs=2)
+    with pytest.raises(ValueError, match="a Box of integers"):
+        spaces_of(f"gymnasium:{INTEGER_BOX}")

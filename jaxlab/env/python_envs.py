@@ -210,6 +210,12 @@ def _action(space, name: str) -> tuple:
         return Discrete(int(space.n)), int(space.start)
     if isinstance(space, spaces.MultiDiscrete) and space.nvec.ndim == 1:
         return MultiDiscrete(tuple(int(n) for n in space.nvec)), np.asarray(space.start, np.int64)
+    if isinstance(space, spaces.Box) and len(space.shape) == 1 and not np.issubdtype(space.dtype, np.floating):
+        # jaxlab's Box actions are float32 (a Gaussian's samples): an env of integer Box actions would be
+        # handed fractions it never declared
+        raise ValueError(f"env {name!r} has action space {space}, a Box of integers; jaxlab's Box actions are "
+                         "continuous float32: wrap the env so that its actions are a MultiDiscrete (with "
+                         "start=low, nvec=high-low+1) or a float Box")
     if isinstance(space, spaces.Box) and len(space.shape) == 1:
         return Box(tuple(float(x) for x in space.low), tuple(float(x) for x in space.high), tuple(space.shape)), None
     raise ValueError(f"env {name!r} has action space {space}; jaxlab takes Discrete, 1-D MultiDiscrete and "
