@@ -575,3 +575,38 @@ def test_an_env_returning_nan_rewards_is_named_as_the_cause_not_the_learning_rat
     error = result.stderr.strip().splitlines()[-1]
     assert "became nan at update 1: env 'stroll' returned non-finite rewards (" in error, error
     assert "of 64 values) in this update's batch" in error and "learning_rate" not in error, error
+
+
+def test_a_header_whose_parameter_table_cannot_work_is_refused_naming_the_entry(user_env, tmp_path):
+    """A parameter named like one of jaxlab.make's own arguments (seed) could never be set (make takes
+    seed= itself), and one with a default outside its own range made every use fail with a message
+    that blamed the user's value: the env's library is refused, naming the entry and the fix."""
+    stroll = (user_env / "stroll.h").read_text()
+    entry = '{"length", 8, 2, 1000, 1,'
+    assert entry in stroll
+    for name, replacement, expect in [
+        ("seeded", '{"seed", 8, 2, 1000, 1,', "env 'seeded' parameter 'seed' has a name jaxlab keeps for itself"),
+        ("offrange", '{"length", 1, 2, 1000, 1,', "env 'offrange' parameter length has default 1 outside its range "
+                                                  "[2, 1000]: fix offrange_params[] in its header"),
+    ]:
+        header = tmp_path / f"{name}.h"
+        header.write_text(stroll.replace(entry, replacement).replace("stroll", name).replace("Stroll", name.title()))
+        result = jaxlab_cli("train", str(header), *SMALL, "--train.total-timesteps", "256")
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert expect in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize("entry, expect", [
+    (("num cells", 8, 2, 10, True), "'num cells' is not a lower-case identifier"),
+    (("mask_check", 8, 2, 10, True), "'mask_check' has a name jaxlab keeps for itself"),
+    (("length", 8, 10, 2, True), "length has min 10 > max 2"),
+    (("length", 8.5, 2, 10, True), "length is an integer (is_int 1) with default 8.5, min 2, max 10: all three"),
+    (("cost", float("nan"), 0, 1, False), "cost has default nan outside its range [0, 1]"),
+])
+def test_param_table_problems(entry, expect):
+    from jaxlab.env.registry import Param, param_table_problem
+
+    params = [Param("speed", 1.0, 0.0, 2.0, False, "ok"), Param(*entry, "help")]
+    assert expect in param_table_problem("walker", params)
+    assert "is declared twice" in param_table_problem("walker", [params[0], params[0]])
+    assert param_table_problem("walker", [params[0], Param("steps", 5, 1, 1e9, True, "x")]) is None

@@ -115,6 +115,9 @@ def _env_types(file: str | None) -> dict[str, EnvType]:
                                 bool(is_int.value), help_.value.decode()))
         log_names = tuple(lib.cenv_log_field_name(t, i).decode() for i in range(lib.cenv_num_log_fields(t)))
         name = lib.cenv_env_name(t).decode()
+        problem = param_table_problem(name, params)
+        if problem:
+            raise LibraryError(problem)
         types[name] = EnvType(t, name, lib.cenv_env_description(t).decode(), tuple(params), log_names,
                               int(lib.cenv_env_flags(t)), file)
     if file is not None:
@@ -123,6 +126,39 @@ def _env_types(file: str | None) -> dict[str, EnvType]:
             raise LibraryError(f"env library {file} defines {', '.join(map(repr, clash))}, the name of a built-in "
                                "env; rename it (the first argument of CENV_ENV) and rebuild")
     return types
+
+
+#: Names no env parameter may have: jaxlab.make's own arguments, and the [env] keys that are not
+#: parameters (config.schema.ENV_KEYS): a parameter so named could never be set.
+RESERVED_PARAM_NAMES = ("name", "num_envs", "seed", "num_threads", "library", "mask_check")
+_PARAM_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def param_table_problem(env: str, params: list[Param]) -> str | None:
+    """What is wrong with the parameter table (``<env>_params[]`` of its header) of env ``env``, as an
+    error message with the fix, or None: a name that is no lower-case identifier (no --env.NAME flag
+    could set it), reserved or given twice, min > max or NaN, a default outside [min, max], a
+    non-integer default or bound of an integer parameter."""
+    where = f"env '{env}' parameter"
+    fix = f"fix {env}_params[] in its header ({{name, default, min, max, is_int, help}})"
+    seen = set()
+    for p in params:
+        if not _PARAM_NAME.match(p.name):
+            return f"{where} {p.name!r} is not a lower-case identifier (letters, digits, _): {fix}"
+        if p.name in RESERVED_PARAM_NAMES:
+            return (f"{where} {p.name!r} has a name jaxlab keeps for itself ({', '.join(RESERVED_PARAM_NAMES)}): "
+                    f"rename it in {env}_params[]")
+        if p.name in seen:
+            return f"{where} {p.name!r} is declared twice: {fix}"
+        seen.add(p.name)
+        if not p.low <= p.high:
+            return f"{where} {p.name} has min {p.low:g} > max {p.high:g}: {fix}"
+        if not p.low <= p.default <= p.high:
+            return f"{where} {p.name} has default {p.default:g} outside its range [{p.low:g}, {p.high:g}]: {fix}"
+        if p.is_int and any(v != int(v) for v in (p.default, p.low, p.high) if abs(v) != float("inf")):
+            return (f"{where} {p.name} is an integer (is_int 1) with default {p.default:g}, min {p.low:g}, "
+                    f"max {p.high:g}: all three must be whole numbers; {fix}")
+    return None
 
 
 def env_type(name: str, library: str | Path | None = None) -> EnvType:
