@@ -610,3 +610,33 @@ def test_param_table_problems(entry, expect):
     assert expect in param_table_problem("walker", params)
     assert "is declared twice" in param_table_problem("walker", [params[0], params[0]])
     assert param_table_problem("walker", [params[0], Param("steps", 5, 1, 1e9, True, "x")]) is None
+
+
+def test_a_statistic_named_like_a_metric_of_jaxlab_or_twice_is_refused(user_env, tmp_path):
+    """A statistic named sps overwrote the SPS of every training record (the run said '1 SPS'), one
+    named episodes died with a KeyError traceback, and one named twice merged two fields silently:
+    the env's library is refused with one line naming the statistic and the fix."""
+    stroll = (user_env / "stroll.h").read_text()
+    names = '{"episode_return", "episode_length", "reached_goal"}'
+    assert names in stroll
+    header = tmp_path / "speedy.h"
+    header.write_text(stroll.replace(names, '{"episode_return", "episode_length", "sps"}')
+                      .replace("stroll", "speedy").replace("Stroll", "Speedy"))
+    result = jaxlab_cli("train", str(header), *SMALL, "--train.total-timesteps", "256")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "jaxlab train: error: env 'speedy' statistic 'sps' has the name of one of jaxlab's own metrics: rename it "
+        "in speedy_log_names[] in its header (one name per field of its Log struct)"], result.stderr
+
+
+def test_log_names_problems_and_every_record_key_is_reserved():
+    from jaxlab.config import load_config
+    from jaxlab.env.registry import RESERVED_LOG_NAMES, log_names_problem
+    from jaxlab.train.trainer import record_names
+
+    assert "is named twice" in log_names_problem("walker", ("steps", "falls", "steps"))
+    assert "'episodes' has the name of one of jaxlab's own metrics" in log_names_problem("walker", ("episodes",))
+    assert "'bad name' is not an identifier" in log_names_problem("walker", ("bad name",))
+    assert log_names_problem("walker", ("episode_return", "falls")) is None
+    config, _ = load_config("cartpole", flags=["--train.reward-scale", "auto"])
+    assert set(record_names(config, ())) <= set(RESERVED_LOG_NAMES)

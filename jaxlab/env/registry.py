@@ -115,7 +115,7 @@ def _env_types(file: str | None) -> dict[str, EnvType]:
                                 bool(is_int.value), help_.value.decode()))
         log_names = tuple(lib.cenv_log_field_name(t, i).decode() for i in range(lib.cenv_num_log_fields(t)))
         name = lib.cenv_env_name(t).decode()
-        problem = param_table_problem(name, params)
+        problem = param_table_problem(name, params) or log_names_problem(name, log_names)
         if problem:
             raise LibraryError(problem)
         types[name] = EnvType(t, name, lib.cenv_env_description(t).decode(), tuple(params), log_names,
@@ -158,6 +158,34 @@ def param_table_problem(env: str, params: list[Param]) -> str | None:
         if p.is_int and any(v != int(v) for v in (p.default, p.low, p.high) if abs(v) != float("inf")):
             return (f"{where} {p.name} is an integer (is_int 1) with default {p.default:g}, min {p.low:g}, "
                     f"max {p.high:g}: all three must be whole numbers; {fix}")
+    return None
+
+
+#: The keys a training record or an evaluation result holds besides the env's statistics (the trainer's
+#: record_names, the first record's extras, device memory, jaxlab eval's): a statistic so named would
+#: overwrite one of them or be overwritten (tests/test_sdk.py checks that record_names stays inside).
+RESERVED_LOG_NAMES = (
+    "global_step", "update", "wall_time", "sps", "compiles", "policy_loss", "value_loss", "entropy", "approx_kl",
+    "clip_fraction", "grad_norm", "learning_rate", "explained_variance", "return_std", "episodes", "time_env",
+    "time_policy", "time_copy", "time_learn", "time_other", "compile_cache", "launch_to_first_update_s",
+    "device_memory_gib", "device_memory_peak_gib", "device_memory_limit_gib", "returns", "lengths",
+    "stat_episodes")
+
+
+def log_names_problem(env: str, log_names: tuple[str, ...]) -> str | None:
+    """What is wrong with the statistic names (``<env>_log_names[]`` of its header) of env ``env``, as an
+    error message with the fix, or None: one that is no identifier, given twice (their values would be
+    merged into one), or one of RESERVED_LOG_NAMES."""
+    fix = f"rename it in {env}_log_names[] in its header (one name per field of its Log struct)"
+    seen = set()
+    for name in log_names:
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+            return f"env '{env}' statistic {name!r} is not an identifier (letters, digits, _): {fix}"
+        if name in RESERVED_LOG_NAMES:
+            return f"env '{env}' statistic {name!r} has the name of one of jaxlab's own metrics: {fix}"
+        if name in seen:
+            return f"env '{env}' statistic {name!r} is named twice: {fix}"
+        seen.add(name)
     return None
 
 
