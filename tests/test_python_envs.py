@@ -750,3 +750,33 @@ def test_an_integer_box_action_space_is_refused_not_fed_fractions():
         jaxlab.make(f"gymnasium:{INTEGER_BOX}", num_envs=2)
     with pytest.raises(ValueError, match="a Box of integers"):
         spaces_of(f"gymnasium:{INTEGER_BOX}")
+
+
+class Empty(Countdown):
+    """Countdown whose observation (or action, with ``action``) space has no values at all."""
+
+    def __init__(self, action=None):
+        super().__init__()
+        if action is None:
+            self.observation_space = gym.spaces.Box(-1, 1, (0,), np.float32)
+        else:
+            self.action_space = action
+
+
+EMPTY = "JaxlabTest/Empty-v0"
+if EMPTY not in gym.registry:
+    gym.register(EMPTY, entry_point=Empty, disable_env_checker=True)
+
+
+@pytest.mark.parametrize("kwargs, expect", [
+    ({}, r"has observation space Box\(\[\], \[\], \(0,\), float32\), of no values: jaxlab needs at least one number"),
+    ({"action": gym.spaces.Box(-1, 1, (0,), np.float32)}, r"has action space Box\(\[\], \[\], \(0,\), float32\), "
+                                                          r"of no components: jaxlab needs at least one"),
+    ({"action": gym.spaces.MultiDiscrete(np.zeros(0, np.int64))}, r"action space MultiDiscrete\(\[\]\), of no comp"),
+])
+def test_a_space_of_no_values_is_refused(kwargs, expect):
+    """A Box observation of shape (0,) died in the policy's compile with a JAX traceback, and a Box action
+    of shape (0,) trained until the first checkpoint, which Orbax refused (zero-size arrays): refused
+    when the env is made, like the C envs' spaces."""
+    with pytest.raises(ValueError, match=expect):
+        spaces_of(f"gymnasium:{EMPTY}", **kwargs)

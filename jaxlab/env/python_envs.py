@@ -195,6 +195,9 @@ def _box_obs(space, name: str) -> Box:
         raise ValueError(f"env {name!r} has observation space {space}; jaxlab takes Box observations: wrap "
                          "the env (gymnasium.wrappers.FlattenObservation, or for PettingZoo "
                          "supersuit.flatten_v0) in your own module")
+    if 0 in space.shape:
+        raise ValueError(f"env {name!r} has observation space {space}, of no values: jaxlab needs at least one "
+                         "number per observation")
     dtype = np.dtype(np.uint8) if space.dtype == np.uint8 else np.dtype(np.float32)
     low = tuple(float(x) for x in np.broadcast_to(space.low, space.shape).ravel())
     high = tuple(float(x) for x in np.broadcast_to(space.high, space.shape).ravel())
@@ -206,6 +209,8 @@ def _action(space, name: str) -> tuple:
     import gymnasium
 
     spaces = gymnasium.spaces
+    if isinstance(space, (spaces.Box, spaces.MultiDiscrete)) and space.shape == (0,):
+        raise ValueError(f"env {name!r} has action space {space}, of no components: jaxlab needs at least one")
     if isinstance(space, spaces.Discrete):
         return Discrete(int(space.n)), int(space.start)
     if isinstance(space, spaces.MultiDiscrete) and space.nvec.ndim == 1:
