@@ -515,7 +515,9 @@ parallel_env = Misfit
     ({"masked": True, "mask": [1, 0, 1]}, r"its observation's 'action_mask' array\(\[1, 0, 1\], dtype=int8\) has shape "
                                           r"\(3,\); its action space Discrete\(2\) needs a mask of shape \(2,\)"),
     ({"reward": np.array([1.0, 2.0])}, r"its reward array\(\[1., 2.\]\) has shape \(2,\); a ParallelEnv's "
-                                       "reward is one number per agent")])
+                                       "reward is one number per agent"),
+    ({"reward": None}, "its reward None is not a number; a ParallelEnv's reward is one number per agent"),
+    ({"reward": "1"}, "its reward '1' is not a number")])
 def test_pettingzoo_returns_that_do_not_fit_the_declared_spaces_are_refused(tmp_path, monkeypatch, kwargs, what):
     """A scalar or 1-element observation was broadcast over the row (training on garbage); a longer one,
     a mask of the wrong width and an array reward gave numpy's errors, naming no env."""
@@ -780,3 +782,44 @@ def test_a_space_of_no_values_is_refused(kwargs, expect):
     when the env is made, like the C envs' spaces."""
     with pytest.raises(ValueError, match=expect):
         spaces_of(f"gymnasium:{EMPTY}", **kwargs)
+
+
+AGENT_LIST_PZ = MISFIT_PZ + '''
+
+class AgentList(Misfit):
+    """Misfit whose step breaks the agent list as ``broken`` says: "kept" (agent b terminates but stays
+    in env.agents) or "unseen" (agent a goes on without an observation)."""
+
+    def __init__(self, broken):
+        super().__init__()
+        self.broken = broken
+
+    def step(self, actions):
+        obs, rewards, terms, truncs, infos = super().step(actions)
+        if self.broken == "kept":
+            terms["b"] = True
+        else:
+            obs.pop("a")
+        return obs, rewards, terms, truncs, infos
+
+
+parallel_env = AgentList
+'''
+
+
+@pytest.mark.parametrize("broken, what", [
+    ("kept", "flagged agent 'b' terminated or truncated but kept it in env.agents; a ParallelEnv removes an agent "
+             "from env.agents in the step that ends it"),
+    ("unseen", "returned no observation for agent 'a', which goes on; a ParallelEnv's step returns an observation "
+               "for every agent that acted")])
+def test_a_pettingzoo_env_that_breaks_its_agent_list_is_refused(tmp_path, monkeypatch, broken, what):
+    """An agent flagged ended but kept in env.agents was stepped on and counted as a new episode in
+    every later step (its env never reset); a live agent without an observation kept its previous one
+    for the policy. Both are errors naming the env, the step and the agent."""
+    (tmp_path / "agent_list_env.py").write_text(AGENT_LIST_PZ)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with jaxlab.make("pettingzoo:agent_list_env", num_envs=1, broken=broken) as env:
+        env.reset()
+        with pytest.raises(RuntimeError, match=re.escape(f"env 'pettingzoo:agent_list_env' #0 at step 0 {what}")):
+            env.step(np.zeros(2, np.int32))
+    sys.modules.pop("agent_list_env", None)

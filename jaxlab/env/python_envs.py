@@ -687,24 +687,44 @@ class PettingZooVecEnv(PythonVecEnv):
                 terminal = bool(terminations.get(agent, False))
                 self.terminals[row] = terminal
                 self.truncations[row] = bool(truncations.get(agent, False)) and not terminal
-                reward = rewards.get(agent, 0.0)
-                if np.shape(reward) != ():
-                    raise self._misfit(row, f"its reward {short_repr(reward)} has shape {np.shape(reward)}; a "
-                                            "ParallelEnv's reward is one number per agent")
-                self.rewards[row] = reward
+                self.rewards[row] = self._reward(row, rewards.get(agent, 0.0))
+                ended = self.terminals[row] or self.truncations[row]
+                self._check_agent_list(e, agent, ended, agent in env.agents, agent in observations)
                 if agent in observations:
                     self._write(row, observations[agent], infos.get(agent))
-                if self.terminals[row] or self.truncations[row]:
+                if ended:
                     self.final_observations[row] = self.observations[row]
-                elif agent not in env.agents:
-                    raise RuntimeError(f"env '{self.name}' #{e} removed agent {agent!r} from env.agents at step "
-                                       f"{self._steps} without a termination or truncation; a ParallelEnv "
-                                       "must flag an agent's end")
             if not env.agents:
                 self._reset_env(e, None)
             elif self.active is not None:
                 self.active[base:base + apa] = [a in env.agents for a in self.agent_names]
         return self.terminals | self.truncations
+
+    def _reward(self, row: int, reward) -> float:
+        """The reward the env returned for the agent of ``row``, checked: one real number (None, a string
+        or an array is a ValueError naming the env and the agent, not a NaN or a cast error)."""
+        if np.shape(reward) != ():
+            raise self._misfit(row, f"its reward {short_repr(reward)} has shape {np.shape(reward)}; a "
+                                    "ParallelEnv's reward is one number per agent")
+        if np.asarray(reward).dtype.kind not in "biuf":
+            raise self._misfit(row, f"its reward {short_repr(reward)} is not a number; a ParallelEnv's reward "
+                                    "is one number per agent")
+        return float(reward)
+
+    def _check_agent_list(self, e: int, agent: str, ended: bool, listed: bool, observed: bool) -> None:
+        """RuntimeError when env #``e`` broke the ParallelEnv contract for ``agent``, which acted in this
+        step: ended (``ended``) but still in env.agents, left env.agents without ending, or goes on
+        without an observation (its row would keep the last one)."""
+        where = f"env '{self.name}' #{e} at step {self._steps}"
+        if ended and listed:
+            raise RuntimeError(f"{where} flagged agent {agent!r} terminated or truncated but kept it in env.agents; "
+                               "a ParallelEnv removes an agent from env.agents in the step that ends it")
+        if not ended and not listed:
+            raise RuntimeError(f"{where} removed agent {agent!r} from env.agents without a termination or "
+                               "truncation; a ParallelEnv must flag an agent's end")
+        if not ended and not observed:
+            raise RuntimeError(f"{where} returned no observation for agent {agent!r}, which goes on; a "
+                               "ParallelEnv's step returns an observation for every agent that acted")
 
     def _close(self) -> None:
         for env in self._envs:
