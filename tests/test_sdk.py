@@ -640,3 +640,17 @@ def test_log_names_problems_and_every_record_key_is_reserved():
     assert log_names_problem("walker", ("episode_return", "falls")) is None
     config, _ = load_config("cartpole", flags=["--train.reward-scale", "auto"])
     assert set(record_names(config, ())) <= set(RESERVED_LOG_NAMES)
+
+
+def test_an_env_path_entry_that_is_no_folder_is_named_when_the_env_is_not_found(user_env, tmp_path, monkeypatch):
+    """JAXLAB_ENV_PATH=path/to/stroll.h (the header, not its folder) found nothing, and the unknown env's
+    error said nothing of why: it names the entry and gives its folder."""
+    monkeypatch.setenv("JAXLAB_ENV_PATH", f"{user_env / 'stroll.h'}:{tmp_path / 'missing'}")
+    with pytest.raises(ValueError) as err:
+        jaxlab.env.env_type("stroll")
+    assert str(err.value).startswith("unknown env 'stroll'; known envs: ")
+    assert (f"Note: JAXLAB_ENV_PATH holds {user_env / 'stroll.h'}, a file: it takes folders (separated by ':'), "
+            f"e.g. JAXLAB_ENV_PATH={user_env}. Note: JAXLAB_ENV_PATH holds {tmp_path / 'missing'}, which is no "
+            "folder (it does not exist).") in str(err.value)
+    monkeypatch.setenv("JAXLAB_ENV_PATH", str(user_env))
+    assert jaxlab.env.env_type("stroll").name == "stroll"

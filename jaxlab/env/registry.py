@@ -209,6 +209,10 @@ def env_type(name: str, library: str | Path | None = None) -> EnvType:
             known += [h for h in header_names() if h not in types]
         close = difflib.get_close_matches(str(name), known, n=1)
         hint = f" Did you mean '{close[0]}'?" if close else ""
+        if library is None:
+            from jaxlab.env.sdk import env_path_problems
+
+            hint += "".join(f" Note: {problem}." for problem in env_path_problems())
         where = "known envs" if library is None else f"envs in {library}"
         raise ValueError(f"unknown env {name!r}; {where}: {', '.join(known)}.{hint}")
     return types[name]

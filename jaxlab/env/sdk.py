@@ -189,6 +189,21 @@ def env_path() -> list[Path]:
     return folders
 
 
+def env_path_problems() -> list[str]:
+    """What is wrong with the entries of $JAXLAB_ENV_PATH that are not folders (a header's own path
+    given instead of its folder, a folder that does not exist), each with the fix; nothing is searched
+    in them."""
+    problems = []
+    for entry in filter(None, os.environ.get("JAXLAB_ENV_PATH", "").split(os.pathsep)):
+        folder = Path(entry).expanduser()
+        if folder.is_file():
+            problems.append(f"JAXLAB_ENV_PATH holds {entry}, a file: it takes folders (separated by "
+                            f"{os.pathsep!r}), e.g. JAXLAB_ENV_PATH={folder.parent}")
+        elif not folder.is_dir():
+            problems.append(f"JAXLAB_ENV_PATH holds {entry}, which is no folder (it does not exist)")
+    return problems
+
+
 def is_env_name(name: str) -> bool:
     """Whether NAME.h on the env path can be found by NAME: lower-case letters, digits and _, starting
     with a letter. The one rule of find_header, header_names and `jaxlab envs`."""
