@@ -654,3 +654,19 @@ def test_an_env_path_entry_that_is_no_folder_is_named_when_the_env_is_not_found(
             "folder (it does not exist).") in str(err.value)
     monkeypatch.setenv("JAXLAB_ENV_PATH", str(user_env))
     assert jaxlab.env.env_type("stroll").name == "stroll"
+
+
+def test_a_text_frame_longer_than_4_kib_is_rendered_whole(user_env, tmp_path):
+    """VecEnv.render read a render hook's frame into a 4,096-byte buffer and cut anything longer without a
+    word (a 60 x 80 grid is 4.9 KB); the hook is snprintf-style, so its return tells the frame's length
+    and the frame is drawn again into a buffer that holds it."""
+    stroll = (user_env / "stroll.h").read_text()
+    line = 'return snprintf(out, (size_t)size, "|%s|  step %d  return %+.2f", cells, env->tick, env->episode_return);'
+    assert line in stroll
+    header = tmp_path / "tall.h"
+    header.write_text(stroll.replace(line, 'return snprintf(out, (size_t)size, "|%s|%6000d|end", cells, env->tick);')
+                      .replace("stroll", "tall").replace("Stroll", "Tall"))
+    with jaxlab.make(str(header), num_envs=2) as env:
+        env.reset()
+        frame = env.render(1)
+    assert frame.endswith(f"{0:6000d}|end") and len(frame) == len("|@.......G|") + 6000 + len("|end"), frame[-50:]

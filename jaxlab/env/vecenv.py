@@ -241,11 +241,15 @@ class VecEnv:
             return None
         if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < self.num_envs:
             raise ValueError(f"render index={index!r} must be an env index in [0, {self.num_envs})")
-        buffer = ctypes.create_string_buffer(4096)
-        with self._lock:
-            n = self._lib.cenv_render(self._handle, int(index), buffer, len(buffer))
-        self._check(n, "render")
-        return buffer.value.decode(errors="replace")
+        size = 4096
+        while True:
+            buffer = ctypes.create_string_buffer(size)
+            with self._lock:
+                n = self._lib.cenv_render(self._handle, int(index), buffer, len(buffer))
+            self._check(n, "render")
+            if n < size or size >= MAX_RENDER_BYTES:  # the hook is snprintf-style: n is the frame's length
+                return buffer.value.decode(errors="replace")
+            size = min(int(n) + 1, MAX_RENDER_BYTES)  # a longer frame than the buffer held: draw it again
 
     def pixels(self, index: int = 0, width: int = 480, height: int = 240) -> np.ndarray | None:
         """An RGB picture of env ``index`` as its C pixels hook draws it: uint8 [height, width, 3] (a new
@@ -368,6 +372,10 @@ class VecEnv:
     def __repr__(self) -> str:
         return (f"VecEnv('{self.name}', num_envs={self.num_envs}, agents={self.num_agents}, "
                 f"obs={self.observation_space}, action={self.action_space})")
+
+
+#: The longest text frame VecEnv.render returns (a render hook's frame is cut there).
+MAX_RENDER_BYTES = 1 << 24
 
 
 def make(name: str, num_envs: int = 1, seed: int = 0, num_threads: int = 1, library: str | None = None,
