@@ -1060,6 +1060,12 @@ int64_t cenv_render(cenv_vec *vec, int64_t index, char *out, int64_t size) {
         written = CENV_ERR_ARGUMENT;
     } else {
         written = vec->spec->render(env_at(vec, index), out, (int)size);
+        if (written < 0) { /* the hook's own failure: not one of the API's codes, which it would pass for */
+            set_error(vec->error, CENV_ERROR_LEN, "cenv_render: env '%s' render hook returned %lld for env %lld, "
+                      "a failure (a render hook returns the frame's length, snprintf-style)", vec->spec->name,
+                      (long long)written, (long long)index);
+            written = CENV_ERR_ENV;
+        }
     }
     leave(vec);
     return written;

@@ -118,7 +118,8 @@ CENV_EXPORT int cenv_set_mask_check(cenv_vec *vec, int strict);
 
 /* Writes a text frame of env `index` into out (size bytes, NUL-terminated) when its type has the
  * render option: returns the frame's length (which may exceed size - 1: it was cut), or
- * CENV_ERR_ARGUMENT when it has none or index is out of range. */
+ * CENV_ERR_ARGUMENT when it has none or index is out of range, or CENV_ERR_ENV (cenv_error names the env
+ * and the value) when its render hook returned a negative number. */
 CENV_EXPORT int64_t cenv_render(cenv_vec *vec, int64_t index, char *out, int64_t size);
 
 /* Draws env `index` as an RGB picture into rgb (uint8[height][width][3], row-major, top row first;

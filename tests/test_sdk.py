@@ -670,3 +670,20 @@ def test_a_text_frame_longer_than_4_kib_is_rendered_whole(user_env, tmp_path):
         env.reset()
         frame = env.render(1)
     assert frame.endswith(f"{0:6000d}|end") and len(frame) == len("|@.......G|") + 6000 + len("|end"), frame[-50:]
+
+
+def test_a_render_hook_that_fails_is_named_not_taken_for_a_closed_env(user_env, tmp_path):
+    """A render hook returning -1 (its failure) came back as CENV_ERR_NULL, and VecEnv.render said the
+    env was closed; -7 gave 'cenv render failed (-7): ' with no message. cenv_render turns a negative
+    return into CENV_ERR_ENV with a message naming the env and the value."""
+    stroll = (user_env / "stroll.h").read_text()
+    line = 'return snprintf(out, (size_t)size, "|%s|  step %d  return %+.2f", cells, env->tick, env->episode_return);'
+    header = tmp_path / "shy.h"
+    header.write_text(stroll.replace(line, '(void)snprintf(out, (size_t)size, "|%s|", cells); return -1;')
+                      .replace("stroll", "shy").replace("Stroll", "Shy"))
+    with jaxlab.make(str(header), num_envs=2) as env:
+        env.reset()
+        with pytest.raises(RuntimeError, match=r"cenv_render: env 'shy' render hook returned -1 for env 1, a failure "
+                                               r"\(a render hook returns the frame's length, snprintf-style\)"):
+            env.render(1)
+        assert not env.closed
