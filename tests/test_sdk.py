@@ -442,7 +442,8 @@ def tiny_library(folder: Path, abi: int, exports_step: bool) -> Path:
     return library
 
 
-@pytest.mark.parametrize("case", ["other abi", "missing symbol", "no such env", "built-in name", "no such file"])
+@pytest.mark.parametrize("case", ["other abi", "missing symbol", "no such env", "built-in name", "no such file",
+                                  "a folder", "not a library"])
 def test_bad_libraries_get_one_clear_line_and_exit_2(case, tmp_path, user_env):
     if case == "other abi":
         library, expect = tiny_library(tmp_path, 2, True), "has C ABI version 2 but this jaxlab expects"
@@ -455,6 +456,11 @@ def test_bad_libraries_get_one_clear_line_and_exit_2(case, tmp_path, user_env):
                                              .replace("Stroll", "Cartpole2"))
         library, expect = sdk.build_library([tmp_path / "cartpole.h"], tmp_path / "libclash.so"), \
             "defines 'cartpole', the name of a built-in env; rename it"
+    elif case == "a folder":  # said 'does not exist'
+        library, expect = tmp_path, f"env library {tmp_path} is a folder; give an env library file (LIB.so"
+    elif case == "not a library":  # said only what dlopen says
+        (tmp_path / "notes.so").write_text("not a library\n")
+        library, expect = tmp_path / "notes.so", "; an env library is a shared library built by `jaxlab build-env"
     else:
         library, expect = tmp_path / "nothing.so", "does not exist"
     env = "strol" if case == "no such env" else "stroll"

@@ -110,12 +110,16 @@ def _load(path: str | None) -> ctypes.CDLL:
     rebuild = ("the library is stale. Rebuild it with `pip install -e .`" if builtin else
                "rebuild it with `jaxlab build-env HEADER.h -o " + str(file) + "` (or train from the header: "
                "`jaxlab train HEADER.h` builds and caches it)")
+    if file.is_dir():
+        raise LibraryError(f"env library {file} is a folder; give an env library file (LIB.so, built by `jaxlab "
+                           "build-env HEADER.h -o LIB.so`) or an env header (NAME.h)")
     if not file.is_file():
         raise LibraryError(f"env library {file} does not exist; build one with `jaxlab build-env HEADER.h -o {file}`")
     try:
         lib = ctypes.CDLL(str(file))
     except OSError as err:
-        raise LibraryError(f"cannot load env library {file}: {err}") from None
+        raise LibraryError(f"cannot load env library {file}: {err}; an env library is a shared library built by "
+                           "`jaxlab build-env HEADER.h -o LIB.so` (or give the env header NAME.h itself)") from None
     try:
         lib.cenv_abi_version.restype = c_int
         lib.cenv_abi_version.argtypes = []
