@@ -412,6 +412,26 @@ static int check_spaces(const cenv_spec *spec, const cenv_spaces *sp, char *err,
             SPACES_ERROR("action bounds [%g, %g] for component %d (low <= high, neither NaN)",
                          (double)sp->action_low[d], (double)sp->action_high[d], d);
     }
+    if (spec->obs_dtype != sp->obs_dtype) {
+        set_error(err, err_len, "env '%s' declares obs_dtype %s in %s_spaces() but its struct has %s: make them "
+                  "agree (float *observations with CENV_DTYPE_FLOAT32, uint8_t *observations with "
+                  "CENV_DTYPE_UINT8; BUILD.md, \"The env contract\")", name,
+                  sp->obs_dtype == CENV_DTYPE_UINT8 ? "CENV_DTYPE_UINT8" : "CENV_DTYPE_FLOAT32", name,
+                  spec->obs_dtype == CENV_DTYPE_UINT8     ? "uint8_t *observations"
+                  : spec->obs_dtype == CENV_DTYPE_FLOAT32 ? "float *observations"
+                                                          : "observations of another type");
+        return CENV_ERR_ARGUMENT;
+    }
+    if (spec->float_actions != (kind == CENV_ACTION_CONTINUOUS)) {
+        set_error(err, err_len, "env '%s' declares %s actions in %s_spaces() but its struct has %s: make them "
+                  "agree (int32_t *actions for discrete and multi-discrete actions, float *actions for "
+                  "continuous ones; BUILD.md, \"The env contract\")", name,
+                  kind == CENV_ACTION_CONTINUOUS ? "continuous" : "discrete", name,
+                  spec->float_actions == 1   ? "float *actions"
+                  : spec->float_actions == 0 ? "int32_t *actions"
+                                             : "actions of another type");
+        return CENV_ERR_ARGUMENT;
+    }
 #undef SPACES_ERROR
     return 0;
 }

@@ -119,7 +119,18 @@ typedef struct {
     int (*set_state)(void *env, const double *state, int n);     /* option set_state, or NULL */
     int (*pixels)(const void *env, uint8_t *rgb, int width, int height); /* option pixels, or NULL */
     int (*error)(const void *env, char *out, int size);          /* option error, or NULL */
+    /* What the env struct's buffer pointers are typed as (CENV_ENV reads them with _Generic), which its
+     * spaces must agree with: CENV_DTYPE_FLOAT32 for `float *observations`, CENV_DTYPE_UINT8 for
+     * `uint8_t *`, -1 for another type; float_actions 1 for `float *actions`, 0 for `int32_t *`, -1
+     * for another type. A mismatch would make the env write past its buffers, or read its actions as
+     * the wrong type. */
+    int obs_dtype;
+    int float_actions;
 } cenv_spec;
+
+#define CENV__OBS_DTYPE(TYPE)                                                                        \
+    _Generic(((TYPE *)0)->observations, float *: CENV_DTYPE_FLOAT32, uint8_t *: CENV_DTYPE_UINT8, default: -1)
+#define CENV__FLOAT_ACTIONS(TYPE) _Generic(((TYPE *)0)->actions, float *: 1, int32_t *: 0, default: -1)
 
 #define CENV_COUNT(array) ((int)(sizeof(array) / sizeof((array)[0])))
 
@@ -226,7 +237,8 @@ typedef struct {
         .num_params = CENV_COUNT(NAME##_params), .log_names = NAME##_log_names,                   \
         .num_log = CENV_COUNT(NAME##_log_names), .spaces = NAME##_spaces, .init = NAME##_init_v,  \
         .rng = NAME##_rng_v, .log = NAME##_log_v, .reset = NAME##_reset_v,                        \
-        .step_range = NAME##_step_range_v,                                                        \
+        .step_range = NAME##_step_range_v, .obs_dtype = CENV__OBS_DTYPE(TYPE),                     \
+        .float_actions = CENV__FLOAT_ACTIONS(TYPE),                                               \
         CENV__EACH(CENV__INIT, NAME, TYPE, none, ##__VA_ARGS__)};
 
 #endif

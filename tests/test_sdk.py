@@ -538,6 +538,14 @@ BAD_SPACES = [
     ("nan_bounds", "out->action_kind = CENV_ACTION_DISCRETE;",
      "out->action_kind = CENV_ACTION_CONTINUOUS; out->action_low[0] = 1; out->action_high[0] = __builtin_nanf(\"\");",
      "action bounds [1, nan] for component 0 (low <= high, neither NaN)"),
+    # the struct's buffer types against the spaces: a uint8 observation written as floats overran its buffer
+    ("bytes_as_floats", "out->obs_dtype = CENV_DTYPE_FLOAT32;", "out->obs_dtype = CENV_DTYPE_UINT8;",
+     "obs_dtype CENV_DTYPE_UINT8 in bytes_as_floats_spaces() but its struct has float *observations: make them"),
+    ("ints_as_floats", "out->action_kind = CENV_ACTION_DISCRETE;",
+     "out->action_kind = CENV_ACTION_CONTINUOUS; out->action_low[0] = -1; out->action_high[0] = 1;",
+     "continuous actions in ints_as_floats_spaces() but its struct has int32_t *actions: make them agree"),
+    ("double_actions", "    int32_t *actions;", "    double *actions;",
+     "discrete actions in double_actions_spaces() but its struct has actions of another type"),
 ]
 
 
@@ -545,7 +553,9 @@ def test_an_env_that_declares_impossible_spaces_is_refused_naming_the_field(user
     """Spaces a header's spaces function gets wrong (a size of 0 or less, an unknown dtype or action kind,
     more dimensions than the limits, NaN bounds) are refused by the C layer when the env is described
     or created, naming the env, the field and its value, instead of a ZeroDivisionError or reshape
-    error from deep inside jaxlab (or, past the limits, writes beyond the caller's arrays)."""
+    error from deep inside jaxlab (or, past the limits, writes beyond the caller's arrays). So are spaces
+    that disagree with the env struct's buffer types (float observations declared uint8 wrote 4 bytes
+    per 1-byte item, past the buffer; int32 actions declared continuous read float bits as ints)."""
     stroll = (user_env / "stroll.h").read_text()
     headers = []
     for name, line, replacement, _ in BAD_SPACES:
