@@ -430,6 +430,16 @@ def test_flags_the_config_does_not_use_are_named(capsys):
     assert "does nothing" not in capsys.readouterr().err  # used: the schedule is linear, the advantage V-trace
 
 
+def test_network_flags_the_built_in_network_does_not_use_are_named(capsys):
+    assert cli.main(["config", "cartpole", "--policy.lstm", "false", "--policy.hidden-size", "64",
+                     "--policy.scan-unroll", "4", "--policy.cnn-channels", "[8]"]) == 0
+    assert ("jaxlab: warning: --policy.hidden-size does nothing with policy.lstm false; --policy.scan-unroll "
+            "does nothing with policy.lstm false; --policy.cnn-channels does nothing with policy.encoder mlp"
+            ) in capsys.readouterr().err
+    assert cli.main(["config", "cartpole", "--policy.hidden-size", "64", "--policy.scan-unroll", "4"]) == 0
+    assert "does nothing" not in capsys.readouterr().err  # used: the LSTM is on
+
+
 def test_a_checkpoint_that_is_not_there_names_those_that_are(tmp_path, capsys):
     checkpoints = tmp_path / "run" / "checkpoints"
     for step in ("4", "12"):
