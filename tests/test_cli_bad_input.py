@@ -454,3 +454,15 @@ def test_a_checkpoint_that_is_not_there_names_those_that_are(tmp_path, capsys):
     (tmp_path / "started" / "checkpoints").mkdir(parents=True)  # a run before its first save
     assert cli.main(["eval", "cartpole", "--checkpoint", str(tmp_path / "started")]) == 2
     assert f"--checkpoint {tmp_path / 'started'}: no checkpoint there yet" in capsys.readouterr().err
+
+
+def test_command_counts_take_what_config_integers_take(capsys):
+    from jaxlab.cli.common import whole_number
+
+    assert [whole_number(text) for text in ("1000", "1_000", "1e3", "2.0", "-3")] == [1000, 1000, 1000, 2, -3]
+    with pytest.raises(SystemExit):
+        cli.main(["eval", "cartpole", "--checkpoint", "latest", "--episodes", "1.5"])
+    assert "argument --episodes: '1.5' is not a whole number; write e.g. 1000, 1_000 or 1e3" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["sweep", "cartpole", "--trials", "ten"])
+    assert "argument --trials: 'ten' is not a whole number" in capsys.readouterr().err

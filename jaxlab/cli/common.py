@@ -45,6 +45,20 @@ def config_help() -> str:
     return "\n".join(lines)
 
 
+def whole_number(text: str) -> int:
+    """An argparse type for a count given as a config integer is: 1000, 1_000 or 1e3 (argparse's own int
+    refuses the last two, which every config key takes)."""
+    try:
+        number = float(text.replace("_", "")) if any(c in text.lower() for c in ".e") else int(text.replace("_", ""))
+    except ValueError:
+        number = None
+    if isinstance(number, float) and number.is_integer():
+        return int(number)
+    if isinstance(number, int):
+        return number
+    raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; write e.g. 1000, 1_000 or 1e3")
+
+
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """ENV, --preset and --config, shared by every command that resolves a config."""
     parser.add_argument("env", metavar="ENV", help="an env name (see `jaxlab envs`), or the path of an env "

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from jaxlab.cli.common import LAYERS, cannot_write, resolve
+from jaxlab.cli.common import LAYERS, cannot_write, resolve, whole_number
 from jaxlab.sweep.study import shown_storage
 
 DEFAULT_ROOT = "runs/sweeps"  # --root: the folder of the study dirs
@@ -229,9 +229,9 @@ def add_commands(add) -> None:
                 f"config. Ctrl-C or SIGTERM stops every trial with a checkpoint; --study NAME resumes. {LAYERS}",
                 sweep_command, with_config=True)
     sweep.add_argument("--sweep", metavar="FILE", help="search-space file (default configs/sweeps/ENV.toml)")
-    sweep.add_argument("--trials", type=int, metavar="N", help="trials the study should hold when done, counting "
+    sweep.add_argument("--trials", type=whole_number, metavar="N", help="trials the study should hold when done, counting "
                        "those it has (default: the file's trials); 0 creates the study and runs nothing")
-    sweep.add_argument("--parallel", type=int, default=1, metavar="K", help="trials run at once on this machine "
+    sweep.add_argument("--parallel", type=whole_number, default=1, metavar="K", help="trials run at once on this machine "
                        "(CPU: the cores are split between them; GPU: about 0.9/K of its memory each)")
     sweep.add_argument("--study", metavar="NAME", help="study name: a new one, or one to resume or show "
                        "(default ENV-TIMESTAMP)")
@@ -239,7 +239,7 @@ def add_commands(add) -> None:
                        "study between machines (default: the journal file runs/sweeps/STUDY/study.journal)")
     sweep.add_argument("--root", default=DEFAULT_ROOT, metavar="DIR", help="folder of the study dirs "
                        "(default runs/sweeps)")
-    sweep.add_argument("--seeds", type=int, metavar="S", help="seeds per trial, averaged (default: the file's)")
+    sweep.add_argument("--seeds", type=whole_number, metavar="S", help="seeds per trial, averaged (default: the file's)")
     sweep.add_argument("--objective", metavar="WHAT", help="score, or score,cost: also minimise wall time "
                        "(Pareto front)")
     sweep.add_argument("--sampler", metavar="NAME", help="tpe (default) or cmaes")

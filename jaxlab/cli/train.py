@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from jaxlab.cli.common import (LAYERS, cannot_write, check_saved_header, check_saved_module, env_name_of, fail,
-                               output_file_problem, resolve, warn)
+                               output_file_problem, resolve, warn, whole_number)
 
 
 def train_command(args: argparse.Namespace) -> int:
@@ -476,10 +476,10 @@ def add_commands(add) -> None:
                           help="a checkpoint directory, a run dir or its checkpoints/ (the newest good one), or latest")
     evaluate.add_argument("--policy-module", metavar="FILE.py:CLASS", help="the run's policy.module file at its "
                           "new path, when it moved since the run (the same class)")
-    evaluate.add_argument("--episodes", type=int, default=10, help="agent-episodes to play (default 10)")
+    evaluate.add_argument("--episodes", type=whole_number, default=10, help="agent-episodes to play (default 10)")
     evaluate.add_argument("--deterministic", action="store_true", help="take the most likely action (default: sample)")
-    evaluate.add_argument("--num-envs", type=int, help="envs played at once (default min(episodes, 64))")
-    evaluate.add_argument("--seed", type=int, default=12345,
+    evaluate.add_argument("--num-envs", type=whole_number, help="envs played at once (default min(episodes, 64))")
+    evaluate.add_argument("--seed", type=whole_number, default=12345,
                           help="seed of the new envs and of sampling (default 12345)")
     evaluate.add_argument("--render", action="store_true", help="print env 0's first episode as text (envs "
                           "with a render hook: `jaxlab envs` lists their options)")
@@ -487,6 +487,6 @@ def add_commands(add) -> None:
     evaluate.add_argument("--gif", metavar="FILE", help="draw env 0's first episode (of its first agent) as an "
                           "animated GIF (envs with a pixels hook; needs Pillow: pip install 'jaxlab[gif]')")
     evaluate.add_argument("--gif-size", metavar="WxH", help="picture size in pixels (default 480x240)")
-    evaluate.add_argument("--gif-frames", type=int, metavar="N", help="at most N pictures (default 500)")
-    evaluate.add_argument("--gif-every", type=int, metavar="K", help="draw every K-th step (default 1)")
+    evaluate.add_argument("--gif-frames", type=whole_number, metavar="N", help="at most N pictures (default 500)")
+    evaluate.add_argument("--gif-every", type=whole_number, metavar="K", help="draw every K-th step (default 1)")
     evaluate.add_argument("--gif-fps", type=float, metavar="FPS", help="pictures per second of the GIF (default 25)")
