@@ -48,13 +48,10 @@ def config_help() -> str:
 def whole_number(text: str) -> int:
     """An argparse type for a count given as a config integer is: 1000, 1_000 or 1e3 (argparse's own int
     refuses the last two, which every config key takes)."""
-    try:
-        number = float(text.replace("_", "")) if any(c in text.lower() for c in ".e") else int(text.replace("_", ""))
-    except ValueError:
-        number = None
-    if isinstance(number, float) and number.is_integer():
-        return int(number)
-    if isinstance(number, int):
+    from jaxlab.config.layers import parse_integer
+
+    number = parse_integer(text)
+    if number is not None:
         return number
     raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; write e.g. 1000, 1_000 or 1e3")
 

@@ -75,13 +75,7 @@ def coerce(value: Any, kind: type | str, where: str) -> Any:
     elif kind is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        number = value
-        if isinstance(value, str):
-            try:
-                number = float(value.replace("_", "")) if any(c in value.lower() for c in ".e") \
-                    else int(value.replace("_", ""))
-            except ValueError:
-                number = None
+        number = parse_integer(value) if isinstance(value, str) else value
         if isinstance(number, float) and math.isfinite(number) and number == int(number):
             return int(number)
         if isinstance(number, int) and not isinstance(number, bool):
@@ -101,6 +95,17 @@ def coerce(value: Any, kind: type | str, where: str) -> Any:
         if isinstance(value, str):
             return value
     raise ConfigError(f"{where}={value!r} {_wrong_kind_fix(kind, value, where)}")
+
+
+def parse_integer(text: str) -> int | None:
+    """The whole number ``text`` writes, as a config integer takes it (1000, 1_000, 1e3, 2.0), or None."""
+    try:
+        number = float(text.replace("_", "")) if any(c in text.lower() for c in ".e") else int(text.replace("_", ""))
+    except ValueError:
+        return None
+    if isinstance(number, float):
+        return int(number) if math.isfinite(number) and number.is_integer() else None
+    return number
 
 
 def _wrong_kind_fix(kind: type, value: Any, where: str) -> str:
