@@ -2,6 +2,7 @@
 
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -108,6 +109,20 @@ def test_ppo_loss_unclipped_value_and_normalised_advantages():
     assert float(terms.policy) != pytest.approx((4.5 + 0.9 - 1.1 - 1.5) * 0.5 / math.sqrt(5 / 3) / 4, rel=1e-3)
     assert float(terms.total) == pytest.approx(expected + 0.5 * 0.25, rel=1e-6)
     assert float(terms.clip_fraction) == 0.5  # ratios 1.5 and 0.5 lie outside [0.8, 1.2]
+
+
+def test_a_minibatch_of_one_sample_is_not_normalised():
+    # minibatch_size 1 (bptt_horizon 1, one sequence): its own mean, normalised it would be 0 in every
+    # minibatch and the policy would get no gradient at all; as Stable-Baselines3, it is taken as it is
+    def policy_loss(new_logp, advantage, norm_adv):
+        return ppo.ppo_loss(new_logp, jnp.zeros((1, 1)), jnp.zeros((1, 1)), jnp.zeros((1, 1)), jnp.zeros((1, 1)),
+                            jnp.full((1, 1), advantage), jnp.zeros((1, 1)), clip_coef=0.2, vf_coef=0.5,
+                            vf_clip_coef=0.0, ent_coef=0.0, norm_adv=norm_adv, weights=jnp.ones((1, 1), bool)).policy
+
+    for norm_adv in (True, False):
+        assert float(policy_loss(jnp.log(jnp.full((1, 1), 1.1)), 3.0, norm_adv)) == pytest.approx(-3.3)
+        grad = jax.grad(lambda lp, n=norm_adv: policy_loss(lp, 3.0, n))(jnp.zeros((1, 1)))
+        assert float(grad[0, 0]) == pytest.approx(-3.0)
 
 
 def test_explained_variance():

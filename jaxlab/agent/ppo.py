@@ -62,14 +62,16 @@ def ppo_loss(new_logp, entropy, new_values, old_logp, old_values, advantages, re
     policy = mean(max(-adv * ratio, -adv * clip(ratio, 1 - c, 1 + c)))
     value  = 0.5 * mean(max((V - R)^2, (V_old + clip(V - V_old, -vc, vc) - R)^2))  (unclipped if vc = 0)
     total  = policy + vf_coef * value - ent_coef * mean(entropy)
-    With norm_adv the advantages are normalised over this minibatch first. ``weights`` (same shape,
+    With norm_adv the advantages are normalised over this minibatch first, unless it holds a single
+    sample (minibatch_size 1: bptt_horizon 1, one sequence), as Stable-Baselines3 does: its normalised
+    advantage would be 0 in every minibatch, and the policy would never learn. ``weights`` (same shape,
     1.0 or 0.0): every mean, the normalisation's included, is over the entries of weight 1 only (the
     steps in which an agent acted; see Segment.active). ``adv_weights`` [B] (the minibatch's B sequences,
     inputs [T, B]): prioritised sampling's importance weights, multiplying each sequence's advantages
     after the normalisation (as PufferLib 3 does).
     """
     w = None if weights is None else weights.astype(jnp.float32)
-    if norm_adv:
+    if norm_adv and advantages.size > 1:  # one sample is its own mean: normalised, it would always be 0
         mean = _mean(advantages, w)
         std = jnp.sqrt(_mean((advantages - mean) ** 2, w))
         advantages = (advantages - mean) / (std + 1e-8)
