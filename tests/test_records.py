@@ -396,3 +396,19 @@ def test_the_dashboard_on_a_narrow_terminal_wraps_its_columns_instead_of_cutting
     for expected in ("step 10,240/10,240", "ETA 0:00:00", "512 SPS", "update 10/10", "uptime 0:00:20",
                      "host-device copy", "40.0 %", "explained var", "0.3000", "episode_return     100.000"):
         assert expected in text, expected
+
+
+def test_a_mistyped_wandb_mode_is_one_warning_naming_it(tmp_path, monkeypatch):
+    """WANDB_MODE=ofline failed wandb.init with a pydantic error, reported as "wandb could not start online"
+    (it was not online), then again by the offline fallback that read the same variable."""
+    from jaxlab.config import load_config
+    from jaxlab.observe.wandb_logger import WandbLogger
+
+    config, _ = load_config("cartpole", flags=["--log.wandb", "true"])
+    monkeypatch.setenv("WANDB_MODE", "ofline")
+    said = []
+    logger = WandbLogger(config, tmp_path, said.append)
+    assert said == ["WANDB_MODE='ofline' is not a wandb mode (online, offline, disabled); set e.g. "
+                    "WANDB_MODE=offline, or unset it; training goes on without wandb"]
+    logger.log({"global_step": 1, "x": 1.0})
+    assert logger.close() is None and not (tmp_path / "wandb").exists()

@@ -10,6 +10,9 @@ from typing import Callable
 
 from jaxlab.config import as_layer
 
+#: The WANDB_MODE values wandb accepts (another one fails wandb.init with a pydantic error); "dryrun" is
+#: an old name of offline.
+MODES = ("online", "offline", "disabled", "dryrun", "run", "shared")
 
 def has_credentials() -> bool:
     if os.environ.get("WANDB_API_KEY"):
@@ -26,6 +29,10 @@ class WandbLogger:
         self.warn = warn
         self.run = None
         self.mode = os.environ.get("WANDB_MODE") or ("online" if has_credentials() else "offline")
+        if self.mode not in MODES:  # wandb.init would fail twice (online, then the offline fallback) on it
+            warn(f"WANDB_MODE={self.mode!r} is not a wandb mode ({', '.join(MODES[:3])}); set e.g. "
+                 "WANDB_MODE=offline, or unset it; training goes on without wandb")
+            return
         try:
             import wandb
         except ImportError:
@@ -40,10 +47,10 @@ class WandbLogger:
         try:
             self.run = wandb.init(mode=self.mode, **kwargs)
         except Exception as err:  # noqa: BLE001 - no network, bad key, ...: fall back to offline
-            if self.mode == "offline":
+            if self.mode in ("offline", "dryrun"):
                 self._fail(err)
                 return
-            warn(f"wandb could not start online ({type(err).__name__}: {err}); logging offline instead")
+            warn(f"wandb could not start {self.mode} ({type(err).__name__}: {err}); logging offline instead")
             self.mode = "offline"
             try:
                 self.run = wandb.init(mode="offline", **kwargs)
@@ -73,6 +80,6 @@ class WandbLogger:
             self.wandb.teardown()
         except Exception as err:  # noqa: BLE001
             self.warn(f"wandb did not finish cleanly ({type(err).__name__}: {err})")
-        if self.mode == "offline" and directory:
+        if self.mode in ("offline", "dryrun") and directory:
             return f"wandb ran offline; sync with `wandb sync {Path(directory).parent}`"
         return None
