@@ -262,7 +262,7 @@ def test_a_failing_logger_never_stops_training(tmp_path, monkeypatch, capsys):
         def log(self, record):
             raise ConnectionError("the network went away")
 
-        def close(self):
+        def close(self, exit_code=0):
             return None
 
     monkeypatch.setattr(jaxlab.observe.wandb_logger, "WandbLogger", BrokenLogger)
@@ -412,3 +412,33 @@ def test_a_mistyped_wandb_mode_is_one_warning_naming_it(tmp_path, monkeypatch):
                     "WANDB_MODE=offline, or unset it; training goes on without wandb"]
     logger.log({"global_step": 1, "x": 1.0})
     assert logger.close() is None and not (tmp_path / "wandb").exists()
+
+
+def test_a_run_that_fails_is_marked_failed_in_wandb(tmp_path, monkeypatch, capsys):
+    """A run stopped by an error (here a NaN loss, exit 1) finished its wandb run with exit code 0, so wandb
+    showed it as finished like a run that trained to the end."""
+    import types
+
+    from jaxlab import cli
+
+    finished = []
+
+    class Run:
+        dir = str(tmp_path / "wandb" / "offline-run-x" / "files")
+
+        def log(self, record, step):
+            pass
+
+        def finish(self, exit_code=None):
+            finished.append(exit_code)
+
+    fake = types.SimpleNamespace(init=lambda **kwargs: Run(), teardown=lambda: None)
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    flags = ["--vec.num-envs", "8", "--train.minibatch-size", "64", "--policy.hidden-size", "16",
+             "--train.total-timesteps", "256", "--log.wandb", "true", "--log.dashboard", "none"]
+    assert cli.main(["train", "cartpole", *flags, "--run-dir", str(tmp_path / "ok")]) == 0
+    assert cli.main(["train", "cartpole", *flags, "--train.learning-rate", "1e38",
+                     "--run-dir", str(tmp_path / "nan")]) == 1
+    assert "became nan at update 1" in capsys.readouterr().err
+    assert finished == [0, 1]

@@ -69,14 +69,15 @@ class WandbLogger:
         except Exception as err:  # noqa: BLE001
             self._fail(err)
 
-    def close(self) -> str | None:
-        """Finishes the run and stops wandb's service process; returns a line on where the run went."""
+    def close(self, exit_code: int = 0) -> str | None:
+        """Finishes the run (``exit_code`` not 0: wandb marks it failed) and stops wandb's service process;
+        returns a line on where the run went."""
         if self.run is None:
             return None
         run, self.run = self.run, None
         directory = getattr(run, "dir", None)
         try:
-            run.finish()
+            run.finish(exit_code=exit_code)
             self.wandb.teardown()
         except Exception as err:  # noqa: BLE001
             self.warn(f"wandb did not finish cleanly ({type(err).__name__}: {err})")
