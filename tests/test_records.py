@@ -162,6 +162,19 @@ def test_runs_table_on_synthetic_run_dirs(tmp_path):
     assert jaxlab("runs", str(tmp_path / "nope")).returncode == 2
 
 
+def test_runs_best_return_is_the_best_episode_return_whatever_the_best_metric(tmp_path):
+    """A run with --checkpoint.best-metric explained_variance has that metric's best in summary.json: the
+    table showed it, 0.9, as the best return."""
+    from jaxlab.observe.records import write_summary
+
+    run = write_run(tmp_path, "a", "cartpole", [10.0, 50.0, 40.0])
+    (run / "metrics.jsonl").write_text("".join(json.dumps(record(u, episode_return=r, explained_variance=v)) + "\n"
+                                               for u, r, v in ((1, 10.0, 0.1), (2, 50.0, 0.2), (3, 40.0, 0.9))))
+    assert write_summary(run, "explained_variance")["best"]["value"] == 0.9
+    (row,) = run_rows(run)
+    assert (row["final_return"], row["best_return"]) == (40.0, 50.0)
+
+
 def test_runs_tells_a_run_stopped_at_once_by_a_second_ctrl_c_from_one_that_failed(tmp_path):
     """A second Ctrl-C stops a run at once, part way through an update: summary.json holds stopped SIGINT
     and the KeyboardInterrupt as its error. `jaxlab runs` listed it as "error", like a crash; it is a
