@@ -455,3 +455,24 @@ def test_a_run_that_fails_is_marked_failed_in_wandb(tmp_path, monkeypatch, capsy
                      "--run-dir", str(tmp_path / "nan")]) == 1
     assert "became nan at update 1" in capsys.readouterr().err
     assert finished == [0, 1]
+
+
+def test_a_wandb_that_fails_to_import_is_one_warning_and_training_goes_on(tmp_path, monkeypatch):
+    """A broken wandb install (a protobuf too new for it raises TypeError on import) ended the run with a
+    traceback: only ImportError was caught."""
+    from jaxlab.config import load_config
+    from jaxlab.observe.wandb_logger import WandbLogger
+
+    package = tmp_path / "site" / "wandb"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text('raise TypeError("Descriptors cannot be created directly.\\nmore")\n')
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.delitem(sys.modules, "wandb", raising=False)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    config, _ = load_config("cartpole", flags=["--log.wandb", "true"])
+    said = []
+    logger = WandbLogger(config, tmp_path, said.append)
+    assert said == ["log.wandb is on but wandb fails to import (TypeError: Descriptors cannot be created directly.); "
+                    "repair it (pip install -U wandb protobuf); training goes on without it"]
+    logger.log({"global_step": 1, "x": 1.0})
+    assert logger.close() is None

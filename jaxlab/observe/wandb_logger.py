@@ -38,6 +38,10 @@ class WandbLogger:
         except ImportError:
             warn("log.wandb is on but wandb is not installed: pip install 'jaxlab[wandb]'; training goes on without it")
             return
+        except Exception as err:  # noqa: BLE001 - a broken install (protobuf too new: TypeError) must not stop the run
+            warn(f"log.wandb is on but wandb fails to import ({type(err).__name__}: {str(err).splitlines()[0]}); "
+                 "repair it (pip install -U wandb protobuf); training goes on without it")
+            return
         self.wandb = wandb
         log = config.log
         kwargs = dict(project=log.wandb_project, entity=log.wandb_entity or None, group=log.wandb_group or None,
