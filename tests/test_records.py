@@ -476,3 +476,24 @@ def test_a_wandb_that_fails_to_import_is_one_warning_and_training_goes_on(tmp_pa
                     "repair it (pip install -U wandb protobuf); training goes on without it"]
     logger.log({"global_step": 1, "x": 1.0})
     assert logger.close() is None
+
+
+def test_a_wandb_login_to_a_self_hosted_server_counts_as_credentials(tmp_path, monkeypatch):
+    """`wandb login --host https://wandb.example.org` keeps the key in .netrc under that host and the URL in
+    wandb's settings: only api.wandb.ai was looked for, so such a run went offline without being asked to."""
+    from jaxlab.observe.wandb_logger import has_credentials
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_BASE_URL", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "config"))
+    (tmp_path / "netrc").write_text("machine wandb.example.org\n  login user\n  password " + "k" * 40 + "\n")
+    assert not has_credentials()  # no setting names that host
+    monkeypatch.setenv("WANDB_BASE_URL", "https://wandb.example.org")
+    assert has_credentials()
+    monkeypatch.delenv("WANDB_BASE_URL")
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "settings").write_text("[default]\nbase_url = https://wandb.example.org\n")
+    assert has_credentials()
+    (tmp_path / "netrc").write_text("machine api.wandb.ai\n  login user\n  password " + "k" * 40 + "\n")
+    assert has_credentials()

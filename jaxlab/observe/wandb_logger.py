@@ -14,14 +14,34 @@ from jaxlab.config import as_layer
 #: an old name of offline.
 MODES = ("online", "offline", "disabled", "dryrun", "run", "shared")
 
+
+def server_hosts() -> set[str]:
+    """The hosts a wandb login may be for: api.wandb.ai, WANDB_BASE_URL's and the base_url that
+    `wandb login --host URL` keeps in wandb's settings file (a self-hosted server's)."""
+    import configparser
+    from urllib.parse import urlsplit
+
+    urls = ["https://api.wandb.ai", os.environ.get("WANDB_BASE_URL", "")]
+    settings = configparser.ConfigParser()
+    folder = os.environ.get("WANDB_CONFIG_DIR") or Path.home() / ".config" / "wandb"
+    try:
+        settings.read(Path(folder) / "settings")
+        urls.append(settings.get("default", "base_url", fallback=""))
+    except (OSError, configparser.Error):
+        pass
+    return {urlsplit(url).netloc for url in urls if urlsplit(url).netloc}
+
+
 def has_credentials() -> bool:
+    """Whether wandb has an API key: WANDB_API_KEY, or a netrc entry for one of server_hosts()."""
     if os.environ.get("WANDB_API_KEY"):
         return True
     netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
     try:
-        return "api.wandb.ai" in netrc.read_text()
+        text = netrc.read_text()
     except OSError:
         return False
+    return any(host in text for host in server_hosts())
 
 
 class WandbLogger:
