@@ -54,7 +54,9 @@ def test_dashboard_and_plain_line_show_memory_only_when_the_record_has_it():
     console = Console(file=io.StringIO(), width=160)
     console.print(dashboard.render(with_memory, INFO, []))
     assert "device memory 3.00 GiB in use, peak 5.00 of 79.0 GiB" in console.file.getvalue()
-    assert dashboard.plain_line(with_memory, INFO).endswith("mem 3.0/5.0 GiB")
+    assert dashboard.plain_line(with_memory, INFO).endswith("mem 3.0 GiB (peak 5.0 of 79.0)")  # not 3.0/5.0
+    no_limit = record(device_memory_gib=3.0, device_memory_peak_gib=5.0)
+    assert dashboard.plain_line(no_limit, INFO).endswith("mem 3.0 GiB (peak 5.0)")
     console = Console(file=io.StringIO(), width=160)
     console.print(dashboard.render(record(), INFO, []))
     assert "device memory" not in console.file.getvalue()

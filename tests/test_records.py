@@ -162,6 +162,19 @@ def test_runs_table_on_synthetic_run_dirs(tmp_path):
     assert jaxlab("runs", str(tmp_path / "nope")).returncode == 2
 
 
+def test_runs_best_return_is_the_best_episode_return_whatever_the_best_metric(tmp_path):
+    """A run with --checkpoint.best-metric explained_variance has that metric's best in summary.json: the
+    table showed it, 0.9, as the best return."""
+    from jaxlab.observe.records import write_summary
+
+    run = write_run(tmp_path, "a", "cartpole", [10.0, 50.0, 40.0])
+    (run / "metrics.jsonl").write_text("".join(json.dumps(record(u, episode_return=r, explained_variance=v)) + "\n"
+                                               for u, r, v in ((1, 10.0, 0.1), (2, 50.0, 0.2), (3, 40.0, 0.9))))
+    assert write_summary(run, "explained_variance")["best"]["value"] == 0.9
+    (row,) = run_rows(run)
+    assert (row["final_return"], row["best_return"]) == (40.0, 50.0)
+
+
 def test_runs_tells_a_run_stopped_at_once_by_a_second_ctrl_c_from_one_that_failed(tmp_path):
     """A second Ctrl-C stops a run at once, part way through an update: summary.json holds stopped SIGINT
     and the KeyboardInterrupt as its error. `jaxlab runs` listed it as "error", like a crash; it is a
@@ -262,7 +275,7 @@ def test_a_failing_logger_never_stops_training(tmp_path, monkeypatch, capsys):
         def log(self, record):
             raise ConnectionError("the network went away")
 
-        def close(self):
+        def close(self, exit_code=0):
             return None
 
     monkeypatch.setattr(jaxlab.observe.wandb_logger, "WandbLogger", BrokenLogger)
@@ -396,3 +409,91 @@ def test_the_dashboard_on_a_narrow_terminal_wraps_its_columns_instead_of_cutting
     for expected in ("step 10,240/10,240", "ETA 0:00:00", "512 SPS", "update 10/10", "uptime 0:00:20",
                      "host-device copy", "40.0 %", "explained var", "0.3000", "episode_return     100.000"):
         assert expected in text, expected
+
+
+def test_a_mistyped_wandb_mode_is_one_warning_naming_it(tmp_path, monkeypatch):
+    """WANDB_MODE=ofline failed wandb.init with a pydantic error, reported as "wandb could not start online"
+    (it was not online), then again by the offline fallback that read the same variable."""
+    from jaxlab.config import load_config
+    from jaxlab.observe.wandb_logger import WandbLogger
+
+    config, _ = load_config("cartpole", flags=["--log.wandb", "true"])
+    monkeypatch.setenv("WANDB_MODE", "ofline")
+    said = []
+    logger = WandbLogger(config, tmp_path, said.append)
+    assert said == ["WANDB_MODE='ofline' is not a wandb mode (online, offline, disabled); set e.g. "
+                    "WANDB_MODE=offline, or unset it; training goes on without wandb"]
+    logger.log({"global_step": 1, "x": 1.0})
+    assert logger.close() is None and not (tmp_path / "wandb").exists()
+
+
+def test_a_run_that_fails_is_marked_failed_in_wandb(tmp_path, monkeypatch, capsys):
+    """A run stopped by an error (here a NaN loss, exit 1) finished its wandb run with exit code 0, so wandb
+    showed it as finished like a run that trained to the end."""
+    import types
+
+    from jaxlab import cli
+
+    finished = []
+
+    class Run:
+        dir = str(tmp_path / "wandb" / "offline-run-x" / "files")
+
+        def log(self, record, step):
+            pass
+
+        def finish(self, exit_code=None):
+            finished.append(exit_code)
+
+    fake = types.SimpleNamespace(init=lambda **kwargs: Run(), teardown=lambda: None)
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    flags = ["--vec.num-envs", "8", "--train.minibatch-size", "64", "--policy.hidden-size", "16",
+             "--train.total-timesteps", "256", "--log.wandb", "true", "--log.dashboard", "none"]
+    assert cli.main(["train", "cartpole", *flags, "--run-dir", str(tmp_path / "ok")]) == 0
+    assert cli.main(["train", "cartpole", *flags, "--train.learning-rate", "1e38",
+                     "--run-dir", str(tmp_path / "nan")]) == 1
+    assert "became nan at update 1" in capsys.readouterr().err
+    assert finished == [0, 1]
+
+
+def test_a_wandb_that_fails_to_import_is_one_warning_and_training_goes_on(tmp_path, monkeypatch):
+    """A broken wandb install (a protobuf too new for it raises TypeError on import) ended the run with a
+    traceback: only ImportError was caught."""
+    from jaxlab.config import load_config
+    from jaxlab.observe.wandb_logger import WandbLogger
+
+    package = tmp_path / "site" / "wandb"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text('raise TypeError("Descriptors cannot be created directly.\\nmore")\n')
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.delitem(sys.modules, "wandb", raising=False)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    config, _ = load_config("cartpole", flags=["--log.wandb", "true"])
+    said = []
+    logger = WandbLogger(config, tmp_path, said.append)
+    assert said == ["log.wandb is on but wandb fails to import (TypeError: Descriptors cannot be created directly.); "
+                    "repair it (pip install -U wandb protobuf); training goes on without it"]
+    logger.log({"global_step": 1, "x": 1.0})
+    assert logger.close() is None
+
+
+def test_a_wandb_login_to_a_self_hosted_server_counts_as_credentials(tmp_path, monkeypatch):
+    """`wandb login --host https://wandb.example.org` keeps the key in .netrc under that host and the URL in
+    wandb's settings: only api.wandb.ai was looked for, so such a run went offline without being asked to."""
+    from jaxlab.observe.wandb_logger import has_credentials
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_BASE_URL", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "config"))
+    (tmp_path / "netrc").write_text("machine wandb.example.org\n  login user\n  password " + "k" * 40 + "\n")
+    assert not has_credentials()  # no setting names that host
+    monkeypatch.setenv("WANDB_BASE_URL", "https://wandb.example.org")
+    assert has_credentials()
+    monkeypatch.delenv("WANDB_BASE_URL")
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "settings").write_text("[default]\nbase_url = https://wandb.example.org\n")
+    assert has_credentials()
+    (tmp_path / "netrc").write_text("machine api.wandb.ai\n  login user\n  password " + "k" * 40 + "\n")
+    assert has_credentials()

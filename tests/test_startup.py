@@ -213,3 +213,19 @@ def test_python_dash_m_jaxlab_is_the_jaxlab_command():
     assert result.stdout.startswith("usage: jaxlab train")
     version = subprocess.run([sys.executable, "-m", "jaxlab", "--version"], capture_output=True, text=True, timeout=120)
     assert version.returncode == 0 and version.stdout == f"jaxlab {__version__}\n", version.stderr
+
+
+def test_a_later_trainer_of_the_process_counts_its_start_from_when_it_was_built(monkeypatch):
+    """A second run from Python (jaxlab.run.loop.train twice) recorded launch_to_first_update_s from the
+    process's start, so the time of every run before it: here a process started 1,000 s ago."""
+    import jaxlab.run.launch as launch
+    from jaxlab.config import load_config
+    from jaxlab.run.loop import train
+
+    monkeypatch.setattr(launch, "seconds_since_launch", lambda: 1000.0)
+    config, _ = load_config("cartpole", flags=["--vec.num-envs", "8", "--train.minibatch-size", "128",
+                                               "--policy.hidden-size", "16", "--train.total-timesteps", "128"])
+    monkeypatch.setattr(launch, "_trainers", 0, raising=False)  # as if no trainer had been built yet
+    assert train(config)[0]["launch_to_first_update_s"] == 1000.0  # the process's first trainer
+    (later,) = train(config)
+    assert 0 < later["launch_to_first_update_s"] < 100

@@ -140,10 +140,10 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
         print(f"interrupted; {where}", file=sys.stderr)
         return 130
     except (ConfigError, CheckpointError, RunDirInUse) as err:
-        close(observers)
+        close(observers, 1)
         return fail("train", err)
     except EnvStepError as err:  # the env's code failed: one line naming it and what was kept
-        close(observers)
+        close(observers, 1)
         saved = checkpoint.step_dirs(Path(run_dir) / "checkpoints")
         kept = f"the last checkpoint is {saved[0]}" if saved else "no checkpoint was saved yet"
         print(f"jaxlab train: error: {err}; the updates before it are in {run_dir}/metrics.jsonl and {kept} "
@@ -151,13 +151,13 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
               file=sys.stderr)
         return 1
     except Exception as err:  # an out-of-memory the estimate did not foresee: one line; the rest propagates
-        close(observers)
+        close(observers, 1)
         message = out_of_memory_message(err, config)
         if message is None:
             raise
         print(f"jaxlab train: error: {message}; the run's records and checkpoints are in {run_dir}", file=sys.stderr)
         return 1
-    close(observers)
+    close(observers, 1 if result.error else 0)
     where = f"checkpoint {result.checkpoint}" if result.checkpoint else "no checkpoint"
     if result.error:
         print(f"jaxlab train: error: {result.error}; {where}", file=sys.stderr)
@@ -228,9 +228,10 @@ def log_traceback(err: BaseException, run_dir: str) -> str:
     return str(log)
 
 
-def close(observers) -> None:
+def close(observers, exit_code: int = 0) -> None:
+    """Closes the run's observers; ``exit_code`` 1 marks the run as failed in wandb."""
     if observers is not None:
-        observers.close()
+        observers.close(exit_code)
 
 
 class RunObservers:
@@ -278,12 +279,12 @@ class RunObservers:
                 self.outputs.remove((name, output))
                 self.warn(f"the {name} logger failed ({type(err).__name__}: {err}) and is off for this run")
 
-    def close(self) -> None:
+    def close(self, exit_code: int = 0) -> None:
         if self.reporter is not None:
             self.reporter.close()
         wandb = getattr(self, "wandb", None)
         if wandb is not None:
-            line = wandb.close()
+            line = wandb.close(exit_code)
             if line:
                 print(line, file=sys.stderr)
 

@@ -93,12 +93,19 @@ def start_line(record: dict) -> str | None:
             f"compile cache {record['compile_cache']}")
 
 
+def plain_memory(record: dict) -> str:
+    """"3.0 GiB (peak 5.0 of 79.0)": in use, then the peak and the device's limit when known; not "3.0/5.0",
+    which reads as 3 of a 5 GiB device."""
+    limit = record.get("device_memory_limit_gib")
+    of = f" of {limit:.1f}" if limit else ""
+    return f"{record['device_memory_gib']:.1f} GiB (peak {record['device_memory_peak_gib']:.1f}{of})"
+
+
 def plain_line(record: dict, info: RunInfo) -> str:
     """One line per report: progress, SPS, episode statistics, losses and the time split."""
     episode = "  ".join(f"{name} {record[name]:.2f}" for name in info.stat_names[:2] if record.get(name) is not None)
     split = " ".join(f"{name.split()[0]} {percent:.0f}%" for name, _, percent in time_split(record))
-    memory = (f"  mem {record['device_memory_gib']:.1f}/{record['device_memory_peak_gib']:.1f} GiB"
-              if "device_memory_gib" in record else "")
+    memory = f"  mem {plain_memory(record)}" if "device_memory_gib" in record else ""
     return (f"update {record['update']:>5}/{info.num_updates}  step {record['global_step']:>10,}  "
             f"{record['wall_time']:6.1f}s  {record['sps']:>9,.0f} SPS  "
             f"{episode or 'no episode ended'}  entropy {record['entropy']:.3f}  kl {record['approx_kl']:.4f}  "

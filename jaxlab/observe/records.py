@@ -260,6 +260,8 @@ def run_rows(root: Path) -> list[dict]:
         final = final.get("episode_return") if isinstance(final, dict) else None
         best = summary.get("best")
         best = best if isinstance(best, dict) else {}
+        if best.get("metric", "episode_return") != "episode_return":  # another checkpoint.best_metric's best
+            best = summarize(read_metrics(run))["best"] or {}
         status = summary.get("status") or (f"stopped at once ({summary['stopped']})" if interrupted_at_once(summary)
                                           else "error" if summary.get("error") else
                                           f"stopped ({summary['stopped']})" if summary.get("stopped") else "done")

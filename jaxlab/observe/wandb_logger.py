@@ -10,15 +10,38 @@ from typing import Callable
 
 from jaxlab.config import as_layer
 
+#: The WANDB_MODE values wandb accepts (another one fails wandb.init with a pydantic error); "dryrun" is
+#: an old name of offline.
+MODES = ("online", "offline", "disabled", "dryrun", "run", "shared")
+
+
+def server_hosts() -> set[str]:
+    """The hosts a wandb login may be for: api.wandb.ai, WANDB_BASE_URL's and the base_url that
+    `wandb login --host URL` keeps in wandb's settings file (a self-hosted server's)."""
+    import configparser
+    from urllib.parse import urlsplit
+
+    urls = ["https://api.wandb.ai", os.environ.get("WANDB_BASE_URL", "")]
+    settings = configparser.ConfigParser()
+    folder = os.environ.get("WANDB_CONFIG_DIR") or Path.home() / ".config" / "wandb"
+    try:
+        settings.read(Path(folder) / "settings")
+        urls.append(settings.get("default", "base_url", fallback=""))
+    except (OSError, configparser.Error):
+        pass
+    return {urlsplit(url).netloc for url in urls if urlsplit(url).netloc}
+
 
 def has_credentials() -> bool:
+    """Whether wandb has an API key: WANDB_API_KEY, or a netrc entry for one of server_hosts()."""
     if os.environ.get("WANDB_API_KEY"):
         return True
     netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
     try:
-        return "api.wandb.ai" in netrc.read_text()
+        text = netrc.read_text()
     except OSError:
         return False
+    return any(host in text for host in server_hosts())
 
 
 class WandbLogger:
@@ -26,10 +49,18 @@ class WandbLogger:
         self.warn = warn
         self.run = None
         self.mode = os.environ.get("WANDB_MODE") or ("online" if has_credentials() else "offline")
+        if self.mode not in MODES:  # wandb.init would fail twice (online, then the offline fallback) on it
+            warn(f"WANDB_MODE={self.mode!r} is not a wandb mode ({', '.join(MODES[:3])}); set e.g. "
+                 "WANDB_MODE=offline, or unset it; training goes on without wandb")
+            return
         try:
             import wandb
         except ImportError:
             warn("log.wandb is on but wandb is not installed: pip install 'jaxlab[wandb]'; training goes on without it")
+            return
+        except Exception as err:  # noqa: BLE001 - a broken install (protobuf too new: TypeError) must not stop the run
+            warn(f"log.wandb is on but wandb fails to import ({type(err).__name__}: {str(err).splitlines()[0]}); "
+                 "repair it (pip install -U wandb protobuf); training goes on without it")
             return
         self.wandb = wandb
         log = config.log
@@ -40,10 +71,10 @@ class WandbLogger:
         try:
             self.run = wandb.init(mode=self.mode, **kwargs)
         except Exception as err:  # noqa: BLE001 - no network, bad key, ...: fall back to offline
-            if self.mode == "offline":
+            if self.mode in ("offline", "dryrun"):
                 self._fail(err)
                 return
-            warn(f"wandb could not start online ({type(err).__name__}: {err}); logging offline instead")
+            warn(f"wandb could not start {self.mode} ({type(err).__name__}: {err}); logging offline instead")
             self.mode = "offline"
             try:
                 self.run = wandb.init(mode="offline", **kwargs)
@@ -62,17 +93,18 @@ class WandbLogger:
         except Exception as err:  # noqa: BLE001
             self._fail(err)
 
-    def close(self) -> str | None:
-        """Finishes the run and stops wandb's service process; returns a line on where the run went."""
+    def close(self, exit_code: int = 0) -> str | None:
+        """Finishes the run (``exit_code`` not 0: wandb marks it failed) and stops wandb's service process;
+        returns a line on where the run went."""
         if self.run is None:
             return None
         run, self.run = self.run, None
         directory = getattr(run, "dir", None)
         try:
-            run.finish()
+            run.finish(exit_code=exit_code)
             self.wandb.teardown()
         except Exception as err:  # noqa: BLE001
             self.warn(f"wandb did not finish cleanly ({type(err).__name__}: {err})")
-        if self.mode == "offline" and directory:
+        if self.mode in ("offline", "dryrun") and directory:
             return f"wandb ran offline; sync with `wandb sync {Path(directory).parent}`"
         return None

@@ -6,6 +6,7 @@ import os
 import time
 
 _IMPORTED = time.time()  # the fallback: when jaxlab.run.launch was first imported
+_trainers = 0  # how many trainers this process has built (start_clock)
 
 
 def seconds_since_launch() -> float:
@@ -18,3 +19,17 @@ def seconds_since_launch() -> float:
         return time.clock_gettime(time.CLOCK_BOOTTIME) - started
     except (OSError, ValueError, IndexError, AttributeError):
         return time.time() - _IMPORTED
+
+
+def start_clock() -> float | None:
+    """What a new trainer's launch_to_first_update_s counts from (seconds_since): None, the process's
+    start, for the first trainer of this process; for a later one (a second run from Python), now
+    (time.monotonic()), when it was built: the process's start would count the runs before it."""
+    global _trainers
+    _trainers += 1
+    return None if _trainers == 1 else time.monotonic()
+
+
+def seconds_since(clock: float | None) -> float:
+    """Seconds since ``clock`` (from start_clock): since the process's start when it is None."""
+    return seconds_since_launch() if clock is None else time.monotonic() - clock

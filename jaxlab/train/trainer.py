@@ -71,7 +71,7 @@ def with_matmul_precision(fn, precision: str):
 
 def record_names(config: config_lib.Config, log_names: Sequence[str]) -> tuple[str, ...]:
     """The keys of every record a Trainer of ``config`` returns from mean_and_log, for an env whose
-    statistics are ``log_names`` (the first record of a process holds two more: compile_cache and
+    statistics are ``log_names`` (the first record of a trainer holds two more: compile_cache and
     launch_to_first_update_s; on a GPU, the device memory's). Known before anything is built: `jaxlab
     config` checks checkpoint.best_metric against them as `jaxlab train` does."""
     return ("global_step", "update", "wall_time", "sps", "compiles", *METRICS,
@@ -123,6 +123,9 @@ class Trainer:
 
         self.compile_cache = compile_cache.enable(c.device.compile_cache)  # before anything compiles
         self._cache_counts = compile_cache.counts()  # None once the first record has the verdict
+        from jaxlab.run.launch import start_clock
+
+        self._launched = start_clock()  # launch_to_first_update_s counts from it (None: the process's start)
 
         shape = env_shape(c)
         self.sizes = config_lib.derive_sizes(c, shape.agents_per_env)  # every check before any env
@@ -329,12 +332,12 @@ class Trainer:
         record.update({f"time_{k}": v for k, v in timing.items()})
         record["time_other"] = max(record["wall_time"] - sum(timing.values()), 0.0)
         record.update(memory_fields(jax.local_devices()[:self.sizes.devices]))  # {} on a CPU
-        if self._cache_counts is not None:  # the first record of this process: how the start went
+        if self._cache_counts is not None:  # the first record of this trainer: how the start went
             from jaxlab.run import compile_cache
-            from jaxlab.run.launch import seconds_since_launch
+            from jaxlab.run.launch import seconds_since
 
             record["compile_cache"] = compile_cache.verdict(self._cache_counts, compile_cache.counts())
-            record["launch_to_first_update_s"] = seconds_since_launch()
+            record["launch_to_first_update_s"] = seconds_since(self._launched)
             self._cache_counts = None
         self._last_log_time, self._last_log_step = now, self.global_step
         if self._metrics_file is not None:
