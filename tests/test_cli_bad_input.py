@@ -36,6 +36,14 @@ def test_config_flags_may_come_before_env(capsys):
         ["train", "cartpole", "--run-dir", "a.b", "--policy.lstm", "--train.seed", "1"]
 
 
+def test_a_flags_value_is_not_taken_for_a_missing_env(capsys):
+    """`jaxlab train --resume RUN --train.total-timesteps 8192` (ENV left out): argparse took 8192 for ENV
+    and the error said the run was 'of cartpole, not 8192'."""
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--resume", "runs/x", "--train.total-timesteps", "8192"])
+    assert "the following arguments are required: ENV" in capsys.readouterr().err
+
+
 def write_run(folder, lines, notes=None, summary=None):
     folder.mkdir(parents=True)
     (folder / "config.toml").write_text('env_name = "cartpole"\n')

@@ -34,6 +34,12 @@ def config_flags_last(argv: list[str]) -> list[str]:
     everything else, in their order: ``jaxlab train --train.seed 3 memory`` is ``jaxlab train memory
     --train.seed 3`` (argparse would take the flag's value for ENV). A flag followed by another option
     keeps no value (parse_flags says it needs one)."""
+    others, flags = split_config_flags(argv)
+    return others + flags
+
+
+def split_config_flags(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``argv`` as (the rest, its config flags with their values), each in its order (config_flags_last)."""
     flags, others = [], []
     i = 0
     while i < len(argv):
@@ -46,7 +52,7 @@ def config_flags_last(argv: list[str]) -> list[str]:
         else:
             others.append(token)
         i += 1
-    return others + flags
+    return others, flags
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
-    args, rest = parser.parse_known_args(config_flags_last(sys.argv[1:] if argv is None else list(argv)))
+    others, flags = split_config_flags(sys.argv[1:] if argv is None else list(argv))
+    args, rest = parser.parse_known_args(others)  # a flag's value is never taken for ENV when ENV is missing
+    rest += flags
     if not args.takes_flags and rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     args.flags = rest
