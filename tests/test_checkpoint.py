@@ -411,7 +411,8 @@ def test_an_unusable_checkpoint_dir_is_a_clear_error(tmp_path):
     (run / "checkpoints").write_text("a file where the checkpoints should go")
     result = jaxlab("train", "cartpole", *SMALL, "--train.total-timesteps", "128", "--run-dir", str(run))
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert f"cannot write '{run / 'checkpoints'}' (File exists); pass a writable --run-dir DIR" in result.stderr
+    assert f"cannot write '{run / 'checkpoints'}' ({run / 'checkpoints'} is a file, not a folder); pass a writable --run-dir DIR" \
+        in result.stderr
     assert not (run / "metrics.jsonl").exists()  # refused before training
 
 

@@ -74,8 +74,9 @@ def test_a_trace_that_cannot_start_is_a_warning_and_the_run_goes_on(monkeypatch,
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--profile", "AFILE"], r"--profile '.*AFILE': cannot write there \(.*\); pass a folder you can write"),
-    (["--profile", "AFILE/sub"], r"--profile '.*AFILE/sub': cannot write there \(Not a directory\)"),
+    (["--profile", "AFILE"], r"--profile '.*AFILE': cannot write there \(.*AFILE is a file, not a folder\); pass a "
+                               r"folder you can write"),
+    (["--profile", "AFILE/sub"], r"--profile '.*AFILE/sub': cannot write there \(.*AFILE is a file, not a folder\)"),
     (["--profile", ""], r"--profile '': cannot write there \(an empty name\)"),
     (["--profile", "TRACE", "--profile-updates", "5:6"],
      r"--profile-updates 5:6 is outside this run's updates 1..4, so no trace would be written; e.g. "

@@ -363,6 +363,9 @@ def cannot_write(directory: Path) -> str | None:
     """Why this process cannot create ``directory`` (parents too) and write a file in it, or None."""
     import os
 
+    blocker = next((folder for folder in (directory, *directory.parents) if folder.is_file()), None)
+    if blocker is not None:  # mkdir would say only "File exists" or "Not a directory"
+        return f"{blocker} is a file, not a folder"
     probe = directory / f".write-test-{os.getpid()}"  # one per process: processes may share the directory
     try:
         directory.mkdir(parents=True, exist_ok=True)
