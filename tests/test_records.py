@@ -397,6 +397,22 @@ def test_a_rich_dashboard_forced_onto_a_file_ends_its_last_draw_with_a_newline()
     assert stream.getvalue().endswith("\ndone\n") and "update 10/10" in stream.getvalue()
 
 
+def test_a_warning_before_the_first_update_is_not_lost_when_the_run_ends_there(capsys):
+    """The rich dashboard shows warnings in its panel, drawn from the first update on: a run that failed
+    before it (a warning from wandb, then an error) showed neither the panel nor the warning."""
+    from rich.console import Console
+
+    dashboard = RichDashboard(INFO, console=Console(file=io.StringIO(), width=140))
+    dashboard.warn("wandb could not start")
+    dashboard.close()
+    assert capsys.readouterr().err == "warning: wandb could not start\n"
+    drawn = RichDashboard(INFO, console=Console(file=io.StringIO(), width=140))
+    drawn.update(record(10))
+    drawn.warn("shown in the panel")
+    drawn.close()
+    assert capsys.readouterr().err == ""
+
+
 def test_the_dashboard_on_a_narrow_terminal_wraps_its_columns_instead_of_cutting_values():
     from rich.console import Console
 

@@ -185,6 +185,9 @@ class RichDashboard:
             self.live.stop()
             if not self.console.is_terminal and self.record is not None:
                 self.console.line()  # rich ends the last draw with a newline on a terminal only
+            if self.record is None:  # never drawn (the run ended before its first update): said here
+                for message in self.warnings:
+                    print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
 class Silent:
