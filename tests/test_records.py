@@ -203,6 +203,17 @@ def test_plot_writes_a_valid_png(tmp_path):
     assert result.returncode == 2 and "no run has values of 'episode_retrn'" in result.stderr
 
 
+def test_plot_tells_runs_of_the_same_folder_name_apart(tmp_path):
+    """Two studies' trial-0-seed-0 were both labelled trial-0-seed-0 in the legend."""
+    from jaxlab.observe.plot import curves
+
+    runs = [write_run(tmp_path / study, "trial-0-seed-0", "cartpole", [1.0]) for study in ("s1", "s2")]
+    other = write_run(tmp_path, "solo", "cartpole", [2.0])
+    assert [label for label, _, _ in curves([*runs, other], "episode_return", "step")] == \
+        ["s1/trial-0-seed-0", "s2/trial-0-seed-0", "solo"]
+    assert [label for label, _, _ in curves([other, other], "episode_return", "step")] == ["solo", "solo"]
+
+
 def test_short_run_leaves_metrics_summary_run_info_and_notes(tmp_path):
     run = tmp_path / "run"
     result = jaxlab("train", "cartpole", "--vec.num-envs", "8", "--train.minibatch-size", "64",

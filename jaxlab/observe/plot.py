@@ -29,18 +29,33 @@ def update_records(run: Path) -> list[dict]:
     return updates
 
 
+def run_labels(run_dirs: list[Path]) -> list[str]:
+    """A legend label per run: its folder's name, with as many parent folders as it takes to tell runs of
+    the same name apart (two studies' trial-0-seed-0: study-a/trial-0-seed-0, study-b/trial-0-seed-0)."""
+    parts = [Path(run).resolve().parts for run in run_dirs]
+    depths = [1] * len(parts)
+    while True:
+        labels = ["/".join(p[-d:]) for p, d in zip(parts, depths)]
+        clashing = {i for i, label in enumerate(labels)  # the same run given twice keeps its one name
+                    if any(other == label and parts[j] != parts[i] for j, other in enumerate(labels))}
+        if not clashing:
+            return labels
+        for i in clashing:
+            depths[i] += 1
+
+
 def curves(run_dirs: list[Path], metric: str, x: str) -> list[tuple[str, list[float], list[float]]]:
     """(label, xs, ys) per run: the updates where ``metric`` has a value."""
     key = X_AXES[x][0]
     out = []
-    for run in run_dirs:
+    for run, label in zip(run_dirs, run_labels(run_dirs)):
         records = update_records(Path(run))
         points = [(r[key], r[metric]) for r in records if r.get(metric) is not None]
         text = next((y for _, y in points if isinstance(y, bool) or not isinstance(y, (int, float))), None)
         if text is not None:  # compile_cache's "hit", a hand-edited value: no curve to draw
             raise PlotError(f"{metric!r} is not a number in {run} (e.g. {text!r}); plot a numeric metric, e.g. "
                             f"--metric episode_return")
-        out.append((Path(run).name, [p[0] for p in points], [p[1] for p in points]))
+        out.append((label, [p[0] for p in points], [p[1] for p in points]))
     if not any(xs for _, xs, _ in out):
         known = sorted(k for k, v in update_records(Path(run_dirs[0]))[-1].items() if isinstance(v, (int, float)))
         raise PlotError(f"no run has values of {metric!r}; metrics in {run_dirs[0]}: {', '.join(known)}")
