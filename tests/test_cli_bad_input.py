@@ -37,11 +37,12 @@ def test_config_flags_may_come_before_env(capsys):
 
 
 def test_a_flags_value_is_not_taken_for_a_missing_env(capsys):
-    """`jaxlab train --resume RUN --train.total-timesteps 8192` (ENV left out): argparse took 8192 for ENV
-    and the error said the run was 'of cartpole, not 8192'."""
-    with pytest.raises(SystemExit):
-        cli.main(["train", "--resume", "runs/x", "--train.total-timesteps", "8192"])
-    assert "the following arguments are required: ENV" in capsys.readouterr().err
+    """`jaxlab config --train.total-timesteps 8192` (ENV left out): argparse took 8192 for ENV."""
+    assert cli.main(["config", "--train.total-timesteps", "8192"]) == 2
+    assert capsys.readouterr().err == ("jaxlab config: error: ENV is missing: name an env, e.g. `jaxlab config "
+                                       "cartpole` (`jaxlab envs` lists them)\n")
+    assert cli.main(["train", "--resume", "latest", "--train.total-timesteps", "8192"]) == 2
+    assert "--resume latest needs ENV" in capsys.readouterr().err
 
 
 def write_run(folder, lines, notes=None, summary=None):

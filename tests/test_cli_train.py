@@ -72,7 +72,7 @@ def test_a_resume_that_ends_no_episode_reports_the_runs_last_return(tmp_path):
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     ended = [r for r in records if r["episodes"]]
     assert [r["update"] for r in ended] == [13]
-    result = jaxlab("train", "pendulum", "--resume", str(run), "--train.total-timesteps", "1344",
+    result = jaxlab("train", "--resume", str(run), "--train.total-timesteps", "1344",  # ENV left out: the run's
                     "--log.dashboard", "none")
     assert result.returncode == 0, result.stderr
     last = result.stdout.strip().splitlines()[-1]

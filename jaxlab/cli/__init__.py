@@ -103,7 +103,11 @@ def _run(args: argparse.Namespace) -> int:
     from jaxlab.checkpoint import CheckpointError  # imports JAX: a Ctrl-C here is the caller's to handle
     from jaxlab.config import ConfigError
 
+    from jaxlab.cli.common import required_env
+
     try:
+        if args.takes_flags:  # the commands with ENV
+            required_env(args)
         return args.run(args)
     except (ConfigError, CheckpointError) as err:
         if from_an_interrupt(err):

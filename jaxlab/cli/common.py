@@ -45,6 +45,23 @@ def config_help() -> str:
     return "\n".join(lines)
 
 
+def required_env(args: argparse.Namespace) -> None:
+    """ConfigError when ARGS has no ENV, except for `jaxlab train --resume RUN` (not latest), which
+    takes the run's (resolve)."""
+    from jaxlab.config import ConfigError
+
+    if args.env is not None:
+        return
+    resume = getattr(args, "resume", None)
+    if resume and resume != "latest":
+        return
+    if resume == "latest":
+        raise ConfigError("--resume latest needs ENV, the env whose newest run to continue: e.g. "
+                          "`jaxlab train cartpole --resume latest` (or --resume RUN_DIR, whose env is its own)")
+    raise ConfigError(f"ENV is missing: name an env, e.g. `jaxlab {args.command} cartpole` (`jaxlab envs` "
+                      "lists them)")
+
+
 def whole_number(text: str) -> int:
     """An argparse type for a count given as a config integer is: 1000, 1_000 or 1e3 (argparse's own int
     refuses the last two, which every config key takes)."""
@@ -57,9 +74,11 @@ def whole_number(text: str) -> int:
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """ENV, --preset and --config, shared by every command that resolves a config."""
-    parser.add_argument("env", metavar="ENV", help="an env name (see `jaxlab envs`), or the path of an env "
-                        "header (path/to/NAME.h: built on first use and cached)")
+    """ENV, --preset and --config, shared by every command that resolves a config. ENV is optional to
+    argparse (a missing one is None) so that `jaxlab train --resume RUN` can take the run's: a command
+    that needs it calls required_env."""
+    parser.add_argument("env", metavar="ENV", nargs="?", help="an env name (see `jaxlab envs`), or the path of "
+                        "an env header (path/to/NAME.h: built on first use and cached)")
     parser.add_argument("--preset", default="auto", metavar="NAME",
                         help="presets, layered in order: a card (auto, the default: picked from the devices; "
                         "cpu, gpu, a100, h100) then workload sizes (heavy, beast), e.g. h100,heavy or heavy "
@@ -289,11 +308,16 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, update
         if args.preset != "auto":
             raise ConfigError("--preset cannot be combined with --resume (the checkpoint's config is the base); "
                               "pass the values you want to change as flags")
-        name = env_name_of(args.env)
+        name = env_name_of(args.env) if args.env is not None else None  # None: the run's (required_env)
         resume = find_checkpoint(args.resume, name)
         first, meta = newest_usable(resume, read_meta, warn)
         resume_meta = {first: meta}
         saved_env = meta.get("env_name", name)
+        if args.env is None:
+            if saved_env is None:
+                raise ConfigError(f"--resume {args.resume}: its checkpoint does not name its env; "
+                                  f"run `jaxlab train ENV --resume {args.resume}`")
+            args.env = name = saved_env
         if saved_env != name:  # before ENV's header is built: it may not even hold the checkpoint's env
             raise ConfigError(f"--resume {args.resume} is a run of {saved_env!r}, not {name!r}; "
                               f"run `jaxlab train {saved_env} --resume {args.resume}`")

@@ -460,8 +460,8 @@ def add_commands(add) -> None:
     train.add_argument("--notes", metavar="TEXT", help="the run's hypothesis, saved as notes.md in the run dir "
                        "and shown by `jaxlab runs`")
     train.add_argument("--resume", metavar="WHAT", help="continue a run: latest (the newest run of ENV "
-                       "under runs/), a run dir, its checkpoints/ directory or one checkpoint directory; flags "
-                       "change allowed values")
+                       "under runs/), a run dir, its checkpoints/ directory or one checkpoint directory (ENV may "
+                       "then be left out: the run's); flags change allowed values")
     train.add_argument("--resume-any-env", action="store_true", help="resume even when the env's source (its "
                        "header or library) changed since the checkpoint")
     train.add_argument("--profile", metavar="DIR", help="write a JAX profiler trace of some updates to DIR "
