@@ -418,3 +418,16 @@ def test_a_run_a_second_sigint_stopped_at_once_is_rerun_by_its_sweep_when_it_sav
                     "checkpoint at the stop: continued from its newest checkpoint, or started again; the other "
                     "running trials saved one; continue with `jaxlab sweep cartpole --study s`")
     assert "every running trial saved a checkpoint" in stopped_line("SIGINT", "1 running", [], "again")
+
+
+def test_trials_logging_to_wandb_are_grouped_by_study_unless_the_user_named_a_group():
+    """Trials of two studies in one wandb project had no group: they could not be told apart."""
+    from jaxlab.config import load_config
+    from jaxlab.sweep.trials import wandb_group_flags
+
+    def base(*flags):
+        return load_config("cartpole", flags=list(flags))[0]
+
+    assert wandb_group_flags(base("--log.wandb", "true"), "cp-1") == ["--log.wandb-group", "cp-1"]
+    assert wandb_group_flags(base("--log.wandb", "true", "--log.wandb-group", "mine"), "cp-1") == []
+    assert wandb_group_flags(base(), "cp-1") == []  # no wandb

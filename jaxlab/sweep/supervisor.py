@@ -27,7 +27,8 @@ from jaxlab.config import Config, ConfigError
 from jaxlab.observe.records import interrupted_at_once
 from jaxlab.sweep import study as study_lib
 from jaxlab.sweep.space import SweepSpec, apply_params, check_config
-from jaxlab.sweep.trials import MetricsFollower, Slot, child_environment, last_line, start, train_command
+from jaxlab.sweep.trials import (MetricsFollower, Slot, child_environment, last_line, start, train_command,
+                                 wandb_group_flags)
 
 POLL_SECONDS = 0.25
 
@@ -261,8 +262,9 @@ class Sweep:
     def launch(self, run: TrialRun, seed_run: SeedRun, slot: Slot) -> None:
         short = " ".join(f"{k.split('.', 1)[1]}={_value(v)}" for k, v in run.params.items())
         notes = f"{short} (sweep {self.study.study_name} trial {run.number} seed {seed_run.seed})"
-        args = train_command(self.base.env_name, seed_run.run_dir, self.base_path, param_flags(run.params),
-                             seed_run.seed, slot, notes, seed_run.resume)
+        flags = param_flags(run.params) + wandb_group_flags(self.base, self.study.study_name)
+        args = train_command(self.base.env_name, seed_run.run_dir, self.base_path, flags, seed_run.seed, slot, notes,
+                             seed_run.resume)
         seed_run.run_dir.mkdir(parents=True, exist_ok=True)
         seed_run.process = start(args, slot, child_environment(slot, self.env), seed_run.log_path)
         seed_run.state, seed_run.slot = "running", slot

@@ -87,6 +87,14 @@ def child_environment(slot: Slot, base_env: dict) -> dict:
     return env
 
 
+def wandb_group_flags(config, study_name: str) -> list[str]:
+    """``--log.wandb-group STUDY`` for the trials of a study whose base ``config`` logs to wandb with no
+    group of its own (so that a project's trials are told apart by study), else []."""
+    if config.log.wandb and not config.log.wandb_group:
+        return ["--log.wandb-group", study_name]
+    return []
+
+
 def train_command(env_name: str, run_dir: Path, base_config: Path, params_flags: list[str], seed: int,
                   slot: Slot, notes: str, resume: bool) -> list[str]:
     """The `jaxlab train` arguments of one run of a trial: a new run on the study's base config with
