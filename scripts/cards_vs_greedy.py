@@ -34,7 +34,11 @@ class Against:
 
     def __init__(self, trainer, opponent: int):
         self.config = dataclasses.replace(trainer.config, env={**trainer.config.env, "opponent": opponent})
-        self.policy, self.spec, self.env, self.state = trainer.policy, trainer.spec, trainer.env, trainer.state
+        self._trainer = trainer
+
+    def __getattr__(self, name):
+        """Everything but the config is the trainer's (policy, spec, env, state, norm, ...)."""
+        return getattr(self._trainer, name)
 
 
 def evaluate(trainer, opponent: int, episodes: int, seed: int) -> dict:
