@@ -22,7 +22,7 @@ import sys
 import time
 
 from jaxlab.config import load_config
-from jaxlab.run.bench import script_main
+from jaxlab.run.bench import at_least, positive_number, script_main
 from jaxlab.run.loop import train_loop
 from jaxlab.train.evaluation import play
 from jaxlab.train.trainer import Trainer
@@ -54,9 +54,9 @@ def evaluate(trainer, opponent: int, episodes: int, seed: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--opponent", choices=list(OPPONENTS), default="greedy", help="the training opponent")
-    parser.add_argument("--steps", type=float, default=5e6, help="agent-steps to train")
-    parser.add_argument("--evals", type=int, default=10, help="evaluation points after the start")
-    parser.add_argument("--episodes", type=int, default=512, help="games per evaluation and opponent")
+    parser.add_argument("--steps", type=positive_number, default=5e6, help="agent-steps to train")
+    parser.add_argument("--evals", type=at_least(1), default=10, help="evaluation points after the start")
+    parser.add_argument("--episodes", type=at_least(1), default=512, help="games per evaluation and opponent")
     parser.add_argument("--out", help="also write every line as JSON to this file")
     parser.add_argument("flags", nargs="*", help="config flags after --, e.g. -- --train.ent-coef 0.01")
     args = parser.parse_args()

@@ -34,6 +34,12 @@ SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
      "e.g. --agents 8"),
     ("bench_train.py", ["--scaling", "--agents", "8", "--flags", "--train.nope", "1"],
      "bench_train.py: error: unknown config key 'train.nope'"),
+    ("cards_vs_greedy.py", ["--evals", "0"],
+     "cards_vs_greedy.py: error: argument --evals: '0' is not a whole number >= 1"),
+    ("cards_vs_greedy.py", ["--episodes", "0"],
+     "cards_vs_greedy.py: error: argument --episodes: '0' is not a whole number >= 1"),
+    ("cards_vs_greedy.py", ["--steps", "nan"],
+     "cards_vs_greedy.py: error: argument --steps: 'nan' is not a finite number > 0"),
     ("cards_vs_greedy.py", ["--", "--vec.num-envs", "8"],
      "cards_vs_greedy.py: error: train.minibatch_size=256 must divide the batch of 128 (8 envs x 1 agents x horizon "
      "16); e.g. --train.minibatch-size 128"),
