@@ -18,9 +18,11 @@ import argparse
 import dataclasses
 import json
 import math
+import sys
 import time
 
 from jaxlab.config import load_config
+from jaxlab.run.bench import at_least, positive_number, script_main
 from jaxlab.run.loop import train_loop
 from jaxlab.train.evaluation import play
 from jaxlab.train.trainer import Trainer
@@ -34,7 +36,11 @@ class Against:
 
     def __init__(self, trainer, opponent: int):
         self.config = dataclasses.replace(trainer.config, env={**trainer.config.env, "opponent": opponent})
-        self.policy, self.spec, self.env, self.state = trainer.policy, trainer.spec, trainer.env, trainer.state
+        self._trainer = trainer
+
+    def __getattr__(self, name):
+        """Everything but the config is the trainer's (policy, spec, env, state, norm, ...)."""
+        return getattr(self._trainer, name)
 
 
 def evaluate(trainer, opponent: int, episodes: int, seed: int) -> dict:
@@ -48,9 +54,9 @@ def evaluate(trainer, opponent: int, episodes: int, seed: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--opponent", choices=list(OPPONENTS), default="greedy", help="the training opponent")
-    parser.add_argument("--steps", type=float, default=5e6, help="agent-steps to train")
-    parser.add_argument("--evals", type=int, default=10, help="evaluation points after the start")
-    parser.add_argument("--episodes", type=int, default=512, help="games per evaluation and opponent")
+    parser.add_argument("--steps", type=positive_number, default=5e6, help="agent-steps to train")
+    parser.add_argument("--evals", type=at_least(1), default=10, help="evaluation points after the start")
+    parser.add_argument("--episodes", type=at_least(1), default=512, help="games per evaluation and opponent")
     parser.add_argument("--out", help="also write every line as JSON to this file")
     parser.add_argument("flags", nargs="*", help="config flags after --, e.g. -- --train.ent-coef 0.01")
     args = parser.parse_args()
@@ -85,4 +91,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(script_main(main, "cards_vs_greedy.py"))  # a flag the config refuses: one line, exit status 2

@@ -2,6 +2,7 @@
 one line and exit status 2, never a traceback, and nothing is run or written (their figures are speed,
 measured by hand, not tested)."""
 
+import json
 import os
 import runpy
 import signal
@@ -33,6 +34,16 @@ SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
      "e.g. --agents 8"),
     ("bench_train.py", ["--scaling", "--agents", "8", "--flags", "--train.nope", "1"],
      "bench_train.py: error: unknown config key 'train.nope'"),
+    ("cards_vs_greedy.py", ["--evals", "0"],
+     "cards_vs_greedy.py: error: argument --evals: '0' is not a whole number >= 1"),
+    ("cards_vs_greedy.py", ["--episodes", "0"],
+     "cards_vs_greedy.py: error: argument --episodes: '0' is not a whole number >= 1"),
+    ("cards_vs_greedy.py", ["--steps", "nan"],
+     "cards_vs_greedy.py: error: argument --steps: 'nan' is not a finite number > 0"),
+    ("cards_vs_greedy.py", ["--", "--vec.num-envs", "8"],
+     "cards_vs_greedy.py: error: train.minibatch_size=256 must divide the batch of 128 (8 envs x 1 agents x horizon "
+     "16); e.g. --train.minibatch-size 128"),
+    ("cards_vs_greedy.py", ["--", "--train.nope", "1"], "cards_vs_greedy.py: error: unknown config key 'train.nope'"),
     ("bench_env.py", ["--seconds", "0"], "bench_env.py: error: argument --seconds: '0' is not a finite number > 0"),
     ("bench_env.py", ["--seconds", "-1"], "bench_env.py: error: argument --seconds: '-1' is not a finite number > 0"),
     ("bench_env.py", ["--agents", "1024", "0"],
@@ -169,3 +180,15 @@ def test_a_benchmark_script_stopped_by_ctrl_c_is_one_line_and_exit_130(capsys):
     assert script_main(interrupted, "bench_x.py") == 130
     out, err = capsys.readouterr()
     assert out == "figures so far\n" and err == "bench_x.py: interrupted\n"
+
+
+def test_cards_vs_greedy_evaluates_the_policy_it_trains(tmp_path):
+    out = tmp_path / "rows.json"
+    run = subprocess.run([sys.executable, str(SCRIPTS / "cards_vs_greedy.py"), "--steps", "512", "--evals", "1",
+                          "--episodes", "4", "--out", str(out), "--", "--vec.num-envs", "16"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [row["steps"] for row in rows] == [0, 512]
+    assert all(row[k]["episodes"] == 4 and 0 <= row[k]["win_rate"] <= 1
+               for row in rows for k in ("vs_greedy", "vs_random"))

@@ -604,6 +604,17 @@ def test_shaping_rewards_the_change_of_the_life_margin():
         assert step(env, attack(0))[1].tolist() == [0.0]
 
 
+def test_episode_return_sums_the_shaping_rewards_of_the_whole_game():
+    # The margin goes 14/20 (attack) 17/20 (their turn: a Squire, no damage) 17/20 (attack) 20/20 and a win:
+    # rewards 0.5 * 3/20, 0, 1 + 0.5 * 3/20; the statistic is their sum, not the last step's 1.075.
+    state = position(you=side(board=[creature("Scout")]), them=side(life=6))
+    with at(make(opponent=1, shaping=0.5), state) as env:
+        rewards = [step(env, attack(0))[1][0], step(env, END)[1][0]]
+        _, last, terminals, _, info = step(env, attack(0))
+    assert rewards == pytest.approx([0.075, 0.0]) and last.tolist() == pytest.approx([1.075])
+    assert terminals.tolist() == [True] and info["episode_return"] == pytest.approx(1.15)
+
+
 def test_the_env_benchmark_steps_a_masked_env_with_legal_actions():
     from jaxlab.run.bench import env_steps_per_second
 

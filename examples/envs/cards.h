@@ -247,6 +247,7 @@ typedef struct {
     uint32_t games;         /* games started by this env, for messages */
     int32_t moves[2];       /* steps of each agent in this game */
     int32_t illegal[2];     /* moves the rules forbid, per agent (strict 0) */
+    float returns[2];       /* each agent's rewards summed over this game (episode_return) */
     int32_t event_mark;     /* events.count when the last step began */
     CardsEvents events;
     int32_t failed;         /* 1: `error` holds why; every step fails until a reset */
@@ -949,6 +950,7 @@ static void cards_reset(Cards *env) {
     env->games++;
     env->moves[0] = env->moves[1] = 0;
     env->illegal[0] = env->illegal[1] = 0;
+    env->returns[0] = env->returns[1] = 0.0f;
     /* after a game's end the render goes on showing its last step; a reset mid-game starts afresh */
     if (!after_end || env->events.count > 1000000000) env->event_mark = env->events.count;
     if (env->events.count > 1000000000) env->events.count = env->event_mark = 0;
@@ -1009,11 +1011,12 @@ static int cards_step(Cards *env) {
         float reward = !g->over || g->winner < 0 ? 0.0f : g->winner == a ? 1.0f : -1.0f;
         reward += env->shaping * (cards_margin(g, a) - margin[a]);
         env->rewards[a] = reward;
+        env->returns[a] += reward;
         env->terminals[a] = (uint8_t)g->over;
         env->truncations[a] = 0;
         if (!g->over) continue;
         ended++;
-        env->log.episode_return += reward;
+        env->log.episode_return += env->returns[a]; /* the whole game's, shaping included */
         env->log.episode_length += (float)env->moves[a];
         env->log.win_rate += (float)(g->winner == a);
         env->log.draw_rate += (float)(g->winner < 0);
