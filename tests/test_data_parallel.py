@@ -161,13 +161,14 @@ def communicate_all(procs: list, timeout: float) -> list[tuple[str, str]]:
         return list(pool.map(lambda p: p.communicate(timeout=timeout), procs))
 
 
-def test_two_processes_give_the_losses_of_one_process_with_two_devices():
-    """2 processes on localhost (gloo collectives on the CPU), 1 device and 2 groups of 2 envs each, against
-    1 process with 2 forced devices and the same 4 groups (the same env seeds and sampling keys, by
-    global group index): the same losses (tolerance as above) and episode statistics (the records
-    sum every process's)."""
-    flags = [*FLAGS, "--train.total-timesteps", "512"]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+def test_two_processes_of_two_devices_give_the_losses_of_one_process():
+    """2 processes on localhost (gloo collectives on the CPU), 2 forced devices and 2 groups of 2 envs each,
+    against 1 process with 2 forced devices and the same 4 groups (the same env seeds and sampling keys,
+    by global group index): the same losses (tolerance as above) and episode statistics (the records
+    sum every process's). Several devices per process (a host of GPUs) died in the first rollout: the
+    process's copy of the replicated params put the first device's shard on every device."""
+    flags = [*FLAGS, "--train.total-timesteps", "512", "--device.count", "2"]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
     coordinator = f"localhost:{free_port()}"
     procs = [subprocess.Popen([sys.executable, "-c", PROCESS_SCRIPT, coordinator, "2", str(i), *flags,
                                "--vec.groups", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -176,12 +177,11 @@ def test_two_processes_give_the_losses_of_one_process_with_two_devices():
     for proc, (stdout, stderr) in zip(procs, communicate_all(procs, timeout=600), strict=True):
         assert proc.returncode == 0, stderr[-3000:]
         outputs.append(json.loads(next(l for l in stdout.splitlines() if l.startswith("RESULT "))[len("RESULT "):]))
-    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
     single = subprocess.run([sys.executable, "-c", PROCESS_SCRIPT, "", "1", "0", *flags, "--vec.groups", "4"],
                             capture_output=True, text=True, env=env, timeout=600)
     assert single.returncode == 0, single.stderr[-3000:]
     one = json.loads(next(l for l in single.stdout.splitlines() if l.startswith("RESULT "))[len("RESULT "):])
-    assert [o["processes"] for o in outputs] == [2, 2] and outputs[0]["devices"] == one["devices"] == 2
+    assert [o["processes"] for o in outputs] == [2, 2] and outputs[0]["devices"] == 4 and one["devices"] == 2
     assert outputs[0]["envs"] == outputs[1]["envs"] == [2, 2] and one["envs"] == [2, 2, 2, 2]
     for a, b, c in zip(one["records"], *[o["records"] for o in outputs], strict=True):
         assert b["compiles"] == c["compiles"] == 3

@@ -108,11 +108,12 @@ class DataParallel:
         return jax.tree.map(put, tree)
 
     def local(self, tree):
-        """A replicated global tree as an array of this process's devices (no copy)."""
+        """A replicated global tree as an array of this process's devices (no copy). Each shard's own data:
+        addressable_data(i) of a replicated array is the first device's for every i."""
         if self.processes == 1:
             return tree
         return jax.tree.map(lambda x: jax.make_array_from_single_device_arrays(
-            x.shape, self.replicated, [x.addressable_data(i) for i in range(len(x.addressable_shards))]), tree)
+            x.shape, self.replicated, [shard.data for shard in x.addressable_shards]), tree)
 
     def global_segment(self, segment):
         """The rollout's segment (this process's rows) as the rows of every process, in process order:
