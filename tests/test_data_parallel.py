@@ -415,3 +415,22 @@ def test_a_checkpoint_write_failing_in_one_process_stops_every_process_after_the
     assert (run / "checkpoints" / "2").is_dir() and not checkpoint.verify(run / "checkpoints" / "2")  # no files.json
     summary = json.loads((run / "summary.json").read_text())
     assert summary["error"] == results[0]["error"] and summary["updates"] == 4
+
+
+def test_processes_given_other_flags_are_refused_before_training(tmp_path):
+    """Process 1 alone given --train.learning-rate 0.5: both processes trained, silently, each its own
+    learning rate, and the 'replicated' params drifted apart; only process 0's config was saved. Every
+    process now compares its resolved config with process 0's and stops with exit 2, naming process 1."""
+    run = tmp_path / "run"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    coordinator = f"localhost:{free_port()}"
+    flags = [*FLAGS, "--log.dashboard", "none", "--run-dir", str(run), "--dist.coordinator", coordinator,
+             "--dist.num-processes", "2"]
+    procs = [subprocess.Popen([sys.executable, "-m", "jaxlab.cli", "train", "cartpole", *flags, "--dist.process-id",
+                               str(i), *(["--train.learning-rate", "0.5", "--vec.num-threads", "1"] if i else [])],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for i in range(2)]
+    outputs = communicate_all(procs, 300)
+    assert [p.returncode for p in procs] == [2, 2], [err[-2000:] for _, err in outputs]
+    for _, err in outputs:
+        assert "process(es) 1 resolved another config than process 0" in err and "Traceback" not in err
+    assert not (run / "metrics.jsonl").exists()

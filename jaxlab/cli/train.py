@@ -47,6 +47,16 @@ def train_command(args: argparse.Namespace) -> int:
         return code
 
 
+def shared_config_text(config) -> str:
+    """``config`` as TOML without what may differ between a run's processes: dist.process_id, and the
+    C threads (sized to each host's cores; they change no result)."""
+    from dataclasses import replace
+
+    from jaxlab.config import to_toml
+
+    return to_toml(replace(config, dist=replace(config.dist, process_id=0), vec=replace(config.vec, num_threads=0)))
+
+
 def _train(args: argparse.Namespace, stop, settings) -> int:
     """train_command's work once the processes have met (``settings``: jaxlab.run.distributed.Settings),
     with ``stop`` (StopSignals) active."""
@@ -60,6 +70,11 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
     processes = settings.num_processes
     resolved = resolve(args, warn if settings.process_id == 0 else quiet)  # JAX's backend starts here
     config, sizes = resolved.config, resolved.sizes
+    differ = distributed.processes_that_differ(shared_config_text(config)) if processes > 1 else []
+    if differ:  # each process resolves its own flags: one given another value would train apart, silently
+        raise ConfigError(f"process(es) {', '.join(map(str, differ))} resolved another config than process 0 "
+                          "(other flags, --config file, env file or preset); give every process the same "
+                          "command but --dist.process-id, and compare with `jaxlab config ENV ...` in each")
     for path, meta in resolved.resume_meta.items():  # before anything is built or loaded
         check_processes(meta, path, processes)
     primary = distributed.is_primary()

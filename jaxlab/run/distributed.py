@@ -167,3 +167,21 @@ def from_process_0(text: str) -> str:
 
     data = np.frombuffer(text.encode(), np.uint8)
     return np.asarray(multihost_utils.broadcast_one_to_all(data)).astype(np.uint8).tobytes().decode()
+
+
+def processes_that_differ(text: str) -> list[int]:
+    """The processes whose ``text`` (e.g. their resolved config) differs from process 0's (one small
+    all-gather of its SHA-256; every process must call it, in step, and every process gets the same
+    answer); [] in a one-process run."""
+    import hashlib
+
+    import jax
+
+    if jax.process_count() == 1:
+        return []
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    digest = np.frombuffer(hashlib.sha256(text.encode()).digest(), np.uint8)
+    gathered = np.asarray(multihost_utils.process_allgather(digest)).reshape(jax.process_count(), -1)
+    return [i for i in range(1, len(gathered)) if not np.array_equal(gathered[i], gathered[0])]
