@@ -48,13 +48,15 @@ def train_command(args: argparse.Namespace) -> int:
 
 
 def shared_config_text(config) -> str:
-    """``config`` as TOML without what may differ between a run's processes: dist.process_id, and the
-    C threads (sized to each host's cores; they change no result)."""
+    """``config`` as TOML without what may differ between a run's processes: dist.process_id, the
+    coordinator's address (process 0 may name itself otherwise than the others name it) and the C
+    threads (sized to each host's cores; they change no result)."""
     from dataclasses import replace
 
     from jaxlab.config import to_toml
 
-    return to_toml(replace(config, dist=replace(config.dist, process_id=0), vec=replace(config.vec, num_threads=0)))
+    dist = replace(config.dist, process_id=0, coordinator="")
+    return to_toml(replace(config, dist=dist, vec=replace(config.vec, num_threads=0)))
 
 
 def _train(args: argparse.Namespace, stop, settings) -> int:
