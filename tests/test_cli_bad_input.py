@@ -32,8 +32,8 @@ def test_config_flags_may_come_before_env(capsys):
     assert cli.main(["config", "--train.seed", "3", "memory", "--env.delay=2", "--policy.lstm", "false"]) == 0
     out = capsys.readouterr().out
     assert "\nseed = 3 " in out and "\ndelay = 2 " in out and "\nlstm = false " in out
-    assert cli.config_flags_last(["train", "--policy.lstm", "--train.seed", "1", "cartpole", "--run-dir", "a.b"]) == \
-        ["train", "cartpole", "--run-dir", "a.b", "--policy.lstm", "--train.seed", "1"]
+    assert cli.split_config_flags(["train", "--policy.lstm", "--train.seed", "1", "cartpole", "--run-dir", "a.b"]) == \
+        (["train", "cartpole", "--run-dir", "a.b"], ["--policy.lstm", "--train.seed", "1"])
 
 
 def test_a_flags_value_is_not_taken_for_a_missing_env(capsys):

@@ -593,20 +593,27 @@ def test_an_env_returning_nan_rewards_is_named_as_the_cause_not_the_learning_rat
     assert "of 64 values) in this update's batch" in error and "learning_rate" not in error, error
 
 
+def stroll_variant(user_env, tmp_path, name: str, old: str, new: str) -> Path:
+    """tmp_path/NAME.h: the stroll example header with ``old`` (which it must hold) replaced by ``new``
+    and the env renamed NAME."""
+    stroll = (user_env / "stroll.h").read_text()
+    assert old in stroll
+    header = tmp_path / f"{name}.h"
+    header.write_text(stroll.replace(old, new).replace("stroll", name).replace("Stroll", name.title()))
+    return header
+
+
 def test_a_header_whose_parameter_table_cannot_work_is_refused_naming_the_entry(user_env, tmp_path):
     """A parameter named like one of jaxlab.make's own arguments (seed) could never be set (make takes
     seed= itself), and one with a default outside its own range made every use fail with a message
     that blamed the user's value: the env's library is refused, naming the entry and the fix."""
-    stroll = (user_env / "stroll.h").read_text()
     entry = '{"length", 8, 2, 1000, 1,'
-    assert entry in stroll
     for name, replacement, expect in [
         ("seeded", '{"seed", 8, 2, 1000, 1,', "env 'seeded' parameter 'seed' has a name jaxlab keeps for itself"),
         ("offrange", '{"length", 1, 2, 1000, 1,', "env 'offrange' parameter length has default 1 outside its range "
                                                   "[2, 1000]: fix offrange_params[] in its header"),
     ]:
-        header = tmp_path / f"{name}.h"
-        header.write_text(stroll.replace(entry, replacement).replace("stroll", name).replace("Stroll", name.title()))
+        header = stroll_variant(user_env, tmp_path, name, entry, replacement)
         result = jaxlab_cli("train", str(header), *SMALL, "--train.total-timesteps", "256")
         assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
         assert expect in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
@@ -632,12 +639,8 @@ def test_a_statistic_named_like_a_metric_of_jaxlab_or_twice_is_refused(user_env,
     """A statistic named sps overwrote the SPS of every training record (the run said '1 SPS'), one
     named episodes died with a KeyError traceback, and one named twice merged two fields silently:
     the env's library is refused with one line naming the statistic and the fix."""
-    stroll = (user_env / "stroll.h").read_text()
-    names = '{"episode_return", "episode_length", "reached_goal"}'
-    assert names in stroll
-    header = tmp_path / "speedy.h"
-    header.write_text(stroll.replace(names, '{"episode_return", "episode_length", "sps"}')
-                      .replace("stroll", "speedy").replace("Stroll", "Speedy"))
+    header = stroll_variant(user_env, tmp_path, "speedy", '{"episode_return", "episode_length", "reached_goal"}',
+                            '{"episode_return", "episode_length", "sps"}')
     result = jaxlab_cli("train", str(header), *SMALL, "--train.total-timesteps", "256")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert result.stderr.strip().splitlines() == [
@@ -672,16 +675,17 @@ def test_an_env_path_entry_that_is_no_folder_is_named_when_the_env_is_not_found(
     assert jaxlab.env.env_type("stroll").name == "stroll"
 
 
+#: stroll.h's render hook's return line (the render tests replace it)
+RENDER_LINE = ('return snprintf(out, (size_t)size, "|%s|  step %d  return %+.2f", cells, env->tick, '
+               'env->episode_return);')
+
+
 def test_a_text_frame_longer_than_4_kib_is_rendered_whole(user_env, tmp_path):
     """VecEnv.render read a render hook's frame into a 4,096-byte buffer and cut anything longer without a
     word (a 60 x 80 grid is 4.9 KB); the hook is snprintf-style, so its return tells the frame's length
     and the frame is drawn again into a buffer that holds it."""
-    stroll = (user_env / "stroll.h").read_text()
-    line = 'return snprintf(out, (size_t)size, "|%s|  step %d  return %+.2f", cells, env->tick, env->episode_return);'
-    assert line in stroll
-    header = tmp_path / "tall.h"
-    header.write_text(stroll.replace(line, 'return snprintf(out, (size_t)size, "|%s|%6000d|end", cells, env->tick);')
-                      .replace("stroll", "tall").replace("Stroll", "Tall"))
+    header = stroll_variant(user_env, tmp_path, "tall", RENDER_LINE,
+                            'return snprintf(out, (size_t)size, "|%s|%6000d|end", cells, env->tick);')
     with jaxlab.make(str(header), num_envs=2) as env:
         env.reset()
         frame = env.render(1)
@@ -692,11 +696,8 @@ def test_a_render_hook_that_fails_is_named_not_taken_for_a_closed_env(user_env, 
     """A render hook returning -1 (its failure) came back as CENV_ERR_NULL, and VecEnv.render said the
     env was closed; -7 gave 'cenv render failed (-7): ' with no message. cenv_render turns a negative
     return into CENV_ERR_ENV with a message naming the env and the value."""
-    stroll = (user_env / "stroll.h").read_text()
-    line = 'return snprintf(out, (size_t)size, "|%s|  step %d  return %+.2f", cells, env->tick, env->episode_return);'
-    header = tmp_path / "shy.h"
-    header.write_text(stroll.replace(line, '(void)snprintf(out, (size_t)size, "|%s|", cells); return -1;')
-                      .replace("stroll", "shy").replace("Stroll", "Shy"))
+    header = stroll_variant(user_env, tmp_path, "shy", RENDER_LINE,
+                            '(void)snprintf(out, (size_t)size, "|%s|", cells); return -1;')
     with jaxlab.make(str(header), num_envs=2) as env:
         env.reset()
         with pytest.raises(RuntimeError, match=r"cenv_render: env 'shy' render hook returned -1 for env 1, a failure "

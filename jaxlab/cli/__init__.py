@@ -29,17 +29,11 @@ def build_parser() -> argparse.ArgumentParser:
 CONFIG_FLAG = re.compile(r"--[A-Za-z_][\w-]*\.[\w.-]+(=.*)?", re.DOTALL)
 
 
-def config_flags_last(argv: list[str]) -> list[str]:
-    """``argv`` with the config flags (``--section.key value`` or ``--section.key=value``) moved after
-    everything else, in their order: ``jaxlab train --train.seed 3 memory`` is ``jaxlab train memory
-    --train.seed 3`` (argparse would take the flag's value for ENV). A flag followed by another option
-    keeps no value (parse_flags says it needs one)."""
-    others, flags = split_config_flags(argv)
-    return others + flags
-
-
 def split_config_flags(argv: list[str]) -> tuple[list[str], list[str]]:
-    """``argv`` as (the rest, its config flags with their values), each in its order (config_flags_last)."""
+    """``argv`` as (the rest, its config flags: ``--section.key value`` or ``--section.key=value``), each in
+    its order: ``jaxlab train --train.seed 3 memory`` is ``jaxlab train memory`` and ``--train.seed 3``, and
+    argparse, given the rest alone, never takes a flag's value for ENV. A flag followed by another option
+    keeps no value (parse_flags says it needs one)."""
     flags, others = [], []
     i = 0
     while i < len(argv):
