@@ -207,8 +207,6 @@ def test_dist_settings_come_from_flags_or_slurm():
         Settings("n0:99", 2, 1)
     with pytest.raises(ConfigError, match=r"dist.num_processes=2 needs process 0's address: --dist.coordinator"):
         resolve(DistConfig(num_processes=2, process_id=1), {})
-    with pytest.raises(ConfigError, match=r"dist.process_id=2 must be in 0..1"):
-        resolve(DistConfig("h:1", 2, 2), {})
     with pytest.raises(ConfigError, match=r"dist.coordinator='h' must be HOST:PORT"):
         resolve(DistConfig("h", 2, 0), {})
     for bad in ("h:0", "h:65536", ":1234", "h:x"):
@@ -223,6 +221,54 @@ def test_dist_settings_come_from_flags_or_slurm():
         dist_from_flags(["--dist.num-processes", "x"])
     with pytest.raises(ConfigError, match=r"--dist.process-id '' is not an integer; e.g. --dist.process-id 0"):
         dist_from_flags(["--dist.process-id"])
+
+
+def test_a_process_id_out_of_range_names_where_it_and_the_count_came_from_and_the_fix():
+    """An index not in 0..N-1 said only 'dist.process_id=3 must be in 0..1 for dist.num_processes=2',
+    though under SLURM neither number was given as a flag: the line names each value with its source
+    (a --dist.* flag, SLURM_PROCID / SLURM_NTASKS, the default) and a fix for that combination."""
+    from jaxlab.config.schema import DistConfig
+    from jaxlab.run.distributed import resolve
+
+    def refusal(dist, environ) -> str:
+        with pytest.raises(ConfigError) as err:
+            resolve(dist, environ)
+        assert "\n" not in str(err.value)
+        return str(err.value)
+
+    assert refusal(DistConfig("h:1", 2, 2), {}) == (
+        "dist.process_id=2 is out of range for dist.num_processes=2: the processes are 0..1; give each process its "
+        "own --dist.process-id in 0..1, or set --dist.num-processes to the run's process count (above 2)")
+    assert refusal(DistConfig("h:1", 2, -1), {"SLURM_PROCID": "3", "SLURM_NTASKS": "4"}) == (
+        "dist.process_id=3 (from SLURM_PROCID, as --dist.process-id is not given) is out of range for "
+        "dist.num_processes=2: the processes are 0..1; set --dist.num-processes to the job's task count "
+        "(SLURM_NTASKS=4) or leave it out, or give --dist.process-id")
+    assert refusal(DistConfig("", 0, 5), {"SLURM_NTASKS": "4", "SLURM_JOB_ID": "1"}) == (
+        "dist.process_id=5 is out of range for dist.num_processes=4 (from SLURM_NTASKS, as --dist.num-processes is "
+        "not given): the processes are 0..3; give --dist.process-id in 0..3, or leave it out to take SLURM_PROCID")
+    assert refusal(DistConfig(), {"SLURM_PROCID": "4", "SLURM_NTASKS": "4", "SLURM_JOB_ID": "1"}).endswith(
+        "SLURM_PROCID and SLURM_NTASKS disagree: launch each process with srun (which sets both), or give "
+        "--dist.num-processes and --dist.process-id")
+    assert refusal(DistConfig("", 0, 5), {}) == (
+        "dist.process_id=5 is out of range for dist.num_processes=1 (the default: neither --dist.num-processes nor "
+        "SLURM_NTASKS is set): its one process is 0; give every process --dist.num-processes N (the run's process "
+        "count, above 5) and --dist.coordinator HOST:PORT, or leave out --dist.process-id for a one-process run")
+    assert refusal(DistConfig(), {"SLURM_PROCID": "2"}).endswith(
+        "set SLURM_NTASKS to the job's task count, or give --dist.num-processes N and --dist.process-id")
+
+
+def test_a_slurm_procid_out_of_range_exits_2_with_one_line(monkeypatch, capsys):
+    from jaxlab import cli
+
+    for name in ("SLURM_NTASKS", "SLURM_JOB_ID", "JAXLAB_COORDINATOR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SLURM_PROCID", "3")
+    assert cli.main(["config", "cartpole", "--dist.num-processes", "2", "--dist.coordinator", "h:1"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == ("jaxlab config: error: dist.process_id=3 (from SLURM_PROCID, as --dist.process-id "
+                                 "is not given) is out of range for dist.num_processes=2: the processes are 0..1; "
+                                 "set --dist.num-processes to the job's task count or leave it out, or give "
+                                 "--dist.process-id\n")
 
 
 def train_in_processes(*args, processes=2, timeout=600) -> list[subprocess.CompletedProcess]:

@@ -30,37 +30,92 @@ class Settings:
     process_id: int
 
 
+@dataclass(frozen=True)
+class Given:
+    """dist.num_processes or dist.process_id as resolved, with where it came from (for an error)."""
+    key: str      # "dist.num_processes" or "dist.process_id"
+    value: int
+    source: str   # "flag" (--dist.*), "env" (the variable ``variable``) or "default" (neither set)
+    variable: str  # SLURM_NTASKS or SLURM_PROCID
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.key.replace("_", "-")
+
+    def origin(self) -> str:
+        """Where the value came from, as a parenthesis after it ("" for a flag: the key names it)."""
+        if self.source == "env":
+            return f" (from {self.variable}, as {self.flag} is not given)"
+        if self.source == "default":
+            return f" (the default: neither {self.flag} nor {self.variable} is set)"
+        return ""
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}{self.origin()}"
+
+
+def given(dist_value: int, unset: int, key: str, variable: str, default: int, environ: Mapping[str, str]) -> Given:
+    """``dist_value`` (a --dist.* flag's) unless it is ``unset``; else the environment's ``variable``, else
+    ``default``; ConfigError when the variable is not an integer."""
+    if dist_value != unset:
+        return Given(key, dist_value, "flag", variable)
+    if variable not in environ:
+        return Given(key, default, "default", variable)
+    try:
+        return Given(key, int(environ[variable]), "env", variable)
+    except ValueError:
+        raise ConfigError(f"{variable}={environ[variable]!r} is not an integer") from None
+
+
+def out_of_range_fix(pid: Given, n: Given, environ: Mapping[str, str]) -> str:
+    """The fix for a process index ``pid`` not in 0..n-1, by where each came from."""
+    ids = f"0..{n.value - 1}" if n.value > 1 else "0"
+    if pid.source == "flag" and n.source == "flag":
+        return (f"give each process its own --dist.process-id in {ids}, or set --dist.num-processes to the run's "
+                f"process count (above {pid.value})")
+    if pid.source == "flag" and n.source == "env":
+        return f"give --dist.process-id in {ids}, or leave it out to take SLURM_PROCID"
+    if pid.source == "flag":
+        return (f"give every process --dist.num-processes N (the run's process count, above {pid.value}) and "
+                "--dist.coordinator HOST:PORT, or leave out --dist.process-id for a one-process run")
+    if n.source == "flag":
+        tasks = f" (SLURM_NTASKS={environ['SLURM_NTASKS']})" if "SLURM_NTASKS" in environ else ""
+        return (f"set --dist.num-processes to the job's task count{tasks} or leave it out, or give "
+                "--dist.process-id")
+    if n.source == "env":
+        return ("SLURM_PROCID and SLURM_NTASKS disagree: launch each process with srun (which sets both), or give "
+                "--dist.num-processes and --dist.process-id")
+    return "set SLURM_NTASKS to the job's task count, or give --dist.num-processes N and --dist.process-id"
+
+
 def resolve(dist: DistConfig, environ: Mapping[str, str] = os.environ) -> Settings:
     """The settings of ``dist`` with the environment filling what it leaves out; ConfigError when they
-    do not make a run."""
-    def env_int(name: str, default: int) -> int:
-        try:
-            return int(environ.get(name, default))
-        except ValueError:
-            raise ConfigError(f"{name}={environ[name]!r} is not an integer") from None
-
+    do not make a run, naming each count or index with where it came from (a --dist.* flag, SLURM_NTASKS
+    or SLURM_PROCID, the default)."""
     if dist.process_id < -1:
         raise ConfigError(f"dist.process_id={dist.process_id} must be -1 (from SLURM_PROCID, else 0) or a "
                           f"process's index from 0, e.g. --dist.process-id 0")
-    n = dist.num_processes or env_int("SLURM_NTASKS", 1)
-    pid = dist.process_id if dist.process_id >= 0 else env_int("SLURM_PROCID", 0)
+    n = given(dist.num_processes, 0, "dist.num_processes", "SLURM_NTASKS", 1, environ)
+    pid = given(dist.process_id, -1, "dist.process_id", "SLURM_PROCID", 0, environ)
     coordinator = dist.coordinator or environ.get("JAXLAB_COORDINATOR", "")
-    if n < 1:
-        raise ConfigError(f"dist.num_processes={n} must be at least 1 (0: from SLURM_NTASKS, else 1)")
-    if not 0 <= pid < n:
-        raise ConfigError(f"dist.process_id={pid} must be in 0..{n - 1} for dist.num_processes={n}")
-    if n > 1 and not coordinator and "SLURM_JOB_ID" not in environ:
-        raise ConfigError(f"dist.num_processes={n} needs process 0's address: --dist.coordinator HOST:PORT "
+    if n.value < 1:
+        raise ConfigError(f"dist.num_processes={n.value} must be at least 1 (0: from SLURM_NTASKS, else 1)")
+    if not 0 <= pid.value < n.value:
+        processes = f"the processes are 0..{n.value - 1}" if n.value > 1 else "its one process is 0"
+        raise ConfigError(f"{pid} is out of range for {n}: {processes}; "
+                          f"{out_of_range_fix(pid, n, environ)}")
+    if n.value > 1 and not coordinator and "SLURM_JOB_ID" not in environ:
+        raise ConfigError(f"dist.num_processes={n.value} needs process 0's address: --dist.coordinator HOST:PORT "
                           "(or JAXLAB_COORDINATOR), the same for every process")
     host, _, port = coordinator.rpartition(":")
     if coordinator and (not host or not port.isdigit() or not 1 <= int(port) <= 65535):
         raise ConfigError(f"dist.coordinator={coordinator!r} must be HOST:PORT with a port in 1..65535, e.g. "
                           f"--dist.coordinator node0:12345")
-    if dist.coordinator and n == 1:
-        raise ConfigError(f"dist.coordinator={dist.coordinator!r} is given but the run has 1 process; give every "
-                          f"process --dist.num-processes N (N >= 2) and its --dist.process-id, or leave out "
-                          f"--dist.coordinator")
-    return Settings(coordinator, n, pid)
+    if dist.coordinator and n.value == 1:
+        raise ConfigError(f"dist.coordinator={dist.coordinator!r} is given but the run has 1 process; "
+                          f"give every process --dist.num-processes N (N >= 2) and its --dist.process-id, or leave "
+                          f"out --dist.coordinator")
+    return Settings(coordinator, n.value, pid.value)
 
 
 def dist_from_flags(flags: Sequence[str]) -> DistConfig:
