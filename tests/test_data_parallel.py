@@ -212,8 +212,9 @@ def test_dist_settings_come_from_flags_or_slurm():
     for bad in ("h:0", "h:65536", ":1234", "h:x"):
         with pytest.raises(ConfigError, match=rf"dist.coordinator='{bad}' must be HOST:PORT with a port in 1..65535"):
             resolve(DistConfig(bad, 2, 0), {})
-    with pytest.raises(ConfigError, match=r"dist.coordinator='h:1' is given but the run has 1 process; give every "
-                                          r"process --dist.num-processes N"):
+    with pytest.raises(ConfigError, match=r"dist.coordinator='h:1' is given but the run has 1 process \(the "
+                                          r"default: neither --dist.num-processes nor SLURM_NTASKS is set\); give "
+                                          r"every process --dist.num-processes N"):
         resolve(DistConfig("h:1", 0, -1), {})
     with pytest.raises(ConfigError, match=r"dist.process_id=-2 must be -1 \(from SLURM_PROCID, else 0\) or"):
         resolve(DistConfig("h:1", 2, -2), {})
@@ -221,6 +222,32 @@ def test_dist_settings_come_from_flags_or_slurm():
         dist_from_flags(["--dist.num-processes", "x"])
     with pytest.raises(ConfigError, match=r"--dist.process-id '' is not an integer; e.g. --dist.process-id 0"):
         dist_from_flags(["--dist.process-id"])
+
+
+def test_dist_refusals_name_the_slurm_variable_that_gave_the_value():
+    """A count from SLURM_NTASKS was refused as 'dist.num_processes=2 needs process 0's address' or
+    'dist.num_processes=0 must be at least 1', naming a key the user never set; a bad SLURM_NTASKS gave
+    no fix. Each names the variable now, with a fix that fits it."""
+    from jaxlab.config.schema import DistConfig
+    from jaxlab.run.distributed import resolve
+
+    with pytest.raises(ConfigError, match=r"^dist.num_processes=2 \(from SLURM_NTASKS, as --dist.num-processes is "
+                                          r"not given\) needs process 0's address: --dist.coordinator HOST:PORT \(or "
+                                          r"JAXLAB_COORDINATOR\), the same for every process \(or "
+                                          r"--dist.num-processes 1 to run alone\)$"):
+        resolve(DistConfig(), {"SLURM_NTASKS": "2"})
+    with pytest.raises(ConfigError, match=r"^dist.num_processes=0 \(from SLURM_NTASKS, as --dist.num-processes is "
+                                          r"not given\) must be at least 1; unset SLURM_NTASKS, or give "
+                                          r"--dist.num-processes N$"):
+        resolve(DistConfig(), {"SLURM_NTASKS": "0"})
+    with pytest.raises(ConfigError, match=r"^dist.num_processes=-2 must be at least 1; e.g. --dist.num-processes 2"):
+        resolve(DistConfig(num_processes=-2), {})
+    with pytest.raises(ConfigError, match=r"^dist.coordinator='h:1' is given but the run has 1 process \(from "
+                                          r"SLURM_NTASKS, as --dist.num-processes is not given\); give every process"):
+        resolve(DistConfig("h:1", 0, -1), {"SLURM_NTASKS": "1"})
+    with pytest.raises(ConfigError, match=r"^SLURM_PROCID='x' is not an integer \(it gives dist.process_id\); unset "
+                                          r"it or give --dist.process-id I$"):
+        resolve(DistConfig(), {"SLURM_PROCID": "x"})
 
 
 def test_a_process_id_out_of_range_names_where_it_and_the_count_came_from_and_the_fix():

@@ -64,7 +64,8 @@ def given(dist_value: int, unset: int, key: str, variable: str, default: int, en
     try:
         return Given(key, int(environ[variable]), "env", variable)
     except ValueError:
-        raise ConfigError(f"{variable}={environ[variable]!r} is not an integer") from None
+        raise ConfigError(f"{variable}={environ[variable]!r} is not an integer (it gives {key}); unset it or give "
+                          f"--{key.replace('_', '-')} {'N' if key == 'dist.num_processes' else 'I'}") from None
 
 
 def out_of_range_fix(pid: Given, n: Given, environ: Mapping[str, str]) -> str:
@@ -99,20 +100,23 @@ def resolve(dist: DistConfig, environ: Mapping[str, str] = os.environ) -> Settin
     pid = given(dist.process_id, -1, "dist.process_id", "SLURM_PROCID", 0, environ)
     coordinator = dist.coordinator or environ.get("JAXLAB_COORDINATOR", "")
     if n.value < 1:
-        raise ConfigError(f"dist.num_processes={n.value} must be at least 1 (0: from SLURM_NTASKS, else 1)")
+        fix = ("e.g. --dist.num-processes 2 (or leave it out: SLURM_NTASKS, else 1)" if n.source == "flag" else
+               "unset SLURM_NTASKS, or give --dist.num-processes N")
+        raise ConfigError(f"{n} must be at least 1; {fix}")
     if not 0 <= pid.value < n.value:
         processes = f"the processes are 0..{n.value - 1}" if n.value > 1 else "its one process is 0"
         raise ConfigError(f"{pid} is out of range for {n}: {processes}; "
                           f"{out_of_range_fix(pid, n, environ)}")
     if n.value > 1 and not coordinator and "SLURM_JOB_ID" not in environ:
-        raise ConfigError(f"dist.num_processes={n.value} needs process 0's address: --dist.coordinator HOST:PORT "
-                          "(or JAXLAB_COORDINATOR), the same for every process")
+        alone = " (or --dist.num-processes 1 to run alone)" if n.source == "env" else ""
+        raise ConfigError(f"{n} needs process 0's address: --dist.coordinator HOST:PORT (or JAXLAB_COORDINATOR), "
+                          f"the same for every process{alone}")
     host, _, port = coordinator.rpartition(":")
     if coordinator and (not host or not port.isdigit() or not 1 <= int(port) <= 65535):
         raise ConfigError(f"dist.coordinator={coordinator!r} must be HOST:PORT with a port in 1..65535, e.g. "
                           f"--dist.coordinator node0:12345")
     if dist.coordinator and n.value == 1:
-        raise ConfigError(f"dist.coordinator={dist.coordinator!r} is given but the run has 1 process; "
+        raise ConfigError(f"dist.coordinator={dist.coordinator!r} is given but the run has 1 process{n.origin()}; "
                           f"give every process --dist.num-processes N (N >= 2) and its --dist.process-id, or leave "
                           f"out --dist.coordinator")
     return Settings(coordinator, n.value, pid.value)
