@@ -505,5 +505,37 @@ def test_processes_given_other_flags_are_refused_before_training(tmp_path):
     outputs = communicate_all(procs, 300)
     assert [p.returncode for p in procs] == [2, 2], [err[-2000:] for _, err in outputs]
     for _, err in outputs:
-        assert "process(es) 1 resolved another config than process 0" in err and "Traceback" not in err
+        assert "Traceback" not in err
+        error = err.splitlines()[-1]  # process 1 says first that it joins the coordinator
+        assert error.startswith("jaxlab train: error: process(es) 1 resolved another config than process 0 (in "
+                                "process 1: train.learning_rate) from other flags")
     assert not (run / "metrics.jsonl").exists()
+
+
+def test_the_compared_config_has_the_same_keys_whatever_the_flags_and_leaves_out_what_may_differ():
+    """Every process all-gathers one digest per key (a fixed shape): the keys must not depend on the
+    values, the env parameters given included; the process index, the coordinator and the C threads
+    may differ between processes and are left out."""
+    from jaxlab.cli.train import ENV_PARAMETERS, shared_config_values
+
+    plain = shared_config_values(load_config("cartpole")[0])
+    other = shared_config_values(load_config("cartpole", flags=["--train.learning-rate", "0.5", "--vec.num-threads",
+                                                                "3", "--dist.process-id", "1", "--dist.coordinator",
+                                                                "h:1"])[0])
+    assert list(plain) == list(other)
+    assert [key for key in plain if plain[key] != other[key]] == ["train.learning_rate"]
+    assert other["train.learning_rate"] == "0.5"
+    target = load_config("target")[0]
+    sized = shared_config_values(load_config("target", flags=["--env.agents-per-env", "4"])[0])
+    assert list(shared_config_values(target)) == list(sized) == list(plain)
+    assert sized[ENV_PARAMETERS] == "agents_per_env = 4"
+
+
+def test_the_differing_keys_are_named_per_process():
+    from jaxlab.run.distributed import differing_keys
+
+    digests = np.zeros((3, 4, 2), np.uint8)  # [P, K, D]
+    assert differing_keys(digests, ["a", "b", "c", "d"]) == {}
+    digests[1, 2, 1] = 7
+    digests[2, 0, 0] = digests[2, 3, 1] = 1
+    assert differing_keys(digests, ["a", "b", "c", "d"]) == {1: ["c"], 2: ["a", "d"]}

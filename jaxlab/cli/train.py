@@ -47,16 +47,39 @@ def train_command(args: argparse.Namespace) -> int:
         return code
 
 
-def shared_config_text(config) -> str:
-    """``config`` as TOML without what may differ between a run's processes: dist.process_id, the
-    coordinator's address (process 0 may name itself otherwise than the others name it) and the C
-    threads (sized to each host's cores; they change no result)."""
+#: shared_config_values' one key for all the env's own parameters (--env.NAME)
+ENV_PARAMETERS = "env.* (the env's parameters)"
+
+
+def shared_config_values(config) -> dict[str, str]:
+    """``config``'s values as {key: its TOML value} ("train.learning_rate": "0.0003"; the env's own
+    parameters as one entry, ENV_PARAMETERS, since which of them are set may vary), the same keys in the
+    same order for every config, without what may differ between a run's processes:
+    dist.process_id, the coordinator's address (process 0 may name itself otherwise than the others
+    name it) and the C threads (sized to each host's cores; they change no result)."""
     from dataclasses import replace
 
-    from jaxlab.config import to_toml
+    from jaxlab.config.layers import as_layer, toml_value
+    from jaxlab.config.schema import ENV_KEYS
 
     dist = replace(config.dist, process_id=0, coordinator="")
-    return to_toml(replace(config, dist=dist, vec=replace(config.vec, num_threads=0)))
+    layer = as_layer(replace(config, dist=dist, vec=replace(config.vec, num_threads=0)))
+    values = {"env_name": toml_value(config.env_name), "preset": toml_value(config.preset)}
+    env = layer.pop("env")
+    values.update({f"env.{key}": toml_value(env.pop(key)) for key in ENV_KEYS})
+    values[ENV_PARAMETERS] = ", ".join(f"{key} = {toml_value(value)}" for key, value in sorted(env.items()))
+    values.update({f"{section}.{key}": toml_value(value) for section, table in layer.items()
+                   for key, value in table.items()})
+    return values
+
+
+def differing_config_message(differ: dict[int, list[str]]) -> str:
+    """The refusal of a run whose processes resolved other configs than process 0 (``differ``: {process:
+    the keys that differ}, from jaxlab.run.distributed.keys_that_differ)."""
+    where = "; ".join(f"in process {p}: {', '.join(keys)}" for p, keys in differ.items())
+    return (f"process(es) {', '.join(map(str, differ))} resolved another config than process 0 ({where}) from other "
+            "flags, --config file, env file or preset; give every process the same command but --dist.process-id, "
+            "and compare with `jaxlab config ENV ...` in each")
 
 
 def _train(args: argparse.Namespace, stop, settings) -> int:
@@ -72,11 +95,9 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
     processes = settings.num_processes
     resolved = resolve(args, warn if settings.process_id == 0 else quiet)  # JAX's backend starts here
     config, sizes = resolved.config, resolved.sizes
-    differ = distributed.processes_that_differ(shared_config_text(config)) if processes > 1 else []
+    differ = distributed.keys_that_differ(shared_config_values(config)) if processes > 1 else {}
     if differ:  # each process resolves its own flags: one given another value would train apart, silently
-        raise ConfigError(f"process(es) {', '.join(map(str, differ))} resolved another config than process 0 "
-                          "(other flags, --config file, env file or preset); give every process the same "
-                          "command but --dist.process-id, and compare with `jaxlab config ENV ...` in each")
+        raise ConfigError(differing_config_message(differ))
     for path, meta in resolved.resume_meta.items():  # before anything is built or loaded
         check_processes(meta, path, processes)
     primary = distributed.is_primary()

@@ -228,19 +228,31 @@ def from_process_0(text: str) -> str:
     return np.asarray(multihost_utils.broadcast_one_to_all(data)).astype(np.uint8).tobytes().decode()
 
 
-def processes_that_differ(text: str) -> list[int]:
-    """The processes whose ``text`` (e.g. their resolved config) differs from process 0's (one small
-    all-gather of its SHA-256; every process must call it, in step, and every process gets the same
-    answer); [] in a one-process run."""
+def keys_that_differ(values: Mapping[str, str]) -> dict[int, list[str]]:
+    """{process: the keys of ``values`` (e.g. a resolved config's, {"train.learning_rate": "0.0003", ...})
+    whose value differs from process 0's} for each process with any: one all-gather of a fixed-shape
+    [K, 32] uint8 array, each value's SHA-256, so every process must call it, in step, with the same K
+    keys in the same order (the config schema's), and every process gets the same answer; {} in a
+    one-process run."""
     import hashlib
 
     import jax
 
     if jax.process_count() == 1:
-        return []
+        return {}
     import numpy as np
     from jax.experimental import multihost_utils
 
-    digest = np.frombuffer(hashlib.sha256(text.encode()).digest(), np.uint8)
-    gathered = np.asarray(multihost_utils.process_allgather(digest)).reshape(jax.process_count(), -1)
-    return [i for i in range(1, len(gathered)) if not np.array_equal(gathered[i], gathered[0])]
+    digests = np.stack([np.frombuffer(hashlib.sha256(value.encode()).digest(), np.uint8)
+                        for value in values.values()])  # [K, 32]
+    gathered = np.asarray(multihost_utils.process_allgather(digests))
+    return differing_keys(gathered.reshape(jax.process_count(), len(values), -1), list(values))
+
+
+def differing_keys(digests, keys: Sequence[str]) -> dict[int, list[str]]:
+    """{process: the ``keys`` whose digest differs from process 0's} for each process with any;
+    ``digests``: [P, K, D], process p's digest of key k in row [p, k]."""
+    import numpy as np
+
+    differs = (np.asarray(digests) != np.asarray(digests)[:1]).any(axis=2)  # [P, K]
+    return {p: [keys[k] for k in np.flatnonzero(differs[p])] for p in range(1, len(differs)) if differs[p].any()}
