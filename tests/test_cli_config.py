@@ -61,6 +61,31 @@ def test_config_refuses_the_dist_flags_train_refuses(flags, capsys, monkeypatch)
     assert capsys.readouterr() == ("", refused.replace("jaxlab train:", "jaxlab config:"))
 
 
+def test_config_checks_each_processs_share_as_train_does(capsys, monkeypatch):
+    """`jaxlab config ENV --dist.num-processes 2 ...` checked the sizes as for one process: 6 envs in 2
+    groups passed, which `jaxlab train` refuses in each of 2 processes (6 does not split into 2 groups
+    of each of 2 processes). It checks them for the --dist.* process count now, with train's message."""
+    from jaxlab import cli
+    from jaxlab.config import ConfigError, load_config
+    from jaxlab.config.validate import check_devices
+
+    for name in ("SLURM_NTASKS", "SLURM_PROCID", "SLURM_JOB_ID", "JAXLAB_COORDINATOR"):
+        monkeypatch.delenv(name, raising=False)
+    sizes = ["--vec.num-envs", "6", "--vec.groups", "2", "--train.minibatch-size", "96", "--train.total-timesteps",
+             "1e5"]
+    assert cli.main(["config", "cartpole", *sizes]) == 0  # one process: 2 groups of 3
+    capsys.readouterr()
+    dist = ["--dist.num-processes", "2", "--dist.coordinator", "node0:1234", "--dist.process-id", "1"]
+    assert cli.main(["config", "cartpole", *sizes, *dist]) == 2
+    out, err = capsys.readouterr()
+    with pytest.raises(ConfigError) as trains:  # what train's derive_sizes says in each of 2 processes
+        check_devices(load_config("cartpole", flags=sizes)[0], 1, available=1, processes=2)
+    assert out == "" and err == f"jaxlab config: error: {trains.value}\n"
+    assert "vec.num_envs=6 must divide by vec.groups=2 x 2 processes" in err
+    assert cli.main(["config", "cartpole", "--vec.num-envs", "8", "--vec.groups", "2", "--train.minibatch-size", "64",
+                     "--train.total-timesteps", "1e5", *dist]) == 0
+
+
 def test_config_refuses_a_best_metric_train_refuses(capsys):
     """A mistyped --checkpoint.best-metric, refused by `jaxlab train` (no checkpoint would be kept as the
     best), was printed by `jaxlab config`; the metrics are the run's records, which follow the config

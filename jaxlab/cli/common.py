@@ -289,13 +289,16 @@ def total_without_file(args: argparse.Namespace, preset: str, config) -> int | N
     return None
 
 
-def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, updates: int | None = None) -> Resolved:
+def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, updates: int | None = None,
+            processes: int | None = None) -> Resolved:
     """The config of ARGS (preset, --config, flags) with its sizes checked and its memory estimate
     checked against the device's and the host's; ConfigError (or CheckpointError for --resume)
     otherwise, which main() reports with exit status 2. Warnings go to ``warn`` (a run over several
     processes passes one that prints in process 0 only). ``updates``: the run's length in updates, set
     in the config's train.total_timesteps, instead of that key, which is then not checked and, when a
     flag set it or a --config file changed it, gets a warning (`jaxlab bench`: ignored_total_warning).
+    ``processes``: the run's process count for the sizes' per-process checks (default: the processes JAX
+    has joined; `jaxlab config` passes the --dist.* count it does not join).
     Nothing is compiled; JAX's backend is started (to see the devices) with its memory options set."""
     from jaxlab.config import ConfigError, check_network, derive_sizes, load_config, memory, presets
     from jaxlab.config.layers import flags_library, repeated_flags
@@ -365,7 +368,7 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, update
             warn(f"warning: {line}")
     try:
         shape = memory.env_shape(config)  # ConfigError for an env parameter out of range or of the wrong type
-        sizes = derive_sizes(config, shape.agents_per_env, updates)
+        sizes = derive_sizes(config, shape.agents_per_env, updates, processes)
         if updates is not None:
             config = replace(config, train=replace(config.train, total_timesteps=sizes.total_timesteps))
         check_network(config, shape.obs_shape)

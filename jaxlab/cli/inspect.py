@@ -68,8 +68,8 @@ def config_command(args: argparse.Namespace) -> int:
     from jaxlab.config import env_kind, to_toml
     from jaxlab.run.distributed import settings_from_flags
 
-    settings_from_flags(args.flags)  # as jaxlab train checks them, first; nothing is joined
-    resolved = resolve(args)
+    settings = settings_from_flags(args.flags)  # as jaxlab train checks them, first; nothing is joined
+    resolved = resolve(args, processes=settings.num_processes)  # each process's share checked as train does
     kind = env_kind(resolved.config.env_name, resolved.config.env_library or None)
     check_best_metric(resolved.config, kind.log_names)
     print(f"# {resolved.config.env_name}, preset {resolved.config.preset} ({resolved.preset_reason})")

@@ -175,11 +175,14 @@ def nearest_minibatch(wanted: int, batch: int, horizon: int) -> int:
     return min((horizon * d for d in divisors), key=lambda size: (abs(size - wanted), size))
 
 
-def derive_sizes(config: Config, agents_per_env: int, updates: int | None = None) -> Sizes:
+def derive_sizes(config: Config, agents_per_env: int, updates: int | None = None,
+                 processes: int | None = None) -> Sizes:
     """Checks every invariant; ConfigError naming the values, the rule and a fix on the first broken.
     ``updates``: the run's length in updates instead of train.total_timesteps, which is then not checked
     (`jaxlab bench`: the first update and its --updates timed ones; a length past the optimizer's int32
-    step count is refused naming --updates)."""
+    step count is refused naming --updates). ``processes``: the run's process count, for the checks of
+    each process's share (check_devices; default jax.process_count(), `jaxlab config` gives
+    --dist.num-processes' without joining them)."""
     check_finite(config)
     t, v = config.train, config.vec
     if v.num_threads != "auto" and not isinstance(v.num_threads, int):
@@ -292,7 +295,7 @@ def derive_sizes(config: Config, agents_per_env: int, updates: int | None = None
         raise ConfigError(f"train.total_timesteps={t.total_timesteps:,} makes {optimizer_steps:,} optimizer steps "
                           f"({updates:,} updates x {t.update_epochs} epochs x {minibatches} minibatches), past the "
                           f"2**31 - 1 their int32 counter holds; use at most --train.total-timesteps {largest}")
-    devices = check_devices(config, agents_per_env)
+    devices = check_devices(config, agents_per_env, processes=processes)
     return Sizes(devices=devices, num_envs=v.num_envs, agents_per_env=agents_per_env, num_agents=agents,
                  horizon=t.bptt_horizon, segments=batch // segment, batch_size=batch,
                  minibatch_size=t.minibatch_size, num_minibatches=batch // t.minibatch_size,
