@@ -174,6 +174,28 @@ def test_resolved_config_round_trips(tmp_path):
     assert load_config("memory", config_file=path)[0] == config
 
 
+def test_default_toml_sets_every_schema_key_to_the_schema_default():
+    """configs/default.toml is where a user reads every key's default, and what `jaxlab config` names as
+    their source: it lacked device.count and the whole [dist] section, and nothing noticed, since --help and
+    load_config fall back to the dataclass defaults for a key it leaves out. Every key of every section is
+    in it now, with the schema's value and type (1 is not 1.0 there), and it holds no section of its own."""
+    from jaxlab.config import configs_dir, read_toml
+
+    written = read_toml(configs_dir() / "default.toml")
+    wrong = []
+    for section, cls in SECTIONS.items():
+        for field in fields(cls):
+            if field.name not in written.get(section, {}):
+                wrong.append(f"{section}.{field.name} is missing (schema default {field.default!r})")
+                continue
+            value = written[section][field.name]
+            value = tuple(value) if isinstance(field.default, tuple) and isinstance(value, list) else value
+            if value != field.default or type(value) is not type(field.default):
+                wrong.append(f"{section}.{field.name} = {value!r}, the schema's default is {field.default!r}")
+    assert wrong == []
+    assert set(written) == set(SECTIONS)
+
+
 def write_layers(root, env_name="cartpole"):
     """A configs/ tree where each layer sets train.seed to its own number and one key of its own."""
     (root / "envs").mkdir(parents=True)
