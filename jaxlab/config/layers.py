@@ -249,7 +249,8 @@ def apply_layer(values: dict, layer: dict, source: str, sources: dict, env_param
             close = difflib.get_close_matches(section, ["env", *SECTIONS], n=1)
             elsewhere = next(filter(None, (_key_elsewhere(str(k).replace("-", "_")) for k in entries)), None) \
                 if isinstance(entries, dict) else None  # [rnn] hidden_size: policy.hidden_size
-            hint = f"; did you mean [{close[0]}]?" if close else f"; did you mean '{elsewhere}'?" if elsewhere else ""
+            hint = (f"; did you mean [{close[0]}]?" if close else f"; did you mean '{elsewhere}'?" if elsewhere
+                    else f"; the sections are {', '.join(['env', *SECTIONS])}")
             raise ConfigError(f"unknown config section [{section}] in {source}{hint}")
         if not isinstance(entries, dict):
             raise ConfigError(f"[{section}] in {source} must be a table")
