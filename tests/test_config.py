@@ -1,5 +1,6 @@
 """Config layering, parsing and the invariants checked before anything runs."""
 
+import re
 from dataclasses import fields
 
 import pytest
@@ -125,6 +126,30 @@ def test_a_config_file_key_outside_every_section_says_where_it_belongs(tmp_path,
         load_config("cartpole", config_file=path)
 
 
+SECTION_NAMES = "env, vec, policy, train, device, dist, checkpoint, log"
+
+
+@pytest.mark.parametrize("flags, text, message", [
+    (["--train.learnin-rate", "0.1"], "[train]\nlearnin_rate = 0.1\n",
+     r"^unknown config key 'train.learnin_rate'; did you mean 'train.learning_rate'\?$"),
+    (["--vec.zzz", "1"], "[vec]\nzzz = 1\n", r"^unknown config key 'vec.zzz'; valid keys: num_envs, num_threads, groups$"),
+    (["--train.qqq", "1"], "[train]\nqqq = 1\n",
+     r"^unknown config key 'train.qqq'; valid keys: total_timesteps, batch_size, seed, .*, prio_alpha, prio_beta0$"),
+    (["--trian.seed", "1"], "[trian]\nseed = 1\n", r"^unknown config section \[trian\] in {source}; did you mean \[train\]\?$"),
+    (["--zzz.qqq", "1"], "[zzz]\nqqq = 1\n",
+     rf"^unknown config section \[zzz\] in {{source}}; the sections are {SECTION_NAMES}$"),
+])
+def test_an_unknown_key_or_section_names_the_close_one_else_the_valid_ones(tmp_path, flags, text, message):
+    """A key or section with no close name was refused with nothing to go on for a section ("unknown
+    config section [zzz] in command line"): it names the sections now, as an unknown key names its
+    section's keys; a close name alone is suggested when there is one. As a flag and in a --config file."""
+    path = tmp_path / "typo.toml"
+    path.write_text(text)
+    for source, kwargs in (("command line", {"flags": flags}), (str(path), {"config_file": path})):
+        with pytest.raises(ConfigError, match=message.replace("{source}", re.escape(source))):
+            load_config("cartpole", **kwargs)
+
+
 @pytest.mark.parametrize("text, message", [
     ("[policy]\nmodule = 3\n", r'^policy.module=3 is not a string; write it in quotes in TOML: module = "3"$'),
     ("[log]\nrun_name = 1.5\n", r'^log.run_name=1.5 is not a string; write it in quotes in TOML: run_name = "1.5"$'),
@@ -172,6 +197,28 @@ def test_resolved_config_round_trips(tmp_path):
     path = tmp_path / "config.toml"
     path.write_text(to_toml(config))
     assert load_config("memory", config_file=path)[0] == config
+
+
+def test_default_toml_sets_every_schema_key_to_the_schema_default():
+    """configs/default.toml is where a user reads every key's default, and what `jaxlab config` names as
+    their source: it lacked device.count and the whole [dist] section, and nothing noticed, since --help and
+    load_config fall back to the dataclass defaults for a key it leaves out. Every key of every section is
+    in it now, with the schema's value and type (1 is not 1.0 there), and it holds no section of its own."""
+    from jaxlab.config import configs_dir, read_toml
+
+    written = read_toml(configs_dir() / "default.toml")
+    wrong = []
+    for section, cls in SECTIONS.items():
+        for field in fields(cls):
+            if field.name not in written.get(section, {}):
+                wrong.append(f"{section}.{field.name} is missing (schema default {field.default!r})")
+                continue
+            value = written[section][field.name]
+            value = tuple(value) if isinstance(field.default, tuple) and isinstance(value, list) else value
+            if value != field.default or type(value) is not type(field.default):
+                wrong.append(f"{section}.{field.name} = {value!r}, the schema's default is {field.default!r}")
+    assert wrong == []
+    assert set(written) == set(SECTIONS)
 
 
 def write_layers(root, env_name="cartpole"):

@@ -1,6 +1,7 @@
 """evaluation.play: an unbiased estimate of the return (every agent's first k episodes, started
 together, not the first N episodes to end) with the env's statistics over exactly those episodes."""
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -164,3 +165,44 @@ def test_eval_latest_passes_over_a_damaged_newest_checkpoint(tmp_path, monkeypat
     out, err = capsys.readouterr()
     assert "checkpoints/2 is damaged" in err and "falling back to an older checkpoint" in err
     assert f"cartpole from {Path('runs/cp/checkpoints/1')}: 2 episodes" in out
+
+
+def test_eval_plays_a_policy_on_other_env_parameters(tmp_path, capsys):
+    """`jaxlab eval` took no --env.* flags: a policy could be played only on the env settings it was trained
+    on. It takes them now, as train does: a longer memory delay (an episode is delay + 2 steps), another
+    number of agents per env (the policy acts per agent)."""
+    from jaxlab import cli
+
+    with trainer_for("memory") as trainer:
+        trainer.save_checkpoint(tmp_path / "memory")
+    assert cli.main(["eval", "memory", "--checkpoint", str(tmp_path / "memory"), "--episodes", "4",
+                     "--env.delay", "20"]) == 0
+    out = capsys.readouterr().out
+    assert "4 episodes, sampled actions, seed 12345, env.delay = 20\n" in out and "length 22.0 ± 0.0" in out
+    with trainer_for("target", "--vec.num-envs", "2", "--train.total-timesteps", "128") as trainer:
+        trainer.save_checkpoint(tmp_path / "target")
+    assert cli.main(["eval", "target", "--checkpoint", str(tmp_path / "target"), "--episodes", "6",
+                     "--env.agents-per-env", "3", "--env.max-steps", "20"]) == 0
+    assert "6 episodes" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--env.num-cues", "6"], r"--env.num-cues 6 changes the observation from \(5,\) float32 to \(7,\) float32 and "
+     r"the action from Discrete\(4\) to Discrete\(6\), which the policy was not trained on; eval takes env "
+     r"parameters that keep the observation and action shapes \(see `jaxlab envs`\)"),
+    (["--env.dealy", "9"], r"unknown config key 'env.dealy'; did you mean 'env.delay'\?"),
+    (["--env.zzz", "9"], r"unknown config key 'env.zzz'; valid keys: num_cues, delay, mask_check"),
+    (["--env.library", "x.h"], r"--env.library: eval plays the checkpoint's env; to play it from another source, "
+                               r"give its header as ENV"),
+    (["--env.delay", "-1"], r"env 'memory' parameter delay=-1 is out of range: it must be in \[0, 1e\+06\]"),
+    (["--train.seed", "3"], r"--train.seed: jaxlab eval takes env parameters only \(--env.KEY VALUE"),
+])
+def test_eval_refuses_env_flags_the_policy_cannot_play_with_in_one_line(tmp_path, capsys, flags, message):
+    from jaxlab import cli
+
+    with trainer_for("memory") as trainer:
+        trainer.save_checkpoint(tmp_path / "ck")
+    assert cli.main(["eval", "memory", "--checkpoint", str(tmp_path / "ck"), *flags]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1
+    assert re.fullmatch(rf"jaxlab eval: error: {message}.*\n", err), err

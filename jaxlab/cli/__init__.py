@@ -78,6 +78,8 @@ def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     others, flags = split_config_flags(sys.argv[1:] if argv is None else list(argv))
     args, rest = parser.parse_known_args(others)  # a flag's value is never taken for ENV when ENV is missing
+    if args.takes_flags == "env" and rest:  # eval: its own options and --env.KEY flags, nothing for parse_flags
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     rest += flags
     if not args.takes_flags and rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")

@@ -343,17 +343,43 @@ def gif_size(text: str) -> tuple[int, int]:
     return int(width), int(height)
 
 
+EVAL_ENV_FLAGS = """env flags (as `jaxlab train` takes them; `jaxlab envs` lists each env's parameters):
+  --env.NAME VALUE            play on another value of an env parameter than the run's, e.g. a harder
+                              setting or the drone env's --env.num-drones 16; one that changes the
+                              observation or action shape the policy was trained on is refused"""
+
+
+def eval_env_flags(flags: list[str]) -> dict[str, str]:
+    """The env parameters that eval's ``--env.KEY VALUE`` flags set, {key: value as written}; ConfigError for
+    a flag of another section: eval plays the policy with the rest of the checkpoint's config."""
+    from jaxlab.config import ConfigError, parse_flags
+    from jaxlab.config.validate import flag_of
+
+    layer = parse_flags(flags)
+    others = [flag_of(f"{section}.{key}") for section, keys in layer.items() if section != "env" for key in keys]
+    if others:
+        raise ConfigError(f"{' '.join(others)}: jaxlab eval takes env parameters only (--env.KEY VALUE, see `jaxlab "
+                          "envs`), the rest of the config is the checkpoint's; eval's own --seed, --num-envs, "
+                          "--episodes and --deterministic set how it plays")
+    return layer.get("env", {})
+
+
 def eval_command(args: argparse.Namespace) -> int:
-    """Plays the policy of a checkpoint (its config is read from the checkpoint) and prints mean ± std
+    """Plays the policy of a checkpoint (its config is read from the checkpoint, with ARGS's --env.KEY VALUE
+    flags changing env parameters that keep the policy's observations and actions) and prints mean ± std
     of return and length and the env's statistics; --render / --save-frames show the first episode
     of env 0 as text (the env's render hook), --gif draws it as an animated GIF (its pixels hook)."""
     from jaxlab.agent.custom import moved_module
     from jaxlab.checkpoint import read_meta
     from jaxlab.config import ConfigError, config_from_toml
+    from jaxlab.config.layers import repeated_flags
     from jaxlab.env.python_envs import is_python_env
     from jaxlab.run.resume import find_checkpoint, newest_usable
-    from jaxlab.train.evaluation import load_trainer, play
+    from jaxlab.train.evaluation import load_trainer, play, with_env_params
 
+    overrides = eval_env_flags(args.flags)
+    for line in repeated_flags(args.flags):
+        warn(f"warning: {line}")
     if args.episodes < 1:
         raise ConfigError(f"--episodes {args.episodes} must be at least 1, e.g. --episodes 10")
     if args.num_envs is not None and args.num_envs < 1:
@@ -412,7 +438,9 @@ def eval_command(args: argparse.Namespace) -> int:
                               f"run `jaxlab eval {meta['env_name']} --checkpoint {args.checkpoint}`")
         if library is None:
             check_saved_header(meta, "eval", f"--checkpoint {args.checkpoint}")
-        saved = config_from_toml(meta["config"], library=library).policy.module
+        saved_config = config_from_toml(meta["config"], library=library)
+        with_env_params(saved_config, overrides)  # refused before anything is built
+        saved = saved_config.policy.module
         if args.policy_module is None:
             check_saved_module(saved, "eval", f"{args.env} --checkpoint {args.checkpoint}", "--policy-module")
         elif not moved_module(saved, args.policy_module):
@@ -455,9 +483,10 @@ def eval_command(args: argparse.Namespace) -> int:
     num_envs = args.num_envs or min(args.episodes, 64)
     try:
         with trainer:
+            played = with_env_params(trainer.config, overrides)
             result = play(trainer, num_envs=num_envs, seed=args.seed, deterministic=args.deterministic,
                           episodes=args.episodes, on_step=record_frame if watching or drawing else None,
-                          render=watching, picture=drawing)
+                          render=watching, picture=drawing, config=played)
     except (ValueError, MemoryError) as err:  # the envs cannot be made (out of memory): one line
         if not isinstance(err, MemoryError) and not str(err).startswith("cannot create env"):
             raise
@@ -471,7 +500,8 @@ def eval_command(args: argparse.Namespace) -> int:
         write_gif(pictures, args.gif, fps=args.gif_fps)
     returns, lengths = result["returns"], result["lengths"]
     mode = "deterministic" if args.deterministic else "sampled"
-    print(f"{name} from {path}: {len(returns)} episodes, {mode} actions, seed {args.seed}")
+    changed = "".join(f", env.{key} = {value}" for key, value in overrides.items())
+    print(f"{name} from {path}: {len(returns)} episodes, {mode} actions, seed {args.seed}{changed}")
     print(f"  return {returns.mean():.2f} ± {returns.std():.2f}   length {lengths.mean():.1f} ± {lengths.std():.1f}")
     stats = {k: v for k, v in result.items()
              if k not in ("returns", "lengths", "episodes", "stat_episodes") and v is not None}
@@ -509,6 +539,8 @@ def add_commands(add) -> None:
     evaluate = add("eval", "play a checkpoint's policy and report returns",
                    "Play the policy saved in a checkpoint (its config is read from the checkpoint) on new "
                    "envs and print mean ± std of return and length and the env's statistics.", eval_command)
+    evaluate.set_defaults(takes_flags="env")  # --env.KEY VALUE flags only (eval_env_flags)
+    evaluate.epilog = EVAL_ENV_FLAGS
     evaluate.add_argument("env", metavar="ENV", help="the checkpoint's env: its name, or the path of its header "
                           "(path/to/NAME.h: played from that source, e.g. after the header moved)")
     evaluate.add_argument("--checkpoint", required=True, metavar="PATH",

@@ -184,7 +184,9 @@ def _key_elsewhere(key: str, section: str = "") -> str | None:
     return None
 
 
-def _unknown_key(section: str, key: str, known, env_name: str = "") -> ConfigError:
+def unknown_key_error(section: str, key: str, known, env_name: str = "") -> ConfigError:
+    """The error for key ``section.key`` that is none of ``known``: the close name, or the key of another
+    section it means, or the names ``known`` (for [env], of the env ``env_name``)."""
     from jaxlab.env.python_envs import is_python_env
 
     close = difflib.get_close_matches(key, list(known), n=1)
@@ -238,7 +240,7 @@ def apply_layer(values: dict, layer: dict, source: str, sources: dict, env_param
                 if key in ENV_KEYS:
                     values.setdefault("env_keys", {})[key] = value
                 elif key not in env_params:
-                    raise _unknown_key("env", key, [*env_params, *ENV_KEYS], env_name)
+                    raise unknown_key_error("env", key, [*env_params, *ENV_KEYS], env_name)
                 else:
                     values["env"][key] = value
                 sources[f"env.{key}"] = source
@@ -249,7 +251,8 @@ def apply_layer(values: dict, layer: dict, source: str, sources: dict, env_param
             close = difflib.get_close_matches(section, ["env", *SECTIONS], n=1)
             elsewhere = next(filter(None, (_key_elsewhere(str(k).replace("-", "_")) for k in entries)), None) \
                 if isinstance(entries, dict) else None  # [rnn] hidden_size: policy.hidden_size
-            hint = f"; did you mean [{close[0]}]?" if close else f"; did you mean '{elsewhere}'?" if elsewhere else ""
+            hint = (f"; did you mean [{close[0]}]?" if close else f"; did you mean '{elsewhere}'?" if elsewhere
+                    else f"; the sections are {', '.join(['env', *SECTIONS])}")
             raise ConfigError(f"unknown config section [{section}] in {source}{hint}")
         if not isinstance(entries, dict):
             raise ConfigError(f"[{section}] in {source} must be a table")
@@ -257,7 +260,7 @@ def apply_layer(values: dict, layer: dict, source: str, sources: dict, env_param
         for key, value in entries.items():
             key = key.replace("-", "_")
             if key not in types:
-                raise _unknown_key(section, key, types)
+                raise unknown_key_error(section, key, types)
             values[section][key] = value
             sources[f"{section}.{key}"] = source
 

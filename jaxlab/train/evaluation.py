@@ -54,6 +54,54 @@ def load_trainer(path: str | Path, warn: Callable[[str], None] = print, library:
     return trainer
 
 
+def with_env_params(config, params: dict):
+    """``config`` (a checkpoint's) with the env parameters ``params`` ({name: value as a flag or TOML writes
+    it}) changed, to play its policy on other env settings (a harder one, another number of drones: the
+    agents per env may change, the policy acts per agent). ConfigError for a name that is not a parameter
+    of the env (env.mask_check is taken too; env.library is not: eval takes another source as ENV), a value
+    the env refuses, or a change of the per-agent observation (shape, dtype) or action (kind and sizes)
+    that the policy was trained on."""
+    from jaxlab.agent.distributions import ActionSpec
+    from jaxlab.config import ConfigError, env_kind, with_layer
+    from jaxlab.config.layers import unknown_key_error
+    from jaxlab.config.validate import flag_of
+
+    if not params:
+        return config
+    names = [p.name for p in env_kind(config.env_name, config.env_library or None).params]
+    for key in params:
+        if key == "library":
+            raise ConfigError("--env.library: eval plays the checkpoint's env; to play it from another source, give "
+                              "its header as ENV (jaxlab eval path/to/NAME.h --checkpoint ...)")
+        if key not in (*names, "mask_check"):
+            raise unknown_key_error("env", key, [*names, "mask_check"], config.env_name)
+    played = with_layer(config, {"env": params}, "command line")
+    (trained_obs, trained_action), (played_obs, played_action) = policy_spaces(config), policy_spaces(played)
+    changes = [f"the observation from {trained_obs} to {played_obs}"] if trained_obs != played_obs else []
+    if ActionSpec.from_space(trained_action) != ActionSpec.from_space(played_action):
+        changes.append(f"the action from {trained_action} to {played_action}")
+    if changes:
+        given = " ".join(f"{flag_of('env.' + key)} {value}" for key, value in params.items())
+        raise ConfigError(f"{given} changes {' and '.join(changes)}, which the policy was not trained on; eval "
+                          "takes env parameters that keep the observation and action shapes (see `jaxlab envs`)")
+    return played
+
+
+def policy_spaces(config) -> tuple[str, object]:
+    """The per-agent observation ("(40,) float32": shape and dtype) and action space (Discrete, MultiDiscrete
+    or Box) of ``config``'s env with its parameters, read without creating envs; ConfigError for parameters
+    the env refuses (out of range)."""
+    from jaxlab.config import ConfigError
+    from jaxlab.env import spaces_of
+
+    try:
+        spaces = spaces_of(config.env_name, library=config.env_library or None, **config.env)
+    except (ValueError, TypeError) as err:
+        raise ConfigError(str(err)) from None
+    observation = spaces.observation_space
+    return f"{observation.shape} {np.dtype(observation.dtype).name}", spaces.action_space
+
+
 def settings_for_here(config, warn: Callable[[str], None] = print):
     """A checkpoint's ``config`` with the settings of the machine it was trained on that this one may not
     take, and that playing does not need, replaced: a device.count above the local devices JAX sees
@@ -78,9 +126,11 @@ def settings_for_here(config, warn: Callable[[str], None] = print):
 def play(trainer, steps: int | None = None, num_envs: int | None = None, seed: int = 12345,
          deterministic: bool = True, episodes: int | None = None,
          on_step: Callable[..., None] | None = None, render: bool = False,
-         picture: tuple[int, int] | Callable[[], tuple[int, int] | None] | None = None) -> dict:
+         picture: tuple[int, int] | Callable[[], tuple[int, int] | None] | None = None, config=None) -> dict:
     """Runs ``trainer``'s current policy on ``num_envs`` new envs (default: as many as in training)
-    seeded with ``seed``, stepping with the rollout's own per-step protocol. ``deterministic`` takes
+    seeded with ``seed``, stepping with the rollout's own per-step protocol. The envs are ``config``'s
+    (default ``trainer.config``'s): e.g. the trainer's with other env parameters (with_env_params, which
+    checks that the policy's observations and actions stay as trained). ``deterministic`` takes
     the mode of each action distribution. ``on_step(t, observations [A, ...], actions [A, ...],
     rewards [A], ended [A] bool)`` sees every step (the observations the actions were taken on); with
     ``render``, also ``frame=``: env 0's text frame (its C render hook) before the step; with
@@ -106,7 +156,7 @@ def play(trainer, steps: int | None = None, num_envs: int | None = None, seed: i
     for name, value in (("episodes", episodes), ("steps", steps), ("num_envs", num_envs)):
         if value is not None and not value >= 1:  # 0 played nothing and returned 0 episodes, silently
             raise ValueError(f"play: {name}={value} must be at least 1")
-    config = trainer.config
+    config = config or trainer.config
     names = trainer.env.kind.log_names
     with jaxlab.make(config.env_name, num_envs=num_envs or config.vec.num_envs, seed=seed,
                      **env_args(config)) as env:
