@@ -184,9 +184,10 @@ def _key_elsewhere(key: str, section: str = "") -> str | None:
     return None
 
 
-def unknown_key_error(section: str, key: str, known, env_name: str = "") -> ConfigError:
+def unknown_key_error(section: str, key: str, known, env_name: str = "", source: str = "") -> ConfigError:
     """The error for key ``section.key`` that is none of ``known``: the close name, or the key of another
-    section it means, or the names ``known`` (for [env], of the env ``env_name``)."""
+    section it means, or the names ``known`` (for [env], of the env ``env_name``); a ``source`` other than
+    the command line (a --config file, a preset) is named after the key."""
     from jaxlab.env.python_envs import is_python_env
 
     close = difflib.get_close_matches(key, list(known), n=1)
@@ -207,7 +208,8 @@ def unknown_key_error(section: str, key: str, known, env_name: str = "") -> Conf
         hint = (f": {env_name!r} is a Python env, which takes no env parameters from flags or config files ([env] "
                 f"keys: {', '.join(known)}); pass {args} to jaxlab.make({env_name!r}, ...) in Python, or, to train "
                 f"from the command line, {own}")
-    return ConfigError(f"unknown config key '{section}.{key}'{hint}")
+    where = f" in {source}" if source and source != "command line" else ""  # a flag names itself
+    return ConfigError(f"unknown config key '{section}.{key}'{where}{hint}")
 
 
 def _key_outside_sections(key: str, value, source: str, env_params: dict) -> ConfigError:
@@ -240,7 +242,7 @@ def apply_layer(values: dict, layer: dict, source: str, sources: dict, env_param
                 if key in ENV_KEYS:
                     values.setdefault("env_keys", {})[key] = value
                 elif key not in env_params:
-                    raise unknown_key_error("env", key, [*env_params, *ENV_KEYS], env_name)
+                    raise unknown_key_error("env", key, [*env_params, *ENV_KEYS], env_name, source)
                 else:
                     values["env"][key] = value
                 sources[f"env.{key}"] = source
@@ -260,7 +262,7 @@ def apply_layer(values: dict, layer: dict, source: str, sources: dict, env_param
         for key, value in entries.items():
             key = key.replace("-", "_")
             if key not in types:
-                raise unknown_key_error(section, key, types)
+                raise unknown_key_error(section, key, types, source=source)
             values[section][key] = value
             sources[f"{section}.{key}"] = source
 
