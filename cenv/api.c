@@ -221,7 +221,8 @@ static int after_step(void *ctx, int64_t index, int ended) {
             vec->rewards[a0 + a] = 0.0f;
             terminals[a] = 1;
             truncations[a] = 0;
-            if (vec->action_mask != NULL) memset(vec->action_mask + (a0 + a) * vec->mask_width, 1, (size_t)vec->mask_width);
+            if (vec->action_mask != NULL)
+                memset(vec->action_mask + (a0 + a) * vec->mask_width, 1, (size_t)vec->mask_width);
             waiting++;
             continue;
         }

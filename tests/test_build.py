@@ -57,6 +57,14 @@ def test_release_build_is_warning_clean_and_exports_only_cenv_symbols(tmp_path):
     assert others == []
 
 
+def test_the_c_sources_keep_lines_within_120_columns():
+    """cenv/api.c and examples/envs/cards.h had lines of up to 139 columns, past the house limit of 120."""
+    sources = [*(ROOT / "cenv").glob("*.[ch]"), *(ROOT / "examples" / "envs").glob("*.h")]
+    long_lines = [f"{path.relative_to(ROOT)}:{number}" for path in sources
+                  for number, line in enumerate(path.read_text().splitlines(), 1) if len(line) > 120]
+    assert len(sources) > 5 and long_lines == []
+
+
 def test_missing_compiler_gives_a_clear_message(monkeypatch):
     monkeypatch.delenv("CC", raising=False)
     monkeypatch.setenv("PATH", "/nonexistent")

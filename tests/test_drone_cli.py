@@ -119,6 +119,21 @@ def test_eval_draws_an_episode_as_a_gif(tmp_path, env_name):
         assert min(near(frames, (0xca, 0x98, 0x65))) > 50            # the pole
 
 
+def test_eval_render_prints_the_actions_the_env_applied(tmp_path):
+    """`jaxlab eval drone --render` printed the sampled actions as drawn, past [-1, 1]; the env clips them, and
+    the frames now show the clipped actions it applied."""
+    trained = jaxlab_cli("train", "drone", *TINY, "--env.num-drones", "8", "--train.total-timesteps", "256",
+                         "--run-dir", str(tmp_path / "run"))
+    assert trained.returncode == 0, trained.stderr
+    result = jaxlab_cli("eval", "drone", "--checkpoint", str(tmp_path / "run"), "--episodes", "1", "--render")
+    assert result.returncode == 0, result.stderr
+    actions = [[float(a) for a in line.split("  action ")[1].split("  reward ")[0].split()]
+               for line in result.stdout.splitlines() if "  action " in line]
+    assert len(actions) > 5 and all(len(action) == 4 for action in actions)
+    assert all(-1 <= a <= 1 for action in actions for a in action)
+    assert any(abs(a) == 1 for action in actions for a in action)  # some were sampled past the bounds
+
+
 def test_pictures_of_cartpole_and_pendulum_follow_their_state():
     for name, states in (("cartpole", ([0.0, 0, 0.0, 0], [1.5, 0, 0.2, 0])), ("pendulum", ([0.0, 0.0], [2.0, 0.0]))):
         with jaxlab.make(name) as env:

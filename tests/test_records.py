@@ -472,7 +472,7 @@ def test_a_run_that_fails_is_marked_failed_in_wandb(tmp_path, monkeypatch, capsy
         def finish(self, exit_code=None):
             finished.append(exit_code)
 
-    fake = types.SimpleNamespace(init=lambda **kwargs: Run(), teardown=lambda: None)
+    fake = types.SimpleNamespace(init=lambda **kwargs: Run(), teardown=lambda: None, Settings=dict)
     monkeypatch.setitem(sys.modules, "wandb", fake)
     monkeypatch.setenv("WANDB_MODE", "offline")
     flags = ["--vec.num-envs", "8", "--train.minibatch-size", "64", "--policy.hidden-size", "16",
@@ -482,6 +482,38 @@ def test_a_run_that_fails_is_marked_failed_in_wandb(tmp_path, monkeypatch, capsy
                      "--run-dir", str(tmp_path / "nan")]) == 1
     assert "became nan at update 1" in capsys.readouterr().err
     assert finished == [0, 1]
+
+
+def test_wandb_without_network_goes_offline_after_the_init_timeout(tmp_path, monkeypatch):
+    """With an API key but no network, wandb.init waited its own default of about 90 s before the run fell back
+    to offline: log.wandb_init_timeout (20 s) is now passed as wandb's init_timeout, and the warning says the run
+    went offline and how to sync it later."""
+    import types
+
+    from jaxlab.config import load_config
+    from jaxlab.observe.wandb_logger import WandbLogger
+
+    inits = []
+
+    def init(mode, settings, **kwargs):
+        inits.append((mode, settings.init_timeout))
+        if mode == "online":
+            raise TimeoutError("Run initialization has timed out")
+        return types.SimpleNamespace(log=lambda record, step: None)
+
+    fake = types.SimpleNamespace(init=init, Settings=lambda init_timeout: types.SimpleNamespace(
+        init_timeout=init_timeout))
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    config, _ = load_config("cartpole", flags=["--log.wandb", "true", "--log.wandb-init-timeout", "7"])
+    said = []
+    logger = WandbLogger(config, tmp_path, said.append)
+    assert inits == [("online", 7.0), ("offline", 7.0)] and logger.mode == "offline" and logger.run is not None
+    assert said == ["wandb could not start online within log.wandb_init_timeout=7 s (TimeoutError: Run "
+                    f"initialization has timed out); went offline: logging into {tmp_path / 'wandb'}, sync it "
+                    f"later with `wandb sync {tmp_path / 'wandb'}/offline-run-*`"]
+    assert load_config("cartpole")[0].log.wandb_init_timeout == 20
 
 
 def test_a_wandb_that_fails_to_import_is_one_warning_and_training_goes_on(tmp_path, monkeypatch):

@@ -7,7 +7,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -222,6 +224,68 @@ def test_a_failed_build_leaves_no_temporary_file_in_the_cache(user_env, tmp_path
     assert left == []
 
 
+def build_waiting_at_its_link(tmp_path: Path, call: str, **env: str) -> subprocess.Popen:
+    """A process (a session of its own) running ``sdk.CALL`` with the real compiler whose link waits until the
+    test kills it; returned once the build is linking."""
+    ready = Path(tempfile.mkdtemp(dir=tmp_path)) / "linking"
+    slow_cc = ready.with_name("slow-cc")
+    slow_cc.write_text(f'#!/bin/sh\ncase " $* " in *" -shared "*) touch "{ready}"; exec sleep 300;; esac\n'
+                       f'exec {sdk._builder().find_compiler()} "$@"\n')
+    slow_cc.chmod(0o755)
+    build = subprocess.Popen([sys.executable, "-c", f"from jaxlab.env import sdk; {call}"], start_new_session=True,
+                             stderr=subprocess.PIPE, env={**os.environ, "CC": str(slow_cc), **env,
+                                                          "PYTHONPATH": str(Path(jaxlab.__file__).parents[1])})
+    for _ in range(1200):
+        if ready.exists() or build.poll() is not None:
+            break
+        threading.Event().wait(0.1)
+    assert ready.exists(), build.communicate(timeout=60)[1]
+    return build
+
+
+def kill_build(build: subprocess.Popen) -> None:
+    """SIGKILL to the build and its compiler, as the OOM killer or kill -9 would."""
+    try:
+        os.killpg(build.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # it ended by itself (the test failed)
+    build.wait(timeout=60)
+
+
+def test_a_killed_builds_temp_folder_is_removed_by_the_next_build_but_never_a_live_builds(user_env, tmp_path,
+                                                                                          monkeypatch):
+    """A build killed with SIGKILL cannot remove its jaxlab-build-* folder in the temp folder, which stayed
+    there for ever. The next build removes it once the build that held it is gone and it is a few minutes
+    old (sdk.BUILD_FOLDER_GRACE_S), while a build still running keeps its folder, however old it is."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    old = time.time() - 2 * sdk.BUILD_FOLDER_GRACE_S
+
+    def build_one() -> None:
+        sdk.build_library([user_env / "stroll.h"], tmp_path / "libstroll.so")
+
+    def age(folder: Path) -> None:
+        os.utime(folder, (old, old))
+
+    killed = build_waiting_at_its_link(tmp_path, "sdk.build_library(['{}'], '{}')".format(
+        user_env / "stroll.h", tmp_path / "killed.so"), TMPDIR=str(temp))
+    [dead] = temp.glob("jaxlab-build-*")
+    kill_build(killed)
+    live_build = build_waiting_at_its_link(tmp_path, "sdk.build_library(['{}'], '{}')".format(
+        user_env / "stroll.h", tmp_path / "live.so"), TMPDIR=str(temp))
+    try:
+        [live] = set(temp.glob("jaxlab-build-*")) - {dead}
+        age(live)
+        build_one()
+        assert sorted(temp.iterdir()) == sorted([dead, live])  # its build is gone, but it is new: kept
+        age(dead)
+        build_one()
+        assert list(temp.iterdir()) == [live]  # old and its build is gone: removed; the live one's is kept
+    finally:
+        kill_build(live_build)
+
+
 def test_a_killed_build_leaves_a_folder_that_the_next_use_removes_but_never_a_live_builds(user_env, tmp_path,
                                                                                            monkeypatch):
     """A build killed with SIGKILL cannot remove its temporary folder (.libNAME.XXXX.tmp beside the
@@ -230,21 +294,8 @@ def test_a_killed_build_leaves_a_folder_that_the_next_use_removes_but_never_a_li
     cache = tmp_path / "cache"
     monkeypatch.setenv("JAXLAB_CACHE_DIR", str(cache))
     header = stroll_with_an_include(user_env, tmp_path / "env")
-    ready = tmp_path / "linking"
-    slow_cc = tmp_path / "slow-cc"  # the real compiler, but the link waits until the test kills it
-    slow_cc.write_text(f'#!/bin/sh\ncase " $* " in *" -shared "*) touch "{ready}"; exec sleep 300;; esac\n'
-                       f'exec {sdk._builder().find_compiler()} "$@"\n')
-    slow_cc.chmod(0o755)
-    code = f"from jaxlab.env import sdk; sdk.cached_library({str(header)!r})"
-    build = subprocess.Popen([sys.executable, "-c", code], start_new_session=True, stderr=subprocess.PIPE,
-                             env={**os.environ, "CC": str(slow_cc),
-                                  "PYTHONPATH": str(Path(jaxlab.__file__).parents[1])})
+    build = build_waiting_at_its_link(tmp_path, f"sdk.cached_library({str(header)!r})")
     try:
-        for _ in range(1200):
-            if ready.exists() or build.poll() is not None:
-                break
-            threading.Event().wait(0.1)
-        assert ready.exists(), build.communicate(timeout=60)[1]
         [live] = cache.glob("envs/*/.libstroll.*.tmp")
         old = live.stat().st_mtime - 7200  # two hours: past sdk.STALE_BUILD_S
         os.utime(live, (old, old))  # old, but its build is alive: kept
@@ -257,11 +308,7 @@ def test_a_killed_build_leaves_a_folder_that_the_next_use_removes_but_never_a_li
         library = sdk.cached_library(header)  # the real compiler (another cache key): builds, and cleans
         assert library.is_file() and live.is_dir() and unknown.is_dir() and not ancient.exists()
     finally:
-        try:
-            os.killpg(build.pid, signal.SIGKILL)  # the build and its compiler, as the OOM killer or kill -9 would
-        except ProcessLookupError:
-            pass  # it ended by itself (the test failed above)
-        build.wait(timeout=60)
+        kill_build(build)
     assert live.is_dir()  # nothing could remove it when the build died
     assert sdk.cached_library(header) == library  # known to this process: nothing looked at
     monkeypatch.setattr(sdk, "_built", {})  # as the next process to use the header

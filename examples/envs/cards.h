@@ -336,11 +336,13 @@ static void cards_put_move(cards_text *t, const CardsGame *g, int seat, int move
         return;
     }
     int j = (move - CARDS_ACT_ATTACK) / (1 + CARDS_BOARD), k = (move - CARDS_ACT_ATTACK) % (1 + CARDS_BOARD);
-    cards_put(t, "attack with creature %d (%s) at ", j, j < me->board_count ? cards_pool[me->board[j].card].name : "empty");
+    cards_put(t, "attack with creature %d (%s) at ", j,
+              j < me->board_count ? cards_pool[me->board[j].card].name : "empty");
     if (k == 0) {
         cards_put(t, "the enemy face");
     } else {
-        cards_put(t, "enemy creature %d (%s)", k - 1, k - 1 < foe->board_count ? cards_pool[foe->board[k - 1].card].name : "empty");
+        cards_put(t, "enemy creature %d (%s)", k - 1,
+                  k - 1 < foe->board_count ? cards_pool[foe->board[k - 1].card].name : "empty");
     }
 }
 
@@ -417,29 +419,36 @@ __attribute__((format(printf, 3, 4))) static int cards_say(char *why, int size, 
 /* The rules' own check of one move, written apart from the mask builder: 0 when `seat` may make
  * `move` now, else 1 with the reason in `why` (NULL: no reason wanted). */
 static int cards_move_error(const CardsGame *g, int seat, int move, char *why, int size) {
-    if (move < 0 || move >= CARDS_ACTIONS) return cards_say(why, size, "there is no move %d (moves are 0..%d)", move, CARDS_ACTIONS - 1);
+    if (move < 0 || move >= CARDS_ACTIONS)
+        return cards_say(why, size, "there is no move %d (moves are 0..%d)", move, CARDS_ACTIONS - 1);
     if (move == 0) return 0;
     if (g->over) return cards_say(why, size, "the game is over: the only move is pass (0)");
     if (seat != g->seat)
-        return cards_say(why, size, "seat %d is not on turn (seat %d is): its only legal move is pass (0)", seat, g->seat);
+        return cards_say(why, size, "seat %d is not on turn (seat %d is): its only legal move is pass (0)", seat,
+                         g->seat);
     const CardsPlayer *me = &g->p[seat], *foe = &g->p[1 - seat];
     if (move < CARDS_ACT_ATTACK) {
         int i = (move - CARDS_ACT_PLAY) / CARDS_TARGETS, t = (move - CARDS_ACT_PLAY) % CARDS_TARGETS;
-        if (i >= me->hand_count) return cards_say(why, size, "hand slot %d is empty (the hand holds %d cards)", i, me->hand_count);
+        if (i >= me->hand_count)
+            return cards_say(why, size, "hand slot %d is empty (the hand holds %d cards)", i, me->hand_count);
         const cards_card *c = &cards_pool[me->hand[i]];
-        if (c->cost > me->mana) return cards_say(why, size, "%s costs %d mana and the seat has %d", c->name, c->cost, me->mana);
+        if (c->cost > me->mana)
+            return cards_say(why, size, "%s costs %d mana and the seat has %d", c->name, c->cost, me->mana);
         int foe_creature = t >= CARDS_T_FOE && t - CARDS_T_FOE < foe->board_count;
         int own_creature = t >= CARDS_T_OWN && t < CARDS_T_FOE_FACE && t - CARDS_T_OWN < me->board_count;
         if (c->creature || c->effect == CARDS_FX_SUMMON) {
-            if (t != CARDS_T_NONE) return cards_say(why, size, "%s takes no target (target 0), not target %d", c->name, t);
-            if (me->board_count >= CARDS_BOARD) return cards_say(why, size, "the board is full (%d creatures)", CARDS_BOARD);
+            if (t != CARDS_T_NONE)
+                return cards_say(why, size, "%s takes no target (target 0), not target %d", c->name, t);
+            if (me->board_count >= CARDS_BOARD)
+                return cards_say(why, size, "the board is full (%d creatures)", CARDS_BOARD);
             return 0;
         }
         switch (c->effect) {
         case CARDS_FX_DAMAGE:
         case CARDS_FX_DRAIN:
             if (t == CARDS_T_FOE_FACE || foe_creature) return 0;
-            return cards_say(why, size, "%s needs the enemy face (target 7) or an enemy creature (8..%d), not target %d",
+            return cards_say(why, size,
+                             "%s needs the enemy face (target 7) or an enemy creature (8..%d), not target %d",
                              c->name, CARDS_T_FOE + foe->board_count - 1, t);
         case CARDS_FX_HEAL:
             if (t == CARDS_T_OWN_FACE || own_creature) return 0;
@@ -459,14 +468,17 @@ static int cards_move_error(const CardsGame *g, int seat, int move, char *why, i
         }
     }
     int j = (move - CARDS_ACT_ATTACK) / (1 + CARDS_BOARD), k = (move - CARDS_ACT_ATTACK) % (1 + CARDS_BOARD);
-    if (j >= me->board_count) return cards_say(why, size, "there is no creature in slot %d (the board holds %d)", j, me->board_count);
+    if (j >= me->board_count)
+        return cards_say(why, size, "there is no creature in slot %d (the board holds %d)", j, me->board_count);
     const CardsCreature *a = &me->board[j];
     const char *name = cards_pool[a->card].name;
     if (a->attack <= 0) return cards_say(why, size, "%s has no attack", name);
     if (a->attacked) return cards_say(why, size, "%s has attacked this turn already", name);
-    if (a->fresh && !(a->keywords & CARDS_HASTE)) return cards_say(why, size, "%s was played this turn and has no haste", name);
+    if (a->fresh && !(a->keywords & CARDS_HASTE))
+        return cards_say(why, size, "%s was played this turn and has no haste", name);
     if (k > 0 && k - 1 >= foe->board_count)
-        return cards_say(why, size, "there is no enemy creature in slot %d (the enemy board holds %d)", k - 1, foe->board_count);
+        return cards_say(why, size, "there is no enemy creature in slot %d (the enemy board holds %d)", k - 1,
+                         foe->board_count);
     int flying = (a->keywords & CARDS_FLYING) != 0;
     for (int m = 0; m < foe->board_count; m++) {
         const CardsCreature *d = &foe->board[m];
@@ -483,7 +495,8 @@ static int cards_move_error(const CardsGame *g, int seat, int move, char *why, i
     return 0;
 }
 
-static void cards_event(CardsEvents *ev, int kind, int seat, int card, int target, int target_card, int amount, int life) {
+static void cards_event(CardsEvents *ev, int kind, int seat, int card, int target, int target_card, int amount,
+                        int life) {
     if (ev == NULL) return;
     CardsEvent *e = &ev->ring[ev->count % CARDS_EVENTS];
     e->kind = (uint8_t)kind;
@@ -676,27 +689,37 @@ static void cards_apply(CardsGame *g, int seat, int move, CardsEvents *ev) {
 static int cards_invariants(const CardsGame *g, char *why, int size) {
     for (int s = 0; s < 2; s++) {
         const CardsPlayer *p = &g->p[s];
-        if (p->life > g->max_life) return cards_say(why, size, "seat %d has %d life, above the maximum %d", s, p->life, g->max_life);
-        if (!g->over && p->life <= 0) return cards_say(why, size, "seat %d has %d life but the game goes on", s, p->life);
+        if (p->life > g->max_life)
+            return cards_say(why, size, "seat %d has %d life, above the maximum %d", s, p->life, g->max_life);
+        if (!g->over && p->life <= 0)
+            return cards_say(why, size, "seat %d has %d life but the game goes on", s, p->life);
         if (p->max_mana < 0 || p->max_mana > CARDS_MANA_MAX || p->mana < 0 || p->mana > p->max_mana)
-            return cards_say(why, size, "seat %d has %d of %d mana (at most %d)", s, p->mana, p->max_mana, CARDS_MANA_MAX);
+            return cards_say(why, size, "seat %d has %d of %d mana (at most %d)", s, p->mana, p->max_mana,
+                             CARDS_MANA_MAX);
         if (p->fatigue < 0) return cards_say(why, size, "seat %d has fatigue %d", s, p->fatigue);
         if (p->deck_count < 0 || p->drawn < 0 || p->deck_count + p->drawn != g->deck_size)
             return cards_say(why, size, "seat %d has %d cards in its deck and drew %d, of a deck of %d", s,
                              p->deck_count, p->drawn, g->deck_size);
         for (int k = 0; k < p->deck_count; k++)
-            if (p->deck[k] >= CARDS_POOL) return cards_say(why, size, "seat %d deck card %d is %d, not a card", s, k, p->deck[k]);
-        if (p->hand_count < 0 || p->hand_count > CARDS_HAND) return cards_say(why, size, "seat %d holds %d cards", s, p->hand_count);
+            if (p->deck[k] >= CARDS_POOL)
+                return cards_say(why, size, "seat %d deck card %d is %d, not a card", s, k, p->deck[k]);
+        if (p->hand_count < 0 || p->hand_count > CARDS_HAND)
+            return cards_say(why, size, "seat %d holds %d cards", s, p->hand_count);
         for (int k = 0; k < p->hand_count; k++)
-            if (p->hand[k] >= CARDS_POOL) return cards_say(why, size, "seat %d hand card %d is %d, not a card", s, k, p->hand[k]);
-        if (p->board_count < 0 || p->board_count > CARDS_BOARD) return cards_say(why, size, "seat %d has %d creatures", s, p->board_count);
+            if (p->hand[k] >= CARDS_POOL)
+                return cards_say(why, size, "seat %d hand card %d is %d, not a card", s, k, p->hand[k]);
+        if (p->board_count < 0 || p->board_count > CARDS_BOARD)
+            return cards_say(why, size, "seat %d has %d creatures", s, p->board_count);
         for (int j = 0; j < p->board_count; j++) {
             const CardsCreature *c = &p->board[j];
             if (c->card >= CARDS_POOL || !cards_pool[c->card].creature)
                 return cards_say(why, size, "seat %d creature %d is card %d, not a creature", s, j, c->card);
-            if (c->health <= 0 || c->health > c->max_health || c->attack < 0 || c->attacked > 1 || c->fresh > 1 || c->keywords >= 64)
-                return cards_say(why, size, "seat %d creature %d (%s) is %d/%d of max %d, attacked %d, fresh %d, keywords %d", s, j,
-                                 cards_pool[c->card].name, c->attack, c->health, c->max_health, c->attacked, c->fresh, c->keywords);
+            if (c->health <= 0 || c->health > c->max_health || c->attack < 0 || c->attacked > 1 || c->fresh > 1 ||
+                c->keywords >= 64)
+                return cards_say(why, size,
+                                 "seat %d creature %d (%s) is %d/%d of max %d, attacked %d, fresh %d, keywords %d",
+                                 s, j, cards_pool[c->card].name, c->attack, c->health, c->max_health, c->attacked,
+                                 c->fresh, c->keywords);
         }
     }
     if (!g->over && (g->seat < 0 || g->seat > 1 || g->turn < 1 || g->turn > g->max_turns))
@@ -1138,11 +1161,13 @@ static int cards_render(const Cards *env, char *out, int size) {
             cards_put(&t, "    %s draw%s %s into a full hand: it burns\n", who, e->seat ? "s" : "", name);
             break;
         case CARDS_EV_FATIGUE:
-            cards_put(&t, "    %s %s out of cards: fatigue %d, %d life\n", who, e->seat ? "is" : "are", e->amount, e->life);
+            cards_put(&t, "    %s %s out of cards: fatigue %d, %d life\n", who, e->seat ? "is" : "are", e->amount,
+                      e->life);
             break;
         case CARDS_EV_PLAY:
             cards_put(&t, "    %s play%s %s (%d mana", who, e->seat ? "s" : "", name, cards_pool[e->card].cost);
-            if (cards_pool[e->card].creature) cards_put(&t, ", %d/%d", cards_pool[e->card].attack, cards_pool[e->card].health);
+            if (cards_pool[e->card].creature)
+                cards_put(&t, ", %d/%d", cards_pool[e->card].attack, cards_pool[e->card].health);
             cards_put(&t, ")");
             cards_put_target(&t, e);
             cards_put(&t, "\n");
@@ -1188,7 +1213,8 @@ static int cards_render(const Cards *env, char *out, int size) {
     return t.used;
 }
 
-CENV_ENV(cards, Cards, CardsLog, "Two-player trading card game: 39-card pool, strict action masks, random/greedy/self opponents",
+CENV_ENV(cards, Cards, CardsLog,
+         "Two-player trading card game: 39-card pool, strict action masks, random/greedy/self opponents",
          mask, render, set_state, error)
 
 #endif

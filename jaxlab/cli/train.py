@@ -374,6 +374,7 @@ def eval_command(args: argparse.Namespace) -> int:
     from jaxlab.config import ConfigError, config_from_toml
     from jaxlab.config.layers import repeated_flags
     from jaxlab.env.python_envs import is_python_env
+    from jaxlab.env.spaces import Box
     from jaxlab.run.resume import find_checkpoint, newest_usable
     from jaxlab.train.evaluation import load_trainer, play, with_env_params
 
@@ -462,18 +463,21 @@ def eval_command(args: argparse.Namespace) -> int:
         raise ConfigError(f"env {name!r} draws no pictures (no `pixels` option in its CENV_ENV), so --gif cannot "
                           f"draw it{hint}; or give the env a pixels hook (see BUILD.md)")
     frames: list[str] = []
+    space = trainer.env.action_space
     pictures: list[np.ndarray] = []
     gif_done = [False]
 
     def record_frame(t, observations, actions, rewards, ended, frame=None, picture=None):
-        """The first episode of env 0's first agent, one frame per step with the action and reward."""
+        """The first episode of env 0's first agent, one frame per step with the action as the env applied it
+        (a Box action clipped to its bounds) and the reward."""
         if picture is not None and not gif_done[0]:
             if t % args.gif_every == 0:
                 pictures.append(picture)
             gif_done[0] = bool(ended[0]) or len(pictures) >= args.gif_frames
         if not watching or (frames and frames[-1].endswith("(episode ended)")):
             return
-        action = " ".join(str(a) for a in np.asarray(actions[0]).reshape(-1))
+        applied = space.clip(actions[0]) if isinstance(space, Box) else actions[0]  # the env clips what it gets
+        action = " ".join(str(a) for a in np.asarray(applied).reshape(-1))
         line = f"{t:5d}  {frame}  action {action}  reward {float(rewards[0]):g}"
         frames.append(line + ("  (episode ended)" if ended[0] else ""))
         if args.render:

@@ -169,6 +169,8 @@ class LogConfig:
     """wandb group (empty: none)"""
     wandb_tags: str = ""
     """wandb tags, comma-separated"""
+    wandb_init_timeout: float = 20.0
+    """seconds wandb.init may wait for the wandb server before the run logs offline instead"""
     run_name: str = ""
     """name of the run in wandb and `jaxlab runs` (empty: the run dir's name)"""
 

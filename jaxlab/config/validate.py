@@ -245,6 +245,9 @@ def derive_sizes(config: Config, agents_per_env: int, updates: int | None = None
         raise ConfigError(f"checkpoint.minutes={config.checkpoint.minutes} must be >= 0 (0: off)")
     if not config.log.interval > 0:
         raise ConfigError(f"log.interval={config.log.interval} must be positive (seconds), e.g. 1")
+    if not config.log.wandb_init_timeout > 0:
+        raise ConfigError(f"log.wandb_init_timeout={config.log.wandb_init_timeout} must be positive (seconds), "
+                          f"e.g. {default_flag('log.wandb_init_timeout')}")
     if v.groups < 1 or v.num_envs % v.groups:
         fix = max(g for g in range(1, min(v.groups, v.num_envs) + 1) if v.num_envs % g == 0) if v.groups >= 1 else 1
         raise ConfigError(f"vec.groups={v.groups} must divide vec.num_envs={v.num_envs:,} (each group steps an equal "

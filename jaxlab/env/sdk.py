@@ -147,12 +147,15 @@ def build_library(headers: list[str | Path], output: str | Path, sanitize: bool 
     # interrupted build leaves an existing library as it was, and a process that has it loaded keeps
     # its file. Through a symlink, the file it points at is replaced.
     target = Path(os.path.realpath(output))
-    with tempfile.TemporaryDirectory(prefix="jaxlab-build-") as folder, ExitStack() as stack:
-        source = _translation_unit(headers, Path(folder))
+    temp = Path(tempfile.gettempdir())
+    # the jaxlab-build-* folders of builds killed before they could remove them: see _scratch
+    _remove_stale_scratch(temp, "jaxlab-build-*", min_age_s=BUILD_FOLDER_GRACE_S)
+    with _scratch(temp, "jaxlab-build-") as folder, ExitStack() as stack:
+        source = _translation_unit(headers, folder)
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             _remove_stale_scratch(target.parent, f".{glob.escape(target.name)}.*.tmp", by_age=False)
-            scratch = stack.enter_context(_scratch(target.parent, target.name))
+            scratch = stack.enter_context(_scratch(target.parent, f".{target.name}.", ".tmp"))
         except OSError as err:
             raise _unwritable(output, err) from None
         try:
@@ -309,14 +312,18 @@ _OWNER_LOCK = "owner.lock"
 #: A temporary build folder whose owner cannot be told (no owner.lock: made by an older jaxlab, or a
 #: file system without locks) is stale once it has not changed for this long.
 STALE_BUILD_S = 3600.0
+#: A build's jaxlab-build-* folder in the shared temp folder whose build is gone is removed only once it has
+#: not changed for this long as well: a margin against a lock that reads free while its build runs (a temp
+#: folder shared by hosts over a file system that keeps locks per host).
+BUILD_FOLDER_GRACE_S = 300.0
 
 
 @contextmanager
-def _scratch(parent: Path, name: str):
-    """A new folder ``parent/.NAME.XXXXXXXX.tmp`` for one build alone (mkdtemp: unique per process and
+def _scratch(parent: Path, prefix: str, suffix: str = ""):
+    """A new folder ``parent/PREFIXXXXXXXXXSUFFIX`` for one build alone (mkdtemp: unique per process and
     thread, and per host sharing the folder), held while the build runs (see _OWNER_LOCK) and removed
     after it, whether it succeeded, failed or was interrupted."""
-    folder = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=parent))
+    folder = Path(tempfile.mkdtemp(prefix=prefix, suffix=suffix, dir=parent))
     owner = None
     try:
         # locked before it gets its name, so that no cleaner ever finds an owner.lock nobody holds yet
@@ -333,10 +340,11 @@ def _scratch(parent: Path, name: str):
             owner.close()
 
 
-def _scratch_is_stale(folder: Path, by_age: bool) -> bool:
+def _scratch_is_stale(folder: Path, by_age: bool, min_age_s: float = 0.0) -> bool:
     """Whether nothing uses the temporary build folder ``folder`` any more: its owner.lock is held by no
-    process (its build was killed), or, when that cannot be told and ``by_age``, it has not changed for
-    STALE_BUILD_S. A folder a live build holds is never stale, however old."""
+    process (its build was killed) and it has not changed for ``min_age_s``, or, when that cannot be told
+    and ``by_age``, it has not changed for STALE_BUILD_S. A folder a live build holds is never stale,
+    however old."""
     try:
         fd = os.open(folder / _OWNER_LOCK, os.O_RDONLY)
     except OSError:
@@ -344,19 +352,24 @@ def _scratch_is_stale(folder: Path, by_age: bool) -> bool:
     if fd is not None:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True  # taken at once: the build that held it has ended
+            return _unchanged_for(folder, min_age_s)  # taken at once: the build that held it has ended
         except OSError as err:
             if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 return False  # a live build holds it
         finally:
             os.close(fd)
+    return by_age and _unchanged_for(folder, STALE_BUILD_S)
+
+
+def _unchanged_for(folder: Path, seconds: float) -> bool:
+    """Whether ``folder`` has not changed (its mtime) for more than ``seconds``; False when it cannot be read."""
     try:
-        return by_age and time.time() - folder.stat().st_mtime > STALE_BUILD_S
+        return time.time() - folder.stat().st_mtime > seconds
     except OSError:
         return False
 
 
-def _remove_stale_scratch(parent: Path, pattern: str, by_age: bool = True) -> None:
+def _remove_stale_scratch(parent: Path, pattern: str, by_age: bool = True, min_age_s: float = 0.0) -> None:
     """Removes the temporary build folders ``parent/PATTERN`` that no build uses any more (see
     _scratch_is_stale): a build killed with SIGKILL (or a lost machine) leaves its folder behind."""
     try:
@@ -364,7 +377,7 @@ def _remove_stale_scratch(parent: Path, pattern: str, by_age: bool = True) -> No
     except OSError:
         return
     for folder in candidates:
-        if folder.is_dir() and not folder.is_symlink() and _scratch_is_stale(folder, by_age):
+        if folder.is_dir() and not folder.is_symlink() and _scratch_is_stale(folder, by_age, min_age_s):
             shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -391,7 +404,7 @@ def cached_library(header: str | Path) -> Path:
         # Built in a folder of this build alone, so two builds of one header at once never write or
         # move each other's file; then renamed into place (atomic: a build racing us sees the whole
         # file or none).
-        with _scratch(folder, library.stem) as scratch:
+        with _scratch(folder, f".{library.stem}.", ".tmp") as scratch:
             partial = scratch / library.name
             build_library([header], partial)
             partial.replace(library)

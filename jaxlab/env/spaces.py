@@ -65,6 +65,12 @@ class Box:
         u = rng.random((batch, *self.shape), dtype=np.float32)
         return (low + u * (high - low)).astype(self.dtype)
 
+    def clip(self, values: np.ndarray) -> np.ndarray:
+        """``values`` [..., *shape] clipped to the bounds, as an env applies an action (float32, same shape)."""
+        low = np.asarray(self.low, dtype=np.float32).reshape(self.shape)
+        high = np.asarray(self.high, dtype=np.float32).reshape(self.shape)
+        return np.clip(np.asarray(values, dtype=np.float32), low, high)
+
     def __str__(self) -> str:
         if len(set(self.low)) == 1 and len(set(self.high)) == 1:
             return f"Box({self.low[0]:g}, {self.high[0]:g}, {self.shape}, {np.dtype(self.dtype).name})"

@@ -44,6 +44,15 @@ def has_credentials() -> bool:
     return any(host in text for host in server_hosts())
 
 
+def offline_fallback_text(mode: str, err: Exception, timeout: float, run_dir: Path) -> str:
+    """The warning when wandb.init failed in ``mode`` (no network: it gave up after ``timeout`` seconds) and
+    the run logs offline into ``run_dir``/wandb instead."""
+    reason = (str(err).strip().splitlines() or [""])[0]
+    return (f"wandb could not start {mode} within log.wandb_init_timeout={timeout:g} s ({type(err).__name__}: "
+            f"{reason}); went offline: logging into {run_dir / 'wandb'}, sync it later with "
+            f"`wandb sync {run_dir / 'wandb'}/offline-run-*`")
+
+
 class WandbLogger:
     def __init__(self, config, run_dir: Path, warn: Callable[[str], None]):
         self.warn = warn
@@ -66,15 +75,16 @@ class WandbLogger:
         log = config.log
         kwargs = dict(project=log.wandb_project, entity=log.wandb_entity or None, group=log.wandb_group or None,
                       tags=[t.strip() for t in log.wandb_tags.split(",") if t.strip()] or None,
-                      name=log.run_name or Path(run_dir).name, config={"env_name": config.env_name, "preset": config.preset, **as_layer(config)}, dir=str(run_dir),
-                      reinit="finish_previous")
+                      name=log.run_name or Path(run_dir).name, dir=str(run_dir), reinit="finish_previous",
+                      config={"env_name": config.env_name, "preset": config.preset, **as_layer(config)})
+        kwargs["settings"] = wandb.Settings(init_timeout=log.wandb_init_timeout)  # its default waits 90 s
         try:
             self.run = wandb.init(mode=self.mode, **kwargs)
         except Exception as err:  # noqa: BLE001 - no network, bad key, ...: fall back to offline
             if self.mode in ("offline", "dryrun"):
                 self._fail(err)
                 return
-            warn(f"wandb could not start {self.mode} ({type(err).__name__}: {err}); logging offline instead")
+            warn(offline_fallback_text(self.mode, err, log.wandb_init_timeout, Path(run_dir)))
             self.mode = "offline"
             try:
                 self.run = wandb.init(mode="offline", **kwargs)
