@@ -45,7 +45,8 @@ static int open_run(run *r, int opponent, int strict, int threads, uint64_t seed
         return 1;
     }
     r->agents = NUM_ENVS * cenv_agents_per_env(r->vec);
-    if (cenv_bind(r->vec, r->obs, r->actions, r->rewards, r->terminals, r->truncations, r->mask, r->final_obs, NULL) != 0 ||
+    if (cenv_bind(r->vec, r->obs, r->actions, r->rewards, r->terminals, r->truncations, r->mask, r->final_obs,
+                  NULL) != 0 ||
         cenv_reset(r->vec, seed, 1) != 0) {
         fprintf(stderr, "bind/reset: %s\n", cenv_error(r->vec));
         return 1;
@@ -73,7 +74,8 @@ static int check_outputs(const run *r, int opponent) {
         }
         float reward = r->rewards[a];
         if (!(reward == 0.0f || ((reward == 1.0f || reward == -1.0f) && r->terminals[a])) || r->truncations[a]) {
-            fprintf(stderr, "agent %d: reward %g, terminal %d, truncation %d\n", a, reward, r->terminals[a], r->truncations[a]);
+            fprintf(stderr, "agent %d: reward %g, terminal %d, truncation %d\n", a, reward, r->terminals[a],
+                    r->truncations[a]);
             return 1;
         }
         const uint8_t *row = r->mask + a * CARDS_ACTIONS;
@@ -81,7 +83,8 @@ static int check_outputs(const run *r, int opponent) {
         for (int m = 0; m < CARDS_ACTIONS; m++) legal += row[m];
         int on_turn = r->obs[a * CARDS_OBS + 12] == 1.0f;
         if (legal == 0 || !row[0] || (opponent == CARDS_SELF && !on_turn && legal != 1)) {
-            fprintf(stderr, "agent %d (on turn %d): %d legal actions, pass %s\n", a, on_turn, legal, row[0] ? "legal" : "illegal");
+            fprintf(stderr, "agent %d (on turn %d): %d legal actions, pass %s\n", a, on_turn, legal,
+                    row[0] ? "legal" : "illegal");
             return 1;
         }
     }
@@ -110,7 +113,8 @@ static int replay(run *r, cenv_rng *rng) {
     memcpy(mask0, r->mask, sizeof(mask0));
     int bad = cenv_save_state(r->vec, state, size) != size;
     for (int t = 0; t < REPLAY && !bad; t++) {
-        for (int a = 0; a < r->agents; a++) r->actions[a] = actions[t][a] = legal_action(rng, r->mask + a * CARDS_ACTIONS);
+        for (int a = 0; a < r->agents; a++)
+            r->actions[a] = actions[t][a] = legal_action(rng, r->mask + a * CARDS_ACTIONS);
         bad |= cenv_step(r->vec) < 0;
         memcpy(obs[t], r->obs, sizeof(obs[t]));
         memcpy(rewards[t], r->rewards, sizeof(rewards[t]));
@@ -202,13 +206,15 @@ int main(int argc, char **argv) {
     for (int t = 0; t < 3000; t++) {
         int forbidden = 0, wild = cenv_rng_below(&rng, 8) == 0 ? cenv_rng_below(&rng, strict.agents) : -1;
         for (int a = 0; a < strict.agents; a++) {
-            int m = a == wild ? cenv_rng_below(&rng, CARDS_ACTIONS) : legal_action(&rng, strict.mask + a * CARDS_ACTIONS);
+            int m = a == wild ? cenv_rng_below(&rng, CARDS_ACTIONS)
+                              : legal_action(&rng, strict.mask + a * CARDS_ACTIONS);
             strict.actions[a] = m;
             forbidden |= !strict.mask[a * CARDS_ACTIONS + m];
         }
         int64_t ended = cenv_step(strict.vec);
         if (forbidden != (ended == CENV_ERR_ENV)) {
-            fprintf(stderr, "forbidden %d but the step returned %lld: %s\n", forbidden, (long long)ended, cenv_error(strict.vec));
+            fprintf(stderr, "forbidden %d but the step returned %lld: %s\n", forbidden, (long long)ended,
+                    cenv_error(strict.vec));
             return 1;
         }
         if (forbidden) {
