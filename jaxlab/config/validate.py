@@ -30,6 +30,7 @@ class Sizes:
     num_threads: int = 1   # C threads per group (vec.num_threads, "auto" resolved)
     threads_reason: str = "set"  # why that many: "set", or what auto saw
     devices: int = 1       # local devices the agents are sharded over (device.count)
+    processes: int = 1     # the run's processes, each stepping num_envs / processes of the envs
 
     def describe(self) -> str:
         segments = f" x {self.segments} segments" if self.segments > 1 else ""
@@ -184,6 +185,10 @@ def derive_sizes(config: Config, agents_per_env: int, updates: int | None = None
     each process's share (check_devices; default jax.process_count(), `jaxlab config` gives
     --dist.num-processes' without joining them)."""
     check_finite(config)
+    if processes is None:
+        import jax
+
+        processes = jax.process_count()
     t, v = config.train, config.vec
     if v.num_threads != "auto" and not isinstance(v.num_threads, int):
         raise ConfigError(f"vec.num_threads={v.num_threads!r} is neither auto nor an integer; write auto or e.g. 2")
@@ -296,8 +301,8 @@ def derive_sizes(config: Config, agents_per_env: int, updates: int | None = None
                           f"({updates:,} updates x {t.update_epochs} epochs x {minibatches} minibatches), past the "
                           f"2**31 - 1 their int32 counter holds; use at most --train.total-timesteps {largest}")
     devices = check_devices(config, agents_per_env, processes=processes)
-    return Sizes(devices=devices, num_envs=v.num_envs, agents_per_env=agents_per_env, num_agents=agents,
-                 horizon=t.bptt_horizon, segments=batch // segment, batch_size=batch,
+    return Sizes(devices=devices, processes=processes, num_envs=v.num_envs, agents_per_env=agents_per_env,
+                 num_agents=agents, horizon=t.bptt_horizon, segments=batch // segment, batch_size=batch,
                  minibatch_size=t.minibatch_size, num_minibatches=batch // t.minibatch_size,
                  minibatch_agents=t.minibatch_size // t.bptt_horizon, num_updates=t.total_timesteps // batch,
                  total_timesteps=t.total_timesteps, num_threads=min(num_threads, num_chunks),
