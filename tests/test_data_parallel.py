@@ -571,3 +571,25 @@ def test_under_slurm_initialize_gets_the_resolved_count_and_index(monkeypatch):
     monkeypatch.setattr(jax.distributed, "initialize", lambda *args, **kwargs: calls.append((args, kwargs)))
     assert distributed.initialize(distributed.Settings("", 4, 0))
     assert calls == [((), {"num_processes": 4, "process_id": 0})]
+
+
+def test_another_process_count_from_slurm_is_told_to_resume_with_srun_not_a_flag():
+    """check_processes told a run whose count came from SLURM_NTASKS to resume 'with --dist.num-processes
+    4', a flag that under srun does not launch the 4 tasks; the fix now fits the count's source."""
+    from jaxlab.config.schema import DistConfig
+    from jaxlab.run.distributed import resolve
+    from jaxlab.train.trainer import check_processes
+
+    slurm = resolve(DistConfig(), {"SLURM_NTASKS": "2", "SLURM_PROCID": "0", "SLURM_JOB_ID": "7"})
+    with pytest.raises(ConfigError) as refused:
+        check_processes({"processes": 4}, "ck", slurm.num_processes, slurm.count)
+    assert str(refused.value) == (
+        "cannot resume: checkpoint ck was written by a run of 4 processes, this run has 2 processes (from "
+        "SLURM_NTASKS, as --dist.num-processes is not given); resume it in a job step of 4 tasks (srun --ntasks 4, "
+        "which sets SLURM_NTASKS), or start a new run")
+    with pytest.raises(ConfigError, match=r"resume it in one process: give --dist.num-processes 1 \(SLURM_NTASKS "
+                                          r"gives the count otherwise\), or run one task \(srun --ntasks 1\)"):
+        check_processes({}, "ck", slurm.num_processes, slurm.count)
+    flags = resolve(DistConfig("h:1", 2, 0), {})
+    with pytest.raises(ConfigError, match=r"this run has 2 processes; resume it with --dist.num-processes 4 \(and"):
+        check_processes({"processes": 4}, "ck", flags.num_processes, flags.count)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from jaxlab.config.schema import ConfigError, DistConfig
 
@@ -29,6 +29,7 @@ class Settings:
     coordinator: str   # HOST:PORT, or "" for JAX's own detection (SLURM)
     num_processes: int
     process_id: int
+    count: Given | None = field(default=None, compare=False)  # where num_processes came from (for a fix)
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,7 @@ def resolve(dist: DistConfig, environ: Mapping[str, str] = os.environ) -> Settin
         raise ConfigError(f"dist.coordinator={dist.coordinator!r} is given but the run has 1 process{n.origin()}; "
                           f"give every process --dist.num-processes N (N >= 2) and its --dist.process-id, or leave "
                           f"out --dist.coordinator")
-    return Settings(coordinator, n.value, pid.value)
+    return Settings(coordinator, n.value, pid.value, n)
 
 
 def check_agrees_with_slurm(values: Sequence[Given], environ: Mapping[str, str]) -> None:
