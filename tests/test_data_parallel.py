@@ -539,3 +539,57 @@ def test_the_differing_keys_are_named_per_process():
     digests[1, 2, 1] = 7
     digests[2, 0, 0] = digests[2, 3, 1] = 1
     assert differing_keys(digests, ["a", "b", "c", "d"]) == {1: ["c"], 2: ["a", "d"]}
+
+
+def test_under_slurm_without_a_coordinator_flags_that_disagree_with_slurm_are_refused():
+    """Under SLURM with no coordinator jaxlab called jax.distributed.initialize() bare, so JAX took
+    SLURM_NTASKS and SLURM_PROCID whatever --dist.num-processes and --dist.process-id said (checked by
+    jaxlab, then ignored). A flag that disagrees with SLURM's variable is refused now, and the resolved
+    count and index are what initialize gets."""
+    from jaxlab.config.schema import DistConfig
+    from jaxlab.run.distributed import resolve
+
+    slurm = {"SLURM_NTASKS": "4", "SLURM_PROCID": "1", "SLURM_JOB_ID": "7"}
+    with pytest.raises(ConfigError) as refused:
+        resolve(DistConfig(num_processes=2), slurm)
+    assert str(refused.value) == (
+        "dist.num_processes=2 disagrees with SLURM_NTASKS=4: with no --dist.coordinator the run's processes are the "
+        "tasks SLURM launched (JAX finds process 0 from the job's nodes); leave out --dist.num-processes, or give "
+        "every process --dist.coordinator HOST:PORT to run the processes the flags name")
+    with pytest.raises(ConfigError, match=r"^dist.process_id=0 disagrees with SLURM_PROCID=1: .* leave out "
+                                          r"--dist.process-id, or give"):
+        resolve(DistConfig(process_id=0), slurm)
+    assert resolve(DistConfig(num_processes=4, process_id=1), slurm) == resolve(DistConfig(), slurm)
+    assert resolve(DistConfig("h:1", 2, 0), slurm).num_processes == 2  # a coordinator: the flags make the run
+
+
+def test_under_slurm_initialize_gets_the_resolved_count_and_index(monkeypatch):
+    from jaxlab.run import distributed
+
+    calls = []
+    monkeypatch.setattr(jax.config, "update", lambda *args: None)
+    monkeypatch.setattr(jax.distributed, "initialize", lambda *args, **kwargs: calls.append((args, kwargs)))
+    assert distributed.initialize(distributed.Settings("", 4, 0))
+    assert calls == [((), {"num_processes": 4, "process_id": 0})]
+
+
+def test_another_process_count_from_slurm_is_told_to_resume_with_srun_not_a_flag():
+    """check_processes told a run whose count came from SLURM_NTASKS to resume 'with --dist.num-processes
+    4', a flag that under srun does not launch the 4 tasks; the fix now fits the count's source."""
+    from jaxlab.config.schema import DistConfig
+    from jaxlab.run.distributed import resolve
+    from jaxlab.train.trainer import check_processes
+
+    slurm = resolve(DistConfig(), {"SLURM_NTASKS": "2", "SLURM_PROCID": "0", "SLURM_JOB_ID": "7"})
+    with pytest.raises(ConfigError) as refused:
+        check_processes({"processes": 4}, "ck", slurm.num_processes, slurm.count)
+    assert str(refused.value) == (
+        "cannot resume: checkpoint ck was written by a run of 4 processes, this run has 2 processes (from "
+        "SLURM_NTASKS, as --dist.num-processes is not given); resume it in a job step of 4 tasks (srun --ntasks 4, "
+        "which sets SLURM_NTASKS), or start a new run")
+    with pytest.raises(ConfigError, match=r"resume it in one process: give --dist.num-processes 1 \(SLURM_NTASKS "
+                                          r"gives the count otherwise\), or run one task \(srun --ntasks 1\)"):
+        check_processes({}, "ck", slurm.num_processes, slurm.count)
+    flags = resolve(DistConfig("h:1", 2, 0), {})
+    with pytest.raises(ConfigError, match=r"this run has 2 processes; resume it with --dist.num-processes 4 \(and"):
+        check_processes({"processes": 4}, "ck", flags.num_processes, flags.count)

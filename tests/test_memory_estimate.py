@@ -264,3 +264,46 @@ def test_a_big_module_is_told_to_shrink_itself_not_the_keys_it_ignores(tmp_path)
     message = str(info.value)
     assert message.endswith(f"most of it is optimizer (3.0 GiB): make the network of policy.module="
                             f"'{tmp_path / 'wide.py'}:Wide' smaller") and "hidden_size" not in message
+
+
+def test_over_several_processes_the_estimate_and_the_check_are_one_processs():
+    """A run over 2 processes steps half the envs in each and shards the samples over both processes'
+    devices: the estimate (and the check against one host's memory) was the whole run's, so a run that
+    fits per host was refused, and the printed need was twice one host's. It is one process's now."""
+    import dataclasses
+
+    config, _ = load_config("cartpole", flags=["--vec.num-envs", "1024", "--train.total-timesteps", "1e7"])
+    one = estimate(config, derive_sizes(config, 1, processes=1), CARTPOLE)
+    two = estimate(config, derive_sizes(config, 1, processes=2), CARTPOLE)
+    for term in ("params", "optimizer", "gradients"):
+        assert two.device[term] == one.device[term]
+    assert (two.device["segment"], two.device["update"]) == (one.device["segment"] // 2, one.device["update"] // 2)
+    assert two.host == {term: n // 2 for term, n in one.host.items()}
+    assert "per process" not in one.describe()
+    assert two.describe().count(" per process") == 2
+    on_each = dataclasses.replace(two, devices=2).describe()
+    assert "for JAX on each of 2 devices, per process (" in on_each
+    between = MemoryLimit(device=(one.device_total + two.device_total) // 2, host=100 * GIB, device_name="a GPU")
+    sizes = derive_sizes(config, 1, processes=2)
+    assert memory.check_fits(config, sizes, CARTPOLE, between) == two
+    with pytest.raises(ConfigError, match="of GPU memory on a GPU but"):
+        memory.check_fits(config, derive_sizes(config, 1, processes=1), CARTPOLE, between)
+    small = MemoryLimit(device=two.device_total - 1, host=100 * GIB, device_name="a GPU")
+    with pytest.raises(ConfigError, match="of GPU memory on a GPU per process but"):
+        memory.check_fits(config, sizes, CARTPOLE, small)
+
+
+def test_config_prints_one_processs_estimate_for_dist_flags(capsys, monkeypatch):
+    from jaxlab import cli
+
+    for name in ("SLURM_NTASKS", "SLURM_PROCID", "SLURM_JOB_ID", "JAXLAB_COORDINATOR"):
+        monkeypatch.delenv(name, raising=False)
+    flags = ["--vec.num-envs", "1024", "--train.total-timesteps", "1e7"]
+    assert cli.main(["config", "cartpole", *flags]) == 0
+    alone = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("# memory:"))
+    assert cli.main(["config", "cartpole", *flags, "--dist.num-processes", "2", "--dist.coordinator", "node0:1234",
+                     "--dist.process-id", "1"]) == 0
+    shared = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("# memory:"))
+    assert "per process" not in alone and "of host buffers per process" in shared
+    config, _ = load_config("cartpole", flags=flags)
+    assert memory.estimate(config, derive_sizes(config, 1, processes=2), CARTPOLE).describe() in shared

@@ -49,3 +49,27 @@ def test_jaxlab_config_prints_the_choice():
     assert result.returncode == 0, result.stderr
     assert "# vec.num_threads auto: 1 C thread(s) per group (" in result.stdout
     assert 'num_threads = "auto"' in result.stdout
+
+
+def test_threads_are_checked_and_chosen_for_one_processs_envs(monkeypatch):
+    """Each of N processes steps vec.num_envs / N of the envs: a given vec.num_threads was checked
+    against the whole run's envs per group (and make_group_envs then quietly capped it), and auto
+    counted the whole run's agents. Both take one process's share now."""
+    from jaxlab.config import threads
+
+    monkeypatch.setattr(threads, "usable_cores", lambda: list(range(64)))
+    given = ["--vec.num-envs", "8", "--vec.num-threads", "8", "--train.minibatch-size", "64"]
+    config, _ = load_config("cartpole", flags=given)
+    assert derive_sizes(config, 1, processes=1).num_threads == 8
+    with pytest.raises(ConfigError) as refused:
+        derive_sizes(config, 1, processes=2)
+    assert str(refused.value) == ("vec.num_threads=8 exceeds min(vec.num_envs / (2 processes), 64)=4; use at most 4 "
+                                  "threads")
+    config, _ = load_config("cartpole", flags=[*given[:2], "--vec.groups", "2", "--vec.num-threads", "4",
+                                               "--train.minibatch-size", "64"])
+    with pytest.raises(ConfigError, match=r"exceeds min\(vec.num_envs / \(vec.groups x 2 processes\), 64\)=2;"):
+        derive_sizes(config, 1, processes=2)
+    config, _ = load_config("cartpole", flags=["--vec.num-envs", "8192", "--train.total-timesteps", "1e7"])
+    alone, shared = derive_sizes(config, 1, processes=1), derive_sizes(config, 1, processes=2)
+    assert (alone.num_threads, shared.num_threads) == (8, 4)  # at least 1,024 agents per thread
+    assert "4,096 agents per group" in shared.threads_reason

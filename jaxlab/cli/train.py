@@ -99,7 +99,7 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
     if differ:  # each process resolves its own flags: one given another value would train apart, silently
         raise ConfigError(differing_config_message(differ))
     for path, meta in resolved.resume_meta.items():  # before anything is built or loaded
-        check_processes(meta, path, processes)
+        check_processes(meta, path, processes, settings.count)
     primary = distributed.is_primary()
     say = print if primary else quiet
     profile = None

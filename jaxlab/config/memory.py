@@ -29,6 +29,10 @@ host (numpy buffers besides JAX)
     segment    T x A x (reward 4 + 3 flags) x 2: the rollout's host rewards and flags, and the stacked
                reset flags with their per-step copies
 
+In a run over P processes (dist.num_processes) the estimate is one process's, which is what each host
+must hold: the sharded terms (segment, update) are split over every process's devices, and the host terms
+take its A / P agents; the replicated terms are whole in every process.
+
 The device total is the sum times SAFETY (1.5) for XLA's temporaries, workspace and allocator rounding.
 Only ``current_limit`` and ``out_of_memory_message`` touch JAX (through presets.current_devices).
 """
@@ -186,13 +190,15 @@ def obs_norm_on(config: Config, shape: EnvShape) -> bool:
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """Bytes per term (before SAFETY): device {params, optimizer, gradients, segment, update} on each of
-    ``devices`` devices (params, optimizer and gradients replicated, the segment and the update's
-    samples sharded), host {env, host segment}."""
+    """Bytes per term (before SAFETY) of one process of a run over ``processes``: device {params,
+    optimizer, gradients, segment, update} on each of its ``devices`` devices (params, optimizer and
+    gradients replicated, the segment and the update's samples sharded over every process's devices),
+    host {env, host segment} for its share of the envs."""
 
     device: dict
     host: dict
     devices: int = 1
+    processes: int = 1
 
     @property
     def device_total(self) -> int:
@@ -209,11 +215,17 @@ class MemoryEstimate:
 
     def describe(self) -> str:
         """'about 6.4 MiB for JAX (params 518.0 KiB, ..., update 2.0 MiB; x1.5 for XLA's temporaries)
-        and 16.6 KiB of host buffers'."""
+        and 16.6 KiB of host buffers'; over several processes, each process's: '... for JAX on each of 2
+        devices, per process (...) and 8.3 KiB of host buffers per process'."""
         terms = ", ".join(f"{name} {format_bytes(n)}" for name, n in self.device.items())
         each = f" on each of {self.devices} devices" if self.devices > 1 else ""
-        return (f"about {format_bytes(self.device_total)} for JAX{each} ({terms}; x{SAFETY:g} for XLA's "
-                f"temporaries) and {format_bytes(self.host_total)} of host buffers")
+        per = self.per_process()
+        return (f"about {format_bytes(self.device_total)} for JAX{each}{',' * bool(each and per)}{per} ({terms}; "
+                f"x{SAFETY:g} for XLA's temporaries) and {format_bytes(self.host_total)} of host buffers{per}")
+
+    def per_process(self) -> str:
+        """' per process' when the estimate is one process's of several, else ''."""
+        return " per process" if self.processes > 1 else ""
 
 
 def format_bytes(n: float) -> str:
@@ -231,7 +243,9 @@ def _segment_sample_bytes(shape: EnvShape) -> int:
 
 
 def estimate(config: Config, sizes: Sizes, shape: EnvShape) -> MemoryEstimate:
-    """The memory ``config`` needs, per term, from its derived ``sizes`` and the env's ``shape``."""
+    """The memory ``config`` needs in each process, per term, from its derived ``sizes`` (the whole run's:
+    its samples are sharded over the ``sizes.devices`` devices of each of ``sizes.processes`` processes,
+    and each process steps num_agents / processes agents) and the env's ``shape``."""
     network = network_size(config.policy, shape)
     params = network.params
     sequences = sizes.segments * sizes.num_agents
@@ -239,14 +253,15 @@ def estimate(config: Config, sizes: Sizes, shape: EnvShape) -> MemoryEstimate:
     if obs_norm_on(config, shape):
         segment += sizes.batch_size * shape.obs_size * FLOAT
     minibatch = sizes.minibatch_size * (network.kept * FLOAT + _segment_sample_bytes(shape))
-    A, T = sizes.num_agents, sizes.horizon
+    A, T = -(-sizes.num_agents // sizes.processes), sizes.horizon  # this process's agents
     env = A * (2 * shape.obs_size * shape.obs_itemsize + shape.action_size * FLOAT + FLOAT + 2 + shape.mask_width)
     devices = max(1, sizes.devices)
+    shares = devices * sizes.processes  # every process's devices hold a share of the samples
     update = minibatch + 2 * sizes.batch_size * FLOAT
     return MemoryEstimate(
         device={"params": params * FLOAT, "optimizer": 2 * params * FLOAT, "gradients": params * FLOAT,
-                "segment": -(-2 * segment // devices), "update": -(-update // devices)},  # ceil: sharded
-        host={"env": env, "host segment": 2 * T * A * (FLOAT + 3)}, devices=devices)
+                "segment": -(-2 * segment // shares), "update": -(-update // shares)},  # ceil: sharded
+        host={"env": env, "host segment": 2 * T * A * (FLOAT + 3)}, devices=devices, processes=sizes.processes)
 
 
 # ---- the memory there is ---------------------------------------------------------------------------
@@ -408,8 +423,9 @@ def check_fits(config: Config, sizes: Sizes, shape: EnvShape, limit: MemoryLimit
     on_cpu = limit.device is None
     term = biggest_term(est, where, on_cpu)
     hint = reduce_hint(config, sizes, shape, term, lambda e: shortfall(e, limit) is None)
-    raise ConfigError(f"this config needs about {format_bytes(need)} of {place} but {format_bytes(have)} "
-                      f"{'is available' if where == 'host' else 'is its limit'} ({est.describe()}); "
+    verb = "is available" if where == "host" else "is its limit"
+    raise ConfigError(f"this config needs about {format_bytes(need)} of {place}{est.per_process()} but "
+                      f"{format_bytes(have)} {verb} ({est.describe()}); "
                       f"most of it is {term} ({format_bytes(est.term_bytes(term))}): {hint}")
 
 

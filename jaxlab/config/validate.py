@@ -30,6 +30,7 @@ class Sizes:
     num_threads: int = 1   # C threads per group (vec.num_threads, "auto" resolved)
     threads_reason: str = "set"  # why that many: "set", or what auto saw
     devices: int = 1       # local devices the agents are sharded over (device.count)
+    processes: int = 1     # the run's processes, each stepping num_envs / processes of the envs
 
     def describe(self) -> str:
         segments = f" x {self.segments} segments" if self.segments > 1 else ""
@@ -184,6 +185,10 @@ def derive_sizes(config: Config, agents_per_env: int, updates: int | None = None
     each process's share (check_devices; default jax.process_count(), `jaxlab config` gives
     --dist.num-processes' without joining them)."""
     check_finite(config)
+    if processes is None:
+        import jax
+
+        processes = jax.process_count()
     t, v = config.train, config.vec
     if v.num_threads != "auto" and not isinstance(v.num_threads, int):
         raise ConfigError(f"vec.num_threads={v.num_threads!r} is neither auto nor an integer; write auto or e.g. 2")
@@ -252,15 +257,6 @@ def derive_sizes(config: Config, agents_per_env: int, updates: int | None = None
         fix = max(g for g in range(1, min(v.groups, v.num_envs) + 1) if v.num_envs % g == 0) if v.groups >= 1 else 1
         raise ConfigError(f"vec.groups={v.groups} must divide vec.num_envs={v.num_envs:,} (each group steps an equal "
                           f"slice of the envs); e.g. --vec.groups {fix}")
-    max_chunks = constant("MAX_CHUNKS")
-    per_group = v.num_envs // v.groups
-    num_chunks = min(per_group, max_chunks)
-    num_threads, threads_reason = resolve_threads(v.num_threads, per_group, agents_per_env, v.groups, config.preset,
-                                                  max_chunks)
-    if num_threads > num_chunks:
-        where = "vec.num_envs / vec.groups" if v.groups > 1 else "vec.num_envs"
-        raise ConfigError(f"vec.num_threads={v.num_threads} exceeds min({where}, {max_chunks})={num_chunks}; "
-                          f"use at most {num_chunks} threads")
     agents = v.num_envs * agents_per_env
     segment = agents * t.bptt_horizon
     shape = f"{v.num_envs:,} envs x {agents_per_env} agents x horizon {t.bptt_horizon}"
@@ -299,12 +295,32 @@ def derive_sizes(config: Config, agents_per_env: int, updates: int | None = None
                           f"({updates:,} updates x {t.update_epochs} epochs x {minibatches} minibatches), past the "
                           f"2**31 - 1 their int32 counter holds; use at most --train.total-timesteps {largest}")
     devices = check_devices(config, agents_per_env, processes=processes)
-    return Sizes(devices=devices, num_envs=v.num_envs, agents_per_env=agents_per_env, num_agents=agents,
-                 horizon=t.bptt_horizon, segments=batch // segment, batch_size=batch,
+    num_threads, threads_reason = check_threads(config, agents_per_env, processes)
+    return Sizes(devices=devices, processes=processes, num_envs=v.num_envs, agents_per_env=agents_per_env,
+                 num_agents=agents, horizon=t.bptt_horizon, segments=batch // segment, batch_size=batch,
                  minibatch_size=t.minibatch_size, num_minibatches=batch // t.minibatch_size,
                  minibatch_agents=t.minibatch_size // t.bptt_horizon, num_updates=t.total_timesteps // batch,
-                 total_timesteps=t.total_timesteps, num_threads=min(num_threads, num_chunks),
+                 total_timesteps=t.total_timesteps, num_threads=num_threads,
                  threads_reason=threads_reason)
+
+
+def check_threads(config: Config, agents_per_env: int, processes: int) -> tuple[int, str]:
+    """(threads, why) of vec.num_threads ("auto" resolved) for the envs of one group of one process, the
+    ones its threads step (vec.num_envs / (vec.groups x ``processes``), which check_devices has checked
+    to divide); ConfigError when a given count exceeds them or MAX_CHUNKS."""
+    v = config.vec
+    max_chunks = constant("MAX_CHUNKS")
+    per_group = v.num_envs // (v.groups * processes)
+    num_chunks = min(per_group, max_chunks)
+    num_threads, threads_reason = resolve_threads(v.num_threads, per_group, agents_per_env, v.groups, config.preset,
+                                                  max_chunks)
+    if num_threads > num_chunks:
+        where = "vec.num_envs / vec.groups" if v.groups > 1 else "vec.num_envs"
+        if processes > 1:
+            where = f"vec.num_envs / ({'vec.groups x ' * (v.groups > 1)}{processes} processes)"
+        raise ConfigError(f"vec.num_threads={v.num_threads} exceeds min({where}, {max_chunks})={num_chunks}; "
+                          f"use at most {num_chunks} threads")
+    return num_threads, threads_reason
 
 
 def check_devices(config: Config, agents_per_env: int, available: int | None = None, processes: int | None = None) -> int:

@@ -9,7 +9,8 @@ jaxlab.run.loop.train_run: process 0 writes the records, and every process takes
 checkpoints (Orbax multi-host saves, see jaxlab.train.process_state) and in a resume, which needs
 the same process count as the checkpoint.
 Where a key is not given: JAXLAB_COORDINATOR for the coordinator, SLURM_NTASKS and SLURM_PROCID for
-the count and the index (under SLURM with no coordinator, JAX's own SLURM detection finds one).
+the count and the index (under SLURM with no coordinator, JAX's own SLURM detection finds one, and a
+--dist.* flag that disagrees with SLURM's count or index is refused).
 On a CPU the processes' collectives go through gloo.
 """
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from jaxlab.config.schema import ConfigError, DistConfig
 
@@ -28,6 +29,7 @@ class Settings:
     coordinator: str   # HOST:PORT, or "" for JAX's own detection (SLURM)
     num_processes: int
     process_id: int
+    count: Given | None = field(default=None, compare=False)  # where num_processes came from (for a fix)
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,8 @@ def resolve(dist: DistConfig, environ: Mapping[str, str] = os.environ) -> Settin
         alone = " (or --dist.num-processes 1 to run alone)" if n.source == "env" else ""
         raise ConfigError(f"{n} needs process 0's address: --dist.coordinator HOST:PORT (or JAXLAB_COORDINATOR), "
                           f"the same for every process{alone}")
+    if n.value > 1 and not coordinator:  # SLURM_JOB_ID is set: JAX finds process 0 from the job's nodes
+        check_agrees_with_slurm((n, pid), environ)
     host, _, port = coordinator.rpartition(":")
     if coordinator and (not host or not port.isdigit() or not 1 <= int(port) <= 65535):
         raise ConfigError(f"dist.coordinator={coordinator!r} must be HOST:PORT with a port in 1..65535, e.g. "
@@ -119,7 +123,23 @@ def resolve(dist: DistConfig, environ: Mapping[str, str] = os.environ) -> Settin
         raise ConfigError(f"dist.coordinator={dist.coordinator!r} is given but the run has 1 process{n.origin()}; "
                           f"give every process --dist.num-processes N (N >= 2) and its --dist.process-id, or leave "
                           f"out --dist.coordinator")
-    return Settings(coordinator, n.value, pid.value)
+    return Settings(coordinator, n.value, pid.value, n)
+
+
+def check_agrees_with_slurm(values: Sequence[Given], environ: Mapping[str, str]) -> None:
+    """ConfigError when a --dist.* flag among ``values`` gives another count or index than SLURM's variable
+    (SLURM_NTASKS, SLURM_PROCID) in a run with no coordinator: JAX then joins the tasks SLURM launched,
+    finding process 0 from the job's nodes, so flags that disagree with SLURM cannot make the run."""
+    for value in values:
+        if value.source != "flag" or value.variable not in environ:
+            continue
+        slurm = environ[value.variable]
+        if slurm.strip() == str(value.value):
+            continue
+        raise ConfigError(f"{value} disagrees with {value.variable}={slurm}: with no --dist.coordinator the run's "
+                          f"processes are the tasks SLURM launched (JAX finds process 0 from the job's nodes); leave "
+                          f"out {value.flag}, or give every process --dist.coordinator HOST:PORT to run the processes "
+                          "the flags name")
 
 
 def dist_from_flags(flags: Sequence[str]) -> DistConfig:
@@ -162,8 +182,8 @@ def initialize(settings: Settings) -> bool:
     if settings.coordinator:
         jax.distributed.initialize(coordinator_address=settings.coordinator,
                                    num_processes=settings.num_processes, process_id=settings.process_id)
-    else:  # SLURM: JAX reads the nodes, the task count and the index itself
-        jax.distributed.initialize()
+    else:  # SLURM: JAX finds process 0 from the job's nodes; the count and index are resolve's (SLURM's)
+        jax.distributed.initialize(num_processes=settings.num_processes, process_id=settings.process_id)
     return True
 
 

@@ -534,21 +534,36 @@ def checkpoint_processes(meta: dict) -> int:
     return int(meta.get("processes", 1))
 
 
-def check_processes(meta: dict, path: Path, processes: int) -> None:
+def check_processes(meta: dict, path: Path, processes: int, count=None) -> None:
     """ConfigError naming both counts when the checkpoint at ``path`` (its ``meta``) was written by a
     run over another number of processes than ``processes``: each process's envs, carries and keys
-    are its own rows of the checkpoint, which another count cannot share out."""
+    are its own rows of the checkpoint, which another count cannot share out. ``count``: where this
+    run's count came from (jaxlab.run.distributed.Given; None: --dist.num-processes or its default), so
+    that the fix fits it."""
     saved = checkpoint_processes(meta)
     if saved == processes:
         return
 
-    def count(n):
+    def plural(n):
         return "1 process" if n == 1 else f"{n} processes"
 
-    how = ("in one process (no --dist.num-processes, or --dist.num-processes 1)" if saved == 1 else
-           f"with --dist.num-processes {saved} (and --dist.coordinator, --dist.process-id 0..{saved - 1})")
-    raise config_lib.ConfigError(f"cannot resume: checkpoint {path} was written by a run of {count(saved)}, "
-                                 f"this run has {count(processes)}; resume it {how}, or start a new run")
+    origin = count.origin() if count is not None else ""
+    raise config_lib.ConfigError(f"cannot resume: checkpoint {path} was written by a run of {plural(saved)}, "
+                                 f"this run has {plural(processes)}{origin}; resume it {resume_with(saved, count)}, "
+                                 "or start a new run")
+
+
+def resume_with(saved: int, count=None) -> str:
+    """How to run ``saved`` processes, for check_processes' fix, by where this run's count came from
+    (``count``: a distributed.Given): SLURM's task count is changed by srun, not by a flag it overrides."""
+    if count is not None and count.source == "env":
+        if saved == 1:
+            return (f"in one process: give --dist.num-processes 1 ({count.variable} gives the count otherwise), or run "
+                    "one task (srun --ntasks 1)")
+        return f"in a job step of {saved} tasks (srun --ntasks {saved}, which sets {count.variable})"
+    if saved == 1:
+        return "in one process (no --dist.num-processes, or --dist.num-processes 1)"
+    return f"with --dist.num-processes {saved} (and --dist.coordinator, --dist.process-id 0..{saved - 1})"
 
 
 #: Config fields a checkpoint's arrays depend on: resuming with another value is refused.
