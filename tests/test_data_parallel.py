@@ -375,8 +375,9 @@ def test_two_processes_save_checkpoints_and_resume_as_if_uninterrupted(tmp_path)
                          env={**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""})
     assert one.returncode == 2
     assert one.stderr.count("\n") == 1 and "Traceback" not in one.stderr
-    assert (f"checkpoint {run / 'checkpoints' / '4'} was written by a run of 2 processes, this run has 1 process; "
-            "resume it with --dist.num-processes 2") in one.stderr
+    assert (f"checkpoint {run / 'checkpoints' / '4'} was written by a run of 2 processes, this run has 1 process "
+            "(the default: neither --dist.num-processes nor SLURM_NTASKS is set); resume it with --dist.num-processes 2"
+            ) in one.stderr
     assert sorted(str(p) for p in run.rglob("*")) == listing  # nothing saved was touched
 
     from jaxlab.train.evaluation import load_trainer  # eval in one process: the policy alone
