@@ -49,6 +49,16 @@ def test_a_good_file_parses_to_typed_distributions(tmp_path):
     assert SweepSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec  # as stored in the study
 
 
+def test_a_key_given_both_quoted_and_dotted_is_refused_not_overwritten(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text('[sweep]\n"train.learning_rate" = {low = 1e-3, high = 1e-2, log = true}\n'
+                    'train.learning_rate = {low = 2e-3, high = 5e-3}\n')
+    with pytest.raises(ConfigError) as info:
+        read_sweep_file(path)
+    assert str(info.value) == (f"sweep file {path} gives 'train.learning_rate' twice (once quoted, once as a dotted "
+                               "key or a table); keep one")
+
+
 def test_every_env_has_a_default_sweep_file_that_passes_the_checks():
     for env in ENV_NAMES:
         spec = spec_of(read_sweep_file(default_sweep_file(env)), env)
@@ -87,6 +97,10 @@ def test_every_env_has_a_default_sweep_file_that_passes_the_checks():
     ({"average_last": 0.0, "train.gamma": {"low": 0.9, "high": 0.99}}, "average_last=0.0 (in test.toml) must be "
                                                                        "in (0, 1]"),
     ({"metric": "episode_return"}, "test.toml has no hyperparameter to search"),
+    ({"train.learning_rate": {"low": 1e-3, "high": 1e-2, "log": True},
+      "train.learning-rate": {"low": 2e-3, "high": 5e-3}},
+     "sweep key 'train.learning-rate' (in test.toml) names train.learning_rate, which the file gives already "
+     "(float 0.001..0.01 log); keep one"),
 ])
 def test_bad_search_spaces_name_the_key_the_value_and_a_fix(table, expected):
     assert expected in error_of(table)

@@ -142,7 +142,13 @@ def read_sweep_file(path: str | Path) -> dict:
     if set(data) != {"sweep"}:
         extra = ", ".join(sorted(set(data) - {"sweep"})) or "nothing"
         raise ConfigError(f"sweep file {path} must hold one [sweep] table (found {extra}); put every key under [sweep]")
-    return dict(_flatten(data["sweep"]))
+    table: dict = {}
+    for name, value in _flatten(data["sweep"]):
+        if name in table:
+            raise ConfigError(f"sweep file {path} gives {name!r} twice (once quoted, once as a dotted key or a "
+                              "table); keep one")
+        table[name] = value
+    return table
 
 
 def _flatten(table: dict, prefix: str = ""):
@@ -163,7 +169,12 @@ def parse_spec(table: dict, env_name: str, source: str, overrides: dict | None =
     params = []
     for key, value in table.items():
         if "." in key:
-            params.append(parse_param(key, value, env_name, source))
+            param = parse_param(key, value, env_name, source)
+            same = next((p for p in params if p.name == param.name), None)
+            if same is not None:
+                raise ConfigError(f"sweep key {key!r} (in {source}) names {param.name}, which the file gives "
+                                  f"already ({same.short()}); keep one")
+            params.append(param)
         elif key in SETTINGS:
             settings[key] = value
         else:
