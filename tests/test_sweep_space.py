@@ -78,6 +78,10 @@ def test_every_env_has_a_default_sweep_file_that_passes_the_checks():
     ({"train.update_epochs": {"low": 1.5, "high": 4}}, "low = 1.5 must be an integer (train.update_epochs is an "
                                                        "integer key)"),
     ({"train.bptt_horizon": {"low": 8, "high": 30, "step": 8}}, "high - low = 22 must be a multiple of step = 8"),
+    ({"train.learning_rate": {"low": 0.001, "high": 0.01, "step": 0.004}}, "high - low = 0.009 must be a multiple "
+                                                                            "of step = 0.004, e.g. high = 0.009"),
+    ({"train.gamma": {"low": 0.9, "high": 0.99, "step": 0.1}}, "high - low = 0.09 must be a multiple of step = 0.1, "
+                                                               "e.g. high = 1"),
     ({"policy.lstm": {"low": 0, "high": 1}}, "policy.lstm is a bool key, not a number; give {choices = [...]}"),
     ({"policy.hidden_size": {"choices": [64, "big"]}}, "policy.hidden_size='big' is not an integer"),
     ({"train.gamma": {"low": 0.9, "high": 1.5}}, "'train.gamma' = 1.5 (in test.toml) gives a config that cannot "

@@ -26,6 +26,7 @@ config, or "env.PARAM"); the others are settings::
 
 from __future__ import annotations
 
+import decimal
 import difflib
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -349,11 +350,19 @@ def parse_param(name: str, value: Any, env_name: str, source: str) -> Param:
             raise ConfigError(f"{where}: step = {step} must be positive")
         if log and not (kind is int and step == 1):
             raise ConfigError(f"{where}: step and log = true do not go together; drop one")
-        if kind is int and (high - low) % step != 0:
-            raise ConfigError(f"{where}: high - low = {high - low} must be a multiple of step = {step}, "
-                              f"e.g. high = {low + (high - low) // step * step}")
+        fitting = highest_on_step(low, high, step)
+        if fitting != high:
+            raise ConfigError(f"{where}: high - low = {high - low:.12g} must be a multiple of step = {step}, "
+                              f"e.g. high = {fitting if fitting > low else low + step:.12g}")
     return Param(name, "int" if kind is int else "float", low=kind(low), high=kind(high), log=log,
                  step=None if step is None else kind(step))
+
+
+def highest_on_step(low: float, high: float, step: float) -> float:
+    """The largest low + n * step that is at most ``high``, in decimal arithmetic as Optuna computes it (it
+    replaces the high of a range that ``step`` does not divide by this value, with only a warning)."""
+    d_low, d_high, d_step = (decimal.Decimal(str(x)) for x in (low, high, step))
+    return float((d_high - d_low) // d_step * d_step + d_low)
 
 
 def apply_params(base: Config, params: dict[str, Any], seed: int | None = None) -> Config:
