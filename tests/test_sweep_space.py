@@ -82,6 +82,10 @@ def test_every_env_has_a_default_sweep_file_that_passes_the_checks():
                                                                             "of step = 0.004, e.g. high = 0.009"),
     ({"train.gamma": {"low": 0.9, "high": 0.99, "step": 0.1}}, "high - low = 0.09 must be a multiple of step = 0.1, "
                                                                "e.g. high = 1"),
+    ({"policy.hidden_size": {"choices": [64]}}, "choices = [64] hold one value, so every trial gets it and nothing is "
+                                                "searched; list two or more, or set it for every trial with "
+                                                "--policy.hidden-size 64 and leave it out of the sweep file"),
+    ({"train.norm_adv": {"choices": [False]}}, "--train.norm-adv false and leave it out"),
     ({"policy.lstm": {"low": 0, "high": 1}}, "policy.lstm is a bool key, not a number; give {choices = [...]}"),
     ({"policy.hidden_size": {"choices": [64, "big"]}}, "policy.hidden_size='big' is not an integer"),
     ({"train.gamma": {"low": 0.9, "high": 1.5}}, "'train.gamma' = 1.5 (in test.toml) gives a config that cannot "

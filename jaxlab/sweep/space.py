@@ -35,6 +35,7 @@ from typing import Any
 
 from jaxlab.config import SECTIONS, Config, ConfigError, coerce, coerce_key, derive_sizes, with_layer
 from jaxlab.config.layers import read_toml
+from jaxlab.config.validate import flag_of
 
 #: Keys that are not hyperparameters: set per trial by the sweep, or by --seeds, or bookkeeping.
 NOT_SWEPT = {"train.seed": "seeds are --seeds S (each trial runs S seeds and averages them)",
@@ -323,6 +324,11 @@ def parse_param(name: str, value: Any, env_name: str, source: str) -> Param:
             coerced.append(coerce(choice, kind, name) if section == "env" else coerce_key(section, key, choice, kind))
         if len(set(map(repr, coerced))) != len(coerced):
             raise ConfigError(f"{where}: choices {choices!r} repeat a value; list each once")
+        if len(coerced) == 1:
+            only = str(coerced[0]).lower() if isinstance(coerced[0], bool) else coerced[0]
+            raise ConfigError(f"{where}: choices = {choices!r} hold one value, so every trial gets it and nothing "
+                              f"is searched; list two or more, or set it for every trial with {flag_of(name)} {only} "
+                              "and leave it out of the sweep file")
         return Param(name, "categorical", choices=tuple(coerced))
     if kind == "float | str":  # a number or auto (train.reward_scale): a range searches the numbers
         kind = float
