@@ -442,6 +442,38 @@ def test_a_run_a_second_sigint_stopped_at_once_is_rerun_by_its_sweep_when_it_sav
     assert "every running trial saved a checkpoint" in stopped_line("SIGINT", "1 running", [], "again")
 
 
+@pytest.mark.parametrize("checkpoints", [(5,), ()])
+def test_a_stop_that_caught_a_run_before_its_first_update_is_not_said_to_have_saved_a_checkpoint(tmp_path,
+                                                                                              checkpoints):
+    """Ctrl-C during a run's start (its compile) ends it with no summary and nothing saved; the sweep's last
+    line said 'every running trial saved a checkpoint' all the same. It names that run now."""
+    from types import SimpleNamespace
+
+    from jaxlab.cli.sweep import stopped_line
+    from jaxlab.sweep.trials import Slot
+
+    sweep, _, run_dir, _ = left_running(tmp_path, INTERRUPTED_AT_ONCE, checkpoints)
+    run_dir.rename(tmp_path / "elsewhere")  # adopted with no run dir: it starts
+    sweep.adopt()
+    (run_dir.parent / "elsewhere").rename(run_dir)
+    (run_dir / "summary.json").unlink()  # `jaxlab train: interrupted` before it trained: no summary
+    if checkpoints:  # a stop at its next update after a checkpoint: it wrote a summary
+        (run_dir / "summary.json").write_text(json.dumps({**INTERRUPTED_AT_ONCE, "error": None}))
+    trial = sweep.trials[0]
+    (seed_run,) = trial.runs
+    seed_run.state, seed_run.slot, seed_run.process = "running", Slot(0, None, 1, None), SimpleNamespace(returncode=130)
+    seed_run.stop_reason = "sweep"
+    sweep.reap(trial, seed_run)
+    assert (seed_run.state, seed_run.resume, sweep.cut_short) == ("stopped", bool(checkpoints), [])
+    assert sweep.unstarted == ([] if checkpoints else [run_dir.name])
+    line = stopped_line("SIGINT", "1 running", sweep.cut_short, "again", sweep.unstarted)
+    if checkpoints:
+        assert line == "stopped by SIGINT: 1 running; every running trial saved a checkpoint; continue with `again`"
+    else:
+        assert line == (f"stopped by SIGINT: 1 running; {run_dir.name} stopped before its first update, with nothing "
+                        "to save: started again; the other running trials saved one; continue with `again`")
+
+
 def test_trials_logging_to_wandb_are_grouped_by_study_unless_the_user_named_a_group():
     """Trials of two studies in one wandb project had no group: they could not be told apart."""
     from jaxlab.config import load_config
@@ -453,3 +485,4 @@ def test_trials_logging_to_wandb_are_grouped_by_study_unless_the_user_named_a_gr
     assert wandb_group_flags(base("--log.wandb", "true"), "cp-1") == ["--log.wandb-group", "cp-1"]
     assert wandb_group_flags(base("--log.wandb", "true", "--log.wandb-group", "mine"), "cp-1") == []
     assert wandb_group_flags(base(), "cp-1") == []  # no wandb
+

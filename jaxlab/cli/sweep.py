@@ -149,7 +149,7 @@ def run_sweep(args, study, storage, spec, base_toml: str, study_dir: Path, platf
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     again = study_command(args, study.study_name)
     if stopped:
-        print(stopped_line(stopped, summary, sweep.cut_short, again), file=sys.stderr)
+        print(stopped_line(stopped, summary, sweep.cut_short, again, sweep.unstarted), file=sys.stderr)
         return 130 if stopped == "SIGINT" else 0
     if sweep.told and set(sweep.told.values()) == {"failed"}:
         print(all_failed(summary, [t for t in trials if t.number in sweep.told]), file=sys.stderr)
@@ -175,15 +175,20 @@ def all_failed(summary: str, failed: list) -> str:
             f"output is in train-output.log in its run dir, e.g. {os.path.relpath(log)}")
 
 
-def stopped_line(stopped: str, summary: str, cut_short: list[str], again: str) -> str:
+def stopped_line(stopped: str, summary: str, cut_short: list[str], again: str, unstarted: list[str] = ()) -> str:
     """The last line of a sweep that ``stopped`` (the signal) ended: the trials' states (``summary``), what
     its running trials saved, and the command that continues it (``again``). ``cut_short``: the runs that a
-    second Ctrl-C stopped at once, which saved no checkpoint at their stop."""
-    if not cut_short:
-        saved = "every running trial saved a checkpoint"
-    else:
-        saved = (f"{', '.join(cut_short)} stopped at once (a second Ctrl-C) without a checkpoint at the stop: "
-                 "continued from its newest checkpoint, or started again; the other running trials saved one")
+    second Ctrl-C stopped at once, which saved no checkpoint at their stop; ``unstarted``: the runs the stop
+    caught before their first update, which saved nothing and start again."""
+    unsaved = []
+    if cut_short:
+        unsaved.append(f"{', '.join(cut_short)} stopped at once (a second Ctrl-C) without a checkpoint at the "
+                       "stop: continued from its newest checkpoint, or started again")
+    if unstarted:
+        unsaved.append(f"{', '.join(unstarted)} stopped before its first update, with nothing to save: started "
+                       "again")
+    saved = "; ".join(unsaved) + "; the other running trials saved one" if unsaved else \
+        "every running trial saved a checkpoint"
     return f"stopped by {stopped}: {summary}; {saved}; continue with `{again}`"
 
 

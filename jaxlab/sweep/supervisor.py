@@ -146,6 +146,7 @@ class Sweep:
         self.launched = 0  # runs this process started (or resumed)
         self.told: dict[int, str] = {}  # trial number -> how this process ended it: failed, pruned, complete
         self.cut_short: list[str] = []  # the runs a second Ctrl-C stopped at once (no checkpoint saved at the stop)
+        self.unstarted: list[str] = []  # the runs a stop caught before their first update (nothing saved)
 
     # ---- ownership ----
 
@@ -297,6 +298,8 @@ class Sweep:
 
     def reap(self, run: TrialRun, seed_run: SeedRun) -> None:
         """Handles a child that exited: done, pruned, stopped by the sweep, or failed."""
+        from jaxlab import checkpoint
+
         code = seed_run.process.returncode
         seed_run.follower.poll()
         summary = read_json(seed_run.run_dir / "summary.json")
@@ -319,6 +322,8 @@ class Sweep:
                 self.cut_short.append(seed_run.run_dir.name)
                 seed_run.resume = False
                 self._classify(seed_run, run.total_steps)
+            elif not checkpoint.step_dirs(seed_run.run_dir / "checkpoints"):  # stopped before its first update
+                self.unstarted.append(seed_run.run_dir.name)
             if seed_run.stop_reason != "sweep":  # stopped from outside the sweep: continue it
                 seed_run.state = "pending"
         else:
