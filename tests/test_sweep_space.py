@@ -486,3 +486,30 @@ def test_trials_logging_to_wandb_are_grouped_by_study_unless_the_user_named_a_gr
     assert wandb_group_flags(base("--log.wandb", "true", "--log.wandb-group", "mine"), "cp-1") == []
     assert wandb_group_flags(base(), "cp-1") == []  # no wandb
 
+
+# a sweep's trial process (jaxlab.sweep.child) whose command gets a Ctrl-C while it still imports (JAX's import
+# can turn that KeyboardInterrupt into 'Exception ignored in <function _xla_gc_callback>'), then starts its run
+EARLY_SIGINT_TRIAL = """
+import os, signal, sys
+import jaxlab.cli
+import jaxlab.run.signals as signals
+from jaxlab.sweep import child
+
+def command(args):
+    os.kill(os.getpid(), signal.SIGINT)  # the sweep forwards a Ctrl-C before the run's StopSignals
+    with signals.StopSignals() as stop:
+        print("received", stop.received)
+    return 0
+
+jaxlab.cli.main = command
+sys.exit(child.main([str(os.getppid()), "train", "cartpole"]))
+"""
+
+
+def test_a_ctrl_c_forwarded_to_a_trial_still_importing_stops_its_run_instead_of_being_lost():
+    """The sweep forwards a Ctrl-C to its trials; one still importing JAX raised KeyboardInterrupt where JAX's
+    garbage-collection callback swallowed it, and the trial trained to its end though the sweep said it was
+    stopping. The trial process now holds such a SIGINT for its run, which stops at its first update."""
+    result = subprocess.run([sys.executable, "-c", EARLY_SIGINT_TRIAL], capture_output=True, text=True, timeout=120)
+    assert (result.returncode, result.stdout) == (0, "received SIGINT\n"), result.stderr
+    assert "finishing this update, then saving a checkpoint" in result.stderr
