@@ -2,6 +2,7 @@
 and a fix (exit 2), checked before the work, and nothing saved damaged."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -313,6 +314,24 @@ def test_a_sweep_whose_every_trial_failed_before_it_ran_exits_1_saying_so(tmp_pa
     assert captured.err.strip().splitlines() == [
         "all 2 trial(s) of this sweep failed before they ran (2 fail in the study): their values broke a config "
         "rule (errors above); change the sweep file's ranges so that they fit together, and start a new --study"]
+
+
+def test_parallel_above_the_runs_to_do_says_so_and_warns_of_no_core_sharing_that_cannot_happen(tmp_path, capsys):
+    """--parallel K above the usable cores and above the runs a sweep can have (more jobs than trials x seeds):
+    it warned that trials would share cores, which one run cannot, and said nothing of the slots that no run
+    would take (their share of the cores idle)."""
+    pytest.importorskip("optuna")
+    space = tmp_path / "space.toml"  # every trial fails before it runs (as above): nothing trains
+    space.write_text('[sweep]\n"train.bptt_horizon" = {choices = [64, 128]}\n'
+                     '"train.minibatch_size" = {choices = [16, 32]}\n')
+    parallel = len(os.sched_getaffinity(0)) + 1
+    assert cli.main(["sweep", "cartpole", "--root", str(tmp_path / "sweeps"), "--study", "j", "--sweep", str(space),
+                     "--trials", "1", "--parallel", str(parallel)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.splitlines()[0] == (f"jaxlab sweep: --parallel {parallel}, but this sweep has at most 1 "
+                                            f"run(s) to do: 1 of its {parallel} slots will run, each with its "
+                                            f"1/{parallel} share of the machine; --parallel 1 gives each run more")
+    assert "share cores" not in captured.err
 
 
 def test_plot_of_a_study_with_no_complete_trial_writes_nothing_and_says_so(tmp_path, capsys):

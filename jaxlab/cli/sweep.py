@@ -122,12 +122,18 @@ def run_sweep(args, study, storage, spec, base_toml: str, study_dir: Path, platf
     base_path.write_text(f"# the fixed part of every trial of sweep {study.study_name}\n{base_toml}")
     on_gpu = platform in GPU_PLATFORMS
     base_threads = base.vec.num_threads if isinstance(base.vec.num_threads, int) else len(usable_cores())
+    target = args.trials if args.trials is not None else spec.trials
+    todo = runs_to_do(study, target, spec.seeds)
     slots = plan_slots(args.parallel, on_gpu, usable_cores(), base_threads)
-    if not on_gpu and args.parallel > len(usable_cores()):
+    used = min(args.parallel, todo) if todo else args.parallel  # runs fill the slots from the first
+    if used < args.parallel:  # the split stays K ways: a resumed trial keeps the share it started with
+        print(f"jaxlab sweep: --parallel {args.parallel}, but this sweep has at most {used} run(s) to do: {used} of "
+              f"its {args.parallel} slots will run, each with its 1/{args.parallel} share of the machine; "
+              f"--parallel {used} gives each run more", file=sys.stderr, flush=True)
+    if not on_gpu and used > len(usable_cores()):
         print(f"jaxlab sweep: warning: --parallel {args.parallel} on {len(usable_cores())} usable CPU core(s): the "
               "trials will share cores (each pinned to one, round-robin), each slower; --parallel "
               f"{len(usable_cores())} gives each trial a core of its own", file=sys.stderr, flush=True)
-    target = args.trials if args.trials is not None else spec.trials
     held = len(study.get_trials(deepcopy=False))
     print(f"sweep {study.study_name} ({'resumed' if existed else 'new'}): {args.env}, {target} trials "
           f"({held} in the study), {args.parallel} at a time ({'; '.join(s.describe() for s in slots)}); "
@@ -159,6 +165,17 @@ def run_sweep(args, study, storage, spec, base_toml: str, study_dir: Path, platf
         return 0
     print(f"done: {summary}; results: `{again} --show`")
     return 0
+
+
+def runs_to_do(study, target: int, seeds: int) -> int:
+    """At most how many runs a sweep of ``study`` up to ``target`` trials can have at once: ``seeds`` for each
+    trial it may still ask for and for each RUNNING one (which it may adopt)."""
+    import optuna
+
+    states = [t.state for t in study.get_trials(deepcopy=False)]
+    asked = sum(state != optuna.trial.TrialState.WAITING for state in states)
+    running = states.count(optuna.trial.TrialState.RUNNING)
+    return seeds * (max(0, target - asked) + running)
 
 
 def all_failed(summary: str, failed: list) -> str:
