@@ -474,6 +474,31 @@ def test_a_stop_that_caught_a_run_before_its_first_update_is_not_said_to_have_sa
                         "to save: started again; the other running trials saved one; continue with `again`")
 
 
+@pytest.mark.parametrize("first_cores, warned", [(1, False), (2, True)])
+def test_a_trial_continued_on_other_cpu_cores_than_it_started_on_is_warned_of(tmp_path, monkeypatch, first_cores,
+                                                                             warned):
+    """A trial that started pinned to 1 core (--parallel 2 on 2 cores) and was continued by `jaxlab sweep ENV
+    --study NAME` (--parallel 1: all cores) trained its second part with other arithmetic, and --show still
+    printed `taskset -c 0 jaxlab train ...` as the command that reproduces it, silently. It says so now."""
+    import optuna
+
+    from jaxlab.sweep import supervisor
+    from jaxlab.sweep.trials import Slot
+
+    summary = {**INTERRUPTED_AT_ONCE, "error": None, "updates": 5, "checkpoint": "checkpoints/5"}
+    sweep, study, run_dir, said = left_running(tmp_path, summary, (5,))
+    optuna.trial.Trial(study, study.trials[0]._trial_id).set_user_attr("cpu_cores", first_cores)  # as launch did
+    sweep.adopt()
+    (trial,) = sweep.trials
+    monkeypatch.setattr(supervisor, "start", lambda *args: None)  # no process: only what the sweep says
+    sweep.launch(trial, trial.runs[0], Slot(0, (0,), 1, None))
+    warning = [line for line in said if line.startswith("warning: trial 0 started on")]
+    assert warning == ([f"warning: trial 0 started on {first_cores} CPU core(s) and continues on 1: XLA's results "
+                        "depend on the cores it sees, so `--show`'s command will not reproduce this trial exactly; "
+                        "continue a study with the --parallel it started with"] if warned else [])
+    assert study.trials[0].user_attrs["cpu_cores"] == first_cores  # what --show pins its command to
+
+
 def test_trials_logging_to_wandb_are_grouped_by_study_unless_the_user_named_a_group():
     """Trials of two studies in one wandb project had no group: they could not be told apart."""
     from jaxlab.config import load_config

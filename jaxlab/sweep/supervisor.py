@@ -270,11 +270,16 @@ class Sweep:
         seed_run.process = start(args, slot, child_environment(slot, self.env), seed_run.log_path)
         seed_run.state, seed_run.slot = "running", slot
         self.launched += 1
-        if "cpu_cores" not in run.trial.user_attrs:
-            cores = len(slot.cores) if slot.cores else len(os.sched_getaffinity(0))
+        cores = len(slot.cores) if slot.cores else len(os.sched_getaffinity(0))
+        first = run.trial.user_attrs.get("cpu_cores")
+        if first is None:
             run.trial.set_user_attr("cpu_cores", cores)
         how = "resumes" if seed_run.resume else "starts"
         self.say(f"trial {run.number} seed {seed_run.seed} {how} on {slot.describe()}: {describe_params(run.params)}")
+        if first is not None and first != cores and slot.memory_fraction is None:
+            self.say(f"warning: trial {run.number} started on {first} CPU core(s) and continues on {cores}: XLA's "
+                     "results depend on the cores it sees, so `--show`'s command will not reproduce this trial "
+                     "exactly; continue a study with the --parallel it started with")
 
     def _stop(self, seed_run: SeedRun, reason: str, sig: int = signal.SIGTERM) -> None:
         if seed_run.state == "running" and seed_run.process.poll() is None:
