@@ -59,6 +59,13 @@ def test_a_key_given_both_quoted_and_dotted_is_refused_not_overwritten(tmp_path)
                                "key or a table); keep one")
 
 
+def test_a_folder_given_as_the_sweep_file_is_named_a_folder_not_missing(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        read_sweep_file(tmp_path)
+    assert str(info.value) == (f"sweep file {tmp_path} is a folder, not a TOML file; pass --sweep FILE (see "
+                               "configs/sweeps/ for examples)")  # it said 'does not exist'
+
+
 def test_every_env_has_a_default_sweep_file_that_passes_the_checks():
     for env in ENV_NAMES:
         spec = spec_of(read_sweep_file(default_sweep_file(env)), env)

@@ -136,7 +136,8 @@ def read_sweep_file(path: str | Path) -> dict:
     "train.learning_rate" and a dotted one train.learning_rate both work)."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"sweep file {path} does not exist; pass --sweep FILE (see configs/sweeps/ for examples)")
+        what = "is a folder, not a TOML file" if path.is_dir() else "does not exist"
+        raise ConfigError(f"sweep file {path} {what}; pass --sweep FILE (see configs/sweeps/ for examples)")
     try:
         data = read_toml(path)
     except ConfigError as err:
