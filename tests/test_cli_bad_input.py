@@ -334,6 +334,17 @@ def test_parallel_above_the_runs_to_do_says_so_and_warns_of_no_core_sharing_that
     assert "share cores" not in captured.err
 
 
+@pytest.mark.parametrize("given, ours", [(["--jobs", "3"], "--parallel, e.g. --parallel 3"),
+                                         (["--n-trials=8"], "--trials, e.g. --trials 8")])
+def test_another_sweep_tools_option_is_named_with_jaxlabs(tmp_path, capsys, given, ours):
+    """--jobs (Optuna's n_jobs) was refused as a config flag ('config flags look like --train.seed 1'),
+    which does not say that jaxlab sweep's option is --parallel."""
+    assert cli.main(["sweep", "cartpole", "--root", str(tmp_path), "--study", "o", *given]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"jaxlab sweep: error: unexpected argument {given[0]!r}; jaxlab sweep calls it {ours}"]
+    assert not (tmp_path / "o").exists()
+
+
 def test_plot_of_a_study_with_no_complete_trial_writes_nothing_and_says_so(tmp_path, capsys):
     pytest.importorskip("optuna")
     root = tmp_path / "sweeps"

@@ -15,6 +15,9 @@ from jaxlab.cli.common import LAYERS, cannot_write, resolve, whole_number
 from jaxlab.sweep.study import shown_storage
 
 DEFAULT_ROOT = "runs/sweeps"  # --root: the folder of the study dirs
+#: options of other sweep tools (Optuna's n_jobs and n_trials, wandb agent's --count) and what jaxlab calls them
+OTHER_TOOLS_OPTIONS = {"jobs": "parallel", "n-jobs": "parallel", "n_jobs": "parallel", "n-trials": "trials",
+                       "n_trials": "trials", "count": "trials", "study-name": "study", "study_name": "study"}
 
 
 def sweep_command(args: argparse.Namespace) -> int:
@@ -24,6 +27,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     environment = dict(os.environ)  # what trials start from: before JAX is set up in this process
     from jaxlab.config import ConfigError
 
+    check_other_tools_options(args.flags)
     try:
         import optuna
     except ImportError:
@@ -62,6 +66,20 @@ def sweep_command(args: argparse.Namespace) -> int:
         if new_dir and all(p.name.startswith(study_lib.JOURNAL) for p in study_dir.iterdir()):
             shutil.rmtree(study_dir, ignore_errors=True)
         raise
+
+
+def check_other_tools_options(flags: list[str]) -> None:
+    """ConfigError naming jaxlab's option for an option of another sweep tool among ``flags`` (the arguments
+    that are not jaxlab sweep's, which would be read as config flags): --jobs 2 is --parallel 2."""
+    from jaxlab.config import ConfigError
+
+    for i, flag in enumerate(flags):
+        name, _, value = flag[2:].partition("=")
+        ours = OTHER_TOOLS_OPTIONS.get(name) if flag.startswith("--") else None
+        if ours:
+            following = flags[i + 1] if i + 1 < len(flags) and not flags[i + 1].startswith("-") else "2"
+            example = value or following
+            raise ConfigError(f"unexpected argument {flag!r}; jaxlab sweep calls it --{ours}, e.g. --{ours} {example}")
 
 
 def prepare_and_run(args, name: str, storage, study_dir: Path, exists: bool, overrides: dict,
