@@ -545,3 +545,26 @@ def test_a_ctrl_c_forwarded_to_a_trial_still_importing_stops_its_run_instead_of_
     result = subprocess.run([sys.executable, "-c", EARLY_SIGINT_TRIAL], capture_output=True, text=True, timeout=120)
     assert (result.returncode, result.stdout) == (0, "received SIGINT\n"), result.stderr
     assert "finishing this update, then saving a checkpoint" in result.stderr
+
+
+def test_plot_of_too_few_trials_says_what_optuna_warned_in_its_line_not_as_a_raw_warning(tmp_path):
+    """--plot of a study with one complete trial printed Optuna's UserWarning raw, with its file and line
+    ('.../optuna/importance/_ped_anova/evaluator.py:289: UserWarning: The number of trials is too small ...')."""
+    import warnings
+
+    import optuna
+
+    from jaxlab.sweep import results
+
+    study_lib.quiet_optuna()
+    study = optuna.create_study(direction="maximize")
+    study.add_trial(optuna.trial.create_trial(params={"train.gamma": 0.95}, value=1.0, distributions={
+        "train.gamma": optuna.distributions.FloatDistribution(0.9, 0.99)}))
+    spec = spec_of({"train.gamma": {"low": 0.9, "high": 0.99}})
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        lines = results.plot(study, spec, tmp_path, "again")
+    assert [str(w.message) for w in shown if "optuna" in w.filename] == []
+    assert lines == [f"wrote {tmp_path / 'history.png'}",
+                     f"wrote {tmp_path / 'importances.png'} (Optuna: The number of trials is too small to compute "
+                     "importances. Parameter importances will be equal.)"]

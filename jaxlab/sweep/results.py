@@ -5,6 +5,7 @@ dirs, the best config written as a file that `jaxlab train --config` accepts, an
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 from jaxlab.config import config_from_toml, to_toml
@@ -119,7 +120,8 @@ def plot(study, spec: SweepSpec, study_dir: Path, again: str) -> list[str]:
     lines = []
     for filename, draw in jobs:
         try:
-            axes = draw()
+            with warnings.catch_warnings(record=True) as caught:  # Optuna's, e.g. too few trials for importances
+                axes = draw()
         except (ValueError, RuntimeError, ZeroDivisionError) as err:
             lines.append(f"{filename}: skipped ({str(err).splitlines()[0]})")
             continue
@@ -128,5 +130,14 @@ def plot(study, spec: SweepSpec, study_dir: Path, again: str) -> list[str]:
         figure.tight_layout()
         figure.savefig(study_dir / filename, dpi=100)
         plt.close(figure)
-        lines.append(f"wrote {study_dir / filename}")
+        notes = list(dict.fromkeys(str(w.message).splitlines()[0] for w in caught if _is_optunas(w)))
+        for other in (w for w in caught if not _is_optunas(w)):  # as they would have been shown
+            warnings.warn_explicit(other.message, other.category, other.filename, other.lineno)
+        lines.append(f"wrote {study_dir / filename}" + "".join(f" (Optuna: {note})" for note in notes))
     return lines
+
+
+def _is_optunas(caught) -> bool:
+    """Whether a warning ``caught`` while drawing is Optuna's word on the picture (its own warnings), not a
+    library's deprecation notice."""
+    return issubclass(caught.category, UserWarning) and "optuna" in caught.filename
