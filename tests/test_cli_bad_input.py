@@ -345,6 +345,23 @@ def test_another_sweep_tools_option_is_named_with_jaxlabs(tmp_path, capsys, give
     assert not (tmp_path / "o").exists()
 
 
+def test_a_study_resumed_with_another_space_is_refused_naming_the_command_that_resumes_it(tmp_path, capsys):
+    """The refusal said 'or `jaxlab sweep ENV --study NAME` alone', placeholders the user had to fill in (and
+    a study under --root needs --root too); it gives this study's command now."""
+    pytest.importorskip("optuna")
+    root, space = tmp_path / "sweeps", tmp_path / "space.toml"
+    space.write_text('[sweep]\n"train.gamma" = {low = 0.9, high = 0.99}\n')
+    assert cli.main(["sweep", "cartpole", "--root", str(root), "--study", "r", "--sweep", str(space),
+                     "--trials", "0"]) == 0
+    space.write_text('[sweep]\n"train.gamma" = {low = 0.9, high = 0.999}\n')
+    capsys.readouterr()
+    assert cli.main(["sweep", "cartpole", "--root", str(root), "--study", "r", "--sweep", str(space)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "jaxlab sweep: error: study 'r' was created with another search space (train.gamma: float 0.9..0.99, not "
+        f"float 0.9..0.999); resume it with the same sweep file (or `jaxlab sweep cartpole --study r --root {root}` "
+        "alone), or start a new --study"]
+
+
 def test_plot_of_a_study_with_no_complete_trial_writes_nothing_and_says_so(tmp_path, capsys):
     pytest.importorskip("optuna")
     root = tmp_path / "sweeps"

@@ -121,7 +121,8 @@ def create_or_check(args, name: str, storage, overrides: dict, exists: bool = Fa
     if not resumed:
         spec = parse_spec(table, args.env, str(path), overrides)
     check_space(spec, resolved.config)
-    study, spec, base_toml = study_lib.open_study(name, storage, spec, to_toml(resolved.config), args.env)
+    study, spec, base_toml = study_lib.open_study(name, storage, spec, to_toml(resolved.config), args.env,
+                                                  again=study_command(args, name))
     return study, spec, base_toml, presets.current_devices()[0].platform
 
 
