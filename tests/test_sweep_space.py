@@ -568,3 +568,31 @@ def test_plot_of_too_few_trials_says_what_optuna_warned_in_its_line_not_as_a_raw
     assert lines == [f"wrote {tmp_path / 'history.png'}",
                      f"wrote {tmp_path / 'importances.png'} (Optuna: The number of trials is too small to compute "
                      "importances. Parameter importances will be equal.)"]
+
+
+@pytest.mark.parametrize("updates, pruned", [(8, False), (4, True)])
+def test_a_trial_whose_runs_trained_to_their_end_is_not_pruned_on_reports_read_late(tmp_path, updates, pruned):
+    """A short run (8 updates in a second) outpaced the sweep's polls: the pruner, asked at report 3 of 10, pruned
+    a trial whose run had trained to its end, and the trial was told PRUNED, its score thrown away, though the
+    prune stopped nothing (summary: 8 of 8 updates, status pruned). Reports read after the end prune nothing."""
+    from types import SimpleNamespace
+
+    import optuna
+
+    from jaxlab.sweep.supervisor import SeedRun, Sweep, TrialRun
+
+    study_lib.quiet_optuna()
+    study = optuna.create_study(direction="maximize", pruner=optuna.pruners.ThresholdPruner(lower=1e9))
+    spec, base = spec_of(GOOD), load_config("cartpole")[0]
+    sweep = Sweep(study, None, spec, base, tmp_path / "base.toml", tmp_path, [], {}, 1, say=lambda line: None)
+    stopped = []
+    seed_run = SeedRun(0, tmp_path / "trial-0-seed-0", state="running",
+                       process=SimpleNamespace(poll=lambda: None, send_signal=stopped.append))
+    seed_run.run_dir.mkdir()
+    (seed_run.run_dir / "metrics.jsonl").write_text("".join(
+        json.dumps({"update": u, "global_step": 1024 * u, "episode_return": 20.0}) + "\n"
+        for u in range(1, updates + 1)))
+    seed_run.follower.poll()
+    run = TrialRun(study.ask(), 0, {}, 8 * 1024, [seed_run], lock_fd=-1)
+    sweep.report(run)
+    assert (run.pruned_at is not None, bool(stopped)) == (pruned, pruned)

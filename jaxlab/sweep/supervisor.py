@@ -351,6 +351,10 @@ class Sweep:
         width = self.spec.average_last * run.total_steps
         step = max(run.reported, default=0) + 1
         records = {id(r): r.follower.ordered() for r in run.runs if r.state != "cancelled"}
+        # every run trained to its end already (a short run outpaces the sweep's polls): its score is known,
+        # and a prune now would stop nothing, only throw the score away
+        trained = all(rs and study_lib.report_step(rs[-1], run.total_steps, self.spec.reports) >= self.spec.reports
+                      for rs in records.values())
         while step <= self.spec.reports:
             values = []
             for seed_run in run.runs:
@@ -366,7 +370,7 @@ class Sweep:
             if values:
                 run.trial.report(sum(values) / len(values), step)
             run.reported.add(step)
-            if values and step < self.spec.reports and run.trial.should_prune():
+            if values and step < self.spec.reports and not trained and run.trial.should_prune():
                 run.pruned_at = step
                 self.say(f"trial {run.number} pruned at report {step}/{self.spec.reports}: {self.spec.metric} "
                          f"{sum(values) / len(values):.4g}")
