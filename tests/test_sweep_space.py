@@ -596,3 +596,30 @@ def test_a_trial_whose_runs_trained_to_their_end_is_not_pruned_on_reports_read_l
     run = TrialRun(study.ask(), 0, {}, 8 * 1024, [seed_run], lock_fd=-1)
     sweep.report(run)
     assert (run.pruned_at is not None, bool(stopped)) == (pruned, pruned)
+
+
+@pytest.mark.parametrize("direction, sign", [("maximize", -1.0), ("minimize", 1.0)])
+def test_importances_of_a_score_cost_study_rank_good_scores_not_low_ones(tmp_path, direction, sign):
+    """For score,cost, importances.png gave Optuna's PED-ANOVA the score as its target, which it ranks low values
+    best: a maximised return's importances were those of a low return (Optuna warned so, raw)."""
+    import warnings
+
+    import optuna
+
+    from jaxlab.sweep import results
+
+    study_lib.quiet_optuna()
+    spec = spec_of({"objective": "score,cost", "direction": direction, "train.gamma": {"low": 0.9, "high": 0.99}})
+    study = optuna.create_study(directions=spec.directions)
+    for i in range(4):
+        study.add_trial(optuna.trial.create_trial(params={"train.gamma": 0.9 + i / 100}, values=[float(i), 1.0 + i],
+                                                  distributions={"train.gamma": optuna.distributions.FloatDistribution(
+                                                      0.9, 0.99)}))
+    target = results.importance_target(spec)
+    assert [target(t) for t in study.trials] == [sign * i for i in range(4)]
+    assert results.importance_target(spec_of(GOOD)) is None  # one objective: Optuna follows its direction
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        lines = results.plot(study, spec, tmp_path, "again")
+    assert not [w for w in shown if "low `target` values" in str(w.message)]
+    assert f"wrote {tmp_path / 'importances.png'}" in lines

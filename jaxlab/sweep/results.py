@@ -113,8 +113,14 @@ def plot(study, spec: SweepSpec, study_dir: Path, again: str) -> list[str]:
 
     target = (lambda t: t.values[0]) if spec.multi_objective else None
     name = spec.metric
+
+    def importances():
+        with warnings.catch_warnings():  # that it ranks low target values: importance_target's are so
+            warnings.filterwarnings("ignore", message="PedAnovaImportanceEvaluator computes the importances")
+            return vis.plot_param_importances(study, target=importance_target(spec), target_name=name)
+
     jobs = [("history.png", lambda: vis.plot_optimization_history(study, target=target, target_name=name)),
-            ("importances.png", lambda: vis.plot_param_importances(study, target=target, target_name=name))]
+            ("importances.png", importances)]
     if spec.multi_objective:
         jobs.append(("pareto.png", lambda: vis.plot_pareto_front(study, target_names=[name, "wall time (s)"])))
     lines = []
@@ -135,6 +141,16 @@ def plot(study, spec: SweepSpec, study_dir: Path, again: str) -> list[str]:
             warnings.warn_explicit(other.message, other.category, other.filename, other.lineno)
         lines.append(f"wrote {study_dir / filename}" + "".join(f" (Optuna: {note})" for note in notes))
     return lines
+
+
+def importance_target(spec: SweepSpec):
+    """The value whose importances importances.png draws: None (the study's own objective and direction)
+    for one objective; for score,cost the score, negated when maximised, because Optuna's PED-ANOVA ranks a
+    given target's low values best (the score as it is drew what makes a trial's return low)."""
+    if not spec.multi_objective:
+        return None
+    sign = -1.0 if spec.direction == "maximize" else 1.0
+    return lambda trial: sign * trial.values[0]
 
 
 def _is_optunas(caught) -> bool:
