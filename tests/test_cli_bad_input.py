@@ -2,6 +2,7 @@
 and a fix (exit 2), checked before the work, and nothing saved damaged."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -303,15 +304,62 @@ def test_a_sweep_whose_every_trial_failed_before_it_ran_exits_1_saying_so(tmp_pa
     before it runs; the sweep's last line says so, and it exits 1, not 0."""
     pytest.importorskip("optuna")
     space = tmp_path / "space.toml"
-    space.write_text('[sweep]\n"train.bptt_horizon" = {choices = [32, 64]}\n'
-                     '"train.minibatch_size" = {choices = [16]}\n')
+    space.write_text('[sweep]\n"train.bptt_horizon" = {choices = [64, 128]}\n'
+                     '"train.minibatch_size" = {choices = [16, 32]}\n')
     assert cli.main(["sweep", "cartpole", "--root", str(tmp_path / "sweeps"), "--study", "f", "--sweep", str(space),
                      "--trials", "2"]) == 1
     captured = capsys.readouterr()
-    assert captured.out.count("failed before it ran: train.minibatch_size=16 must be a multiple") == 2
+    assert captured.out.count("failed before it ran: train.minibatch_size=") == 2
+    assert captured.out.count("must be a multiple of train.bptt_horizon") == 2
     assert captured.err.strip().splitlines() == [
         "all 2 trial(s) of this sweep failed before they ran (2 fail in the study): their values broke a config "
         "rule (errors above); change the sweep file's ranges so that they fit together, and start a new --study"]
+
+
+def test_parallel_above_the_runs_to_do_says_so_and_warns_of_no_core_sharing_that_cannot_happen(tmp_path, capsys):
+    """--parallel K above the usable cores and above the runs a sweep can have (more jobs than trials x seeds):
+    it warned that trials would share cores, which one run cannot, and said nothing of the slots that no run
+    would take (their share of the cores idle)."""
+    pytest.importorskip("optuna")
+    space = tmp_path / "space.toml"  # every trial fails before it runs (as above): nothing trains
+    space.write_text('[sweep]\n"train.bptt_horizon" = {choices = [64, 128]}\n'
+                     '"train.minibatch_size" = {choices = [16, 32]}\n')
+    parallel = len(os.sched_getaffinity(0)) + 1
+    assert cli.main(["sweep", "cartpole", "--root", str(tmp_path / "sweeps"), "--study", "j", "--sweep", str(space),
+                     "--trials", "1", "--parallel", str(parallel)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.splitlines()[0] == (f"jaxlab sweep: --parallel {parallel}, but this sweep has at most 1 "
+                                            f"run(s) to do: 1 of its {parallel} slots will run, each with its "
+                                            f"1/{parallel} share of the machine; --parallel 1 gives each run more")
+    assert "share cores" not in captured.err
+
+
+@pytest.mark.parametrize("given, ours", [(["--jobs", "3"], "--parallel, e.g. --parallel 3"),
+                                         (["--n-trials=8"], "--trials, e.g. --trials 8")])
+def test_another_sweep_tools_option_is_named_with_jaxlabs(tmp_path, capsys, given, ours):
+    """--jobs (Optuna's n_jobs) was refused as a config flag ('config flags look like --train.seed 1'),
+    which does not say that jaxlab sweep's option is --parallel."""
+    assert cli.main(["sweep", "cartpole", "--root", str(tmp_path), "--study", "o", *given]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"jaxlab sweep: error: unexpected argument {given[0]!r}; jaxlab sweep calls it {ours}"]
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_study_resumed_with_another_space_is_refused_naming_the_command_that_resumes_it(tmp_path, capsys):
+    """The refusal said 'or `jaxlab sweep ENV --study NAME` alone', placeholders the user had to fill in (and
+    a study under --root needs --root too); it gives this study's command now."""
+    pytest.importorskip("optuna")
+    root, space = tmp_path / "sweeps", tmp_path / "space.toml"
+    space.write_text('[sweep]\n"train.gamma" = {low = 0.9, high = 0.99}\n')
+    assert cli.main(["sweep", "cartpole", "--root", str(root), "--study", "r", "--sweep", str(space),
+                     "--trials", "0"]) == 0
+    space.write_text('[sweep]\n"train.gamma" = {low = 0.9, high = 0.999}\n')
+    capsys.readouterr()
+    assert cli.main(["sweep", "cartpole", "--root", str(root), "--study", "r", "--sweep", str(space)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "jaxlab sweep: error: study 'r' was created with another search space (train.gamma: float 0.9..0.99, not "
+        f"float 0.9..0.999); resume it with the same sweep file (or `jaxlab sweep cartpole --study r --root {root}` "
+        "alone), or start a new --study"]
 
 
 def test_plot_of_a_study_with_no_complete_trial_writes_nothing_and_says_so(tmp_path, capsys):

@@ -49,6 +49,23 @@ def test_a_good_file_parses_to_typed_distributions(tmp_path):
     assert SweepSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec  # as stored in the study
 
 
+def test_a_key_given_both_quoted_and_dotted_is_refused_not_overwritten(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text('[sweep]\n"train.learning_rate" = {low = 1e-3, high = 1e-2, log = true}\n'
+                    'train.learning_rate = {low = 2e-3, high = 5e-3}\n')
+    with pytest.raises(ConfigError) as info:
+        read_sweep_file(path)
+    assert str(info.value) == (f"sweep file {path} gives 'train.learning_rate' twice (once quoted, once as a dotted "
+                               "key or a table); keep one")
+
+
+def test_a_folder_given_as_the_sweep_file_is_named_a_folder_not_missing(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        read_sweep_file(tmp_path)
+    assert str(info.value) == (f"sweep file {tmp_path} is a folder, not a TOML file; pass --sweep FILE (see "
+                               "configs/sweeps/ for examples)")  # it said 'does not exist'
+
+
 def test_every_env_has_a_default_sweep_file_that_passes_the_checks():
     for env in ENV_NAMES:
         spec = spec_of(read_sweep_file(default_sweep_file(env)), env)
@@ -68,6 +85,14 @@ def test_every_env_has_a_default_sweep_file_that_passes_the_checks():
     ({"train.update_epochs": {"low": 1.5, "high": 4}}, "low = 1.5 must be an integer (train.update_epochs is an "
                                                        "integer key)"),
     ({"train.bptt_horizon": {"low": 8, "high": 30, "step": 8}}, "high - low = 22 must be a multiple of step = 8"),
+    ({"train.learning_rate": {"low": 0.001, "high": 0.01, "step": 0.004}}, "high - low = 0.009 must be a multiple "
+                                                                            "of step = 0.004, e.g. high = 0.009"),
+    ({"train.gamma": {"low": 0.9, "high": 0.99, "step": 0.1}}, "high - low = 0.09 must be a multiple of step = 0.1, "
+                                                               "e.g. high = 1"),
+    ({"policy.hidden_size": {"choices": [64]}}, "choices = [64] hold one value, so every trial gets it and nothing is "
+                                                "searched; list two or more, or set it for every trial with "
+                                                "--policy.hidden-size 64 and leave it out of the sweep file"),
+    ({"train.norm_adv": {"choices": [False]}}, "--train.norm-adv false and leave it out"),
     ({"policy.lstm": {"low": 0, "high": 1}}, "policy.lstm is a bool key, not a number; give {choices = [...]}"),
     ({"policy.hidden_size": {"choices": [64, "big"]}}, "policy.hidden_size='big' is not an integer"),
     ({"train.gamma": {"low": 0.9, "high": 1.5}}, "'train.gamma' = 1.5 (in test.toml) gives a config that cannot "
@@ -87,6 +112,10 @@ def test_every_env_has_a_default_sweep_file_that_passes_the_checks():
     ({"average_last": 0.0, "train.gamma": {"low": 0.9, "high": 0.99}}, "average_last=0.0 (in test.toml) must be "
                                                                        "in (0, 1]"),
     ({"metric": "episode_return"}, "test.toml has no hyperparameter to search"),
+    ({"train.learning_rate": {"low": 1e-3, "high": 1e-2, "log": True},
+      "train.learning-rate": {"low": 2e-3, "high": 5e-3}},
+     "sweep key 'train.learning-rate' (in test.toml) names train.learning_rate, which the file gives already "
+     "(float 0.001..0.01 log); keep one"),
 ])
 def test_bad_search_spaces_name_the_key_the_value_and_a_fix(table, expected):
     assert expected in error_of(table)
@@ -420,6 +449,63 @@ def test_a_run_a_second_sigint_stopped_at_once_is_rerun_by_its_sweep_when_it_sav
     assert "every running trial saved a checkpoint" in stopped_line("SIGINT", "1 running", [], "again")
 
 
+@pytest.mark.parametrize("checkpoints", [(5,), ()])
+def test_a_stop_that_caught_a_run_before_its_first_update_is_not_said_to_have_saved_a_checkpoint(tmp_path,
+                                                                                              checkpoints):
+    """Ctrl-C during a run's start (its compile) ends it with no summary and nothing saved; the sweep's last
+    line said 'every running trial saved a checkpoint' all the same. It names that run now."""
+    from types import SimpleNamespace
+
+    from jaxlab.cli.sweep import stopped_line
+    from jaxlab.sweep.trials import Slot
+
+    sweep, _, run_dir, _ = left_running(tmp_path, INTERRUPTED_AT_ONCE, checkpoints)
+    run_dir.rename(tmp_path / "elsewhere")  # adopted with no run dir: it starts
+    sweep.adopt()
+    (run_dir.parent / "elsewhere").rename(run_dir)
+    (run_dir / "summary.json").unlink()  # `jaxlab train: interrupted` before it trained: no summary
+    if checkpoints:  # a stop at its next update after a checkpoint: it wrote a summary
+        (run_dir / "summary.json").write_text(json.dumps({**INTERRUPTED_AT_ONCE, "error": None}))
+    trial = sweep.trials[0]
+    (seed_run,) = trial.runs
+    seed_run.state, seed_run.slot, seed_run.process = "running", Slot(0, None, 1, None), SimpleNamespace(returncode=130)
+    seed_run.stop_reason = "sweep"
+    sweep.reap(trial, seed_run)
+    assert (seed_run.state, seed_run.resume, sweep.cut_short) == ("stopped", bool(checkpoints), [])
+    assert sweep.unstarted == ([] if checkpoints else [run_dir.name])
+    line = stopped_line("SIGINT", "1 running", sweep.cut_short, "again", sweep.unstarted)
+    if checkpoints:
+        assert line == "stopped by SIGINT: 1 running; every running trial saved a checkpoint; continue with `again`"
+    else:
+        assert line == (f"stopped by SIGINT: 1 running; {run_dir.name} stopped before its first update, with nothing "
+                        "to save: started again; the other running trials saved one; continue with `again`")
+
+
+@pytest.mark.parametrize("first_cores, warned", [(1, False), (2, True)])
+def test_a_trial_continued_on_other_cpu_cores_than_it_started_on_is_warned_of(tmp_path, monkeypatch, first_cores,
+                                                                             warned):
+    """A trial that started pinned to 1 core (--parallel 2 on 2 cores) and was continued by `jaxlab sweep ENV
+    --study NAME` (--parallel 1: all cores) trained its second part with other arithmetic, and --show still
+    printed `taskset -c 0 jaxlab train ...` as the command that reproduces it, silently. It says so now."""
+    import optuna
+
+    from jaxlab.sweep import supervisor
+    from jaxlab.sweep.trials import Slot
+
+    summary = {**INTERRUPTED_AT_ONCE, "error": None, "updates": 5, "checkpoint": "checkpoints/5"}
+    sweep, study, run_dir, said = left_running(tmp_path, summary, (5,))
+    optuna.trial.Trial(study, study.trials[0]._trial_id).set_user_attr("cpu_cores", first_cores)  # as launch did
+    sweep.adopt()
+    (trial,) = sweep.trials
+    monkeypatch.setattr(supervisor, "start", lambda *args: None)  # no process: only what the sweep says
+    sweep.launch(trial, trial.runs[0], Slot(0, (0,), 1, None))
+    warning = [line for line in said if line.startswith("warning: trial 0 started on")]
+    assert warning == ([f"warning: trial 0 started on {first_cores} CPU core(s) and continues on 1: XLA's results "
+                        "depend on the cores it sees, so `--show`'s command will not reproduce this trial exactly; "
+                        "continue a study with the --parallel it started with"] if warned else [])
+    assert study.trials[0].user_attrs["cpu_cores"] == first_cores  # what --show pins its command to
+
+
 def test_trials_logging_to_wandb_are_grouped_by_study_unless_the_user_named_a_group():
     """Trials of two studies in one wandb project had no group: they could not be told apart."""
     from jaxlab.config import load_config
@@ -431,3 +517,109 @@ def test_trials_logging_to_wandb_are_grouped_by_study_unless_the_user_named_a_gr
     assert wandb_group_flags(base("--log.wandb", "true"), "cp-1") == ["--log.wandb-group", "cp-1"]
     assert wandb_group_flags(base("--log.wandb", "true", "--log.wandb-group", "mine"), "cp-1") == []
     assert wandb_group_flags(base(), "cp-1") == []  # no wandb
+
+
+# a sweep's trial process (jaxlab.sweep.child) whose command gets a Ctrl-C while it still imports (JAX's import
+# can turn that KeyboardInterrupt into 'Exception ignored in <function _xla_gc_callback>'), then starts its run
+EARLY_SIGINT_TRIAL = """
+import os, signal, sys
+import jaxlab.cli
+import jaxlab.run.signals as signals
+from jaxlab.sweep import child
+
+def command(args):
+    os.kill(os.getpid(), signal.SIGINT)  # the sweep forwards a Ctrl-C before the run's StopSignals
+    with signals.StopSignals() as stop:
+        print("received", stop.received)
+    return 0
+
+jaxlab.cli.main = command
+sys.exit(child.main([str(os.getppid()), "train", "cartpole"]))
+"""
+
+
+def test_a_ctrl_c_forwarded_to_a_trial_still_importing_stops_its_run_instead_of_being_lost():
+    """The sweep forwards a Ctrl-C to its trials; one still importing JAX raised KeyboardInterrupt where JAX's
+    garbage-collection callback swallowed it, and the trial trained to its end though the sweep said it was
+    stopping. The trial process now holds such a SIGINT for its run, which stops at its first update."""
+    result = subprocess.run([sys.executable, "-c", EARLY_SIGINT_TRIAL], capture_output=True, text=True, timeout=120)
+    assert (result.returncode, result.stdout) == (0, "received SIGINT\n"), result.stderr
+    assert "finishing this update, then saving a checkpoint" in result.stderr
+
+
+def test_plot_of_too_few_trials_says_what_optuna_warned_in_its_line_not_as_a_raw_warning(tmp_path):
+    """--plot of a study with one complete trial printed Optuna's UserWarning raw, with its file and line
+    ('.../optuna/importance/_ped_anova/evaluator.py:289: UserWarning: The number of trials is too small ...')."""
+    import warnings
+
+    import optuna
+
+    from jaxlab.sweep import results
+
+    study_lib.quiet_optuna()
+    study = optuna.create_study(direction="maximize")
+    study.add_trial(optuna.trial.create_trial(params={"train.gamma": 0.95}, value=1.0, distributions={
+        "train.gamma": optuna.distributions.FloatDistribution(0.9, 0.99)}))
+    spec = spec_of({"train.gamma": {"low": 0.9, "high": 0.99}})
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        lines = results.plot(study, spec, tmp_path, "again")
+    assert [str(w.message) for w in shown if "optuna" in w.filename] == []
+    assert lines == [f"wrote {tmp_path / 'history.png'}",
+                     f"wrote {tmp_path / 'importances.png'} (Optuna: The number of trials is too small to compute "
+                     "importances. Parameter importances will be equal.)"]
+
+
+@pytest.mark.parametrize("updates, pruned", [(8, False), (4, True)])
+def test_a_trial_whose_runs_trained_to_their_end_is_not_pruned_on_reports_read_late(tmp_path, updates, pruned):
+    """A short run (8 updates in a second) outpaced the sweep's polls: the pruner, asked at report 3 of 10, pruned
+    a trial whose run had trained to its end, and the trial was told PRUNED, its score thrown away, though the
+    prune stopped nothing (summary: 8 of 8 updates, status pruned). Reports read after the end prune nothing."""
+    from types import SimpleNamespace
+
+    import optuna
+
+    from jaxlab.sweep.supervisor import SeedRun, Sweep, TrialRun
+
+    study_lib.quiet_optuna()
+    study = optuna.create_study(direction="maximize", pruner=optuna.pruners.ThresholdPruner(lower=1e9))
+    spec, base = spec_of(GOOD), load_config("cartpole")[0]
+    sweep = Sweep(study, None, spec, base, tmp_path / "base.toml", tmp_path, [], {}, 1, say=lambda line: None)
+    stopped = []
+    seed_run = SeedRun(0, tmp_path / "trial-0-seed-0", state="running",
+                       process=SimpleNamespace(poll=lambda: None, send_signal=stopped.append))
+    seed_run.run_dir.mkdir()
+    (seed_run.run_dir / "metrics.jsonl").write_text("".join(
+        json.dumps({"update": u, "global_step": 1024 * u, "episode_return": 20.0}) + "\n"
+        for u in range(1, updates + 1)))
+    seed_run.follower.poll()
+    run = TrialRun(study.ask(), 0, {}, 8 * 1024, [seed_run], lock_fd=-1)
+    sweep.report(run)
+    assert (run.pruned_at is not None, bool(stopped)) == (pruned, pruned)
+
+
+@pytest.mark.parametrize("direction, sign", [("maximize", -1.0), ("minimize", 1.0)])
+def test_importances_of_a_score_cost_study_rank_good_scores_not_low_ones(tmp_path, direction, sign):
+    """For score,cost, importances.png gave Optuna's PED-ANOVA the score as its target, which it ranks low values
+    best: a maximised return's importances were those of a low return (Optuna warned so, raw)."""
+    import warnings
+
+    import optuna
+
+    from jaxlab.sweep import results
+
+    study_lib.quiet_optuna()
+    spec = spec_of({"objective": "score,cost", "direction": direction, "train.gamma": {"low": 0.9, "high": 0.99}})
+    study = optuna.create_study(directions=spec.directions)
+    for i in range(4):
+        study.add_trial(optuna.trial.create_trial(params={"train.gamma": 0.9 + i / 100}, values=[float(i), 1.0 + i],
+                                                  distributions={"train.gamma": optuna.distributions.FloatDistribution(
+                                                      0.9, 0.99)}))
+    target = results.importance_target(spec)
+    assert [target(t) for t in study.trials] == [sign * i for i in range(4)]
+    assert results.importance_target(spec_of(GOOD)) is None  # one objective: Optuna follows its direction
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        lines = results.plot(study, spec, tmp_path, "again")
+    assert not [w for w in shown if "low `target` values" in str(w.message)]
+    assert f"wrote {tmp_path / 'importances.png'}" in lines

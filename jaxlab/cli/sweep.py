@@ -15,6 +15,9 @@ from jaxlab.cli.common import LAYERS, cannot_write, resolve, whole_number
 from jaxlab.sweep.study import shown_storage
 
 DEFAULT_ROOT = "runs/sweeps"  # --root: the folder of the study dirs
+#: options of other sweep tools (Optuna's n_jobs and n_trials, wandb agent's --count) and what jaxlab calls them
+OTHER_TOOLS_OPTIONS = {"jobs": "parallel", "n-jobs": "parallel", "n_jobs": "parallel", "n-trials": "trials",
+                       "n_trials": "trials", "count": "trials", "study-name": "study", "study_name": "study"}
 
 
 def sweep_command(args: argparse.Namespace) -> int:
@@ -24,6 +27,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     environment = dict(os.environ)  # what trials start from: before JAX is set up in this process
     from jaxlab.config import ConfigError
 
+    check_other_tools_options(args.flags)
     try:
         import optuna
     except ImportError:
@@ -62,6 +66,20 @@ def sweep_command(args: argparse.Namespace) -> int:
         if new_dir and all(p.name.startswith(study_lib.JOURNAL) for p in study_dir.iterdir()):
             shutil.rmtree(study_dir, ignore_errors=True)
         raise
+
+
+def check_other_tools_options(flags: list[str]) -> None:
+    """ConfigError naming jaxlab's option for an option of another sweep tool among ``flags`` (the arguments
+    that are not jaxlab sweep's, which would be read as config flags): --jobs 2 is --parallel 2."""
+    from jaxlab.config import ConfigError
+
+    for i, flag in enumerate(flags):
+        name, _, value = flag[2:].partition("=")
+        ours = OTHER_TOOLS_OPTIONS.get(name) if flag.startswith("--") else None
+        if ours:
+            following = flags[i + 1] if i + 1 < len(flags) and not flags[i + 1].startswith("-") else "2"
+            example = value or following
+            raise ConfigError(f"unexpected argument {flag!r}; jaxlab sweep calls it --{ours}, e.g. --{ours} {example}")
 
 
 def prepare_and_run(args, name: str, storage, study_dir: Path, exists: bool, overrides: dict,
@@ -103,7 +121,8 @@ def create_or_check(args, name: str, storage, overrides: dict, exists: bool = Fa
     if not resumed:
         spec = parse_spec(table, args.env, str(path), overrides)
     check_space(spec, resolved.config)
-    study, spec, base_toml = study_lib.open_study(name, storage, spec, to_toml(resolved.config), args.env)
+    study, spec, base_toml = study_lib.open_study(name, storage, spec, to_toml(resolved.config), args.env,
+                                                  again=study_command(args, name))
     return study, spec, base_toml, presets.current_devices()[0].platform
 
 
@@ -122,12 +141,18 @@ def run_sweep(args, study, storage, spec, base_toml: str, study_dir: Path, platf
     base_path.write_text(f"# the fixed part of every trial of sweep {study.study_name}\n{base_toml}")
     on_gpu = platform in GPU_PLATFORMS
     base_threads = base.vec.num_threads if isinstance(base.vec.num_threads, int) else len(usable_cores())
+    target = args.trials if args.trials is not None else spec.trials
+    todo = runs_to_do(study, target, spec.seeds)
     slots = plan_slots(args.parallel, on_gpu, usable_cores(), base_threads)
-    if not on_gpu and args.parallel > len(usable_cores()):
+    used = min(args.parallel, todo) if todo else args.parallel  # runs fill the slots from the first
+    if used < args.parallel:  # the split stays K ways: a resumed trial keeps the share it started with
+        print(f"jaxlab sweep: --parallel {args.parallel}, but this sweep has at most {used} run(s) to do: {used} of "
+              f"its {args.parallel} slots will run, each with its 1/{args.parallel} share of the machine; "
+              f"--parallel {used} gives each run more", file=sys.stderr, flush=True)
+    if not on_gpu and used > len(usable_cores()):
         print(f"jaxlab sweep: warning: --parallel {args.parallel} on {len(usable_cores())} usable CPU core(s): the "
               "trials will share cores (each pinned to one, round-robin), each slower; --parallel "
               f"{len(usable_cores())} gives each trial a core of its own", file=sys.stderr, flush=True)
-    target = args.trials if args.trials is not None else spec.trials
     held = len(study.get_trials(deepcopy=False))
     print(f"sweep {study.study_name} ({'resumed' if existed else 'new'}): {args.env}, {target} trials "
           f"({held} in the study), {args.parallel} at a time ({'; '.join(s.describe() for s in slots)}); "
@@ -149,7 +174,7 @@ def run_sweep(args, study, storage, spec, base_toml: str, study_dir: Path, platf
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     again = study_command(args, study.study_name)
     if stopped:
-        print(stopped_line(stopped, summary, sweep.cut_short, again), file=sys.stderr)
+        print(stopped_line(stopped, summary, sweep.cut_short, again, sweep.unstarted), file=sys.stderr)
         return 130 if stopped == "SIGINT" else 0
     if sweep.told and set(sweep.told.values()) == {"failed"}:
         print(all_failed(summary, [t for t in trials if t.number in sweep.told]), file=sys.stderr)
@@ -159,6 +184,17 @@ def run_sweep(args, study, storage, spec, base_toml: str, study_dir: Path, platf
         return 0
     print(f"done: {summary}; results: `{again} --show`")
     return 0
+
+
+def runs_to_do(study, target: int, seeds: int) -> int:
+    """At most how many runs a sweep of ``study`` up to ``target`` trials can have at once: ``seeds`` for each
+    trial it may still ask for and for each RUNNING one (which it may adopt)."""
+    import optuna
+
+    states = [t.state for t in study.get_trials(deepcopy=False)]
+    asked = sum(state != optuna.trial.TrialState.WAITING for state in states)
+    running = states.count(optuna.trial.TrialState.RUNNING)
+    return seeds * (max(0, target - asked) + running)
 
 
 def all_failed(summary: str, failed: list) -> str:
@@ -175,15 +211,20 @@ def all_failed(summary: str, failed: list) -> str:
             f"output is in train-output.log in its run dir, e.g. {os.path.relpath(log)}")
 
 
-def stopped_line(stopped: str, summary: str, cut_short: list[str], again: str) -> str:
+def stopped_line(stopped: str, summary: str, cut_short: list[str], again: str, unstarted: list[str] = ()) -> str:
     """The last line of a sweep that ``stopped`` (the signal) ended: the trials' states (``summary``), what
     its running trials saved, and the command that continues it (``again``). ``cut_short``: the runs that a
-    second Ctrl-C stopped at once, which saved no checkpoint at their stop."""
-    if not cut_short:
-        saved = "every running trial saved a checkpoint"
-    else:
-        saved = (f"{', '.join(cut_short)} stopped at once (a second Ctrl-C) without a checkpoint at the stop: "
-                 "continued from its newest checkpoint, or started again; the other running trials saved one")
+    second Ctrl-C stopped at once, which saved no checkpoint at their stop; ``unstarted``: the runs the stop
+    caught before their first update, which saved nothing and start again."""
+    unsaved = []
+    if cut_short:
+        unsaved.append(f"{', '.join(cut_short)} stopped at once (a second Ctrl-C) without a checkpoint at the "
+                       "stop: continued from its newest checkpoint, or started again")
+    if unstarted:
+        unsaved.append(f"{', '.join(unstarted)} stopped before its first update, with nothing to save: started "
+                       "again")
+    saved = "; ".join(unsaved) + "; the other running trials saved one" if unsaved else \
+        "every running trial saved a checkpoint"
     return f"stopped by {stopped}: {summary}; {saved}; continue with `{again}`"
 
 

@@ -20,6 +20,25 @@ STREAMS = {"stdout": 1, "stderr": 2}
 _interrupted = [False]
 
 
+#: a SIGINT that came before a StopSignals was active, held by catch_early_stops for the first StopSignals
+_early: list[int] = []
+
+
+def catch_early_stops() -> None:
+    """Holds a SIGINT that comes before the command's StopSignals is active (a sweep's trial still importing
+    JAX when its sweep forwards a Ctrl-C) for the first StopSignals, which takes it as its own: the run then
+    stops after its first update with a checkpoint. Without it the KeyboardInterrupt could be raised inside
+    a callback whose exceptions Python ignores (JAX's garbage-collection callback: 'Exception ignored in
+    <function _xla_gc_callback>'), and the trial trained to its end as if never told to stop. A second
+    SIGINT before then interrupts at once."""
+    def hold(signum, frame) -> None:
+        if _early:
+            raise KeyboardInterrupt
+        _early.append(signum)
+
+    signal.signal(signal.SIGINT, hold)
+
+
 def interrupted() -> None:
     """Records that a Ctrl-C interrupted the command at once (a KeyboardInterrupt that it caught): the
     process must then end without Python's finalization (end_at_once)."""
@@ -69,6 +88,8 @@ class StopSignals:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._previous[sig] = signal.signal(sig, self._handle)
+            if _early:  # a Ctrl-C that came before (catch_early_stops): this run stops at its first update
+                self._handle(_early.pop(), None)
         if self.pipes:
             for name in STREAMS:
                 stream = getattr(sys, name)

@@ -14,6 +14,9 @@ PR_SET_PDEATHSIG = 1
 
 
 def main(argv: list[str]) -> int:
+    from jaxlab.run.signals import catch_early_stops
+
+    catch_early_stops()  # a stop forwarded while this trial still imports JAX is not lost
     sweep_pid, args = int(argv[0]), argv[1:]
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)

@@ -5,6 +5,7 @@ dirs, the best config written as a file that `jaxlab train --config` accepts, an
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 from jaxlab.config import config_from_toml, to_toml
@@ -112,14 +113,21 @@ def plot(study, spec: SweepSpec, study_dir: Path, again: str) -> list[str]:
 
     target = (lambda t: t.values[0]) if spec.multi_objective else None
     name = spec.metric
+
+    def importances():
+        with warnings.catch_warnings():  # that it ranks low target values: importance_target's are so
+            warnings.filterwarnings("ignore", message="PedAnovaImportanceEvaluator computes the importances")
+            return vis.plot_param_importances(study, target=importance_target(spec), target_name=name)
+
     jobs = [("history.png", lambda: vis.plot_optimization_history(study, target=target, target_name=name)),
-            ("importances.png", lambda: vis.plot_param_importances(study, target=target, target_name=name))]
+            ("importances.png", importances)]
     if spec.multi_objective:
         jobs.append(("pareto.png", lambda: vis.plot_pareto_front(study, target_names=[name, "wall time (s)"])))
     lines = []
     for filename, draw in jobs:
         try:
-            axes = draw()
+            with warnings.catch_warnings(record=True) as caught:  # Optuna's, e.g. too few trials for importances
+                axes = draw()
         except (ValueError, RuntimeError, ZeroDivisionError) as err:
             lines.append(f"{filename}: skipped ({str(err).splitlines()[0]})")
             continue
@@ -128,5 +136,24 @@ def plot(study, spec: SweepSpec, study_dir: Path, again: str) -> list[str]:
         figure.tight_layout()
         figure.savefig(study_dir / filename, dpi=100)
         plt.close(figure)
-        lines.append(f"wrote {study_dir / filename}")
+        notes = list(dict.fromkeys(str(w.message).splitlines()[0] for w in caught if _is_optunas(w)))
+        for other in (w for w in caught if not _is_optunas(w)):  # as they would have been shown
+            warnings.warn_explicit(other.message, other.category, other.filename, other.lineno)
+        lines.append(f"wrote {study_dir / filename}" + "".join(f" (Optuna: {note})" for note in notes))
     return lines
+
+
+def importance_target(spec: SweepSpec):
+    """The value whose importances importances.png draws: None (the study's own objective and direction)
+    for one objective; for score,cost the score, negated when maximised, because Optuna's PED-ANOVA ranks a
+    given target's low values best (the score as it is drew what makes a trial's return low)."""
+    if not spec.multi_objective:
+        return None
+    sign = -1.0 if spec.direction == "maximize" else 1.0
+    return lambda trial: sign * trial.values[0]
+
+
+def _is_optunas(caught) -> bool:
+    """Whether a warning ``caught`` while drawing is Optuna's word on the picture (its own warnings), not a
+    library's deprecation notice."""
+    return issubclass(caught.category, UserWarning) and "optuna" in caught.filename

@@ -26,6 +26,7 @@ config, or "env.PARAM"); the others are settings::
 
 from __future__ import annotations
 
+import decimal
 import difflib
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -34,6 +35,7 @@ from typing import Any
 
 from jaxlab.config import SECTIONS, Config, ConfigError, coerce, coerce_key, derive_sizes, with_layer
 from jaxlab.config.layers import read_toml
+from jaxlab.config.validate import flag_of
 
 #: Keys that are not hyperparameters: set per trial by the sweep, or by --seeds, or bookkeeping.
 NOT_SWEPT = {"train.seed": "seeds are --seeds S (each trial runs S seeds and averages them)",
@@ -134,7 +136,8 @@ def read_sweep_file(path: str | Path) -> dict:
     "train.learning_rate" and a dotted one train.learning_rate both work)."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"sweep file {path} does not exist; pass --sweep FILE (see configs/sweeps/ for examples)")
+        what = "is a folder, not a TOML file" if path.is_dir() else "does not exist"
+        raise ConfigError(f"sweep file {path} {what}; pass --sweep FILE (see configs/sweeps/ for examples)")
     try:
         data = read_toml(path)
     except ConfigError as err:
@@ -142,7 +145,13 @@ def read_sweep_file(path: str | Path) -> dict:
     if set(data) != {"sweep"}:
         extra = ", ".join(sorted(set(data) - {"sweep"})) or "nothing"
         raise ConfigError(f"sweep file {path} must hold one [sweep] table (found {extra}); put every key under [sweep]")
-    return dict(_flatten(data["sweep"]))
+    table: dict = {}
+    for name, value in _flatten(data["sweep"]):
+        if name in table:
+            raise ConfigError(f"sweep file {path} gives {name!r} twice (once quoted, once as a dotted key or a "
+                              "table); keep one")
+        table[name] = value
+    return table
 
 
 def _flatten(table: dict, prefix: str = ""):
@@ -163,7 +172,12 @@ def parse_spec(table: dict, env_name: str, source: str, overrides: dict | None =
     params = []
     for key, value in table.items():
         if "." in key:
-            params.append(parse_param(key, value, env_name, source))
+            param = parse_param(key, value, env_name, source)
+            same = next((p for p in params if p.name == param.name), None)
+            if same is not None:
+                raise ConfigError(f"sweep key {key!r} (in {source}) names {param.name}, which the file gives "
+                                  f"already ({same.short()}); keep one")
+            params.append(param)
         elif key in SETTINGS:
             settings[key] = value
         else:
@@ -311,6 +325,11 @@ def parse_param(name: str, value: Any, env_name: str, source: str) -> Param:
             coerced.append(coerce(choice, kind, name) if section == "env" else coerce_key(section, key, choice, kind))
         if len(set(map(repr, coerced))) != len(coerced):
             raise ConfigError(f"{where}: choices {choices!r} repeat a value; list each once")
+        if len(coerced) == 1:
+            only = str(coerced[0]).lower() if isinstance(coerced[0], bool) else coerced[0]
+            raise ConfigError(f"{where}: choices = {choices!r} hold one value, so every trial gets it and nothing "
+                              f"is searched; list two or more, or set it for every trial with {flag_of(name)} {only} "
+                              "and leave it out of the sweep file")
         return Param(name, "categorical", choices=tuple(coerced))
     if kind == "float | str":  # a number or auto (train.reward_scale): a range searches the numbers
         kind = float
@@ -338,11 +357,19 @@ def parse_param(name: str, value: Any, env_name: str, source: str) -> Param:
             raise ConfigError(f"{where}: step = {step} must be positive")
         if log and not (kind is int and step == 1):
             raise ConfigError(f"{where}: step and log = true do not go together; drop one")
-        if kind is int and (high - low) % step != 0:
-            raise ConfigError(f"{where}: high - low = {high - low} must be a multiple of step = {step}, "
-                              f"e.g. high = {low + (high - low) // step * step}")
+        fitting = highest_on_step(low, high, step)
+        if fitting != high:
+            raise ConfigError(f"{where}: high - low = {high - low:.12g} must be a multiple of step = {step}, "
+                              f"e.g. high = {fitting if fitting > low else low + step:.12g}")
     return Param(name, "int" if kind is int else "float", low=kind(low), high=kind(high), log=log,
                  step=None if step is None else kind(step))
+
+
+def highest_on_step(low: float, high: float, step: float) -> float:
+    """The largest low + n * step that is at most ``high``, in decimal arithmetic as Optuna computes it (it
+    replaces the high of a range that ``step`` does not divide by this value, with only a warning)."""
+    d_low, d_high, d_step = (decimal.Decimal(str(x)) for x in (low, high, step))
+    return float((d_high - d_low) // d_step * d_step + d_low)
 
 
 def apply_params(base: Config, params: dict[str, Any], seed: int | None = None) -> Config:

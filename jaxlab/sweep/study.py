@@ -124,14 +124,15 @@ CREATION_WAIT_S = 60.0
 
 
 def open_study(name: str, storage, spec: SweepSpec | None, base_toml: str | None, env_name: str,
-               wait_s: float = CREATION_WAIT_S):
+               wait_s: float = CREATION_WAIT_S, again: str | None = None):
     """(study, spec, base config TOML) of study ``name``: created with ``spec`` and ``base_toml`` stored
     in it when new; when it exists, its stored spec and base are returned (a spec or base given that
     differs is a ConfigError naming the first difference). ``spec`` None: the study must exist.
 
     Two sweeps started together on one storage may both find no study: Optuna creates it once, and the
     creator stores its attributes one at a time. The other waits up to ``wait_s`` seconds for them
-    (a study without them after that, e.g. its creator was killed, is completed with ``spec``)."""
+    (a study without them after that, e.g. its creator was killed, is completed with ``spec``). ``again``: the
+    command that resumes the study as it is (a refusal names it), by default `jaxlab sweep ENV --study NAME`."""
     import optuna
 
     try:
@@ -167,7 +168,7 @@ def open_study(name: str, storage, spec: SweepSpec | None, base_toml: str | None
     stored = SweepSpec.from_dict(attrs["sweep"])
     stored_base = attrs["base_config"]
     if spec is not None:
-        check_same(name, spec, stored, base_toml, stored_base)
+        check_same(name, spec, stored, base_toml, stored_base, again or f"jaxlab sweep {env_name} --study {name}")
     study = optuna.load_study(study_name=name, storage=storage, sampler=make_sampler(stored),
                               pruner=make_pruner(stored))
     return study, stored, stored_base
@@ -191,8 +192,10 @@ def _complete_attrs(name: str, storage, attrs: dict, wait_s: float) -> dict:
 RUN_SETTINGS = ("trials", "source", "flags")
 
 
-def check_same(name: str, spec: SweepSpec, stored: SweepSpec, base_toml: str | None, stored_base: str) -> None:
-    """ConfigError when a resumed study is given another search space, scoring or base config."""
+def check_same(name: str, spec: SweepSpec, stored: SweepSpec, base_toml: str | None, stored_base: str,
+               again: str = "jaxlab sweep ENV --study NAME") -> None:
+    """ConfigError when a resumed study is given another search space, scoring or base config; the fix it
+    names includes ``again``, the command that resumes the study as it is."""
     from dataclasses import fields
 
     for f in fields(SweepSpec):
@@ -201,7 +204,7 @@ def check_same(name: str, spec: SweepSpec, stored: SweepSpec, base_toml: str | N
         if f.name == "params":
             raise ConfigError(f"study {name!r} was created with another search space "
                               f"({params_change(stored.params, spec.params)}); resume it with the same sweep file "
-                              "(or `jaxlab sweep ENV --study NAME` alone), or start a new --study")
+                              f"(or `{again}` alone), or start a new --study")
         if f.name == "seeds":  # a trial's score is the mean over its seeds: one study, one count
             given = f"--seeds {spec.seeds}" if "seeds" in spec.flags else f"seeds = {spec.seeds} in {spec.source}"
             raise ConfigError(f"study {name!r} was created with {stored.seeds} seed(s) per trial, not {spec.seeds} "
@@ -214,7 +217,7 @@ def check_same(name: str, spec: SweepSpec, stored: SweepSpec, base_toml: str | N
                               "start a new --study")
         stored_value, value = (short_repr(getattr(s, f.name), 120) for s in (stored, spec))
         raise ConfigError(f"study {name!r} was created with {f.name} = {stored_value}, not {value}; resume it "
-                          "with the same sweep file and options (or `jaxlab sweep ENV --study NAME` alone), or "
+                          f"with the same sweep file and options (or `{again}` alone), or "
                           "start a new --study")
     if base_toml is not None and base_toml != stored_base:
         from jaxlab.config import config_from_toml
@@ -225,7 +228,7 @@ def check_same(name: str, spec: SweepSpec, stored: SweepSpec, base_toml: str | N
         if changes:
             key, old, new = changes[0]
             raise ConfigError(f"study {name!r} was created with {key} = {old!r}, not {new!r}; resume it with the "
-                              "same --preset/--config/flags (or `jaxlab sweep ENV --study NAME` alone), or start "
+                              f"same --preset/--config/flags (or `{again}` alone), or start "
                               "a new --study")
 
 

@@ -146,6 +146,7 @@ class Sweep:
         self.launched = 0  # runs this process started (or resumed)
         self.told: dict[int, str] = {}  # trial number -> how this process ended it: failed, pruned, complete
         self.cut_short: list[str] = []  # the runs a second Ctrl-C stopped at once (no checkpoint saved at the stop)
+        self.unstarted: list[str] = []  # the runs a stop caught before their first update (nothing saved)
 
     # ---- ownership ----
 
@@ -269,11 +270,16 @@ class Sweep:
         seed_run.process = start(args, slot, child_environment(slot, self.env), seed_run.log_path)
         seed_run.state, seed_run.slot = "running", slot
         self.launched += 1
-        if "cpu_cores" not in run.trial.user_attrs:
-            cores = len(slot.cores) if slot.cores else len(os.sched_getaffinity(0))
+        cores = len(slot.cores) if slot.cores else len(os.sched_getaffinity(0))
+        first = run.trial.user_attrs.get("cpu_cores")
+        if first is None:
             run.trial.set_user_attr("cpu_cores", cores)
         how = "resumes" if seed_run.resume else "starts"
         self.say(f"trial {run.number} seed {seed_run.seed} {how} on {slot.describe()}: {describe_params(run.params)}")
+        if first is not None and first != cores and slot.memory_fraction is None:
+            self.say(f"warning: trial {run.number} started on {first} CPU core(s) and continues on {cores}: XLA's "
+                     "results depend on the cores it sees, so `--show`'s command will not reproduce this trial "
+                     "exactly; continue a study with the --parallel it started with")
 
     def _stop(self, seed_run: SeedRun, reason: str, sig: int = signal.SIGTERM) -> None:
         if seed_run.state == "running" and seed_run.process.poll() is None:
@@ -297,6 +303,8 @@ class Sweep:
 
     def reap(self, run: TrialRun, seed_run: SeedRun) -> None:
         """Handles a child that exited: done, pruned, stopped by the sweep, or failed."""
+        from jaxlab import checkpoint
+
         code = seed_run.process.returncode
         seed_run.follower.poll()
         summary = read_json(seed_run.run_dir / "summary.json")
@@ -319,6 +327,8 @@ class Sweep:
                 self.cut_short.append(seed_run.run_dir.name)
                 seed_run.resume = False
                 self._classify(seed_run, run.total_steps)
+            elif not checkpoint.step_dirs(seed_run.run_dir / "checkpoints"):  # stopped before its first update
+                self.unstarted.append(seed_run.run_dir.name)
             if seed_run.stop_reason != "sweep":  # stopped from outside the sweep: continue it
                 seed_run.state = "pending"
         else:
@@ -341,6 +351,10 @@ class Sweep:
         width = self.spec.average_last * run.total_steps
         step = max(run.reported, default=0) + 1
         records = {id(r): r.follower.ordered() for r in run.runs if r.state != "cancelled"}
+        # every run trained to its end already (a short run outpaces the sweep's polls): its score is known,
+        # and a prune now would stop nothing, only throw the score away
+        trained = all(rs and study_lib.report_step(rs[-1], run.total_steps, self.spec.reports) >= self.spec.reports
+                      for rs in records.values())
         while step <= self.spec.reports:
             values = []
             for seed_run in run.runs:
@@ -356,7 +370,7 @@ class Sweep:
             if values:
                 run.trial.report(sum(values) / len(values), step)
             run.reported.add(step)
-            if values and step < self.spec.reports and run.trial.should_prune():
+            if values and step < self.spec.reports and not trained and run.trial.should_prune():
                 run.pruned_at = step
                 self.say(f"trial {run.number} pruned at report {step}/{self.spec.reports}: {self.spec.metric} "
                          f"{sum(values) / len(values):.4g}")
