@@ -32,6 +32,7 @@ import json
 import math
 import os
 import re
+import threading
 import time
 import zlib
 from pathlib import Path
@@ -51,6 +52,11 @@ DAMAGE_CODES = re.compile(r"^(DATA_LOSS|OUT_OF_RANGE|NOT_FOUND|FAILED_PRECONDITI
 
 class CheckpointError(RuntimeError):
     """A checkpoint could not be written or read; the message names the path and the cause."""
+
+
+class RestoreInterrupted(KeyboardInterrupt):
+    """A Ctrl-C while Orbax read a checkpoint: reading writes nothing, so nothing was changed. Its message
+    is the line for the user."""
 
 
 def host_copy(tree: Any) -> Any:
@@ -210,14 +216,44 @@ def _restore(path: Path, target, meta: dict | None) -> tuple[Any, dict]:
 
     meta = read_meta(path) if meta is None else meta
     verified = verify(path)
-    try:
+
+    def restore():
         with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
-            restored = checkpointer.restore(path, ocp.args.Composite(state=ocp.args.StandardRestore(target(path))))
+            return checkpointer.restore(path, ocp.args.Composite(state=ocp.args.StandardRestore(target(path))))
+
+    try:
+        restored = _interruptible(restore, f"interrupted while restoring checkpoint {path}; nothing was changed")
     except Exception as err:  # noqa: BLE001 - sorted into damage (CheckpointError) and the rest (re-raised)
         if (verified and not isinstance(err, OSError)) or not is_damage(err):
             raise
         raise CheckpointError(f"checkpoint {path} is unreadable: {type(err).__name__}: {err}") from err
     return restored["state"], meta
+
+
+def _interruptible(work, interrupted: str):
+    """``work()``'s result, run on a thread of its own while this one waits, so that a Ctrl-C raises
+    RestoreInterrupted(``interrupted``) here at once and leaves ``work`` as it was. Run on this thread, Orbax
+    read with an asyncio loop that the KeyboardInterrupt closed under TensorStore's reads still in flight:
+    their callbacks then printed dozens of "RuntimeError: Event loop is closed" tracebacks and
+    never-awaited-coroutine warnings before the process ended. ``work`` must write nothing (a read: the
+    process may end while it runs)."""
+    outcome = {}
+
+    def run():
+        try:
+            outcome["result"] = work()
+        except BaseException as err:  # noqa: BLE001 - raised again on the waiting thread
+            outcome["error"] = err
+
+    worker = threading.Thread(target=run, name="jaxlab-checkpoint-read", daemon=True)
+    worker.start()
+    try:
+        worker.join()
+    except KeyboardInterrupt as err:
+        raise RestoreInterrupted(interrupted) from err
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
 
 
 def _json_readable(path: Path) -> bool:

@@ -557,6 +557,53 @@ def test_a_second_ctrl_c_during_the_compile_exits_130_not_with_a_segfault(tmp_pa
     assert err.strip().splitlines()[-1] == "interrupted; before the first update ended; nothing was saved"
 
 
+#: runs `jaxlab ARGS...` (sys.argv[2:]) with Orbax's read of the arrays sending this process sys.argv[1] SIGINTs
+#: (0.3 s apart) while its TensorStore reads are in flight, then holding the read open for a minute
+CTRL_C_DURING_THE_READ = """
+import asyncio, os, signal, sys
+from orbax.checkpoint._src.handlers.base_pytree_checkpoint_handler import BasePyTreeCheckpointHandler as Handler
+read, presses = Handler._maybe_deserialize, int(sys.argv[1])
+
+async def read_with_ctrl_c(self, *args, **kwargs):
+    reading = asyncio.ensure_future(read(self, *args, **kwargs))
+    await asyncio.sleep(0.05)
+    for _ in range(presses):
+        os.kill(os.getpid(), signal.SIGINT)
+        await asyncio.sleep(0.3)
+    await asyncio.sleep(60)
+    return await reading
+
+Handler._maybe_deserialize = read_with_ctrl_c
+from jaxlab.launch import main
+sys.argv = ["jaxlab", *sys.argv[2:]]
+sys.exit(main())
+"""
+
+
+def test_ctrl_c_while_a_checkpoint_is_read_is_one_line_and_changes_nothing(tmp_path):
+    """Ctrl-C while Orbax reads the checkpoint (eval's one press; a resume's second, the first asking
+    for a graceful stop): exit 130 and one line, at once. The KeyboardInterrupt closed Orbax's asyncio
+    loop under TensorStore's reads, whose callbacks printed dozens of "RuntimeError: Event loop is
+    closed" tracebacks and never-awaited-coroutine warnings; the line said "interrupted; the metrics so
+    far are in ..." for a resume, or "interrupted" alone. The checkpoint then resumes."""
+    run = tmp_path / "run"
+    resume = ["train", "--resume", str(run), "--train.total-timesteps", "256", "--log.dashboard", "none"]
+    assert train_run(small_config(2), run).error is None
+    before = run_files(run)
+    newest = run / "checkpoints" / "2"
+    for presses, command, lines in (
+            ("1", ["eval", "cartpole", "--checkpoint", str(run), "--episodes", "2"], []),
+            ("2", resume, ["SIGINT: finishing this update, then saving a checkpoint; Ctrl-C again to stop at once"])):
+        result = subprocess.run([sys.executable, "-c", CTRL_C_DURING_THE_READ, presses, *command], capture_output=True,
+                                text=True, timeout=50)  # the read is held open for 60 s: it must not be waited for
+        assert result.returncode == 130, result.stderr
+        assert result.stderr.splitlines() == lines + [
+            f"jaxlab {command[0]}: interrupted while restoring checkpoint {newest}; nothing was changed"]
+    assert run_files(run) == before and checkpoint.verify(newest)
+    assert jaxlab(*resume).returncode == 0
+    assert [r["update"] for r in read_metrics(run)] == [1, 2, 3, 4]
+
+
 def test_eval_in_a_fresh_process_takes_the_trainers_actions(tmp_path):
     """Deterministic actions (the mode) and sampled ones (same seed) match the trainer's policy."""
     from jaxlab.train.evaluation import play
