@@ -335,6 +335,8 @@ class RunCheckpoints:
         try:
             self._finish_pending()  # surfaces an error of the previous asynchronous write
             self.manager.save(update, args=_save_args(host_copy(state), meta), metrics=metrics, force=True)
+        except CheckpointError:  # the previous checkpoint's files.json
+            raise
         except Exception as err:  # noqa: BLE001 - OSError, or Orbax wrapping it
             raise CheckpointError(self._failure(update, err)) from err
         self.last_save_time = time.monotonic()
@@ -346,6 +348,8 @@ class RunCheckpoints:
         """Waits for the pending save; returns the newest complete checkpoint."""
         try:
             self._finish_pending()
+        except CheckpointError:
+            raise
         except Exception as err:  # noqa: BLE001
             raise CheckpointError(self._failure(self.last_saved_update, err)) from err
         return self.last_good
@@ -376,7 +380,11 @@ class RunCheckpoints:
         save returns in every process only once every process's files are written and renamed)."""
         self._wait()
         if self._pending is not None and self._pending.is_dir() and is_primary():
-            write_manifest(self._pending)
+            try:
+                write_manifest(self._pending)
+            except OSError as err:
+                raise CheckpointError(f"cannot save checkpoint {self._pending} ({err.strerror or err}, writing its "
+                                      f"{MANIFEST}); its arrays are complete, so it resumes, unchecked") from err
         self._pending = None
         self.last_good = self._latest_path()
 
