@@ -48,6 +48,8 @@ ITEMS = ("state", "meta")
 MANIFEST = "files.json"
 #: TensorStore status codes that mean the bytes on disk are missing or broken (ValueError messages).
 DAMAGE_CODES = re.compile(r"^(DATA_LOSS|OUT_OF_RANGE|NOT_FOUND|FAILED_PRECONDITION): ")
+#: the errno in a TensorStore error's message (a ValueError: "... No space left on device [os_error_code='28']")
+OS_ERROR_CODE = re.compile(r"\[os_error_code='(\d+)'\]")
 
 
 class CheckpointError(RuntimeError):
@@ -400,10 +402,19 @@ class RunCheckpoints:
         return steps[0] if steps else None
 
     def _failure(self, update, err: Exception) -> str:
-        cause = err
-        while cause.__cause__ is not None and not isinstance(cause, OSError):
-            cause = cause.__cause__
-        reason = cause.strerror if isinstance(cause, OSError) and cause.strerror else f"{type(err).__name__}: {err}"
         last = self._latest_path()
-        return (f"cannot save checkpoint {self.directory / str(update)} ({reason}); the last good checkpoint "
-                f"is {last or 'none'}")
+        return (f"cannot save checkpoint {self.directory / str(update)} ({failure_reason(err)}); the last good "
+                f"checkpoint is {last or 'none'}")
+
+
+def failure_reason(err: Exception) -> str:
+    """Why a write failed, in a few words: the strerror of an OSError in ``err``'s causes, or of the errno in
+    a TensorStore error's message (whose text, the whole TensorStore spec, ran to a thousand characters),
+    else the error itself."""
+    cause = err
+    while cause.__cause__ is not None and not isinstance(cause, OSError):
+        cause = cause.__cause__
+    if isinstance(cause, OSError) and cause.strerror:
+        return cause.strerror
+    code = OS_ERROR_CODE.search(str(err))
+    return os.strerror(int(code.group(1))) if code else f"{type(err).__name__}: {err}"

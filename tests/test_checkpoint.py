@@ -405,6 +405,31 @@ def test_a_failed_write_of_the_last_checkpoint_is_never_marked_complete(tmp_path
     assert not checkpoint.verify(tmp_path / "run/checkpoints/6")  # no files.json
 
 
+def test_a_disk_full_in_tensorstores_write_is_named_in_a_few_words(tmp_path):
+    """A disk that fills while Orbax writes in the background fails in TensorStore, as a ValueError whose
+    message holds the whole TensorStore spec (a thousand characters, the reason at its end): the error
+    line was that message. It now says the errno's words. (The message below is a real one, shortened.)"""
+    message = ('RESOURCE_EXHAUSTED: Error writing "train.params.params.encoder.kernel/0.0" in OCDBT database at '
+               'local file "/x/checkpoints/6.orbax-checkpoint-tmp/state.orbax-checkpoint-tmp/ocdbt.process_0/": '
+               'Failed to write 75712 bytes to file 11: No space left on device [os_error_code=\'28\'] '
+               '[source locations=\'tensorstore/kvstore/file/file_key_value_store.cc:316\'] {"driver":"zarr3"}')
+
+    def fill_the_disk_at_6(trainer, saves):
+        real, failed = saves.manager.wait_until_finished, []
+
+        def wait_until_finished():
+            if saves.last_saved_update == 6 and not failed:
+                failed.append(6)
+                raise ValueError(message)
+            return real()
+
+        saves.manager.wait_until_finished = wait_until_finished
+
+    result = train_run(small_config(6, "--checkpoint.interval", "2"), tmp_path / "run", trainer_hook=fill_the_disk_at_6)
+    assert result.error == (f"cannot save checkpoint {tmp_path / 'run/checkpoints/6'} (No space left on device); the "
+                            f"last good checkpoint is {tmp_path / 'run/checkpoints/4'}")
+
+
 def test_an_unusable_checkpoint_dir_is_a_clear_error(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
