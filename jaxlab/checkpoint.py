@@ -385,6 +385,7 @@ class RunCheckpoints:
             try:
                 write_manifest(self._pending)
             except OSError as err:
+                self.last_good = self._pending  # complete but for files.json: it resumes, and the run's end names it
                 raise CheckpointError(f"cannot save checkpoint {self._pending} ({err.strerror or err}, writing its "
                                       f"{MANIFEST}); its arrays are complete, so it resumes, unchecked") from err
         self._pending = None

@@ -542,6 +542,7 @@ def test_a_files_json_failing_in_process_0_stops_every_process_at_once(tmp_path)
     assert results[1]["error"] == (f"cannot save checkpoint {saved}: process 0 could not write its files.json (its "
                                    "output says why); its arrays are complete, so it resumes, unchecked")
     assert [r["updates"] for r in results] == [4, 4]
+    assert [r["checkpoint"] for r in results] == [str(saved)] * 2  # not None: `jaxlab train` added "; no checkpoint"
     assert checkpoint.step_dirs(run / "checkpoints") == [saved] and not checkpoint.verify(saved)
     assert [r["update"] for r in read_metrics(run)] == [1, 2, 3, 4]
 
