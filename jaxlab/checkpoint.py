@@ -32,6 +32,7 @@ import json
 import math
 import os
 import re
+import threading
 import time
 import zlib
 from pathlib import Path
@@ -47,10 +48,17 @@ ITEMS = ("state", "meta")
 MANIFEST = "files.json"
 #: TensorStore status codes that mean the bytes on disk are missing or broken (ValueError messages).
 DAMAGE_CODES = re.compile(r"^(DATA_LOSS|OUT_OF_RANGE|NOT_FOUND|FAILED_PRECONDITION): ")
+#: the errno in a TensorStore error's message (a ValueError: "... No space left on device [os_error_code='28']")
+OS_ERROR_CODE = re.compile(r"\[os_error_code='(\d+)'\]")
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint could not be written or read; the message names the path and the cause."""
+
+
+class RestoreInterrupted(KeyboardInterrupt):
+    """A Ctrl-C while Orbax read a checkpoint: reading writes nothing, so nothing was changed. Its message
+    is the line for the user."""
 
 
 def host_copy(tree: Any) -> Any:
@@ -210,14 +218,44 @@ def _restore(path: Path, target, meta: dict | None) -> tuple[Any, dict]:
 
     meta = read_meta(path) if meta is None else meta
     verified = verify(path)
-    try:
+
+    def restore():
         with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
-            restored = checkpointer.restore(path, ocp.args.Composite(state=ocp.args.StandardRestore(target(path))))
+            return checkpointer.restore(path, ocp.args.Composite(state=ocp.args.StandardRestore(target(path))))
+
+    try:
+        restored = _interruptible(restore, f"interrupted while restoring checkpoint {path}; nothing was changed")
     except Exception as err:  # noqa: BLE001 - sorted into damage (CheckpointError) and the rest (re-raised)
         if (verified and not isinstance(err, OSError)) or not is_damage(err):
             raise
         raise CheckpointError(f"checkpoint {path} is unreadable: {type(err).__name__}: {err}") from err
     return restored["state"], meta
+
+
+def _interruptible(work, interrupted: str):
+    """``work()``'s result, run on a thread of its own while this one waits, so that a Ctrl-C raises
+    RestoreInterrupted(``interrupted``) here at once and leaves ``work`` as it was. Run on this thread, Orbax
+    read with an asyncio loop that the KeyboardInterrupt closed under TensorStore's reads still in flight:
+    their callbacks then printed dozens of "RuntimeError: Event loop is closed" tracebacks and
+    never-awaited-coroutine warnings before the process ended. ``work`` must write nothing (a read: the
+    process may end while it runs)."""
+    outcome = {}
+
+    def run():
+        try:
+            outcome["result"] = work()
+        except BaseException as err:  # noqa: BLE001 - raised again on the waiting thread
+            outcome["error"] = err
+
+    worker = threading.Thread(target=run, name="jaxlab-checkpoint-read", daemon=True)
+    worker.start()
+    try:
+        worker.join()
+    except KeyboardInterrupt as err:
+        raise RestoreInterrupted(interrupted) from err
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
 
 
 def _json_readable(path: Path) -> bool:
@@ -299,6 +337,8 @@ class RunCheckpoints:
         try:
             self._finish_pending()  # surfaces an error of the previous asynchronous write
             self.manager.save(update, args=_save_args(host_copy(state), meta), metrics=metrics, force=True)
+        except CheckpointError:  # the previous checkpoint's files.json
+            raise
         except Exception as err:  # noqa: BLE001 - OSError, or Orbax wrapping it
             raise CheckpointError(self._failure(update, err)) from err
         self.last_save_time = time.monotonic()
@@ -310,6 +350,8 @@ class RunCheckpoints:
         """Waits for the pending save; returns the newest complete checkpoint."""
         try:
             self._finish_pending()
+        except CheckpointError:
+            raise
         except Exception as err:  # noqa: BLE001
             raise CheckpointError(self._failure(self.last_saved_update, err)) from err
         return self.last_good
@@ -340,7 +382,12 @@ class RunCheckpoints:
         save returns in every process only once every process's files are written and renamed)."""
         self._wait()
         if self._pending is not None and self._pending.is_dir() and is_primary():
-            write_manifest(self._pending)
+            try:
+                write_manifest(self._pending)
+            except OSError as err:
+                self.last_good = self._pending  # complete but for files.json: it resumes, and the run's end names it
+                raise CheckpointError(f"cannot save checkpoint {self._pending} ({err.strerror or err}, writing its "
+                                      f"{MANIFEST}); its arrays are complete, so it resumes, unchecked") from err
         self._pending = None
         self.last_good = self._latest_path()
 
@@ -356,10 +403,19 @@ class RunCheckpoints:
         return steps[0] if steps else None
 
     def _failure(self, update, err: Exception) -> str:
-        cause = err
-        while cause.__cause__ is not None and not isinstance(cause, OSError):
-            cause = cause.__cause__
-        reason = cause.strerror if isinstance(cause, OSError) and cause.strerror else f"{type(err).__name__}: {err}"
         last = self._latest_path()
-        return (f"cannot save checkpoint {self.directory / str(update)} ({reason}); the last good checkpoint "
-                f"is {last or 'none'}")
+        return (f"cannot save checkpoint {self.directory / str(update)} ({failure_reason(err)}); the last good "
+                f"checkpoint is {last or 'none'}")
+
+
+def failure_reason(err: Exception) -> str:
+    """Why a write failed, in a few words: the strerror of an OSError in ``err``'s causes, or of the errno in
+    a TensorStore error's message (whose text, the whole TensorStore spec, ran to a thousand characters),
+    else the error itself."""
+    cause = err
+    while cause.__cause__ is not None and not isinstance(cause, OSError):
+        cause = cause.__cause__
+    if isinstance(cause, OSError) and cause.strerror:
+        return cause.strerror
+    code = OS_ERROR_CODE.search(str(err))
+    return os.strerror(int(code.group(1))) if code else f"{type(err).__name__}: {err}"

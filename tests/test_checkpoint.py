@@ -405,6 +405,31 @@ def test_a_failed_write_of_the_last_checkpoint_is_never_marked_complete(tmp_path
     assert not checkpoint.verify(tmp_path / "run/checkpoints/6")  # no files.json
 
 
+def test_a_disk_full_in_tensorstores_write_is_named_in_a_few_words(tmp_path):
+    """A disk that fills while Orbax writes in the background fails in TensorStore, as a ValueError whose
+    message holds the whole TensorStore spec (a thousand characters, the reason at its end): the error
+    line was that message. It now says the errno's words. (The message below is a real one, shortened.)"""
+    message = ('RESOURCE_EXHAUSTED: Error writing "train.params.params.encoder.kernel/0.0" in OCDBT database at '
+               'local file "/x/checkpoints/6.orbax-checkpoint-tmp/state.orbax-checkpoint-tmp/ocdbt.process_0/": '
+               'Failed to write 75712 bytes to file 11: No space left on device [os_error_code=\'28\'] '
+               '[source locations=\'tensorstore/kvstore/file/file_key_value_store.cc:316\'] {"driver":"zarr3"}')
+
+    def fill_the_disk_at_6(trainer, saves):
+        real, failed = saves.manager.wait_until_finished, []
+
+        def wait_until_finished():
+            if saves.last_saved_update == 6 and not failed:
+                failed.append(6)
+                raise ValueError(message)
+            return real()
+
+        saves.manager.wait_until_finished = wait_until_finished
+
+    result = train_run(small_config(6, "--checkpoint.interval", "2"), tmp_path / "run", trainer_hook=fill_the_disk_at_6)
+    assert result.error == (f"cannot save checkpoint {tmp_path / 'run/checkpoints/6'} (No space left on device); the "
+                            f"last good checkpoint is {tmp_path / 'run/checkpoints/4'}")
+
+
 def test_an_unusable_checkpoint_dir_is_a_clear_error(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
@@ -555,6 +580,53 @@ def test_a_second_ctrl_c_during_the_compile_exits_130_not_with_a_segfault(tmp_pa
     out, err = process.communicate(timeout=120)
     assert process.returncode == 130, err  # it was -11, SIGSEGV
     assert err.strip().splitlines()[-1] == "interrupted; before the first update ended; nothing was saved"
+
+
+#: runs `jaxlab ARGS...` (sys.argv[2:]) with Orbax's read of the arrays sending this process sys.argv[1] SIGINTs
+#: (0.3 s apart) while its TensorStore reads are in flight, then holding the read open for a minute
+CTRL_C_DURING_THE_READ = """
+import asyncio, os, signal, sys
+from orbax.checkpoint._src.handlers.base_pytree_checkpoint_handler import BasePyTreeCheckpointHandler as Handler
+read, presses = Handler._maybe_deserialize, int(sys.argv[1])
+
+async def read_with_ctrl_c(self, *args, **kwargs):
+    reading = asyncio.ensure_future(read(self, *args, **kwargs))
+    await asyncio.sleep(0.05)
+    for _ in range(presses):
+        os.kill(os.getpid(), signal.SIGINT)
+        await asyncio.sleep(0.3)
+    await asyncio.sleep(60)
+    return await reading
+
+Handler._maybe_deserialize = read_with_ctrl_c
+from jaxlab.launch import main
+sys.argv = ["jaxlab", *sys.argv[2:]]
+sys.exit(main())
+"""
+
+
+def test_ctrl_c_while_a_checkpoint_is_read_is_one_line_and_changes_nothing(tmp_path):
+    """Ctrl-C while Orbax reads the checkpoint (eval's one press; a resume's second, the first asking
+    for a graceful stop): exit 130 and one line, at once. The KeyboardInterrupt closed Orbax's asyncio
+    loop under TensorStore's reads, whose callbacks printed dozens of "RuntimeError: Event loop is
+    closed" tracebacks and never-awaited-coroutine warnings; the line said "interrupted; the metrics so
+    far are in ..." for a resume, or "interrupted" alone. The checkpoint then resumes."""
+    run = tmp_path / "run"
+    resume = ["train", "--resume", str(run), "--train.total-timesteps", "256", "--log.dashboard", "none"]
+    assert train_run(small_config(2), run).error is None
+    before = run_files(run)
+    newest = run / "checkpoints" / "2"
+    for presses, command, lines in (
+            ("1", ["eval", "cartpole", "--checkpoint", str(run), "--episodes", "2"], []),
+            ("2", resume, ["SIGINT: finishing this update, then saving a checkpoint; Ctrl-C again to stop at once"])):
+        result = subprocess.run([sys.executable, "-c", CTRL_C_DURING_THE_READ, presses, *command], capture_output=True,
+                                text=True, timeout=50)  # the read is held open for 60 s: it must not be waited for
+        assert result.returncode == 130, result.stderr
+        assert result.stderr.splitlines() == lines + [
+            f"jaxlab {command[0]}: interrupted while restoring checkpoint {newest}; nothing was changed"]
+    assert run_files(run) == before and checkpoint.verify(newest)
+    assert jaxlab(*resume).returncode == 0
+    assert [r["update"] for r in read_metrics(run)] == [1, 2, 3, 4]
 
 
 def test_eval_in_a_fresh_process_takes_the_trainers_actions(tmp_path):

@@ -23,6 +23,7 @@ import pytest
 
 from jaxlab.config import ConfigError, load_config
 from jaxlab.config.validate import check_devices
+from jaxlab.observe.records import read_metrics
 
 SCRIPT = r"""
 import json, os, sys
@@ -489,6 +490,62 @@ def test_a_checkpoint_write_failing_in_one_process_stops_every_process_after_the
     assert (run / "checkpoints" / "2").is_dir() and not checkpoint.verify(run / "checkpoints" / "2")  # no files.json
     summary = json.loads((run / "summary.json").read_text())
     assert summary["error"] == results[0]["error"] and summary["updates"] == 4
+
+
+MANIFEST_FAILS_IN_PROCESS_0 = r"""
+import json, sys
+from jaxlab.run.distributed import start
+pid = int(sys.argv[1])
+start(["--dist.coordinator", sys.argv[2], "--dist.num-processes", "2", "--dist.process-id", str(pid)])
+from jaxlab import checkpoint
+from jaxlab.config import load_config
+from jaxlab.run.loop import train_run
+
+config, _ = load_config("cartpole", flags=sys.argv[4:])
+
+def read_only(path):  # process 0 writes update 2's files.json when the save of update 4 begins: the disk went read-only
+    raise OSError(30, "Read-only file system")
+
+checkpoint.write_manifest = read_only
+result = train_run(config, sys.argv[3], warn=lambda m: None)
+print("RESULT " + json.dumps({"error": result.error, "updates": len(result.records),
+                              "checkpoint": str(result.checkpoint)}))
+"""
+
+
+def test_a_files_json_failing_in_process_0_stops_every_process_at_once(tmp_path):
+    """Process 0 could not write the files.json of update 2's checkpoint (a disk gone read-only or full).
+    It wrote it inside its save call, after the processes had agreed on the write: process 0 stopped with
+    the error while process 1 went on into Orbax's save and waited at its first barrier; 5 minutes later
+    JAX's shutdown barrier aborted both (SIGABRT, a C++ stack). Both now stop after update 4 with the error
+    (their processes end normally), the checkpoint's arrays and the metrics kept."""
+    from jaxlab import checkpoint
+
+    run = tmp_path / "run"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    coordinator = f"localhost:{free_port()}"
+    flags = [*FLAGS, "--train.total-timesteps", str(128 * 8), "--checkpoint.interval", "2", "--log.dashboard", "none"]
+    procs = [subprocess.Popen([sys.executable, "-c", MANIFEST_FAILS_IN_PROCESS_0, str(i), coordinator, str(run),
+                               *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for i in range(2)]
+    try:
+        outputs = communicate_all(procs, 150)  # the hang lasted 300 s
+    finally:
+        for process in procs:
+            if process.poll() is None:
+                process.kill()
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outputs]
+    results = [json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
+               for out, _ in outputs]
+    saved = run / "checkpoints" / "2"
+    assert results[0]["error"] == (f"cannot save checkpoint {saved} (Read-only file system, writing its files.json); "
+                                   "its arrays are complete, so it resumes, unchecked")
+    assert results[1]["error"] == (f"cannot save checkpoint {saved}: process 0 could not write its files.json (its "
+                                   "output says why); its arrays are complete, so it resumes, unchecked")
+    assert [r["updates"] for r in results] == [4, 4]
+    assert [r["checkpoint"] for r in results] == [str(saved)] * 2  # not None: `jaxlab train` added "; no checkpoint"
+    assert checkpoint.step_dirs(run / "checkpoints") == [saved] and not checkpoint.verify(saved)
+    assert [r["update"] for r in read_metrics(run)] == [1, 2, 3, 4]
 
 
 def test_processes_given_other_flags_are_refused_before_training(tmp_path):

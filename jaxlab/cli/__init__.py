@@ -86,12 +86,12 @@ def _main(argv: list[str] | None) -> int:
     args.flags = rest
     try:
         return _run(args)
-    except KeyboardInterrupt:  # Ctrl-C outside a run's own handling (imports, a command without one)
-        return _interrupted(args.command)
+    except KeyboardInterrupt as err:  # Ctrl-C outside a run's own handling (imports, a command without one)
+        return _interrupted(args.command, err)
     except Exception as err:  # a Ctrl-C that a library turned into an error of its own: an interrupt too
         if not from_an_interrupt(err):
             raise
-        return _interrupted(args.command)
+        return _interrupted(args.command, err)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -124,12 +124,27 @@ def from_an_interrupt(err: BaseException) -> bool:
     return False
 
 
-def _interrupted(command: str) -> int:
-    """One line for a command a Ctrl-C interrupted; 130. The process ends at once (launch.main): JAX may be
-    compiling on a thread of its own."""
+def _interrupted(command: str, err: BaseException) -> int:
+    """One line for a command a Ctrl-C interrupted (``err``: the KeyboardInterrupt or an error raised from
+    one); 130. The process ends at once (launch.main): JAX may be compiling, or Orbax reading a checkpoint,
+    on a thread of its own."""
     from jaxlab.run.signals import interrupted
 
     interrupted()
-    print(f"jaxlab {command}: interrupted", file=sys.stderr)
+    print(f"jaxlab {command}: {interrupt_line(err)}", file=sys.stderr)
     return 130
+
+
+def interrupt_line(err: BaseException | None) -> str:
+    """What a Ctrl-C that raised ``err`` interrupted: the checkpoint read's own line
+    (jaxlab.checkpoint.RestoreInterrupted) where one is in its chain, else "interrupted". Imports nothing:
+    the Ctrl-C may have cut an import short."""
+    checkpoint = sys.modules.get("jaxlab.checkpoint")  # not imported: no checkpoint was read
+    seen = set()
+    while checkpoint is not None and err is not None and id(err) not in seen:
+        if isinstance(err, getattr(checkpoint, "RestoreInterrupted", ())):
+            return str(err)
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return "interrupted"
 

@@ -167,11 +167,14 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
                            resume_meta=resolved.resume_meta, resume_any_env=args.resume_any_env, profile=profile,
                            stop=stop, remove_if_not_started=new_run_dir)
         stop.ended = True  # a pipe that breaks at the lines below stops nothing
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
         from jaxlab.run.signals import interrupted
 
         interrupted()  # the process ends at once (launch.main): the interrupt may have cut JAX's wait for a compile
         close(observers)
+        if isinstance(err, checkpoint.RestoreInterrupted):  # in the resume's read: before the run dir was touched
+            print(f"jaxlab train: {err}", file=sys.stderr)
+            return 130
         metrics = Path(run_dir) / "metrics.jsonl"
         where = (f"the metrics so far are in {metrics}" if metrics.is_file() and metrics.stat().st_size
                  else "before the first update ended; nothing was saved")

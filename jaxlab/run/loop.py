@@ -130,13 +130,28 @@ class SaveCheckpoints:
         return stop
 
     def _previous_write_in_every_process(self) -> None:
-        """Waits for the previous save's asynchronous write, then agrees on it with the other processes
-        (one small all-gather; nothing in a one-process run; nothing in the wait runs collectives): a
-        CheckpointError in any process is raised in every process, the others' naming the checkpoint
-        and the last good one, and the failed checkpoint is not marked complete."""
+        """Finishes the previous save in every process, agreeing on each step with the other processes
+        (one small all-gather each; nothing in a one-process run; nothing in them runs collectives): its
+        asynchronous write, then process 0's files.json for it. A CheckpointError in any process is
+        raised in every process, the others' naming the checkpoint and the last good one, and the
+        failed checkpoint is not marked complete. Both come before the next save: a process that stopped
+        alone would leave the others waiting at the first barrier of Orbax's save (5 minutes, then JAX
+        aborts every process)."""
+        saves = self.saves
+        self._in_every_process(saves.wait_for_write, lambda path, last_good: (
+            f"cannot save checkpoint {path}: another process of this run could not write its part (its output "
+            f"says why); the last good checkpoint is {last_good or 'none'}"))
+        self._in_every_process(saves.finish, lambda path, last_good: (
+            f"cannot save checkpoint {path}: process 0 could not write its {checkpoint.MANIFEST} (its output says "
+            "why); its arrays are complete, so it resumes, unchecked"))
+
+    def _in_every_process(self, step: Callable[[], object], others_say: Callable[[Path, Path | None], str]) -> None:
+        """Runs ``step`` (a part of finishing the previous save), then agrees on its outcome (see
+        _previous_write_in_every_process); ``others_say(the checkpoint, the last good one)``: the error of
+        the processes where ``step`` did not fail."""
         saves, failure = self.saves, None
         try:
-            saves.wait_for_write()
+            step()
         except checkpoint.CheckpointError as err:
             failure = err
         (failed,) = any_process(failure is not None)
@@ -145,10 +160,8 @@ class SaveCheckpoints:
         if failure is not None:
             raise failure
         if failed:
-            raise checkpoint.CheckpointError(
-                f"cannot save checkpoint {saves.directory / str(saves.last_saved_update)}: another process of this "
-                f"run could not write its part (its output says why); the last good checkpoint is "
-                f"{saves.last_good or 'none'}")
+            failed_checkpoint = saves.directory / str(saves.last_saved_update)
+            raise checkpoint.CheckpointError(others_say(failed_checkpoint, saves.last_good))
 
 
 def refuse_an_earlier_run(run_dir: Path) -> None:
