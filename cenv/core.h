@@ -5,6 +5,7 @@
  * An env is one header:
  *   typedef struct { float episode_return; ... } NameLog;      floats only, one per statistic: the SUMS
  *                                                              over the agent-episodes that end in a step
+ *                                                              (cleared before each step: add with +=)
  *   typedef struct {
  *       float *observations; int32_t *actions; float *rewards;  the borrowed buffer pointers, first,
  *       uint8_t *terminals; uint8_t *truncations;              in this order (actions may be float *;
@@ -218,6 +219,7 @@ typedef struct {
         TYPE *env = (TYPE *)envs;                                                                 \
         int failed = 0;                                                                           \
         for (int64_t i = begin; i < end; i++) {                                                   \
+            memset(&env[i].log, 0, sizeof(env[i].log)); /* log holds this step's ends alone */    \
             int ended = NAME##_step(&env[i]);                                                     \
             if (ended == 0 && !every) {                                                           \
                 int flagged = 0;                                                                  \

@@ -751,3 +751,18 @@ def test_a_render_hook_that_fails_is_named_not_taken_for_a_closed_env(user_env, 
                                                r"\(a render hook returns the frame's length, snprintf-style\)"):
             env.render(1)
         assert not env.closed
+
+
+def test_statistics_added_up_with_plus_equals_count_each_episode_once(user_env, tmp_path):
+    """The Log holds the sums over the agent-episodes that end in the current step, and the vectorized
+    layer read it after every ending step without clearing it: a header that added its statistics with
+    `+=` (as with several agents, or as PufferLib's logs do) reported every earlier episode again, so the
+    mean episode_length of 3-step episodes grew 3, 6, 9, … with no error. CENV_ENV clears `log` before
+    each step."""
+    header = stroll_variant(user_env, tmp_path, "summing", "env->log.episode_length = (float)env->tick;",
+                            "env->log.episode_length += (float)env->tick;")
+    with jaxlab.make(str(header), num_envs=2, max_steps=3) as env:
+        env.reset()
+        infos = [env.step(np.ones(2, np.int32))[4] for _ in range(9)]  # action 1: stay, truncated at 3
+    ended = [(info["episodes"], info["episode_length"]) for info in infos if info]
+    assert ended == [(2, 3.0)] * 3, ended
