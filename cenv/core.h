@@ -133,6 +133,12 @@ typedef struct {
     _Generic(((TYPE *)0)->observations, float *: CENV_DTYPE_FLOAT32, uint8_t *: CENV_DTYPE_UINT8, default: -1)
 #define CENV__FLOAT_ACTIONS(TYPE) _Generic(((TYPE *)0)->actions, float *: 1, int32_t *: 0, default: -1)
 
+/* A borrowed buffer FIELD of TYPE that must have the pointer type PTR (checked when CENV_ENV compiles):
+ * a `double *rewards` or `int *terminals` would write past the buffers the vectorized layer hands over. */
+#define CENV__BUFFER_TYPE(TYPE, FIELD, PTR)                                                          \
+    _Static_assert(_Generic(((TYPE *)0)->FIELD, PTR: 1, default: 0),                                 \
+                   #TYPE "." #FIELD " must be declared " #PTR " (BUILD.md, The env contract)");
+
 #define CENV_COUNT(array) ((int)(sizeof(array) / sizeof((array)[0])))
 
 /* ---- CENV_ENV's machinery: one wrapper and one initializer per option word ---- */
@@ -155,7 +161,8 @@ typedef struct {
 #define CENV__WRAP_none(NAME, TYPE)
 #define CENV__INIT_none(NAME, TYPE)
 #define CENV__WRAP_mask(NAME, TYPE) \
-    _Static_assert(offsetof(TYPE, action_mask) == 5 * sizeof(void *), CENV__LAYOUT_RULE(TYPE));
+    _Static_assert(offsetof(TYPE, action_mask) == 5 * sizeof(void *), CENV__LAYOUT_RULE(TYPE)); \
+    CENV__BUFFER_TYPE(TYPE, action_mask, uint8_t *)
 #define CENV__INIT_mask(NAME, TYPE) .has_mask = 1,
 #define CENV__WRAP_agents_wait(NAME, TYPE)
 #define CENV__INIT_agents_wait(NAME, TYPE) .agents_wait = 1,
@@ -207,6 +214,9 @@ typedef struct {
                        offsetof(TYPE, terminals) == 3 * sizeof(void *) &&                         \
                        offsetof(TYPE, truncations) == 4 * sizeof(void *),                         \
                    CENV__LAYOUT_RULE(TYPE));                                                      \
+    CENV__BUFFER_TYPE(TYPE, rewards, float *)                                                     \
+    CENV__BUFFER_TYPE(TYPE, terminals, uint8_t *)                                                 \
+    CENV__BUFFER_TYPE(TYPE, truncations, uint8_t *)                                               \
     enum { NAME##_mask_option = 0 CENV__EACH(CENV__MASK, NAME, TYPE, none, ##__VA_ARGS__) };        \
     _Static_assert(offsetof(TYPE, log) == (5 + NAME##_mask_option) * sizeof(void *),             \
                    CENV__LAYOUT_RULE(TYPE));                                                      \

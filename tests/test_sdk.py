@@ -3,6 +3,7 @@ training from the header on the command line, a checkpoint and a bit-exact resum
 render; the build cache; and every bad input of the SDK with its one clear line."""
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -766,3 +767,20 @@ def test_statistics_added_up_with_plus_equals_count_each_episode_once(user_env, 
         infos = [env.step(np.ones(2, np.int32))[4] for _ in range(9)]  # action 1: stay, truncated at 3
     ended = [(info["episodes"], info["episode_length"]) for info in infos if info]
     assert ended == [(2, 3.0)] * 3, ended
+
+
+@pytest.mark.parametrize("field, wrong, right", [
+    ("rewards", "double *rewards;", "float *"),
+    ("terminals", "int *terminals;", "uint8_t *"),
+    ("truncations", "float *truncations;", "uint8_t *"),
+])
+def test_a_buffer_pointer_of_the_wrong_type_does_not_compile(user_env, tmp_path, field, wrong, right):
+    """Only the observation and action pointers' types were checked: `double *rewards` (or `int
+    *terminals`) compiled, trained and wrote 8 (or 4) bytes per agent into a buffer of 4 (or 1), past
+    its end, with no word. CENV_ENV refuses such a struct when the header compiles, naming the field
+    and its type."""
+    declared = {"rewards": "float *rewards;", "terminals": "uint8_t *terminals;",
+                "truncations": "uint8_t *truncations;"}[field]
+    header = stroll_variant(user_env, tmp_path, "typed", declared, wrong)
+    with pytest.raises(sdk.BuildError, match=rf"Typed\.{field} must be declared {re.escape(right)} \(BUILD.md"):
+        sdk.build_library([header], tmp_path / "libtyped.so")
