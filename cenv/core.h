@@ -45,7 +45,7 @@
  *
  * The step: read `actions` (already validated: in range, not NaN, legal under the mask), write every
  * agent's observation, reward and flags (terminals: the episode ended for good; truncations: a time
- * limit cut it; never both), and return the number of agents whose episode ended in this step (0
+ * limit cut it; never both; both arrive cleared), and return the number of agents whose episode ended in this step (0
  * mostly), after adding their statistics to `log` (sums). An env that finds itself broken (its own
  * invariants, a move it cannot execute) returns a negative number instead: the whole cenv_step then
  * fails with CENV_ERR_ENV and the message of its `error` hook, and that env is neither reset nor
@@ -230,6 +230,8 @@ typedef struct {
         int failed = 0;                                                                           \
         for (int64_t i = begin; i < end; i++) {                                                   \
             memset(&env[i].log, 0, sizeof(env[i].log)); /* log holds this step's ends alone */    \
+            memset(env[i].terminals, 0, (size_t)agents); /* the flags: set by the agents that end */ \
+            memset(env[i].truncations, 0, (size_t)agents);                                        \
             int ended = NAME##_step(&env[i]);                                                     \
             if (ended == 0 && !every) {                                                           \
                 int flagged = 0;                                                                  \

@@ -784,3 +784,22 @@ def test_a_buffer_pointer_of_the_wrong_type_does_not_compile(user_env, tmp_path,
     header = stroll_variant(user_env, tmp_path, "typed", declared, wrong)
     with pytest.raises(sdk.BuildError, match=rf"Typed\.{field} must be declared {re.escape(right)} \(BUILD.md"):
         sdk.build_library([header], tmp_path / "libtyped.so")
+
+
+def test_flags_set_only_when_an_episode_ends_are_cleared_for_the_next_step(user_env, tmp_path):
+    """terminals and truncations kept their last values between steps, so a header that set a flag only
+    when an episode ended (`if (reached) env->terminals[0] = 1;`, never writing 0) ended every episode
+    after the first one at its first step (episode_length 1, no error), or broke the step contract with
+    a count it could not explain (the trainer starts with every flag set). CENV_ENV clears an env's flags
+    before each step."""
+    flags = ("env->terminals[0] = (uint8_t)reached;\n"
+             "    env->truncations[0] = (uint8_t)(!reached && env->tick >= env->max_steps);")
+    header = stroll_variant(user_env, tmp_path, "flagging", flags,
+                            "if (reached) env->terminals[0] = 1;\n"
+                            "    else if (env->tick >= env->max_steps) env->truncations[0] = 1;")
+    with jaxlab.make(str(header), num_envs=2, max_steps=3) as env:
+        env.reset()
+        env.terminals.fill(True)  # as the trainer starts a run
+        steps = [env.step(np.ones(2, np.int32)) for _ in range(9)]  # action 1: stay, truncated at 3
+    ended = [(info["episodes"], info["episode_length"]) for *_, info in steps if info]
+    assert ended == [(2, 3.0)] * 3, ended
