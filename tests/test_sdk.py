@@ -561,6 +561,22 @@ def test_an_env_on_the_env_path_trains_by_name(user_env, tmp_path, monkeypatch):
     assert f"stroll: {user_env / 'stroll.h'} (on the env path" in listing.stdout
 
 
+def test_a_header_on_the_env_path_named_otherwise_than_its_env_says_so(user_env, tmp_path, monkeypatch):
+    """wander.h on the env path whose CENV_ENV defines stroll (a copied header not renamed inside, a typo
+    in the file's name) is listed by `jaxlab envs` as wander, but `jaxlab train wander` said only "unknown
+    env 'wander'; envs in .../wander.h: stroll." with no fix: it names both and the three fixes."""
+    (tmp_path / "wander.h").write_text((user_env / "stroll.h").read_text())
+    monkeypatch.setenv("JAXLAB_ENV_PATH", str(tmp_path))
+    result = jaxlab_cli("train", "wander", "--train.total-timesteps", "256")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"jaxlab train: error: unknown env 'wander': {tmp_path / 'wander.h'} defines 'stroll', not 'wander' (NAME.h "
+        "is looked up for env NAME); rename the header to stroll.h, or the env to wander (the first argument of "
+        f"CENV_ENV), or give its path as ENV (`jaxlab train {tmp_path / 'wander.h'}`)"], result.stderr
+    with pytest.raises(ValueError, match="rename the header to stroll.h"):
+        jaxlab.make("wander")
+
+
 def test_resuming_with_another_envs_header_names_the_checkpoints_env(trained, tmp_path):
     """`jaxlab train other.h --resume RUN` where RUN trained stroll: it said "unknown env 'stroll'; envs in
     other.h: other" (the checkpoint's env looked up in ENV's header)."""
