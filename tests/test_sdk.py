@@ -819,3 +819,18 @@ def test_flags_set_only_when_an_episode_ends_are_cleared_for_the_next_step(user_
         steps = [env.step(np.ones(2, np.int32)) for _ in range(9)]  # action 1: stay, truncated at 3
     ended = [(info["episodes"], info["episode_length"]) for *_, info in steps if info]
     assert ended == [(2, 3.0)] * 3, ended
+
+
+def test_a_mistyped_header_path_names_the_header_it_meant(user_env, tmp_path):
+    """`jaxlab train strol.h` said "cannot read env header strol.h: No such file or directory" (eval the
+    same, build-env "is not an env header file", jaxlab.make "does not exist") and named no fix: each
+    says the header does not exist and names the closest header in its folder, or `jaxlab new-env`."""
+    typo = user_env / "strol.h"
+    for command in (["train", str(typo)], ["build-env", str(typo), "-o", str(tmp_path / "lib.so")],
+                    ["eval", str(typo), "--checkpoint", str(tmp_path)]):
+        result = jaxlab_cli(*command)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert result.stderr.strip().endswith(f"env header {typo} does not exist; did you mean "
+                                              f"{user_env / 'stroll.h'}?"), result.stderr
+    with pytest.raises(sdk.BuildError, match=r"does not exist; create one with `jaxlab new-env NAME`"):
+        jaxlab.make(str(tmp_path / "walker.h"))
