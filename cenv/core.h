@@ -207,6 +207,8 @@ typedef struct {
  * <NAME>_log_names, the env struct TYPE and its Log LOGTYPE, and the option words that follow
  * (mask, reset_agent, agents_wait, render, set_state, pixels, error; see the top of this file). */
 #define CENV_ENV(NAME, TYPE, LOGTYPE, DESCRIPTION, ...)                                           \
+    _Static_assert(CENV_COUNT(NAME##_params) >= 1, #NAME "_params must declare at least one parameter: " \
+                   "give it one, e.g. a max_steps for a truncation (BUILD.md, The env contract)");  \
     _Static_assert(sizeof(LOGTYPE) == sizeof(float) * CENV_COUNT(NAME##_log_names),               \
                    #LOGTYPE " must hold exactly one float per name in " #NAME "_log_names");      \
     _Static_assert(offsetof(TYPE, observations) == 0 && offsetof(TYPE, actions) == sizeof(void *) && \

@@ -834,3 +834,16 @@ def test_a_mistyped_header_path_names_the_header_it_meant(user_env, tmp_path):
                                               f"{user_env / 'stroll.h'}?"), result.stderr
     with pytest.raises(sdk.BuildError, match=r"does not exist; create one with `jaxlab new-env NAME`"):
         jaxlab.make(str(tmp_path / "walker.h"))
+
+
+def test_a_header_without_parameters_is_told_to_declare_one(user_env, tmp_path):
+    """The contract asks for at least one parameter; an empty table failed to compile with GCC's
+    'array subscript 0 is outside array bounds of const cenv_param[0]' pointing into the SDK's api.c.
+    CENV_ENV says what is missing first."""
+    stroll = (user_env / "stroll.h").read_text()
+    table = re.search(r"static const cenv_param stroll_params\[\] = \{\n(.*?)\n\};", stroll, re.DOTALL)
+    header = stroll_variant(user_env, tmp_path, "bare", table.group(1), "")
+    with pytest.raises(sdk.BuildError) as err:
+        sdk.build_library([header], tmp_path / "libbare.so")
+    first = next(line for line in str(err.value).splitlines() if "error:" in line)
+    assert "bare_params must declare at least one parameter" in first, str(err.value)
