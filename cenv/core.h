@@ -45,15 +45,15 @@
  *
  * The step: read `actions` (already validated: in range, not NaN, legal under the mask), write every
  * agent's observation, reward and flags (terminals: the episode ended for good; truncations: a time
- * limit cut it; never both; both arrive cleared), and return the number of agents whose episode ended in this step (0
- * mostly), after adding their statistics to `log` (sums). An env that finds itself broken (its own
- * invariants, a move it cannot execute) returns a negative number instead: the whole cenv_step then
- * fails with CENV_ERR_ENV and the message of its `error` hook, and that env is neither reset nor
- * respawned. Do not reset anything yourself: the
- * vectorized layer records each ending agent's observation as its final observation, then resets
- * the whole env when every agent has ended (or waits), else calls reset_agent for each ending agent
- * (option reset_agent) or lets it wait (option agents_wait); an env with neither option must end
- * all its agents together. A step that breaks this fails with CENV_ERR_ENV and a message.
+ * limit cut it; never both; rewards and flags arrive cleared to 0), and return the number of agents
+ * whose episode ended in this step (0 mostly), after adding their statistics to `log` (sums). An env
+ * that finds itself broken (its own invariants, a move it cannot execute) returns a negative number
+ * instead: the whole cenv_step then fails with CENV_ERR_ENV and the message of its `error` hook, and
+ * that env is neither reset nor respawned. Do not reset anything yourself: the vectorized layer
+ * records each ending agent's observation as its final observation, then resets the whole env when
+ * every agent has ended (or waits), else calls reset_agent for each ending agent (option
+ * reset_agent) or lets it wait (option agents_wait); an env with neither option must end all its
+ * agents together. A step that breaks this fails with CENV_ERR_ENV and a message.
  */
 #ifndef CENV_CORE_H
 #define CENV_CORE_H
@@ -232,6 +232,7 @@ typedef struct {
         int failed = 0;                                                                           \
         for (int64_t i = begin; i < end; i++) {                                                   \
             memset(&env[i].log, 0, sizeof(env[i].log)); /* log holds this step's ends alone */    \
+            memset(env[i].rewards, 0, sizeof(float) * (size_t)agents); /* 0 unless the step writes */ \
             memset(env[i].terminals, 0, (size_t)agents); /* the flags: set by the agents that end */ \
             memset(env[i].truncations, 0, (size_t)agents);                                        \
             int ended = NAME##_step(&env[i]);                                                     \

@@ -847,3 +847,19 @@ def test_a_header_without_parameters_is_told_to_declare_one(user_env, tmp_path):
         sdk.build_library([header], tmp_path / "libbare.so")
     first = next(line for line in str(err.value).splitlines() if "error:" in line)
     assert "bare_params must declare at least one parameter" in first, str(err.value)
+
+
+def test_a_reward_written_only_when_earned_is_zero_in_the_next_step(user_env, tmp_path):
+    """rewards kept their last values between steps like the flags did: a header that wrote a reward only
+    when one was earned (`if (reached) env->rewards[0] = 1;`) paid that reward again at every later
+    step of the next episode, with no error. CENV_ENV clears an env's rewards before each step."""
+    header = stroll_variant(user_env, tmp_path, "paying", "env->rewards[0] = reward;",
+                            "if (reached) env->rewards[0] = reward;")
+    with jaxlab.make(str(header), num_envs=8, seed=3, length=3) as env:
+        env.reset()
+        going_on = 0
+        for _ in range(12):  # action 2: right, the goal 2 or 3 steps away
+            _, rewards, terminals, _, _ = env.step(np.full(8, 2, np.int32))
+            np.testing.assert_array_equal(rewards, terminals.astype(np.float32))
+            going_on += int((~terminals).sum())
+    assert going_on > 0  # steps that earned nothing came after ones that did
