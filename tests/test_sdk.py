@@ -444,11 +444,30 @@ def test_a_checkpoint_hashed_with_paths_by_an_older_jaxlab_says_why_it_differs()
     now = {"library": "/a/stroll.h", "source_hash": "1" * 64, "hash_version": sdk.SOURCE_HASH_VERSION}
     assert check_env_source(dict(now), now) is None
     with pytest.raises(ConfigError, match="cannot resume: the env's source changed since the checkpoint: "
-                       "it came from /a/stroll.h .source 000000000000., now from /a/stroll.h .source 111111111111.; "):
+                       "it came from /a/stroll.h .source 000000000000., now from /a/stroll.h .source 111111111111. "):
         check_env_source({**now, "source_hash": "0" * 64}, now)
     with pytest.raises(ConfigError, match=r"\(the checkpoint's hash is an older jaxlab's, taken over the files' "
                        r"paths too: the env changed or moved\)"):
         check_env_source({"library": "/a/stroll.h", "source_hash": "0" * 64}, now)
+
+
+def test_a_header_at_the_same_path_with_another_hash_names_the_sdk_headers_as_a_cause():
+    """The source hash covers every file a header includes, jaxlab's SDK headers (core.h) too, so after a
+    jaxlab upgrade that changed them a resume was refused with "it came from X.h (source a), now from
+    X.h (source b)", the same path, the user having changed nothing. The refusal says that the header
+    or an included file changed and that the SDK's headers count; another path gets no such note."""
+    from jaxlab.config import ConfigError
+    from jaxlab.train.trainer import check_env_source
+
+    now = {"library": "/a/stroll.h", "source_hash": "1" * 64, "hash_version": sdk.SOURCE_HASH_VERSION}
+    with pytest.raises(ConfigError) as err:
+        check_env_source({**now, "source_hash": "0" * 64}, now)
+    assert (f"now from /a/stroll.h (source 111111111111) (the header or a file it includes changed; jaxlab's SDK "
+            f"headers in {sdk.include_dir()} count too, so a jaxlab upgrade that changed them reads as a change of "
+            "the env); resume anyway with --resume-any-env") in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        check_env_source({**now, "library": "/b/stroll.h", "source_hash": "0" * 64}, now)
+    assert "SDK headers" not in str(err.value)
 
 
 def test_a_checkpoint_hashed_by_an_older_jaxlab_resumes_while_its_header_is_where_it_was(user_env, tmp_path):
