@@ -824,8 +824,8 @@ static void describe_breach(cenv_vec *vec, const cenv_breach *b) {
     } else if (b->kind == BREACH_COUNT) {
         set_error(vec->error, CENV_ERROR_LEN,
                   "env '%s' #%lld broke the step contract at step %lld: its step returned %d but %d of its "
-                  "acting agents have a terminal or truncation flag; it must return how many agents' "
-                  "episodes ended (see BUILD.md)",
+                  "acting agents have a terminal or truncation flag; it must set the terminal or truncation "
+                  "flag of each agent whose episode ended in this step and return how many (see BUILD.md)",
                   name, (long long)b->env, (long long)vec->steps, b->ended, b->flagged);
     } else {
         set_error(vec->error, CENV_ERROR_LEN,

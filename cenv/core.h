@@ -5,6 +5,7 @@
  * An env is one header:
  *   typedef struct { float episode_return; ... } NameLog;      floats only, one per statistic: the SUMS
  *                                                              over the agent-episodes that end in a step
+ *                                                              (cleared before each step: add with +=)
  *   typedef struct {
  *       float *observations; int32_t *actions; float *rewards;  the borrowed buffer pointers, first,
  *       uint8_t *terminals; uint8_t *truncations;              in this order (actions may be float *;
@@ -44,15 +45,15 @@
  *
  * The step: read `actions` (already validated: in range, not NaN, legal under the mask), write every
  * agent's observation, reward and flags (terminals: the episode ended for good; truncations: a time
- * limit cut it; never both), and return the number of agents whose episode ended in this step (0
- * mostly), after adding their statistics to `log` (sums). An env that finds itself broken (its own
- * invariants, a move it cannot execute) returns a negative number instead: the whole cenv_step then
- * fails with CENV_ERR_ENV and the message of its `error` hook, and that env is neither reset nor
- * respawned. Do not reset anything yourself: the
- * vectorized layer records each ending agent's observation as its final observation, then resets
- * the whole env when every agent has ended (or waits), else calls reset_agent for each ending agent
- * (option reset_agent) or lets it wait (option agents_wait); an env with neither option must end
- * all its agents together. A step that breaks this fails with CENV_ERR_ENV and a message.
+ * limit cut it; never both; rewards and flags arrive cleared to 0), and return the number of agents
+ * whose episode ended in this step (0 mostly), after adding their statistics to `log` (sums). An env
+ * that finds itself broken (its own invariants, a move it cannot execute) returns a negative number
+ * instead: the whole cenv_step then fails with CENV_ERR_ENV and the message of its `error` hook, and
+ * that env is neither reset nor respawned. Do not reset anything yourself: the vectorized layer
+ * records each ending agent's observation as its final observation, then resets the whole env when
+ * every agent has ended (or waits), else calls reset_agent for each ending agent (option
+ * reset_agent) or lets it wait (option agents_wait); an env with neither option must end all its
+ * agents together. A step that breaks this fails with CENV_ERR_ENV and a message.
  */
 #ifndef CENV_CORE_H
 #define CENV_CORE_H
@@ -132,6 +133,12 @@ typedef struct {
     _Generic(((TYPE *)0)->observations, float *: CENV_DTYPE_FLOAT32, uint8_t *: CENV_DTYPE_UINT8, default: -1)
 #define CENV__FLOAT_ACTIONS(TYPE) _Generic(((TYPE *)0)->actions, float *: 1, int32_t *: 0, default: -1)
 
+/* A borrowed buffer FIELD of TYPE that must have the pointer type PTR (checked when CENV_ENV compiles):
+ * a `double *rewards` or `int *terminals` would write past the buffers the vectorized layer hands over. */
+#define CENV__BUFFER_TYPE(TYPE, FIELD, PTR)                                                          \
+    _Static_assert(_Generic(((TYPE *)0)->FIELD, PTR: 1, default: 0),                                 \
+                   #TYPE "." #FIELD " must be declared " #PTR " (BUILD.md, The env contract)");
+
 #define CENV_COUNT(array) ((int)(sizeof(array) / sizeof((array)[0])))
 
 /* ---- CENV_ENV's machinery: one wrapper and one initializer per option word ---- */
@@ -154,7 +161,8 @@ typedef struct {
 #define CENV__WRAP_none(NAME, TYPE)
 #define CENV__INIT_none(NAME, TYPE)
 #define CENV__WRAP_mask(NAME, TYPE) \
-    _Static_assert(offsetof(TYPE, action_mask) == 5 * sizeof(void *), CENV__LAYOUT_RULE(TYPE));
+    _Static_assert(offsetof(TYPE, action_mask) == 5 * sizeof(void *), CENV__LAYOUT_RULE(TYPE)); \
+    CENV__BUFFER_TYPE(TYPE, action_mask, uint8_t *)
 #define CENV__INIT_mask(NAME, TYPE) .has_mask = 1,
 #define CENV__WRAP_agents_wait(NAME, TYPE)
 #define CENV__INIT_agents_wait(NAME, TYPE) .agents_wait = 1,
@@ -199,6 +207,8 @@ typedef struct {
  * <NAME>_log_names, the env struct TYPE and its Log LOGTYPE, and the option words that follow
  * (mask, reset_agent, agents_wait, render, set_state, pixels, error; see the top of this file). */
 #define CENV_ENV(NAME, TYPE, LOGTYPE, DESCRIPTION, ...)                                           \
+    _Static_assert(CENV_COUNT(NAME##_params) >= 1, #NAME "_params must declare at least one parameter: " \
+                   "give it one, e.g. a max_steps for a truncation (BUILD.md, The env contract)");  \
     _Static_assert(sizeof(LOGTYPE) == sizeof(float) * CENV_COUNT(NAME##_log_names),               \
                    #LOGTYPE " must hold exactly one float per name in " #NAME "_log_names");      \
     _Static_assert(offsetof(TYPE, observations) == 0 && offsetof(TYPE, actions) == sizeof(void *) && \
@@ -206,6 +216,9 @@ typedef struct {
                        offsetof(TYPE, terminals) == 3 * sizeof(void *) &&                         \
                        offsetof(TYPE, truncations) == 4 * sizeof(void *),                         \
                    CENV__LAYOUT_RULE(TYPE));                                                      \
+    CENV__BUFFER_TYPE(TYPE, rewards, float *)                                                     \
+    CENV__BUFFER_TYPE(TYPE, terminals, uint8_t *)                                                 \
+    CENV__BUFFER_TYPE(TYPE, truncations, uint8_t *)                                               \
     enum { NAME##_mask_option = 0 CENV__EACH(CENV__MASK, NAME, TYPE, none, ##__VA_ARGS__) };        \
     _Static_assert(offsetof(TYPE, log) == (5 + NAME##_mask_option) * sizeof(void *),             \
                    CENV__LAYOUT_RULE(TYPE));                                                      \
@@ -218,6 +231,10 @@ typedef struct {
         TYPE *env = (TYPE *)envs;                                                                 \
         int failed = 0;                                                                           \
         for (int64_t i = begin; i < end; i++) {                                                   \
+            memset(&env[i].log, 0, sizeof(env[i].log)); /* log holds this step's ends alone */    \
+            memset(env[i].rewards, 0, sizeof(float) * (size_t)agents); /* 0 unless the step writes */ \
+            memset(env[i].terminals, 0, (size_t)agents); /* the flags: set by the agents that end */ \
+            memset(env[i].truncations, 0, (size_t)agents);                                        \
             int ended = NAME##_step(&env[i]);                                                     \
             if (ended == 0 && !every) {                                                           \
                 int flagged = 0;                                                                  \

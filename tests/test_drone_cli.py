@@ -150,7 +150,10 @@ def test_gif_for_an_env_without_pictures_and_without_pillow_is_one_clear_line(tm
     assert trained.returncode == 0, trained.stderr
     result = jaxlab_cli("eval", "memory", "--checkpoint", str(tmp_path / "run"), "--gif", str(tmp_path / "x.gif"))
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert "env 'memory' draws no pictures (no `pixels` option in its CENV_ENV)" in result.stderr
+    assert result.stderr.strip().endswith("env 'memory' draws no pictures (no `pixels` option in its CENV_ENV), so "
+                                          "--gif cannot draw it: drop --gif (it has a text log instead: --render or "
+                                          "--save-frames FILE), or give the env a pixels hook (see BUILD.md)"), \
+        result.stderr
     assert not (tmp_path / "x.gif").exists()
     blocker = tmp_path / "no_pillow" / "PIL"
     blocker.mkdir(parents=True)

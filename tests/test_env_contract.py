@@ -168,6 +168,8 @@ def test_a_step_that_ends_some_agents_needs_reset_agent_or_agents_wait(library):
 def test_a_step_must_return_how_many_agents_it_flagged(library):
     error, _ = end_env_2_at_step_3(library, flagged=3, returned=1)
     assert "its step returned 1 but 3 of its acting agents have a terminal or truncation flag" in error
+    assert ("it must set the terminal or truncation flag of each agent whose episode ended in this step and return "
+            "how many (see BUILD.md)") in error  # the flags may be what is wrong, not the count
     error, _ = end_env_2_at_step_3(library, flagged=2, returned=3)
     assert "its step returned 3 but 2 of its acting agents" in error
     error, obs = end_env_2_at_step_3(library, flagged=3, returned=0)  # was passed over: 0 looked like "none"

@@ -3,6 +3,7 @@ training from the header on the command line, a checkpoint and a bit-exact resum
 render; the build cache; and every bad input of the SDK with its one clear line."""
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -443,11 +444,30 @@ def test_a_checkpoint_hashed_with_paths_by_an_older_jaxlab_says_why_it_differs()
     now = {"library": "/a/stroll.h", "source_hash": "1" * 64, "hash_version": sdk.SOURCE_HASH_VERSION}
     assert check_env_source(dict(now), now) is None
     with pytest.raises(ConfigError, match="cannot resume: the env's source changed since the checkpoint: "
-                       "it came from /a/stroll.h .source 000000000000., now from /a/stroll.h .source 111111111111.; "):
+                       "it came from /a/stroll.h .source 000000000000., now from /a/stroll.h .source 111111111111. "):
         check_env_source({**now, "source_hash": "0" * 64}, now)
     with pytest.raises(ConfigError, match=r"\(the checkpoint's hash is an older jaxlab's, taken over the files' "
                        r"paths too: the env changed or moved\)"):
         check_env_source({"library": "/a/stroll.h", "source_hash": "0" * 64}, now)
+
+
+def test_a_header_at_the_same_path_with_another_hash_names_the_sdk_headers_as_a_cause():
+    """The source hash covers every file a header includes, jaxlab's SDK headers (core.h) too, so after a
+    jaxlab upgrade that changed them a resume was refused with "it came from X.h (source a), now from
+    X.h (source b)", the same path, the user having changed nothing. The refusal says that the header
+    or an included file changed and that the SDK's headers count; another path gets no such note."""
+    from jaxlab.config import ConfigError
+    from jaxlab.train.trainer import check_env_source
+
+    now = {"library": "/a/stroll.h", "source_hash": "1" * 64, "hash_version": sdk.SOURCE_HASH_VERSION}
+    with pytest.raises(ConfigError) as err:
+        check_env_source({**now, "source_hash": "0" * 64}, now)
+    assert (f"now from /a/stroll.h (source 111111111111) (the header or a file it includes changed; jaxlab's SDK "
+            f"headers in {sdk.include_dir()} count too, so a jaxlab upgrade that changed them reads as a change of "
+            "the env); resume anyway with --resume-any-env") in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        check_env_source({**now, "library": "/b/stroll.h", "source_hash": "0" * 64}, now)
+    assert "SDK headers" not in str(err.value)
 
 
 def test_a_checkpoint_hashed_by_an_older_jaxlab_resumes_while_its_header_is_where_it_was(user_env, tmp_path):
@@ -558,6 +578,22 @@ def test_an_env_on_the_env_path_trains_by_name(user_env, tmp_path, monkeypatch):
                              timeout=120, env={**os.environ, "JAXLAB_ENV_PATH": str(user_env),
                                                "PYTHONPATH": str(Path(jaxlab.__file__).parents[1])})
     assert f"stroll: {user_env / 'stroll.h'} (on the env path" in listing.stdout
+
+
+def test_a_header_on_the_env_path_named_otherwise_than_its_env_says_so(user_env, tmp_path, monkeypatch):
+    """wander.h on the env path whose CENV_ENV defines stroll (a copied header not renamed inside, a typo
+    in the file's name) is listed by `jaxlab envs` as wander, but `jaxlab train wander` said only "unknown
+    env 'wander'; envs in .../wander.h: stroll." with no fix: it names both and the three fixes."""
+    (tmp_path / "wander.h").write_text((user_env / "stroll.h").read_text())
+    monkeypatch.setenv("JAXLAB_ENV_PATH", str(tmp_path))
+    result = jaxlab_cli("train", "wander", "--train.total-timesteps", "256")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"jaxlab train: error: unknown env 'wander': {tmp_path / 'wander.h'} defines 'stroll', not 'wander' (NAME.h "
+        "is looked up for env NAME); rename the header to stroll.h, or the env to wander (the first argument of "
+        f"CENV_ENV), or give its path as ENV (`jaxlab train {tmp_path / 'wander.h'}`)"], result.stderr
+    with pytest.raises(ValueError, match="rename the header to stroll.h"):
+        jaxlab.make("wander")
 
 
 def test_resuming_with_another_envs_header_names_the_checkpoints_env(trained, tmp_path):
@@ -751,3 +787,98 @@ def test_a_render_hook_that_fails_is_named_not_taken_for_a_closed_env(user_env, 
                                                r"\(a render hook returns the frame's length, snprintf-style\)"):
             env.render(1)
         assert not env.closed
+
+
+def test_statistics_added_up_with_plus_equals_count_each_episode_once(user_env, tmp_path):
+    """The Log holds the sums over the agent-episodes that end in the current step, and the vectorized
+    layer read it after every ending step without clearing it: a header that added its statistics with
+    `+=` (as with several agents, or as PufferLib's logs do) reported every earlier episode again, so the
+    mean episode_length of 3-step episodes grew 3, 6, 9, … with no error. CENV_ENV clears `log` before
+    each step."""
+    header = stroll_variant(user_env, tmp_path, "summing", "env->log.episode_length = (float)env->tick;",
+                            "env->log.episode_length += (float)env->tick;")
+    with jaxlab.make(str(header), num_envs=2, max_steps=3) as env:
+        env.reset()
+        infos = [env.step(np.ones(2, np.int32))[4] for _ in range(9)]  # action 1: stay, truncated at 3
+    ended = [(info["episodes"], info["episode_length"]) for info in infos if info]
+    assert ended == [(2, 3.0)] * 3, ended
+
+
+@pytest.mark.parametrize("field, wrong, right", [
+    ("rewards", "double *rewards;", "float *"),
+    ("terminals", "int *terminals;", "uint8_t *"),
+    ("truncations", "float *truncations;", "uint8_t *"),
+])
+def test_a_buffer_pointer_of_the_wrong_type_does_not_compile(user_env, tmp_path, field, wrong, right):
+    """Only the observation and action pointers' types were checked: `double *rewards` (or `int
+    *terminals`) compiled, trained and wrote 8 (or 4) bytes per agent into a buffer of 4 (or 1), past
+    its end, with no word. CENV_ENV refuses such a struct when the header compiles, naming the field
+    and its type."""
+    declared = {"rewards": "float *rewards;", "terminals": "uint8_t *terminals;",
+                "truncations": "uint8_t *truncations;"}[field]
+    header = stroll_variant(user_env, tmp_path, "typed", declared, wrong)
+    with pytest.raises(sdk.BuildError, match=rf"Typed\.{field} must be declared {re.escape(right)} \(BUILD.md"):
+        sdk.build_library([header], tmp_path / "libtyped.so")
+
+
+def test_flags_set_only_when_an_episode_ends_are_cleared_for_the_next_step(user_env, tmp_path):
+    """terminals and truncations kept their last values between steps, so a header that set a flag only
+    when an episode ended (`if (reached) env->terminals[0] = 1;`, never writing 0) ended every episode
+    after the first one at its first step (episode_length 1, no error), or broke the step contract with
+    a count it could not explain (the trainer starts with every flag set). CENV_ENV clears an env's flags
+    before each step."""
+    flags = ("env->terminals[0] = (uint8_t)reached;\n"
+             "    env->truncations[0] = (uint8_t)(!reached && env->tick >= env->max_steps);")
+    header = stroll_variant(user_env, tmp_path, "flagging", flags,
+                            "if (reached) env->terminals[0] = 1;\n"
+                            "    else if (env->tick >= env->max_steps) env->truncations[0] = 1;")
+    with jaxlab.make(str(header), num_envs=2, max_steps=3) as env:
+        env.reset()
+        env.terminals.fill(True)  # as the trainer starts a run
+        steps = [env.step(np.ones(2, np.int32)) for _ in range(9)]  # action 1: stay, truncated at 3
+    ended = [(info["episodes"], info["episode_length"]) for *_, info in steps if info]
+    assert ended == [(2, 3.0)] * 3, ended
+
+
+def test_a_mistyped_header_path_names_the_header_it_meant(user_env, tmp_path):
+    """`jaxlab train strol.h` said "cannot read env header strol.h: No such file or directory" (eval the
+    same, build-env "is not an env header file", jaxlab.make "does not exist") and named no fix: each
+    says the header does not exist and names the closest header in its folder, or `jaxlab new-env`."""
+    typo = user_env / "strol.h"
+    for command in (["train", str(typo)], ["build-env", str(typo), "-o", str(tmp_path / "lib.so")],
+                    ["eval", str(typo), "--checkpoint", str(tmp_path)]):
+        result = jaxlab_cli(*command)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert result.stderr.strip().endswith(f"env header {typo} does not exist; did you mean "
+                                              f"{user_env / 'stroll.h'}?"), result.stderr
+    with pytest.raises(sdk.BuildError, match=r"does not exist; create one with `jaxlab new-env NAME`"):
+        jaxlab.make(str(tmp_path / "walker.h"))
+
+
+def test_a_header_without_parameters_is_told_to_declare_one(user_env, tmp_path):
+    """The contract asks for at least one parameter; an empty table failed to compile with GCC's
+    'array subscript 0 is outside array bounds of const cenv_param[0]' pointing into the SDK's api.c.
+    CENV_ENV says what is missing first."""
+    stroll = (user_env / "stroll.h").read_text()
+    table = re.search(r"static const cenv_param stroll_params\[\] = \{\n(.*?)\n\};", stroll, re.DOTALL)
+    header = stroll_variant(user_env, tmp_path, "bare", table.group(1), "")
+    with pytest.raises(sdk.BuildError) as err:
+        sdk.build_library([header], tmp_path / "libbare.so")
+    first = next(line for line in str(err.value).splitlines() if "error:" in line)
+    assert "bare_params must declare at least one parameter" in first, str(err.value)
+
+
+def test_a_reward_written_only_when_earned_is_zero_in_the_next_step(user_env, tmp_path):
+    """rewards kept their last values between steps like the flags did: a header that wrote a reward only
+    when one was earned (`if (reached) env->rewards[0] = 1;`) paid that reward again at every later
+    step of the next episode, with no error. CENV_ENV clears an env's rewards before each step."""
+    header = stroll_variant(user_env, tmp_path, "paying", "env->rewards[0] = reward;",
+                            "if (reached) env->rewards[0] = reward;")
+    with jaxlab.make(str(header), num_envs=8, seed=3, length=3) as env:
+        env.reset()
+        going_on = 0
+        for _ in range(12):  # action 2: right, the goal 2 or 3 steps away
+            _, rewards, terminals, _, _ = env.step(np.full(8, 2, np.int32))
+            np.testing.assert_array_equal(rewards, terminals.astype(np.float32))
+            going_on += int((~terminals).sum())
+    assert going_on > 0  # steps that earned nothing came after ones that did

@@ -461,10 +461,10 @@ def eval_command(args: argparse.Namespace) -> int:
                           "drop --render/--save-frames, or give the env a render hook (see BUILD.md)")
     if args.gif and not trainer.env.kind.has("pixels"):
         trainer.close()
-        hint = ("; it has a text log instead: --render or --save-frames FILE" if trainer.env.kind.has("render")
+        hint = (" (it has a text log instead: --render or --save-frames FILE)" if trainer.env.kind.has("render")
                 else "")
         raise ConfigError(f"env {name!r} draws no pictures (no `pixels` option in its CENV_ENV), so --gif cannot "
-                          f"draw it{hint}; or give the env a pixels hook (see BUILD.md)")
+                          f"draw it: drop --gif{hint}, or give the env a pixels hook (see BUILD.md)")
     frames: list[str] = []
     space = trainer.env.action_space
     pictures: list[np.ndarray] = []

@@ -200,6 +200,8 @@ def env_type(name: str, library: str | Path | None = None) -> EnvType:
     types = env_types(library)
     if name not in types:
         known = list(types)
+        if library is not None and Path(library).suffix == ".h" and Path(library).stem == name:
+            raise ValueError(header_named_otherwise_problem(name, Path(library), known))
         if library is None:  # the headers on the env path are names too (drone, cards, the user's own)
             from jaxlab.env.sdk import header_names, misnamed_header_problem, misnamed_headers
 
@@ -216,6 +218,15 @@ def env_type(name: str, library: str | Path | None = None) -> EnvType:
         where = "known envs" if library is None else f"envs in {library}"
         raise ValueError(f"unknown env {name!r}; {where}: {', '.join(known)}.{hint}")
     return types[name]
+
+
+def header_named_otherwise_problem(name: str, header: Path, defined: list[str]) -> str:
+    """Why env ``name`` is not in ``header`` (NAME.h, e.g. found on the env path for it), whose CENV_ENV
+    names the envs ``defined``, and the fixes."""
+    env = defined[0] if defined else "NAME"
+    return (f"unknown env {name!r}: {header} defines {', '.join(map(repr, defined))}, not {name!r} (NAME.h is "
+            f"looked up for env NAME); rename the header to {env}.h, or the env to {name} (the first argument of "
+            f"CENV_ENV), or give its path as ENV (`jaxlab train {header}`)")
 
 
 def resolve_params(kind: EnvType, params: dict) -> list[float]:

@@ -21,6 +21,7 @@ api.c (compiled into every library), the compiler (its --version), the flags and
 
 from __future__ import annotations
 
+import difflib
 import errno
 import fcntl
 import glob
@@ -76,12 +77,24 @@ def compile_flags(sanitize: bool = False) -> list[str]:
     return [*_builder().compile_flags(sanitize), f"-I{include_dir()}"]
 
 
+def missing_header_problem(header: Path) -> str:
+    """Why ``header`` (no file) cannot be built, and the fix: the closest NAME.h in its folder (a typo),
+    else `jaxlab new-env`."""
+    folder = header.parent
+    siblings = sorted(h.name for h in folder.glob("*.h")) if folder.is_dir() else []
+    close = difflib.get_close_matches(header.name, siblings, n=1)
+    fix = f"did you mean {folder / close[0]}?" if close else "create one with `jaxlab new-env NAME`"
+    return f"env header {header} does not exist; {fix}"
+
+
 def header_envs(header: str | Path) -> list[str]:
     """The names of the envs a header defines with CENV_ENV, in order (comments not stripped: keep a
     commented-out definition out of column 0)."""
     path = Path(header)
     try:
         text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        raise BuildError(missing_header_problem(path)) from None
     except OSError as err:
         raise BuildError(f"cannot read env header {path}: {err.strerror or err}") from None
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.DOTALL)
@@ -129,6 +142,8 @@ def build_library(headers: list[str | Path], output: str | Path, sanitize: bool 
     messages when it does not compile."""
     headers = [Path(h).expanduser().absolute() for h in headers]
     for header in headers:
+        if header.suffix == ".h" and not header.exists():
+            raise BuildError(missing_header_problem(header))
         if header.suffix != ".h" or not header.is_file():
             raise BuildError(f"{header} is not an env header file (NAME.h); create one with `jaxlab new-env NAME`")
     output = Path(output).expanduser().absolute()
@@ -386,7 +401,7 @@ def cached_library(header: str | Path) -> Path:
     compiler's messages when it does not compile)."""
     header = Path(header).expanduser().absolute()
     if not header.is_file():
-        raise BuildError(f"env header {header} does not exist; create one with `jaxlab new-env NAME`")
+        raise BuildError(missing_header_problem(header))
     known = _built.get(str(header))
     if known is not None and all(Path(f).is_file() and Path(f).stat().st_mtime_ns == t for f, t in known[0]) \
             and known[1].is_file():

@@ -511,7 +511,18 @@ def env_source_change(saved: dict | None, current: dict) -> str | None:
     now = f"{current.get('library') or 'the built-in envs'} (source {str(current.get('source_hash'))[:12]})"
     note = (" (the checkpoint's hash is an older jaxlab's, taken over the files' paths too: the env changed or "
             "moved)" if older else "")
+    if not older and saved.get("library") == current.get("library") and str(current.get("library")).endswith(".h"):
+        note = same_header_changed_note()
     return f"it came from {before}, now from {now}{note}"
+
+
+def same_header_changed_note() -> str:
+    """Why a header at the same path can have another source hash: the hash covers every file it
+    includes, jaxlab's SDK headers too."""
+    from jaxlab.env.sdk import include_dir
+
+    return (f" (the header or a file it includes changed; jaxlab's SDK headers in {include_dir()} count too, so a "
+            "jaxlab upgrade that changed them reads as a change of the env)")
 
 
 def check_env_source(saved: dict | None, current: dict, any_env: bool = False) -> str | None:
