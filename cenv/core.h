@@ -230,11 +230,14 @@ typedef struct {
                                    int (*after_step)(void *, int64_t, int), void *ctx) {          \
         TYPE *env = (TYPE *)envs;                                                                 \
         int failed = 0;                                                                           \
+        if (end > begin) { /* rewards 0 and flags clear unless the step sets them: the range's rows, */ \
+            size_t rows = (size_t)(end - begin) * (size_t)agents; /* contiguous (cenv_bind), at once */ \
+            memset(env[begin].rewards, 0, sizeof(float) * rows);                                  \
+            memset(env[begin].terminals, 0, rows);                                                \
+            memset(env[begin].truncations, 0, rows);                                              \
+        }                                                                                         \
         for (int64_t i = begin; i < end; i++) {                                                   \
             memset(&env[i].log, 0, sizeof(env[i].log)); /* log holds this step's ends alone */    \
-            memset(env[i].rewards, 0, sizeof(float) * (size_t)agents); /* 0 unless the step writes */ \
-            memset(env[i].terminals, 0, (size_t)agents); /* the flags: set by the agents that end */ \
-            memset(env[i].truncations, 0, (size_t)agents);                                        \
             int ended = NAME##_step(&env[i]);                                                     \
             if (ended == 0 && !every) {                                                           \
                 int flagged = 0;                                                                  \
