@@ -173,6 +173,11 @@ class CarryChangesDtype(Good):
         return h, nn.Dense(self.action.head_size)(h), nn.Dense(1)(h)[:, 0]
 
 
+class NoParams(Good):
+    def __call__(self, carry, obs):  # no layer: nothing to train
+        return carry, jnp.zeros((obs.shape[0], self.action.head_size)), jnp.zeros(obs.shape[0])
+
+
 class Unrolled(Good):
     def unroll(self, carry, obs, reset):  # feed-forward: every step at once
         T, A = obs.shape[:2]
@@ -211,6 +216,7 @@ def broken(tmp_path_factory):
     ("Missing", r"'.*broken.py' has no 'Missing' \(its flax.linen.Module classes: CarryChangesDtype, .*, Good, .*\)"),
     ("CarryChangesDtype", r"CarryChangesDtype\(carry, obs\) must return a carry of initial_carry's dtypes \(float32; "
                           r".*it returned bfloat16: cast it back"),  # was a scan TypeError traceback in training
+    ("NoParams", r"NoParams has no parameters \(its init gave no \"params\"\): .*give it a layer"),  # KeyError
 ])
 def test_a_module_breaking_the_contract_is_a_config_error_before_anything_is_built(broken, name, message):
     """The memory estimate, which `resolve` runs before training, measures the module: its errors are

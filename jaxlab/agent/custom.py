@@ -185,6 +185,9 @@ class ModulePolicy:
         except Exception as err:  # noqa: BLE001 - the user's code may raise anything
             raise ValueError(f"{type(self.module).__name__}.init(key, carry, obs) failed: {type(err).__name__}: "
                              f"{err}; __call__ must be (self, carry, obs) -> (carry, head, value)") from None
+        if not variables.get("params"):
+            raise ValueError(f"{type(self.module).__name__} has no parameters (its init gave no \"params\"): "
+                             "jaxlab trains them; give it a layer, e.g. nn.Dense, under @nn.compact or in setup")
         params = {"module": {"params": variables["params"]}}
         if self.action.kind == "continuous":
             params["log_std"] = jnp.zeros((self.action.dim,), jnp.float32)
