@@ -178,6 +178,13 @@ class NoParams(Good):
         return carry, jnp.zeros((obs.shape[0], self.action.head_size)), jnp.zeros(obs.shape[0])
 
 
+class IntegerHead(Good):
+    @nn.compact
+    def __call__(self, carry, obs):
+        x = nn.Dense(16)(obs)
+        return carry, nn.Dense(self.action.head_size)(x).astype(jnp.int32), nn.Dense(1)(x)[:, 0]
+
+
 class Unrolled(Good):
     def unroll(self, carry, obs, reset):  # feed-forward: every step at once
         T, A = obs.shape[:2]
@@ -216,6 +223,8 @@ def broken(tmp_path_factory):
     ("Missing", r"'.*broken.py' has no 'Missing' \(its flax.linen.Module classes: CarryChangesDtype, .*, Good, .*\)"),
     ("CarryChangesDtype", r"CarryChangesDtype\(carry, obs\) must return a carry of initial_carry's dtypes \(float32; "
                           r".*it returned bfloat16: cast it back"),  # was a scan TypeError traceback in training
+    ("IntegerHead", r"IntegerHead\(carry, obs\) must return a float head and value .*; it returned head int32 "
+                    r"and value float32"),  # was cast to float32 silently: no gradient, a policy that never learns
     ("NoParams", r"NoParams has no parameters \(its init gave no \"params\"\): .*give it a layer"),  # KeyError
 ])
 def test_a_module_breaking_the_contract_is_a_config_error_before_anything_is_built(broken, name, message):

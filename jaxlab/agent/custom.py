@@ -17,7 +17,7 @@ The contract (examples/policies/gru.py is a complete one). Your class is a ``fla
         def __call__(self, carry, obs):
             # one step of A agents: obs [A, ...] as the env gives them (uint8 pixels stay uint8; float
             # observations are normalised first when train.obs_norm is on)
-            return carry, head, value   # head [A, action.head_size] float32, value [A] float32
+            return carry, head, value   # head [A, action.head_size], value [A]: floats (cast to float32)
 
     head is the actor's output: logits for discrete actions (the sum of the factors' sizes for
     multi-discrete, masked by jaxlab where the env has masks), the Gaussian mean for continuous ones
@@ -216,7 +216,7 @@ class ModulePolicy:
 
     def _check_outputs(self, what: str, out, carry, lead: tuple) -> None:
         """ValueError unless ``out`` is (a carry shaped like ``carry``, of its dtypes, head [*lead, k], value
-        [*lead])."""
+        [*lead], both of a float dtype)."""
         k = self.action.head_size
         axes = "T, A" if len(lead) == 2 else "A"
         if not (isinstance(out, tuple) and len(out) == 3):
@@ -226,6 +226,10 @@ class ModulePolicy:
         if head.shape != (*lead, k) or value.shape != lead:
             raise ValueError(f"{what} must return head {[*lead, k]} (the action head size) and value "
                              f"{list(lead)}; it returned head {list(head.shape)} and value {list(value.shape)}")
+        if not (jnp.issubdtype(head.dtype, jnp.floating) and jnp.issubdtype(value.dtype, jnp.floating)):
+            raise ValueError(f"{what} must return a float head and value (they are cast to float32 and "
+                             f"differentiated); it returned head {head.dtype} and value {value.dtype}: drop the "
+                             "cast to an integer or complex type")
         if jax.tree.structure(new_carry) != jax.tree.structure(carry) or any(
                 a.shape != b.shape for a, b in zip(jax.tree.leaves(new_carry), jax.tree.leaves(carry))):
             raise ValueError(f"{what} must return a carry shaped like initial_carry's "
