@@ -87,6 +87,8 @@ def test_checkpoint_resume_is_exact_and_eval_loads_the_module_from_the_path(tmp_
 def test_contract_errors_name_the_problem():
     with pytest.raises(ConfigError, match=r"must name a class"):
         Trainer(config_of("cartpole", 2, "gru"))
+    with pytest.raises(ConfigError, match=r"^policy.module='/.*/gru.py' must name a class"):  # was quoted 'gru.py:'
+        Trainer(config_of("cartpole", 2, f"{ROOT}/examples/policies/gru.py"))
     with pytest.raises(ConfigError, match=r"no such file"):
         Trainer(config_of("cartpole", 2, "/nowhere/x.py:X"))
     with pytest.raises(ConfigError, match=r"has no 'Nope'"):

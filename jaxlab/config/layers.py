@@ -600,9 +600,9 @@ def build_config(env_name: str, values: dict, env_params: dict, preset: str = "n
         env_keys["env_library"] = str(Path(env_keys["env_library"]).expanduser().absolute())
     module = sections["policy"].module
     if module.partition(":")[0].endswith(".py"):  # a file: absolute, so that a checkpoint loads from anywhere
-        path, _, name = module.partition(":")
+        path, colon, name = module.partition(":")  # no colon: refused by check_policy as the user wrote it
         sections["policy"] = dataclasses.replace(sections["policy"],
-                                                 module=f"{Path(path).expanduser().absolute()}:{name}")
+                                                 module=f"{Path(path).expanduser().absolute()}{colon}{name}")
     return Config(env_name=env_name, env=env, preset=preset, **env_keys, **sections)
 
 
