@@ -187,6 +187,14 @@ class IntegerHead(Good):
         return carry, nn.Dense(self.action.head_size)(x).astype(jnp.int32), nn.Dense(1)(x)[:, 0]
 
 
+class CarryListToTuple(Good):
+    def initial_carry(self, num_agents):
+        return [jnp.zeros((num_agents, 4)), jnp.zeros((num_agents, 2))]
+
+    def __call__(self, carry, obs):
+        return tuple(carry), *Good.__call__(self, carry, obs)[1:]
+
+
 class Unrolled(Good):
     def unroll(self, carry, obs, reset):  # feed-forward: every step at once
         T, A = obs.shape[:2]
@@ -227,6 +235,8 @@ def broken(tmp_path_factory):
                           r".*it returned bfloat16: cast it back"),  # was a scan TypeError traceback in training
     ("IntegerHead", r"IntegerHead\(carry, obs\) must return a float head and value .*; it returned head int32 "
                     r"and value float32"),  # was cast to float32 silently: no gradient, a policy that never learns
+    ("CarryListToTuple", r"CarryListToTuple\(carry, obs\) must return a carry of initial_carry's containers "
+                         r"\(PyTreeDef\(\[\*, \*\]\)\); it returned PyTreeDef\(\(\*, \*\)\)"),  # was "shaped like"
     ("NoParams", r"NoParams has no parameters \(its init gave no \"params\"\): .*give it a layer"),  # KeyError
 ])
 def test_a_module_breaking_the_contract_is_a_config_error_before_anything_is_built(broken, name, message):

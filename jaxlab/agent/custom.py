@@ -230,7 +230,11 @@ class ModulePolicy:
             raise ValueError(f"{what} must return a float head and value (they are cast to float32 and "
                              f"differentiated); it returned head {head.dtype} and value {value.dtype}: drop the "
                              "cast to an integer or complex type")
-        if jax.tree.structure(new_carry) != jax.tree.structure(carry) or any(
+        before, after = jax.tree.structure(carry), jax.tree.structure(new_carry)
+        if before != after and before.num_leaves == after.num_leaves:  # the same arrays, other containers
+            raise ValueError(f"{what} must return a carry of initial_carry's containers ({before}); it returned "
+                             f"{after}: return the same types (a list stays a list, a dict keeps its keys)")
+        if before != after or any(
                 a.shape != b.shape for a, b in zip(jax.tree.leaves(new_carry), jax.tree.leaves(carry))):
             raise ValueError(f"{what} must return a carry shaped like initial_carry's "
                              f"({jax.tree.map(lambda x: list(x.shape), carry)}); it returned "
