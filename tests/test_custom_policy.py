@@ -89,6 +89,9 @@ def test_contract_errors_name_the_problem():
         Trainer(config_of("cartpole", 2, "gru"))
     with pytest.raises(ConfigError, match=r"^policy.module='/.*/gru.py' must name a class"):  # was quoted 'gru.py:'
         Trainer(config_of("cartpole", 2, f"{ROOT}/examples/policies/gru.py"))
+    with pytest.raises(ConfigError, match=r"'/.*/gru' is a path but not to a .py file; give the file, e.g. "
+                                          r"\"/.*/gru.py:GRUPolicy\""):  # was "No module named '/.../gru'"
+        Trainer(config_of("cartpole", 2, f"{ROOT}/examples/policies/gru:GRUPolicy"))
     with pytest.raises(ConfigError, match=r"no such file"):
         Trainer(config_of("cartpole", 2, "/nowhere/x.py:X"))
     with pytest.raises(ConfigError, match=r"has no 'Nope'"):

@@ -97,6 +97,9 @@ def load_module_class(spec: str) -> type:
                 except BaseException:
                     del sys.modules[module_name]
                     raise
+        elif "/" in where:  # a path, but not to a .py file: import_module would say "No module named '/...'"
+            raise ValueError(f"policy.module={spec!r}: {where!r} is a path but not to a .py file; give the file, "
+                             f"e.g. \"{where}.py:{name}\"")
         else:
             module = importlib.import_module(where)
     except ValueError:
