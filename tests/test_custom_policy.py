@@ -198,6 +198,13 @@ class CarryListToTuple(Good):
         return tuple(carry), *Good.__call__(self, carry, obs)[1:]
 
 
+class NaNValue(Good):
+    @nn.compact
+    def __call__(self, carry, obs):
+        carry, head, value = Good.__call__(self, carry, obs)
+        return carry, head, value * jnp.nan
+
+
 class Unrolled(Good):
     def unroll(self, carry, obs, reset):  # feed-forward: every step at once
         T, A = obs.shape[:2]
@@ -374,3 +381,14 @@ def test_a_moved_module_file_resumes_and_evaluates_from_its_new_path(tmp_path, c
     assert cli.main(["train", "cartpole", "--resume", str(run), "--policy.module", f"{moved}:GRUPolicy",
                      "--train.total-timesteps", "256"]) == 0
     assert [p.name for p in checkpoint.step_dirs(run / "checkpoints")][0] == "4"
+
+
+def test_a_module_returning_nan_at_initialisation_is_named_as_the_cause_not_the_learning_rate(broken, tmp_path):
+    """A step that gives NaN from its first call made every loss NaN at update 1, reported with "lower
+    train.learning_rate?"; the batch's values show that the policy was NaN before any learning step."""
+    from jaxlab.run.loop import train_run
+
+    result = train_run(config_of("cartpole", 2, broken + "NaNValue"), tmp_path / "run")
+    assert "became nan at update 1: the policy gave non-finite values (64 of 64 values) while it acted" in \
+        result.error and "a policy.module's step returning NaN" in result.error, result.error
+    assert result.checkpoint is None

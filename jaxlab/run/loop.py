@@ -97,6 +97,12 @@ class NonfiniteStop:
                 self.result.error = (f"{became}: env '{trainer.env.name}' returned {env_fault} in this update's "
                                      "batch; stopped without saving this state. Fix the env so that its "
                                      "rewards and observations are finite numbers")
+            elif policy_fault := trainer.nonfinite_policy_outputs():  # broken before this update's learning
+                self.result.error = (f"{became}: the policy gave {policy_fault} while it acted in this update's "
+                                     "batch, with the parameters the update started from; stopped without saving "
+                                     "this state. At a run's first update that is the network as initialised (a "
+                                     "policy.module's step returning NaN: check it); later, lower "
+                                     "train.learning_rate")
             else:
                 self.result.error = f"{became}; stopped without saving this state (lower train.learning_rate?)"
         return bool(bad)

@@ -304,8 +304,19 @@ class Trainer:
         observations), as words, e.g. "non-finite rewards (12 of 256)", or None when all were finite
         (or cannot be read from this process). Looked at only after a loss became non-finite: it tells
         a broken env from a learning rate too high."""
+        return self._nonfinite_in_batch((("rewards", "rewards"), ("observations", "obs")))
+
+    def nonfinite_policy_outputs(self) -> str | None:
+        """What the policy gave NaN or infinite while it acted in the last batch (its values, its actions'
+        log-probabilities), as words, or None when all were finite (or cannot be read from this process):
+        the parameters the update started from were already broken, which no update's step did."""
+        return self._nonfinite_in_batch((("values", "values"), ("log-probabilities", "logp")))
+
+    def _nonfinite_in_batch(self, fields) -> str | None:
+        """"non-finite WHAT (n of m values)" for each (WHAT, rollout buffer name) in ``fields`` whose float
+        array holds NaN or infinities, joined by "and"; None when none does."""
         found = []
-        for what, name in (("rewards", "rewards"), ("observations", "obs")):
+        for what, name in fields:
             try:
                 values = np.asarray(getattr(self.rollout.buffers, name))
             except Exception:  # noqa: BLE001 - e.g. an array spread over other processes: no diagnosis
