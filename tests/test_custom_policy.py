@@ -205,6 +205,13 @@ class NaNValue(Good):
         return carry, head, value * jnp.nan
 
 
+class NaNHead(Good):
+    @nn.compact
+    def __call__(self, carry, obs):
+        carry, head, value = Good.__call__(self, carry, obs)
+        return carry, head * jnp.nan, value
+
+
 class Unrolled(Good):
     def unroll(self, carry, obs, reset):  # feed-forward: every step at once
         T, A = obs.shape[:2]
@@ -392,3 +399,15 @@ def test_a_module_returning_nan_at_initialisation_is_named_as_the_cause_not_the_
     assert "became nan at update 1: the policy gave non-finite values (64 of 64 values) while it acted" in \
         result.error and "a policy.module's step returning NaN" in result.error, result.error
     assert result.checkpoint is None
+
+
+def test_a_nan_continuous_action_from_a_module_is_named_as_the_policys_not_the_envs(broken):
+    """A NaN Gaussian mean makes a NaN action, which the env refuses: the error said only that actions
+    for 'pendulum' must be finite, as if the user's actions were to blame; it now says the observations
+    were finite and the policy itself gave the NaN."""
+    from jaxlab.train.rollout import EnvStepError
+
+    with Trainer(config_of("pendulum", 2, broken + "NaNHead")) as trainer, pytest.raises(EnvStepError) as err:
+        train_loop(trainer, updates=1)
+    assert "has a NaN action" in str(err.value) and "the observations it acted on were finite, so the policy " \
+        "itself gave the NaN" in str(err.value), str(err.value)

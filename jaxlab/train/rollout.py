@@ -60,6 +60,16 @@ def nonfinite_observations_note(env) -> str:
             f"returned by env '{env.name}': fix the env so that its observations are finite numbers")
 
 
+def nan_action_note(action: np.ndarray) -> str:
+    """Words to add to a failed step's error when the policy's ``action`` (host, [N, ...]) holds NaN though
+    the observations it acted on were finite (nonfinite_observations_note said nothing): the policy's own
+    output was NaN. "" otherwise."""
+    if action.dtype.kind != "f" or np.isfinite(action).all():
+        return ""
+    return ("; the observations it acted on were finite, so the policy itself gave the NaN (its Gaussian mean or "
+            "log-std): a policy.module's step returning NaN, or parameters a too-high train.learning_rate broke")
+
+
 class SegmentBuffers(NamedTuple):
     """The device rows of a batch, N = segments x agents: obs [T, N, ...] (the env's dtype), resets,
     terminals, truncations [T, N] bool, actions [T, N, ...], logp, values, rewards, bootstrap_values
@@ -247,7 +257,7 @@ class Rollout:
             info = self.envs[g].step(host)[4]
         except Exception as err:  # the env's code (C or Python): named, not a bare traceback from here
             raise EnvStepError(f"env '{self.envs[g].name}' failed while stepping: {type(err).__name__}: "
-                               f"{err}{nonfinite_observations_note(self.envs[g])}") from err
+                               f"{err}{nonfinite_observations_note(self.envs[g]) or nan_action_note(host)}") from err
         self.timing["env"] += time.perf_counter() - tic
         return info
 
