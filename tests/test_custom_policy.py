@@ -219,6 +219,34 @@ class Unrolled(Good):
         return carry, head.reshape(T, A, -1), value.reshape(T, A)
 
 
+class Recurrent(Good):
+    def initial_carry(self, num_agents):
+        return jnp.zeros((num_agents, 8))
+
+    @nn.compact
+    def __call__(self, carry, obs):
+        h = jnp.tanh(nn.Dense(8)(jnp.concatenate([obs.reshape(obs.shape[0], -1), carry], -1)))
+        return h, nn.Dense(self.action.head_size)(h), nn.Dense(1)(h)[:, 0]
+
+
+class UnrollResets(Recurrent):
+    def unroll(self, carry, obs, reset):  # the contract: the carry reset where reset, then a step
+        def step(module, carry, inputs):
+            obs, reset = inputs
+            carry = jnp.where(reset[:, None], module.initial_carry(obs.shape[0]), carry)
+            carry, head, value = module(carry, obs)
+            return carry, (head, value)
+
+        carry, (head, value) = nn.scan(step, variable_broadcast="params", split_rngs={"params": False})(
+            self, carry, (obs, reset))
+        return carry, head, value
+
+
+class UnrollIgnoresReset(UnrollResets):
+    def unroll(self, carry, obs, reset):  # carries the episode before into the next: trained on, silently
+        return UnrollResets.unroll(self, carry, obs, jnp.zeros_like(reset))
+
+
 class UnrollForgetsTime(Good):
     def unroll(self, carry, obs, reset):
         T, A = obs.shape[:2]
@@ -411,3 +439,14 @@ def test_a_nan_continuous_action_from_a_module_is_named_as_the_policys_not_the_e
         train_loop(trainer, updates=1)
     assert "has a NaN action" in str(err.value) and "the observations it acted on were finite, so the policy " \
         "itself gave the NaN" in str(err.value), str(err.value)
+
+
+def test_an_unroll_that_ignores_reset_is_refused_before_training(broken):
+    """unroll must reset the carry where reset[t, a]; one that does not gave other sequences than the
+    rollout's steps, trained on without a word. The Trainer compares it with stepping on 3 steps."""
+    with Trainer(config_of("memory", 2, broken + "UnrollResets")) as trainer:  # the contract kept: accepted
+        train_loop(trainer, updates=1)
+    with pytest.raises(ConfigError, match=r"^policy.module='.*:UnrollIgnoresReset': UnrollIgnoresReset.unroll\(carry, "
+                                          r"obs, reset\) must give what stepping gives .* it differs: its head "
+                                          r"\[T, A, k\] by up to .*; reset the carry of agent a before step t"):
+        Trainer(config_of("memory", 2, broken + "UnrollIgnoresReset"))

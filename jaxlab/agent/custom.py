@@ -27,8 +27,9 @@ jaxlab resets the carry itself: before a step, the carry of every agent whose pr
 episode is replaced by initial_carry's. For training it unrolls your step over T steps with a
 lax.scan (resetting the same way); a module may define ``unroll(self, carry, obs [T, A, ...], reset
 [T, A] bool) -> carry, head [T, A, k], value [T, A]`` instead (a faster equivalent: it must reset the
-carry of agent a before step t where reset[t, a], and give what stepping gives). Only the "params"
-collection is used (no batch statistics, no dropout RNG).
+carry of agent a before step t where reset[t, a], and give what stepping gives: the Trainer compares
+them on 3 steps, ModulePolicy.check_unroll). Only the "params" collection is used (no batch
+statistics, no dropout RNG).
 
 Params: {"module": your module's variables, "log_std": [d] for continuous actions}, saved in
 checkpoints like the built-in ones.
@@ -250,6 +251,55 @@ class ModulePolicy:
                              f"rollout keeps it in buffers of those); it returned {dtypes(new_carry)}: cast it "
                              f"back, e.g. .astype(jnp.float32), or make initial_carry's of the dtype it returns")
 
+    def check_unroll(self, params, obs_shape: tuple, obs_dtype) -> None:
+        """ValueError naming the class when its own unroll does not give what stepping gives
+        (unroll_mismatch): an unroll that ignores reset trained every sequence on carries of the
+        episode before, without a word."""
+        mismatch = self.unroll_mismatch(params, obs_shape, obs_dtype)
+        if mismatch:
+            raise ValueError(f"{type(self.module).__name__}.unroll(carry, obs, reset) must give what stepping gives "
+                             "(__call__, the carry reset to initial_carry's where reset[t, a]); on 3 steps of 2 "
+                             f"agents, agent 0 reset before the last, it differs: {mismatch}; reset the carry of "
+                             "agent a before step t where reset[t, a] (or drop unroll)")
+
+    def unroll_mismatch(self, params, obs_shape: tuple, obs_dtype) -> str | None:
+        """None, or words saying where the module's own unroll does not give what stepping gives (its
+        __call__ under a lax.scan, the carry reset to initial_carry's where reset): run on T = 3 steps of
+        A = 2 agents of random observations [T, A, *obs_shape], agent 0 reset before the last step. A part
+        (head, value, carry) differs when its largest difference exceeds 5% of its largest magnitude
+        (float rounding, bfloat16 included, stays far under that). None without an unroll."""
+        if not hasattr(self.module, "unroll"):
+            return None
+        T, A, key = 3, 2, jax.random.PRNGKey(0)
+        if jnp.issubdtype(obs_dtype, jnp.integer):
+            obs = jax.random.randint(key, (T, A, *obs_shape), 0, 256).astype(obs_dtype)
+        else:
+            obs = jax.random.normal(key, (T, A, *obs_shape)).astype(obs_dtype)
+        reset = jnp.zeros((T, A), bool).at[T - 1, 0].set(True)
+
+        def largest_differences(params, carry):  # per part (head, value, carry): (max |a - b|, max |b|) per leaf
+            unrolled = self.apply(params, carry, obs, reset, method="unroll")[:3]
+            stepped = self._scan_steps(params, carry, obs, reset)
+            return [[(jnp.max(jnp.abs(a.astype(jnp.float32) - b.astype(jnp.float32))), jnp.max(jnp.abs(b)))
+                     for a, b in zip(jax.tree.leaves(mine), jax.tree.leaves(scanned))]
+                    for mine, scanned in zip(unrolled[1:] + unrolled[:1], stepped[1:] + stepped[:1])]
+
+        found = jax.jit(largest_differences)(params, self.initial_carry(A))
+        differ = [f"its {part} by up to {max(float(d) for d, _ in pairs):.3g}"
+                  for part, pairs in zip(("head [T, A, k]", "value [T, A]", "carry"), found)
+                  if any(float(d) > 0.05 * float(m) + 1e-6 for d, m in pairs)]
+        return ", ".join(differ) or None
+
+    def _scan_steps(self, params, carry, obs, reset):
+        """(carry, head [T, A, k], value [T, A]): __call__ over T steps by a lax.scan, resetting the carry
+        of agent a to initial_carry's before step t where reset [T, A]."""
+        def step(c, inputs):
+            c, head, value = self._step(params, c, *inputs)
+            return c, (head, value)
+
+        carry, (head, value) = jax.lax.scan(step, carry, (obs, reset), unroll=self.scan_unroll)
+        return carry, head, value
+
     def _step(self, params, carry, obs, reset):
         carry = _reset(carry, self.initial_carry(obs.shape[0]), reset)
         carry, head, value = self.module.apply(params["module"], carry, obs)
@@ -264,11 +314,7 @@ class ModulePolicy:
                 carry, head, value = self.module.apply(params["module"], carry, obs, reset, method="unroll")
                 head, value = head.astype(jnp.float32), value.astype(jnp.float32)
             else:
-                def step(c, inputs):
-                    c, head, value = self._step(params, c, *inputs)
-                    return c, (head, value)
-
-                carry, (head, value) = jax.lax.scan(step, carry, (obs, reset), unroll=self.scan_unroll)
+                carry, head, value = self._scan_steps(params, carry, obs, reset)
             return carry, head, value, log_std
         if method is not None:
             raise ValueError(f"ModulePolicy.apply: unknown method {method!r}")

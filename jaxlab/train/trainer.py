@@ -155,6 +155,8 @@ class Trainer:
         try:
             params, opt_state, rollout_key, self.update_key = jit_once(init_state)(
                 np.int64(t.seed), self.policy.initial_carry(A), obs, np.ones(A, bool))
+            if c.policy.module:  # its own unroll, if any, must be stepping's equivalent
+                self.policy.check_unroll(params, obs.shape[1:], obs.dtype)
         except ValueError as err:  # a policy.module breaking the contract (edited since its run was checked)
             self.close()
             if not c.policy.module or isinstance(err, config_lib.ConfigError):
