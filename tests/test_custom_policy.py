@@ -413,6 +413,12 @@ def test_a_moved_module_file_resumes_and_evaluates_from_its_new_path(tmp_path, c
     assert cli.main(["eval", "cartpole", "--checkpoint", str(run), "--episodes", "2",
                      "--policy-module", f"{moved}:Other"]) == 2
     assert "is not the checkpoint's policy.module" in capsys.readouterr().err
+    typo = tmp_path / "nowhere" / "moved.py"  # a new path that does not exist: was "not the checkpoint's"
+    assert cli.main(["eval", "cartpole", "--checkpoint", str(run), "--episodes", "2",
+                     "--policy-module", f"{typo}:GRUPolicy"]) == 2
+    assert f"--policy-module {typo}:GRUPolicy: no such file {typo} (a relative path" in capsys.readouterr().err
+    assert cli.main(["train", "cartpole", "--resume", str(run), "--policy.module", f"{typo}:GRUPolicy"]) == 2
+    assert f"policy.module='{typo}:GRUPolicy': no such file {typo} (a relative path" in capsys.readouterr().err
     assert cli.main(["train", "cartpole", "--resume", str(run), "--policy.module", f"{moved}:GRUPolicy",
                      "--train.total-timesteps", "256"]) == 0
     assert [p.name for p in checkpoint.step_dirs(run / "checkpoints")][0] == "4"

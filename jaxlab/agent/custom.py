@@ -63,6 +63,15 @@ def module_file(spec: str) -> Path | None:
     return Path(where).expanduser() if where.endswith(".py") else None
 
 
+def missing_file_words(spec: str) -> str | None:
+    """"no such file PATH (...)" when the policy.module ``spec`` names a .py file that does not exist (a
+    relative path is taken from the current directory), else None."""
+    path = module_file(spec) if spec else None
+    if path is None or path.is_file():
+        return None
+    return f"no such file {path.absolute()} (a relative path is taken from the current directory, {Path.cwd()})"
+
+
 def moved_module(saved: str, now: str) -> bool:
     """Whether policy.module ``now`` is ``saved``'s class, in a file moved or copied elsewhere (or the
     same): the same class, and the saved file gone or of the same contents. (A checkpoint's arrays are

@@ -372,7 +372,7 @@ def eval_command(args: argparse.Namespace) -> int:
     flags changing env parameters that keep the policy's observations and actions) and prints mean ± std
     of return and length and the env's statistics; --render / --save-frames show the first episode
     of env 0 as text (the env's render hook), --gif draws it as an animated GIF (its pixels hook)."""
-    from jaxlab.agent.custom import moved_module
+    from jaxlab.agent.custom import missing_file_words, moved_module
     from jaxlab.checkpoint import read_meta
     from jaxlab.config import ConfigError, config_from_toml
     from jaxlab.config.layers import repeated_flags
@@ -447,10 +447,13 @@ def eval_command(args: argparse.Namespace) -> int:
         saved = saved_config.policy.module
         if args.policy_module is None:
             check_saved_module(saved, "eval", f"{args.env} --checkpoint {args.checkpoint}", "--policy-module")
-        elif not moved_module(saved, args.policy_module):
-            raise ConfigError(f"--policy-module {args.policy_module} is not the checkpoint's policy.module "
-                              f"({saved or 'none: the built-in network'}) at a new path: it must name the same "
-                              "class in a file of the same contents (or the saved file must be gone)")
+        else:
+            if missing := missing_file_words(args.policy_module):
+                raise ConfigError(f"--policy-module {args.policy_module}: {missing}; give the run's policy file")
+            if not moved_module(saved, args.policy_module):
+                raise ConfigError(f"--policy-module {args.policy_module} is not the checkpoint's policy.module "
+                                  f"({saved or 'none: the built-in network'}) at a new path: it must name the same "
+                                  "class in a file of the same contents (or the saved file must be gone)")
         return load_trainer(checkpoint, warn=warn_once, library=library, module=args.policy_module)
 
     path, trainer = newest_usable(find_checkpoint(args.checkpoint, name, flag="--checkpoint"), load, warn)
