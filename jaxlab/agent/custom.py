@@ -8,6 +8,8 @@ The contract (examples/policies/gru.py is a complete one). Your class is a ``fla
         action: ActionSpec      # jaxlab fills these fields when your class declares them:
         hidden_size: int = 64   #   action (jaxlab.agent.distributions.ActionSpec: kind, nvec, dim,
         dtype: str = "float32"  #   head_size), hidden_size (policy.hidden_size), dtype (device.precision)
+                                # (always: these defaults are never used; hidden_size is policy.hidden_size,
+                                # 128 unless set, whatever the class says)
 
         def initial_carry(self, num_agents: int):
             # optional: the carry an episode starts from, a pytree of arrays [num_agents, ...]
