@@ -456,3 +456,13 @@ def test_an_unroll_that_ignores_reset_is_refused_before_training(broken):
                                           r"obs, reset\) must give what stepping gives .* it differs: its head "
                                           r"\[T, A, k\] by up to .*; reset the carry of agent a before step t"):
         Trainer(config_of("memory", 2, broken + "UnrollIgnoresReset"))
+
+
+def test_a_policy_file_that_raises_at_import_is_named_with_its_line(tmp_path):
+    """The error named the exception but not where in the file it was raised, and told a file's author
+    to put a package on PYTHONPATH."""
+    path = tmp_path / "typo.py"
+    path.write_text("import flax.linen as nn\n\nWIDTH = widht * 2\n")
+    with pytest.raises(ConfigError, match=r"importing '.*typo.py' failed at line 3: NameError: name 'widht' is not "
+                                          r"defined; fix the file$"):
+        Trainer(config_of("cartpole", 2, f"{path}:Policy"))

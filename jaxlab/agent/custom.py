@@ -43,6 +43,7 @@ import dataclasses
 import importlib
 import importlib.util
 import sys
+import traceback
 import zlib
 from pathlib import Path
 
@@ -120,8 +121,11 @@ def load_module_class(spec: str) -> type:
         raise ValueError(f"policy.module={spec!r}: importing {where!r} called sys.exit({err.code!r}); keep a "
                          "script's code under `if __name__ == \"__main__\":`") from None
     except Exception as err:  # noqa: BLE001 - the user's code may raise anything while importing
-        raise ValueError(f"policy.module={spec!r}: importing {where!r} failed: {type(err).__name__}: {err}; "
-                         "check the module (a package must be on PYTHONPATH)") from None
+        path = module_file(spec)
+        fix = ("fix the file" if path is not None and not isinstance(err, ImportError)
+               else "check the module (a package must be on PYTHONPATH)")
+        raise ValueError(f"policy.module={spec!r}: importing {where!r} failed{_line_in(err, path)}: "
+                         f"{type(err).__name__}: {err}; {fix}") from None
     import flax.linen as nn
 
     cls = getattr(module, name, None)
@@ -134,6 +138,18 @@ def load_module_class(spec: str) -> type:
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise ValueError(f"policy.module={spec!r}: {name} is not a flax.linen.Module class")
     return cls
+
+
+def _line_in(err: BaseException, path: Path | None) -> str:
+    """" at line N": where in the user's file ``path`` its import raised ``err`` (the innermost frame
+    there; a SyntaxError's own line), or "" for a package's module or a frame elsewhere."""
+    if path is None:
+        return ""
+    name = str(path.absolute())
+    if isinstance(err, SyntaxError) and err.filename == name and err.lineno:
+        return f" at line {err.lineno}"
+    lines = [frame.lineno for frame in traceback.extract_tb(err.__traceback__) if frame.filename == name]
+    return f" at line {lines[-1]}" if lines else ""
 
 
 def make_module(cls: type, action: ActionSpec, hidden_size: int, dtype: str):
