@@ -212,6 +212,12 @@ class NaNHead(Good):
         return carry, head * jnp.nan, value
 
 
+class WithBatchNorm(Good):
+    @nn.compact
+    def __call__(self, carry, obs):
+        return Good.__call__(self, carry, nn.BatchNorm(use_running_average=False)(obs))
+
+
 class Unrolled(Good):
     def unroll(self, carry, obs, reset):  # feed-forward: every step at once
         T, A = obs.shape[:2]
@@ -282,6 +288,8 @@ def broken(tmp_path_factory):
                     r"and value float32"),  # was cast to float32 silently: no gradient, a policy that never learns
     ("CarryListToTuple", r"CarryListToTuple\(carry, obs\) must return a carry of initial_carry's containers "
                          r"\(PyTreeDef\(\[\*, \*\]\)\); it returned PyTreeDef\(\(\*, \*\)\)"),  # was "shaped like"
+    ("WithBatchNorm", r"WithBatchNorm\(carry, obs\) failed: ScopeCollectionNotFound: .*; jaxlab keeps only the "
+                    r"\"params\" collection and passes no RNG: .*nn.LayerNorm"),  # flax's words, no fix
     ("NoParams", r"NoParams has no parameters \(its init gave no \"params\"\): .*give it a layer"),  # KeyError
 ])
 def test_a_module_breaking_the_contract_is_a_config_error_before_anything_is_built(broken, name, message):

@@ -179,6 +179,15 @@ def ignored_keys(cls: type) -> list[str]:
     return [f"policy.{key}" for key in keys]
 
 
+def _collections_hint(err: Exception) -> str:
+    """A fix for a step that needs more than the "params" collection (flax's error for a BatchNorm's
+    batch_stats or a Dropout's RNG), else ""."""
+    if type(err).__name__ not in ("ScopeCollectionNotFound", "InvalidRngError"):
+        return ""
+    return ("; jaxlab keeps only the \"params\" collection and passes no RNG: no BatchNorm statistics or "
+            "Dropout (use nn.LayerNorm, or BatchNorm(use_running_average=True) and Dropout(deterministic=True))")
+
+
 def _reset(carry, initial, reset: jax.Array):
     """``carry`` with the entries of agents where ``reset`` [A] replaced by ``initial``'s."""
     return jax.tree.map(lambda c, i: jnp.where(reset.reshape(reset.shape + (1,) * (c.ndim - 1)), i, c),
@@ -233,7 +242,8 @@ class ModulePolicy:
         try:
             out = jax.eval_shape(lambda p, c, o: self.module.apply(p, c, o), params["module"], carry, obs)
         except Exception as err:  # noqa: BLE001
-            raise ValueError(f"{name}(carry, obs) failed: {type(err).__name__}: {err}") from None
+            raise ValueError(f"{name}(carry, obs) failed: {type(err).__name__}: {err}"
+                             f"{_collections_hint(err)}") from None
         self._check_outputs(f"{name}(carry, obs)", out, carry, (A,))
         if hasattr(self.module, "unroll"):
             what, T = f"{name}.unroll(carry, obs [T, A, ...], reset [T, A])", A + 1
