@@ -218,6 +218,12 @@ class WithBatchNorm(Good):
         return Good.__call__(self, carry, nn.BatchNorm(use_running_average=False)(obs))
 
 
+class FeedForwardDropsCarry(Good):
+    @nn.compact
+    def __call__(self, carry, obs):
+        return None, *Good.__call__(self, carry, obs)[1:]
+
+
 class Unrolled(Good):
     def unroll(self, carry, obs, reset):  # feed-forward: every step at once
         T, A = obs.shape[:2]
@@ -290,6 +296,9 @@ def broken(tmp_path_factory):
                          r"\(PyTreeDef\(\[\*, \*\]\)\); it returned PyTreeDef\(\(\*, \*\)\)"),  # was "shaped like"
     ("WithBatchNorm", r"WithBatchNorm\(carry, obs\) failed: ScopeCollectionNotFound: .*; jaxlab keeps only the "
                     r"\"params\" collection and passes no RNG: .*nn.LayerNorm"),  # flax's words, no fix
+    ("FeedForwardDropsCarry", r"FeedForwardDropsCarry\(carry, obs\) must return a carry shaped like initial_carry's "
+                              r"\(\[2, 1\]\); it returned None \(without an initial_carry method the carry is "
+                              r"zeros \[A, 1\]: a feed-forward step returns the carry it is given, unchanged\)"),
     ("NoParams", r"NoParams has no parameters \(its init gave no \"params\"\): .*give it a layer"),  # KeyError
 ])
 def test_a_module_breaking_the_contract_is_a_config_error_before_anything_is_built(broken, name, message):

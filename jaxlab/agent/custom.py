@@ -277,9 +277,12 @@ class ModulePolicy:
                              f"{after}: return the same types (a list stays a list, a dict keeps its keys)")
         if before != after or any(
                 a.shape != b.shape for a, b in zip(jax.tree.leaves(new_carry), jax.tree.leaves(carry))):
+            fix = "" if hasattr(self.module, "initial_carry") else (
+                " (without an initial_carry method the carry is zeros [A, 1]: a feed-forward step returns the "
+                "carry it is given, unchanged)")
             raise ValueError(f"{what} must return a carry shaped like initial_carry's "
                              f"({jax.tree.map(lambda x: list(x.shape), carry)}); it returned "
-                             f"{jax.tree.map(lambda x: list(x.shape), new_carry)}")
+                             f"{jax.tree.map(lambda x: list(x.shape), new_carry)}{fix}")
         if any(a.dtype != b.dtype for a, b in zip(jax.tree.leaves(new_carry), jax.tree.leaves(carry))):
             def dtypes(tree):
                 return jax.tree.map(lambda x: str(x.dtype), tree)
