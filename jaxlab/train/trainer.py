@@ -639,14 +639,16 @@ def check_compatible(saved: config_lib.Config, new: config_lib.Config) -> list[s
     """ConfigError naming every change a checkpoint's arrays cannot take (another env, env params,
     agent count or network; a policy.module file moved elsewhere is the same network); otherwise the
     allowed changes, as lines "key: old -> new"."""
-    from jaxlab.agent.custom import missing_file_words, moved_module
+    from jaxlab.agent.custom import BUILT_IN_KEYS, missing_file_words, moved_module
 
     changes = config_changes(saved, new)
     for key, _, now in changes:  # a new path for the run's policy file: refused below as another module
         if key == "policy.module" and (missing := missing_file_words(now)):
             raise config_lib.ConfigError(f"policy.module={now!r}: {missing}; give the run's policy file")
-    moved = [c for c in changes if c[0] == "policy.module" and moved_module(c[1], c[2])]  # the same network
-    refused = [c for c in changes if (c[0] in SHAPING and c not in moved) or c[0].split(".")[0] == "env"
+    same_network = [c for c in changes if c[0] == "policy.module" and moved_module(c[1], c[2])]  # a moved file
+    if saved.policy.module and new.policy.module:  # the built-in network's keys shape nothing of a module
+        same_network += [c for c in changes if c[0] in {f"policy.{key}" for key in BUILT_IN_KEYS}]
+    refused = [c for c in changes if (c[0] in SHAPING and c not in same_network) or c[0].split(".")[0] == "env"
                or (c[0] == "train.reward_scale" and (c[1] == "auto") != (c[2] == "auto"))]  # the return stats
     if refused:
         detail = "; ".join(f"{k} was {old!r}, now {new_value!r}" for k, old, new_value in refused)
