@@ -499,3 +499,20 @@ def test_a_resume_takes_built_in_network_keys_a_module_ignores():
         check_compatible(saved, config_of("cartpole", 2, GRU_FILE, "--policy.hidden-size", "32"))
     with pytest.raises(ConfigError, match=r"another policy.lstm"):  # the built-in network's: still its shape
         check_compatible(load_config("cartpole")[0], load_config("cartpole", flags=["--policy.lstm", "false"])[0])
+
+
+def test_a_policy_file_imports_its_sibling_modules_from_any_directory(tmp_path, monkeypatch):
+    """A policy file importing a module next to it trained when run from its folder, but its checkpoint
+    did not evaluate from anywhere else (ModuleNotFoundError), though the file's path is saved absolute
+    for that. Its folder is on sys.path while it is imported (and only then)."""
+    import sys
+
+    from jaxlab.agent.custom import load_module_class
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pol2_sibling_trunk.py").write_text("WIDTH = 16\n")
+    (project / "policy.py").write_text(BROKEN + "\nfrom pol2_sibling_trunk import WIDTH\n")
+    monkeypatch.chdir(tmp_path)
+    assert load_module_class(f"{project}/policy.py:Good").__name__ == "Good"
+    assert str(project) not in sys.path

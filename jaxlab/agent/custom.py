@@ -102,14 +102,7 @@ def load_module_class(spec: str) -> type:
             module_name = f"jaxlab_user_policy_{path.stem}_{zlib.crc32(str(path.absolute()).encode()):08x}"
             module = sys.modules.get(module_name)
             if module is None:
-                loader = importlib.util.spec_from_file_location(module_name, path)
-                module = importlib.util.module_from_spec(loader)
-                sys.modules[module_name] = module
-                try:
-                    loader.loader.exec_module(module)
-                except BaseException:
-                    del sys.modules[module_name]
-                    raise
+                module = _import_file(module_name, path)
         elif "/" in where:  # a path, but not to a .py file: import_module would say "No module named '/...'"
             raise ValueError(f"policy.module={spec!r}: {where!r} is a path but not to a .py file; give the file, "
                              f"e.g. \"{where}.py:{name}\"")
@@ -138,6 +131,28 @@ def load_module_class(spec: str) -> type:
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise ValueError(f"policy.module={spec!r}: {name} is not a flax.linen.Module class")
     return cls
+
+
+def _import_file(module_name: str, path: Path):
+    """The module of the Python file ``path``, imported as ``module_name`` with the file's folder on
+    sys.path meanwhile (last, so that it shadows nothing installed): a sibling module it imports is found
+    from any directory, as when it is run from its own (a checkpoint evaluates from anywhere)."""
+    loader = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(loader)
+    sys.modules[module_name] = module
+    folder = str(path.absolute().parent)
+    added = folder not in sys.path
+    if added:
+        sys.path.append(folder)
+    try:
+        loader.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    finally:
+        if added:
+            sys.path.remove(folder)
+    return module
 
 
 def _line_in(err: BaseException, path: Path | None) -> str:
