@@ -485,10 +485,10 @@ def test_a_policy_file_that_raises_at_import_is_named_with_its_line(tmp_path):
         Trainer(config_of("cartpole", 2, f"{path}:Policy"))
 
 
-def test_a_resume_takes_built_in_network_keys_a_module_ignores():
+def test_a_resume_takes_built_in_network_keys_a_module_ignores(broken):
     """policy.lstm, encoder, mlp_layers... shape nothing of a module's network (they get a warning that
     they do nothing), but a resume refused them: 'the checkpoint was trained with another policy.lstm'.
-    policy.hidden_size, which jaxlab fills into the module, is still refused."""
+    policy.hidden_size, which jaxlab fills into a module declaring it, is still refused there."""
     from jaxlab.train.trainer import check_compatible
 
     saved = config_of("cartpole", 2)
@@ -497,6 +497,9 @@ def test_a_resume_takes_built_in_network_keys_a_module_ignores():
     assert "policy.lstm: True -> False" in changes and "policy.encoder: 'mlp' -> 'cnn'" in changes
     with pytest.raises(ConfigError, match=r"cannot resume: the checkpoint was trained with another policy.hidden_size"):
         check_compatible(saved, config_of("cartpole", 2, GRU_FILE, "--policy.hidden-size", "32"))
+    good = config_of("cartpole", 2, broken + "Good")  # declares no hidden_size: it shapes nothing there either
+    assert "policy.hidden_size: 16 -> 32" in check_compatible(good, config_of("cartpole", 2, broken + "Good",
+                                                                            "--policy.hidden-size", "32"))
     with pytest.raises(ConfigError, match=r"another policy.lstm"):  # the built-in network's: still its shape
         check_compatible(load_config("cartpole")[0], load_config("cartpole", flags=["--policy.lstm", "false"])[0])
 

@@ -635,11 +635,23 @@ def config_changes(saved: config_lib.Config, new: config_lib.Config) -> list[tup
     return changes
 
 
+def _keys_a_module_ignores(spec: str) -> set[str]:
+    """The [policy] keys ("policy.lstm", ...) that shape nothing of the policy.module ``spec``'s network
+    (jaxlab.agent.custom.ignored_keys); the built-in network's alone when it cannot be loaded (its own
+    error comes when it is built)."""
+    from jaxlab.agent.custom import BUILT_IN_KEYS, ignored_keys, load_module_class
+
+    try:
+        return set(ignored_keys(load_module_class(spec)))
+    except ValueError:
+        return {f"policy.{key}" for key in BUILT_IN_KEYS}
+
+
 def check_compatible(saved: config_lib.Config, new: config_lib.Config) -> list[str]:
     """ConfigError naming every change a checkpoint's arrays cannot take (another env, env params,
     agent count or network; a policy.module file moved elsewhere is the same network); otherwise the
     allowed changes, as lines "key: old -> new"."""
-    from jaxlab.agent.custom import BUILT_IN_KEYS, missing_file_words, moved_module
+    from jaxlab.agent.custom import missing_file_words, moved_module
 
     changes = config_changes(saved, new)
     for key, _, now in changes:  # a new path for the run's policy file: refused below as another module
@@ -647,7 +659,7 @@ def check_compatible(saved: config_lib.Config, new: config_lib.Config) -> list[s
             raise config_lib.ConfigError(f"policy.module={now!r}: {missing}; give the run's policy file")
     same_network = [c for c in changes if c[0] == "policy.module" and moved_module(c[1], c[2])]  # a moved file
     if saved.policy.module and new.policy.module:  # the built-in network's keys shape nothing of a module
-        same_network += [c for c in changes if c[0] in {f"policy.{key}" for key in BUILT_IN_KEYS}]
+        same_network += [c for c in changes if c[0] in _keys_a_module_ignores(new.policy.module)]
     refused = [c for c in changes if (c[0] in SHAPING and c not in same_network) or c[0].split(".")[0] == "env"
                or (c[0] == "train.reward_scale" and (c[1] == "auto") != (c[2] == "auto"))]  # the return stats
     if refused:
