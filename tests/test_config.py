@@ -156,13 +156,20 @@ def test_an_unknown_key_or_section_names_the_close_one_else_the_valid_ones(tmp_p
 @pytest.mark.parametrize("text, message", [
     ("[policy]\nmodule = 3\n", r'^policy.module=3 is not a string; write it in quotes in TOML: module = "3"$'),
     ("[log]\nrun_name = 1.5\n", r'^log.run_name=1.5 is not a string; write it in quotes in TOML: run_name = "1.5"$'),
-    ('[policy]\nactivation = ["relu"]\n', r"^policy.activation=\['relu'\] is not a string; write one in quotes"),
+    ('[log]\nrun_name = ["x"]\n', r"^log.run_name=\['x'\] is not a string; write one in quotes"),
+    ('[policy]\nactivation = ["relu"]\n', r'^policy.activation=\[\'relu\'\] is not one of gelu, relu, silu, tanh, elu; '
+                                         r'write one in quotes in TOML, e.g. activation = "gelu"$'),
+    ("[device]\nprecision = 16\n", r'^device.precision=16 is not one of float32, bfloat16; write one in quotes in '
+                                    r'TOML, e.g. precision = "float32"$'),
+    ("[train]\nanneal_lr = 2.0\n", r'^train.anneal_lr=2.0 is not one of linear, cosine, none; write one in quotes in '
+                                    r'TOML, e.g. anneal_lr = "linear" \(or true for linear, false for none\)$'),
     ("[policy]\nlstm = 2\n", r"^policy.lstm=2 is not a boolean; write lstm = true or false in TOML "
                              r"\(or --policy.lstm true\)$"),
 ])
 def test_a_config_file_value_of_the_wrong_kind_gets_a_fix(tmp_path, text, message):
     """A TOML number where a string goes, or a list, or 2 for a boolean, was "policy.module=3 must be a str":
-    the value, but no word of how to write it."""
+    the value, but no word of how to write it. A key that takes one of a few names gets those names: quoting
+    the number (precision = "16", the fix it was given) is refused next."""
     path = tmp_path / "kinds.toml"
     path.write_text(text)
     with pytest.raises(ConfigError, match=message):

@@ -14,7 +14,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from jaxlab.config.schema import ENV_KEYS, SCHEDULE_ALIASES, SECTIONS, Config, ConfigError
+from jaxlab.config.schema import ENV_KEYS, NAMED_CHOICES, SCHEDULE_ALIASES, SECTIONS, Config, ConfigError
 from jaxlab.config.validate import flag_of
 
 
@@ -113,6 +113,10 @@ def _wrong_kind_fix(kind: type, value: Any, where: str) -> str:
     name = where.rpartition(".")[2]
     if kind is bool:
         return f"is not a boolean; write {name} = true or false in TOML (or {flag_of(where)} true)"
+    if where in NAMED_CHOICES:  # quoting the value would not make it one of the names
+        choices = NAMED_CHOICES[where]
+        also = " (or true for linear, false for none)" if where == "train.anneal_lr" else ""
+        return f'is not one of {", ".join(choices)}; write one in quotes in TOML, e.g. {name} = "{choices[0]}"{also}'
     if isinstance(value, (int, float)):  # a TOML value written without its quotes
         return f'is not a string; write it in quotes in TOML: {name} = "{value}"'
     return f'is not a string; write one in quotes in TOML, e.g. {name} = "..."'
