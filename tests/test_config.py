@@ -55,6 +55,20 @@ def test_integers(text):
     (["--rnn.hidden-size", "64"], r"^unknown config section \[rnn\] in command line; did you mean 'policy.hidden_size'\?$"),
     (["--train.device", "cuda"], r"^unknown config key 'train.device'; jaxlab trains on the devices JAX sees: pick "
                                  r"them with --preset"),
+    # PufferLib's keys with no jaxlab name: what jaxlab does instead, not a close name of another meaning
+    (["--vec.batch-size", "4"], r"^unknown config key 'vec.batch_size'; PufferLib's vec.batch_size, the envs stepped "
+                                r"at a time, is vec.num_envs / vec.groups here \(e.g. --vec.groups 2 .*; the samples "
+                                r"per update are train.batch_size$"),
+    (["--train.max-minibatch-size", "4096"], r"^unknown config key 'train.max_minibatch_size'; jaxlab takes each "
+                                             r"train.minibatch_size in one gradient step, with no accumulation; "
+                                             r"remove it$"),
+    (["--train.compile", "false"], r"^unknown config key 'train.compile'; XLA always compiles .*; remove it$"),
+    (["--train.adam-eps", "1e-8"], r"^unknown config key 'train.adam_eps'; jaxlab's optimizer is Adam .*; remove it$"),
+    (["--train.use-rnn", "true"], r"^unknown config key 'train.use_rnn'; did you mean 'policy.lstm'\?$"),
+    (["--sweep.method", "Protein"], r"^unknown config section \[sweep\] in command line; a sweep's search space is "
+                                    r"a file of its own: `jaxlab sweep ENV --sweep FILE`"),
+    (["--base.package", "ocean"], r"^unknown config section \[base\] in command line; PufferLib's \[base\] has no "
+                                  r"jaxlab section: the env is ENV on the command line"),
     (["--wandb"], r"^unexpected argument '--wandb'; did you mean --log.wandb true\?"),
     (["--seed", "1"], r"^unexpected argument '--seed'; did you mean --train.seed\?"),
 ])

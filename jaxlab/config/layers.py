@@ -188,6 +188,37 @@ def _key_elsewhere(key: str, section: str = "") -> str | None:
     return None
 
 
+_REMOVE = "; remove it"
+#: PufferLib config keys that jaxlab has under no name, or under another meaning: "section.key" -> what jaxlab
+#: does instead (a close jaxlab name would suggest the wrong key: vec.batch_size is not train.batch_size).
+PUFFERLIB_KEYS = {
+    **dict.fromkeys(("vec.backend", "vec.zero_copy"), "jaxlab steps C envs in threads of its own process "
+                    "(vec.num_threads), with no backend to pick" + _REMOVE),
+    "vec.batch_size": "PufferLib's vec.batch_size, the envs stepped at a time, is vec.num_envs / vec.groups here "
+                      "(e.g. --vec.groups 2 steps half of the envs while the policy acts for the other half); the "
+                      "samples per update are train.batch_size",
+    **dict.fromkeys(("train.compile", "train.compile_mode", "train.compile_fullgraph"),
+                    "XLA always compiles jaxlab's rollout and update" + _REMOVE),
+    **dict.fromkeys(("train.optimizer", "train.adam_beta1", "train.adam_beta2", "train.adam_eps"),
+                    "jaxlab's optimizer is Adam (betas 0.9 and 0.999, eps 1e-5), which no config key changes"
+                    + _REMOVE),
+    "train.max_minibatch_size": "jaxlab takes each train.minibatch_size in one gradient step, with no "
+                                "accumulation" + _REMOVE,
+    "train.cpu_offload": "jaxlab keeps the collected segment on the device" + _REMOVE,
+    "train.torch_deterministic": "a train.seed gives the same run on a CPU (on a GPU, XLA_FLAGS="
+                                 "--xla_gpu_deterministic_ops=true asks for deterministic ops)" + _REMOVE,
+    "train.data_dir": "a run's files go to --run-dir DIR (default runs/ENV-TIMESTAMP)" + _REMOVE,
+    "train.project": "did you mean 'log.wandb_project'?",
+    "train.use_rnn": "did you mean 'policy.lstm'?",
+}
+#: PufferLib config sections with no jaxlab section: name -> where their contents go.
+PUFFERLIB_SECTIONS = {
+    "base": "PufferLib's [base] has no jaxlab section: the env is ENV on the command line "
+            "(`jaxlab train ENV`) and the network is [policy]",
+    "sweep": "a sweep's search space is a file of its own: `jaxlab sweep ENV --sweep FILE` (see README, Sweeps)",
+}
+
+
 def unknown_key_error(section: str, key: str, known, env_name: str = "", source: str = "") -> ConfigError:
     """The error for key ``section.key`` that is none of ``known``: the close name, or the key of another
     section it means, or the names ``known`` (for [env], of the env ``env_name``); a ``source`` other than
@@ -201,6 +232,8 @@ def unknown_key_error(section: str, key: str, known, env_name: str = "", source:
     if key == "device" and not close:  # PufferLib's train.device
         hint = ("; jaxlab trains on the devices JAX sees: pick them with --preset (see `jaxlab presets`) and "
                 "--device.count")
+    if f"{section}.{key}" in PUFFERLIB_KEYS:
+        hint = f"; {PUFFERLIB_KEYS[f'{section}.{key}']}"
     if section == "env" and not close and is_python_env(env_name):
         if env_name.startswith("gymnasium:"):
             args = "its constructor's keyword arguments (and gymnasium.make's, e.g. max_episode_steps)"
@@ -259,6 +292,8 @@ def apply_layer(values: dict, layer: dict, source: str, sources: dict, env_param
                 if isinstance(entries, dict) else None  # [rnn] hidden_size: policy.hidden_size
             hint = (f"; did you mean [{close[0]}]?" if close else f"; did you mean '{elsewhere}'?" if elsewhere
                     else f"; the sections are {', '.join(['env', *SECTIONS])}")
+            if section in PUFFERLIB_SECTIONS:
+                hint = f"; {PUFFERLIB_SECTIONS[section]}"
             raise ConfigError(f"unknown config section [{section}] in {source}{hint}")
         if not isinstance(entries, dict):
             raise ConfigError(f"[{section}] in {source} must be a table")
