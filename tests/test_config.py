@@ -100,6 +100,12 @@ def test_bad_flags(flags, message):
     (["--train.minibatch-size", "100"], r"minibatch_size=100 must be a multiple of train.bptt_horizon=16"),
     (["--train.minibatch-size", "48"], r"minibatch_size=48 must divide the batch of 1,024"),
     (["--train.total-timesteps", "1000"], r"total_timesteps=1,000 is less than one batch of 1,024"),
+    # a batch_size given is kept by fewer envs (more segments of fewer agents): lower it instead
+    (["--train.total-timesteps", "1500", "--train.batch-size", "2048"],
+     r"^train.total_timesteps=1,500 is less than one batch of 2,048 \(64 envs x 1 agents x horizon 16 x 2 segments\); "
+     r"raise it to at least 2048 or lower train.batch_size, e.g. --train.batch-size auto \(one segment: 1,024\)$"),
+    (["--train.total-timesteps", "1000", "--train.batch-size", "2048"],
+     r"total_timesteps=1,000 .* raise it to at least 2048 or use fewer envs and --train.batch-size auto$"),
     (["--vec.num-threads", "65", "--vec.num-envs", "128"], r"vec.num_threads=65 exceeds min\(vec.num_envs, 64\)=64"),
     (["--train.total-timesteps", "1e12"], r"^train.total_timesteps=1,000,000,000,000 makes 7,812,500,000 "
      r"optimizer steps \(976,562,500 updates x 2 epochs x 4 minibatches\), past the 2\*\*31 - 1 their int32 "

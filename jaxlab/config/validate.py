@@ -280,8 +280,12 @@ def derive_sizes(config: Config, agents_per_env: int, updates: int | None = None
     if length_in_updates:  # whatever total_timesteps says (a default below a big batch would be refused)
         t = replace(t, total_timesteps=batch * updates)
     if t.total_timesteps < batch:
+        smaller = ("use fewer envs" if batch == segment else "use fewer envs and --train.batch-size auto"
+                   if t.total_timesteps < segment else
+                   f"lower train.batch_size, e.g. --train.batch-size auto (one segment: {segment:,})")
         raise ConfigError(f"train.total_timesteps={t.total_timesteps:,} is less than one batch of {batch:,} "
-                          f"({shape}); raise it to at least {batch} or use fewer envs")
+                          f"({shape}{f' x {batch // segment} segments' * (batch != segment)}); raise it to at "
+                          f"least {batch} or {smaller}")
     updates, minibatches = t.total_timesteps // batch, batch // t.minibatch_size
     optimizer_steps = updates * t.update_epochs * minibatches
     if optimizer_steps >= 2**31 and length_in_updates:  # `jaxlab bench`: the first update and --updates timed ones
