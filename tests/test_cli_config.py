@@ -147,6 +147,13 @@ def test_a_preset_line_in_a_config_file_is_named_as_not_applied(tmp_path, capsys
     saved.write_text(capsys.readouterr().out.replace('preset = "cpu,heavy"', 'preset = "h100,heavy"'))
     assert cli.main(["config", "cartpole", "--config", str(saved)]) == 0  # every key set: nothing is lost
     assert capsys.readouterr().err == ""
+    typo = tmp_path / "typo.toml"  # its fix was `pass --preset hevy`, which is refused
+    typo.write_text('preset = "hevy"\n')
+    assert cli.main(["config", "cartpole", "--config", str(typo)]) == 0
+    assert capsys.readouterr().err == (
+        f"jaxlab: warning: preset = 'hevy' in --config {typo} is not applied: presets come from --preset only "
+        "(here cpu), and unknown preset 'hevy'; did you mean 'heavy'? presets: auto, a100, beast, cpu, gpu, h100, "
+        "heavy (see `jaxlab presets`); remove the line, or pass a preset as --preset\n")
 
 
 def test_presets_lists_every_preset_and_the_auto_choice():

@@ -239,9 +239,9 @@ def file_preset_warning(config_file, preset: str) -> str | None:
     for name in [name for name in preset_list(written) if name not in preset_list(preset)]:
         try:
             info, keys = read_preset(name)
-        except ConfigError:  # an unknown name: --preset's own error says so, with the names
+        except ConfigError as err:  # an unknown name: passing it as --preset would be refused
             return (f"warning: preset = {written!r} in --config {config_file} is not applied: presets come from "
-                    f"--preset only (here {preset}); to layer it, pass --preset {written}")
+                    f"--preset only (here {preset}), and {err}; remove the line, or pass a preset as --preset")
         keys = {**keys, "vec": {**keys.get("vec", {}), **({"num_envs": 0} if "agents" in info else {})}}
         unset += [f"{section}.{key}" for section, table in keys.items() for key in table
                   if key not in layer.get(section, {}) and f"{section}.{key}" not in unset]
