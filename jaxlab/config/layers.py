@@ -174,6 +174,13 @@ def coerce_key(section: str, key: str, value: Any, kind: type | str) -> Any:
     return special(value, where) if special else coerce(value, kind, where)
 
 
+def close_names(name: str, known: list[str]) -> list[str]:
+    """The one name of ``known`` closest to ``name``, in a list (empty when none is close), ignoring case:
+    TRAIN is train, LEARNING_RATE learning_rate."""
+    by_lower = {k.lower(): k for k in known}
+    return [by_lower[lower] for lower in difflib.get_close_matches(name.lower(), list(by_lower), n=1)]
+
+
 def _key_elsewhere(key: str, section: str = "") -> str | None:
     """The config key ("section.key") that a key written in the wrong section means: the same name in
     another section (train.num_envs: vec.num_envs), or a section's key written with its section as a
@@ -225,7 +232,7 @@ def unknown_key_error(section: str, key: str, known, env_name: str = "", source:
     the command line (a --config file, a preset) is named after the key."""
     from jaxlab.env.python_envs import is_python_env
 
-    close = difflib.get_close_matches(key, list(known), n=1)
+    close = close_names(key, list(known))
     elsewhere = _key_elsewhere(key, section)
     hint = (f"; did you mean '{section}.{close[0]}'?" if close else f"; did you mean '{elsewhere}'?" if elsewhere
             else f"; valid keys: {', '.join(known)}")
@@ -287,7 +294,7 @@ def apply_layer(values: dict, layer: dict, source: str, sources: dict, env_param
         if section not in SECTIONS and not isinstance(entries, dict):  # `lstm = true` above every [section]
             raise _key_outside_sections(section, entries, source, env_params)
         if section not in SECTIONS:
-            close = difflib.get_close_matches(section, ["env", *SECTIONS], n=1)
+            close = close_names(section, ["env", *SECTIONS])
             elsewhere = next(filter(None, (_key_elsewhere(str(k).replace("-", "_")) for k in entries)), None) \
                 if isinstance(entries, dict) else None  # [rnn] hidden_size: policy.hidden_size
             hint = (f"; did you mean [{close[0]}]?" if close else f"; did you mean '{elsewhere}'?" if elsewhere
