@@ -156,6 +156,21 @@ def test_a_preset_line_in_a_config_file_is_named_as_not_applied(tmp_path, capsys
         "heavy (see `jaxlab presets`); remove the line, or pass a preset as --preset\n")
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--resume", "runs/cp"], "unexpected argument '--resume': jaxlab config takes no --resume; a run's resolved "
+                              "config is RUN/config.toml: `jaxlab config ENV --config RUN/config.toml` shows it"),
+    (["--run-dir=runs/x"], "unexpected argument '--run-dir': jaxlab config takes no --run-dir; nothing is written; "
+                           "drop it"),
+])
+def test_config_names_what_to_do_for_an_option_of_train(capsys, argv, message):
+    """`jaxlab config cartpole --resume runs/cp` (to see what a resume would run) said only "unexpected argument
+    '--resume'; config flags look like --train.seed 1"."""
+    from jaxlab import cli
+
+    assert cli.main(["config", "cartpole", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
 def test_presets_lists_every_preset_and_the_auto_choice():
     result = jaxlab("presets")
     assert result.returncode == 0, result.stderr
