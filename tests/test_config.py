@@ -110,6 +110,10 @@ def test_bad_flags(flags, message):
      r"raise it to at least 2048 or lower train.batch_size, e.g. --train.batch-size auto \(one segment: 1,024\)$"),
     (["--train.total-timesteps", "1000", "--train.batch-size", "2048"],
      r"total_timesteps=1,000 .* raise it to at least 2048 or use fewer envs and --train.batch-size auto$"),
+    # epochs so many that not one update fits the int32 step counter: a total below one batch was no fix
+    (["--train.update-epochs", "1e9"], r"^train.update_epochs=1,000,000,000 makes 780,000,000,000 optimizer steps "
+     r"\(195 updates x 1,000,000,000 epochs x 4 minibatches\), past the 2\*\*31 - 1 their int32 counter holds; use "
+     r"at most --train.update-epochs 2753184$"),
     (["--vec.num-threads", "65", "--vec.num-envs", "128"], r"vec.num_threads=65 exceeds min\(vec.num_envs, 64\)=64"),
     (["--train.total-timesteps", "1e12"], r"^train.total_timesteps=1,000,000,000,000 makes 7,812,500,000 "
      r"optimizer steps \(976,562,500 updates x 2 epochs x 4 minibatches\), past the 2\*\*31 - 1 their int32 "

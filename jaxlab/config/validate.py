@@ -295,9 +295,14 @@ def derive_sizes(config: Config, agents_per_env: int, updates: int | None = None
                           f"2**31 - 1 their int32 counter holds; use at most --updates {fit - 1}")
     if optimizer_steps >= 2**31:  # the optimizer's step count and the schedules' are int32
         largest = ((2**31 - 1) // (t.update_epochs * minibatches) + 1) * batch - 1
-        raise ConfigError(f"train.total_timesteps={t.total_timesteps:,} makes {optimizer_steps:,} optimizer steps "
-                          f"({updates:,} updates x {t.update_epochs} epochs x {minibatches} minibatches), past the "
-                          f"2**31 - 1 their int32 counter holds; use at most --train.total-timesteps {largest}")
+        epochs = (2**31 - 1) // (updates * minibatches)
+        fix = (f"--train.total-timesteps {largest}" if largest >= batch  # else not one update fits: the epochs
+               else f"--train.update-epochs {epochs}" if epochs >= 1 else "a larger --train.minibatch-size")
+        subject = f"train.total_timesteps={t.total_timesteps:,}" if largest >= batch else \
+            f"train.update_epochs={t.update_epochs:,}"
+        raise ConfigError(f"{subject} makes {optimizer_steps:,} optimizer steps "
+                          f"({updates:,} updates x {t.update_epochs:,} epochs x {minibatches} minibatches), past the "
+                          f"2**31 - 1 their int32 counter holds; use at most {fix}")
     devices = check_devices(config, agents_per_env, processes=processes)
     num_threads, threads_reason = check_threads(config, agents_per_env, processes)
     return Sizes(devices=devices, processes=processes, num_envs=v.num_envs, agents_per_env=agents_per_env,
