@@ -333,6 +333,16 @@ def test_an_incompatible_resume_names_the_flags_that_give_the_checkpoints_values
                                              "--train.obs-norm", "false"))
 
 
+def test_a_changed_seed_at_a_resume_is_listed_as_recorded_only():
+    """'resume: applying the changed train.seed: 0 -> 7' said the seed was applied, but the checkpoint's random
+    keys and env states carry on: the resumed run is the same whatever the seed."""
+    from jaxlab.train.trainer import check_compatible
+
+    assert check_compatible(small_config(2), small_config(2, "--train.seed", "7")) == [
+        "train.seed: 0 -> 7 (recorded only: the random keys and the C envs' states continue from the checkpoint's; "
+        "a Python env's new episodes take it)"]
+
+
 def test_a_resume_that_fails_leaves_the_runs_records_as_they_were(tmp_path):
     """Another vec.groups is refused (the checkpoint holds one env state and carry per group), and a
     resume that fails writes nothing: config.toml, run.json and metrics.jsonl stay the run's own."""

@@ -623,6 +623,11 @@ def config_changes(saved: config_lib.Config, new: config_lib.Config) -> list[tup
     return changes
 
 
+#: What an allowed change does not do, for the line that lists it at a resume.
+CHANGE_NOTES = {"train.seed": " (recorded only: the random keys and the C envs' states continue from the "
+                              "checkpoint's; a Python env's new episodes take it)"}
+
+
 def _shown(value) -> str:
     """A config value as a config file writes it (true, "auto", [128, 64]), for a message."""
     return "none" if value is None else config_lib.toml_value(value)
@@ -652,5 +657,5 @@ def check_compatible(saved: config_lib.Config, new: config_lib.Config) -> list[s
                                      f"{'/'.join(k for k, _, _ in refused)} ({detail}); resume with the "
                                      f"checkpoint's values (leave those flags out, or give {saved_flags}) or "
                                      f"start a new run (without --resume, in a new --run-dir)")
-    return [f"{k}: {old!r} -> {new_value!r}" for k, old, new_value in changes]
+    return [f"{k}: {old!r} -> {new_value!r}{CHANGE_NOTES.get(k, '')}" for k, old, new_value in changes]
 
