@@ -156,6 +156,22 @@ def test_a_preset_line_in_a_config_file_is_named_as_not_applied(tmp_path, capsys
         "heavy (see `jaxlab presets`); remove the line, or pass a preset as --preset\n")
 
 
+def test_a_card_preset_file_given_as_config_names_its_agents_as_not_applied(tmp_path, capsys):
+    """configs/presets/gpu.toml given as --config applied its keys but not its [preset] agents = 1024 (the table a
+    --config file does not read), silently: the run kept the env file's 64 envs under the preset's minibatch."""
+    from jaxlab import cli
+    from jaxlab.config import configs_dir
+
+    gpu = configs_dir() / "presets" / "gpu.toml"
+    assert cli.main(["config", "cartpole", "--config", str(gpu), "--train.minibatch-size", "256"]) == 0
+    assert capsys.readouterr().err == (
+        f"jaxlab: warning: [preset] agents = 1024 in --config {gpu} is not applied (it is a preset file's table, and "
+        "vec.num_envs stays as set without it): presets come from --preset only; pass --preset gpu\n")
+    heavy = configs_dir() / "presets" / "heavy.toml"  # a workload size's table sets nothing: every key applies
+    assert cli.main(["config", "cartpole", "--config", str(heavy)]) == 0
+    assert capsys.readouterr().err == ""
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--resume", "runs/cp"], "unexpected argument '--resume': jaxlab config takes no --resume; a run's resolved "
                               "config is RUN/config.toml: `jaxlab config ENV --config RUN/config.toml` shows it"),
