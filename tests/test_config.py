@@ -42,7 +42,8 @@ def test_integers(text):
     (["--trian.gamma", "0.9"], r"unknown config section \[trian\].*did you mean \[train\]"),
     # a name in capitals got no suggestion: its case kept difflib from finding it
     (["--TRAIN.SEED", "1"], r"^unknown config section \[TRAIN\] in command line; did you mean \[train\]\?$"),
-    (["--train.LEARNING-RATE", "1e-3"], r"^unknown config key 'train.LEARNING_RATE'; did you mean 'train.learning_rate'\?$"),
+    (["--train.LEARNING-RATE", "1e-3"],
+     r"^unknown config key 'train.LEARNING_RATE'; did you mean 'train.learning_rate'\?$"),
     (["--env.MAX-STEPS", "10"], r"^unknown config key 'env.MAX_STEPS'; did you mean 'env.max_steps'\?$"),
     (["--env.delay", "3"], r"unknown config key 'env.delay'"),
     (["--train.learning-rate", "fast"], r"train.learning_rate='fast' is not a number; write e.g. "
