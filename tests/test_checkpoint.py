@@ -317,6 +317,32 @@ def test_a_resume_to_fewer_updates_than_the_checkpoints_says_where_the_checkpoin
     assert "nothing to train: the checkpoint is at update 4 of 4; raise --train.total-timesteps" in out
 
 
+def test_an_incompatible_resume_names_the_flags_that_give_the_checkpoints_values():
+    """The refusal said 'policy.lstm was True, now False; resume with the checkpoint's values or start a new
+    run': Python's spelling, and no flag. It now writes the values as a config file does and names the flags
+    that set the saved ones."""
+    from jaxlab.train.trainer import check_compatible
+
+    saved = small_config(2, "--policy.mlp-layers", "32,16")
+    message = (r"\(policy.mlp_layers was \[32, 16\], now \[8\]; policy.lstm was true, now false; "
+               r"train.obs_norm was \"auto\", now false\); resume with the checkpoint's values \(leave those flags "
+               r"out, or give --policy.mlp-layers 32,16 --policy.lstm true --train.obs-norm auto\) or start a new "
+               r"run \(without --resume, in a new --run-dir\)$")
+    with pytest.raises(ConfigError, match=message):
+        check_compatible(saved, small_config(2, "--policy.lstm", "false", "--policy.mlp-layers", "8",
+                                             "--train.obs-norm", "false"))
+
+
+def test_a_changed_seed_at_a_resume_is_listed_as_recorded_only():
+    """'resume: applying the changed train.seed: 0 -> 7' said the seed was applied, but the checkpoint's random
+    keys and env states carry on: the resumed run is the same whatever the seed."""
+    from jaxlab.train.trainer import check_compatible
+
+    assert check_compatible(small_config(2), small_config(2, "--train.seed", "7")) == [
+        "train.seed: 0 -> 7 (recorded only: the random keys and the C envs' states continue from the checkpoint's; "
+        "a Python env's new episodes take it)"]
+
+
 def test_a_resume_that_fails_leaves_the_runs_records_as_they_were(tmp_path):
     """Another vec.groups is refused (the checkpoint holds one env state and carry per group), and a
     resume that fails writes nothing: config.toml, run.json and metrics.jsonl stay the run's own."""

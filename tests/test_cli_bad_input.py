@@ -9,6 +9,7 @@ import pytest
 
 from jaxlab import cli
 from jaxlab.observe.records import read_metrics, run_rows
+from jaxlab.run.lock import RunDirLock
 from jaxlab.run.resume import keep_metrics_until
 
 
@@ -509,8 +510,13 @@ def test_a_checkpoint_that_is_not_there_names_those_that_are(tmp_path, capsys):
     assert (f"--checkpoint {checkpoints / '12'}: not a whole checkpoint (it lacks state/ or meta/); {checkpoints} "
             f"holds 12, 4: e.g. --checkpoint {checkpoints / '4'}") in capsys.readouterr().err
     (tmp_path / "started" / "checkpoints").mkdir(parents=True)  # a run before its first save
-    assert cli.main(["eval", "cartpole", "--checkpoint", str(tmp_path / "started")]) == 2
+    with RunDirLock(tmp_path / "started"):  # still running: one will come
+        assert cli.main(["eval", "cartpole", "--checkpoint", str(tmp_path / "started")]) == 2
     assert f"--checkpoint {tmp_path / 'started'}: no checkpoint there yet" in capsys.readouterr().err
+    # a run that ended (killed) before its first save was told to wait for a checkpoint that never comes
+    assert cli.main(["train", "cartpole", "--resume", str(tmp_path / "started" / "checkpoints")]) == 2
+    assert (f"--resume {tmp_path / 'started' / 'checkpoints'}: no checkpoint there, and no process is running it "
+            "(it ended before its first save: ") in capsys.readouterr().err
 
 
 def test_command_counts_take_what_config_integers_take(capsys):

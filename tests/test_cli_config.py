@@ -147,6 +147,44 @@ def test_a_preset_line_in_a_config_file_is_named_as_not_applied(tmp_path, capsys
     saved.write_text(capsys.readouterr().out.replace('preset = "cpu,heavy"', 'preset = "h100,heavy"'))
     assert cli.main(["config", "cartpole", "--config", str(saved)]) == 0  # every key set: nothing is lost
     assert capsys.readouterr().err == ""
+    typo = tmp_path / "typo.toml"  # its fix was `pass --preset hevy`, which is refused
+    typo.write_text('preset = "hevy"\n')
+    assert cli.main(["config", "cartpole", "--config", str(typo)]) == 0
+    assert capsys.readouterr().err == (
+        f"jaxlab: warning: preset = 'hevy' in --config {typo} is not applied: presets come from --preset only "
+        "(here cpu), and unknown preset 'hevy'; did you mean 'heavy'? presets: auto, a100, beast, cpu, gpu, h100, "
+        "heavy (see `jaxlab presets`); remove the line, or pass a preset as --preset\n")
+
+
+def test_a_card_preset_file_given_as_config_names_its_agents_as_not_applied(tmp_path, capsys):
+    """configs/presets/gpu.toml given as --config applied its keys but not its [preset] agents = 1024 (the table a
+    --config file does not read), silently: the run kept the env file's 64 envs under the preset's minibatch."""
+    from jaxlab import cli
+    from jaxlab.config import configs_dir
+
+    gpu = configs_dir() / "presets" / "gpu.toml"
+    assert cli.main(["config", "cartpole", "--config", str(gpu), "--train.minibatch-size", "256"]) == 0
+    assert capsys.readouterr().err == (
+        f"jaxlab: warning: [preset] agents = 1024 in --config {gpu} is not applied (it is a preset file's table, and "
+        "vec.num_envs stays as set without it): presets come from --preset only; pass --preset gpu\n")
+    heavy = configs_dir() / "presets" / "heavy.toml"  # a workload size's table sets nothing: every key applies
+    assert cli.main(["config", "cartpole", "--config", str(heavy)]) == 0
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--resume", "runs/cp"], "unexpected argument '--resume': jaxlab config takes no --resume; a run's resolved "
+                              "config is RUN/config.toml: `jaxlab config ENV --config RUN/config.toml` shows it"),
+    (["--run-dir=runs/x"], "unexpected argument '--run-dir': jaxlab config takes no --run-dir; nothing is written; "
+                           "drop it"),
+])
+def test_config_names_what_to_do_for_an_option_of_train(capsys, argv, message):
+    """`jaxlab config cartpole --resume runs/cp` (to see what a resume would run) said only "unexpected argument
+    '--resume'; config flags look like --train.seed 1"."""
+    from jaxlab import cli
+
+    assert cli.main(["config", "cartpole", *argv]) == 2
+    assert message in capsys.readouterr().err
 
 
 def test_presets_lists_every_preset_and_the_auto_choice():

@@ -40,6 +40,11 @@ def test_integers(text):
                                      r"e.g. \[512, 512\] in TOML or --policy.mlp-layers 512,512"),
     (["--train.gama", "0.9"], r"unknown config key 'train.gama'; did you mean 'train.gamma'"),
     (["--trian.gamma", "0.9"], r"unknown config section \[trian\].*did you mean \[train\]"),
+    # a name in capitals got no suggestion: its case kept difflib from finding it
+    (["--TRAIN.SEED", "1"], r"^unknown config section \[TRAIN\] in command line; did you mean \[train\]\?$"),
+    (["--train.LEARNING-RATE", "1e-3"],
+     r"^unknown config key 'train.LEARNING_RATE'; did you mean 'train.learning_rate'\?$"),
+    (["--env.MAX-STEPS", "10"], r"^unknown config key 'env.MAX_STEPS'; did you mean 'env.max_steps'\?$"),
     (["--env.delay", "3"], r"unknown config key 'env.delay'"),
     (["--train.learning-rate", "fast"], r"train.learning_rate='fast' is not a number; write e.g. "
      r"--train.learning-rate [0-9.e-]+ \(the default\)"),
@@ -55,6 +60,20 @@ def test_integers(text):
     (["--rnn.hidden-size", "64"], r"^unknown config section \[rnn\] in command line; did you mean 'policy.hidden_size'\?$"),
     (["--train.device", "cuda"], r"^unknown config key 'train.device'; jaxlab trains on the devices JAX sees: pick "
                                  r"them with --preset"),
+    # PufferLib's keys with no jaxlab name: what jaxlab does instead, not a close name of another meaning
+    (["--vec.batch-size", "4"], r"^unknown config key 'vec.batch_size'; PufferLib's vec.batch_size, the envs stepped "
+                                r"at a time, is vec.num_envs / vec.groups here \(e.g. --vec.groups 2 .*; the samples "
+                                r"per update are train.batch_size$"),
+    (["--train.max-minibatch-size", "4096"], r"^unknown config key 'train.max_minibatch_size'; jaxlab takes each "
+                                             r"train.minibatch_size in one gradient step, with no accumulation; "
+                                             r"remove it$"),
+    (["--train.compile", "false"], r"^unknown config key 'train.compile'; XLA always compiles .*; remove it$"),
+    (["--train.adam-eps", "1e-8"], r"^unknown config key 'train.adam_eps'; jaxlab's optimizer is Adam .*; remove it$"),
+    (["--train.use-rnn", "true"], r"^unknown config key 'train.use_rnn'; did you mean 'policy.lstm'\?$"),
+    (["--sweep.method", "Protein"], r"^unknown config section \[sweep\] in command line; a sweep's search space is "
+                                    r"a file of its own: `jaxlab sweep ENV --sweep FILE`"),
+    (["--base.package", "ocean"], r"^unknown config section \[base\] in command line; PufferLib's \[base\] has no "
+                                  r"jaxlab section: the env is ENV on the command line"),
     (["--wandb"], r"^unexpected argument '--wandb'; did you mean --log.wandb true\?"),
     (["--seed", "1"], r"^unexpected argument '--seed'; did you mean --train.seed\?"),
 ])
@@ -86,6 +105,16 @@ def test_bad_flags(flags, message):
     (["--train.minibatch-size", "100"], r"minibatch_size=100 must be a multiple of train.bptt_horizon=16"),
     (["--train.minibatch-size", "48"], r"minibatch_size=48 must divide the batch of 1,024"),
     (["--train.total-timesteps", "1000"], r"total_timesteps=1,000 is less than one batch of 1,024"),
+    # a batch_size given is kept by fewer envs (more segments of fewer agents): lower it instead
+    (["--train.total-timesteps", "1500", "--train.batch-size", "2048"],
+     r"^train.total_timesteps=1,500 is less than one batch of 2,048 \(64 envs x 1 agents x horizon 16 x 2 segments\); "
+     r"raise it to at least 2048 or lower train.batch_size, e.g. --train.batch-size auto \(one segment: 1,024\)$"),
+    (["--train.total-timesteps", "1000", "--train.batch-size", "2048"],
+     r"total_timesteps=1,000 .* raise it to at least 2048 or use fewer envs and --train.batch-size auto$"),
+    # epochs so many that not one update fits the int32 step counter: a total below one batch was no fix
+    (["--train.update-epochs", "1e9"], r"^train.update_epochs=1,000,000,000 makes 780,000,000,000 optimizer steps "
+     r"\(195 updates x 1,000,000,000 epochs x 4 minibatches\), past the 2\*\*31 - 1 their int32 counter holds; use "
+     r"at most --train.update-epochs 2753184$"),
     (["--vec.num-threads", "65", "--vec.num-envs", "128"], r"vec.num_threads=65 exceeds min\(vec.num_envs, 64\)=64"),
     (["--train.total-timesteps", "1e12"], r"^train.total_timesteps=1,000,000,000,000 makes 7,812,500,000 "
      r"optimizer steps \(976,562,500 updates x 2 epochs x 4 minibatches\), past the 2\*\*31 - 1 their int32 "
@@ -156,13 +185,20 @@ def test_an_unknown_key_or_section_names_the_close_one_else_the_valid_ones(tmp_p
 @pytest.mark.parametrize("text, message", [
     ("[policy]\nmodule = 3\n", r'^policy.module=3 is not a string; write it in quotes in TOML: module = "3"$'),
     ("[log]\nrun_name = 1.5\n", r'^log.run_name=1.5 is not a string; write it in quotes in TOML: run_name = "1.5"$'),
-    ('[policy]\nactivation = ["relu"]\n', r"^policy.activation=\['relu'\] is not a string; write one in quotes"),
+    ('[log]\nrun_name = ["x"]\n', r"^log.run_name=\['x'\] is not a string; write one in quotes"),
+    ('[policy]\nactivation = ["relu"]\n', r'^policy.activation=\[\'relu\'\] is not one of gelu, relu, silu, tanh, elu; '
+                                         r'write one in quotes in TOML, e.g. activation = "gelu"$'),
+    ("[device]\nprecision = 16\n", r'^device.precision=16 is not one of float32, bfloat16; write one in quotes in '
+                                    r'TOML, e.g. precision = "float32"$'),
+    ("[train]\nanneal_lr = 2.0\n", r'^train.anneal_lr=2.0 is not one of linear, cosine, none; write one in quotes in '
+                                    r'TOML, e.g. anneal_lr = "linear" \(or true for linear, false for none\)$'),
     ("[policy]\nlstm = 2\n", r"^policy.lstm=2 is not a boolean; write lstm = true or false in TOML "
                              r"\(or --policy.lstm true\)$"),
 ])
 def test_a_config_file_value_of_the_wrong_kind_gets_a_fix(tmp_path, text, message):
     """A TOML number where a string goes, or a list, or 2 for a boolean, was "policy.module=3 must be a str":
-    the value, but no word of how to write it."""
+    the value, but no word of how to write it. A key that takes one of a few names gets those names: quoting
+    the number (precision = "16", the fix it was given) is refused next."""
     path = tmp_path / "kinds.toml"
     path.write_text(text)
     with pytest.raises(ConfigError, match=message):

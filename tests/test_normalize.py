@@ -233,7 +233,7 @@ def test_resuming_with_normalisation_switched_on_or_off_is_refused():
     saved = config_of("pendulum", 6)
     for flags, key in ((["--train.obs-norm", "false"], "train.obs_norm"),
                        (["--train.reward-scale", "0.1"], "train.reward_scale")):
-        with pytest.raises(ConfigError, match=rf"cannot resume: .*{key} was 'auto'"):
+        with pytest.raises(ConfigError, match=rf'cannot resume: .*{key} was "auto"'):
             check_compatible(saved, config_of("pendulum", 6, *flags))
     constant = config_of("pendulum", 6, "--train.reward-scale", "0.1")
     changes = check_compatible(constant, config_of("pendulum", 6, "--train.reward-scale", "0.2"))

@@ -227,21 +227,28 @@ def file_preset_warning(config_file, preset: str) -> str | None:
     from --preset alone, so such a line layers nothing (a run dir's config.toml, which records its run's
     presets and every key, loses nothing by it)."""
     from jaxlab.config import ConfigError
-    from jaxlab.config.layers import preset_list, read_preset, read_toml
+    from jaxlab.config.layers import preset_list, preset_names, read_preset, read_toml
 
     if config_file is None:
         return None
     layer = read_toml(Path(config_file))
     written = layer.get("preset", "none")
+    if isinstance(written, dict) and "agents" in written:  # a card preset's file given as --config
+        name = Path(config_file).stem
+        fix = f"pass --preset {name}" if name in preset_names() else \
+            "put the file in configs/presets/ and pass --preset NAME, or set vec.num_envs in it"
+        return (f"warning: [preset] agents = {written['agents']} in --config {config_file} is not applied (it is a "
+                f"preset file's table, and vec.num_envs stays as set without it): presets come from --preset only; "
+                f"{fix}")
     if not isinstance(written, str):
         return None
     unset = []
     for name in [name for name in preset_list(written) if name not in preset_list(preset)]:
         try:
             info, keys = read_preset(name)
-        except ConfigError:  # an unknown name: --preset's own error says so, with the names
+        except ConfigError as err:  # an unknown name: passing it as --preset would be refused
             return (f"warning: preset = {written!r} in --config {config_file} is not applied: presets come from "
-                    f"--preset only (here {preset}); to layer it, pass --preset {written}")
+                    f"--preset only (here {preset}), and {err}; remove the line, or pass a preset as --preset")
         keys = {**keys, "vec": {**keys.get("vec", {}), **({"num_envs": 0} if "agents" in info else {})}}
         unset += [f"{section}.{key}" for section, table in keys.items() for key in table
                   if key not in layer.get(section, {}) and f"{section}.{key}" not in unset]

@@ -61,6 +61,27 @@ def envs_command(args: argparse.Namespace) -> int:
     return 0
 
 
+#: `jaxlab train`'s options that `jaxlab config` does not take -> what to do instead.
+TRAIN_ONLY_OPTIONS = {
+    "--resume": "a run's resolved config is RUN/config.toml: `jaxlab config ENV --config RUN/config.toml` shows it, "
+                "with your flags on top as a resume takes them",
+    "--resume-any-env": "it is a resume's option: `jaxlab config ENV --config RUN/config.toml` shows a run's config",
+    "--run-dir": "nothing is written; drop it",
+}
+
+
+def check_train_only_options(flags: list[str]) -> None:
+    """ConfigError for an option of `jaxlab train` among ``flags`` (the arguments that are not jaxlab config's,
+    read as config flags, which would say only that config flags look like --train.seed 1)."""
+    from jaxlab.config import ConfigError
+
+    for flag in flags:
+        name = flag.partition("=")[0]
+        if name in TRAIN_ONLY_OPTIONS:
+            raise ConfigError(f"unexpected argument {name!r}: jaxlab config takes no {name}; "
+                              f"{TRAIN_ONLY_OPTIONS[name]}")
+
+
 def config_command(args: argparse.Namespace) -> int:
     """Prints the resolved config as TOML, each value with the layer that set it, the sizes and the
     memory estimate. A dry run of `jaxlab train`: what it refuses before training (the --dist.* flags,
@@ -68,6 +89,7 @@ def config_command(args: argparse.Namespace) -> int:
     from jaxlab.config import env_kind, to_toml
     from jaxlab.run.distributed import settings_from_flags
 
+    check_train_only_options(args.flags)
     settings = settings_from_flags(args.flags)  # as jaxlab train checks them, first; nothing is joined
     resolved = resolve(args, processes=settings.num_processes)  # each process's share checked as train does
     kind = env_kind(resolved.config.env_name, resolved.config.env_library or None)

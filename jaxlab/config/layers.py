@@ -14,7 +14,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from jaxlab.config.schema import ENV_KEYS, SCHEDULE_ALIASES, SECTIONS, Config, ConfigError
+from jaxlab.config.schema import ENV_KEYS, NAMED_CHOICES, SCHEDULE_ALIASES, SECTIONS, Config, ConfigError
 from jaxlab.config.validate import flag_of
 
 
@@ -113,6 +113,10 @@ def _wrong_kind_fix(kind: type, value: Any, where: str) -> str:
     name = where.rpartition(".")[2]
     if kind is bool:
         return f"is not a boolean; write {name} = true or false in TOML (or {flag_of(where)} true)"
+    if where in NAMED_CHOICES:  # quoting the value would not make it one of the names
+        choices = NAMED_CHOICES[where]
+        also = " (or true for linear, false for none)" if where == "train.anneal_lr" else ""
+        return f'is not one of {", ".join(choices)}; write one in quotes in TOML, e.g. {name} = "{choices[0]}"{also}'
     if isinstance(value, (int, float)):  # a TOML value written without its quotes
         return f'is not a string; write it in quotes in TOML: {name} = "{value}"'
     return f'is not a string; write one in quotes in TOML, e.g. {name} = "..."'
@@ -170,6 +174,13 @@ def coerce_key(section: str, key: str, value: Any, kind: type | str) -> Any:
     return special(value, where) if special else coerce(value, kind, where)
 
 
+def close_names(name: str, known: list[str]) -> list[str]:
+    """The one name of ``known`` closest to ``name``, in a list (empty when none is close), ignoring case:
+    TRAIN is train, LEARNING_RATE learning_rate."""
+    by_lower = {k.lower(): k for k in known}
+    return [by_lower[lower] for lower in difflib.get_close_matches(name.lower(), list(by_lower), n=1)]
+
+
 def _key_elsewhere(key: str, section: str = "") -> str | None:
     """The config key ("section.key") that a key written in the wrong section means: the same name in
     another section (train.num_envs: vec.num_envs), or a section's key written with its section as a
@@ -184,19 +195,52 @@ def _key_elsewhere(key: str, section: str = "") -> str | None:
     return None
 
 
+_REMOVE = "; remove it"
+#: PufferLib config keys that jaxlab has under no name, or under another meaning: "section.key" -> what jaxlab
+#: does instead (a close jaxlab name would suggest the wrong key: vec.batch_size is not train.batch_size).
+PUFFERLIB_KEYS = {
+    **dict.fromkeys(("vec.backend", "vec.zero_copy"), "jaxlab steps C envs in threads of its own process "
+                    "(vec.num_threads), with no backend to pick" + _REMOVE),
+    "vec.batch_size": "PufferLib's vec.batch_size, the envs stepped at a time, is vec.num_envs / vec.groups here "
+                      "(e.g. --vec.groups 2 steps half of the envs while the policy acts for the other half); the "
+                      "samples per update are train.batch_size",
+    **dict.fromkeys(("train.compile", "train.compile_mode", "train.compile_fullgraph"),
+                    "XLA always compiles jaxlab's rollout and update" + _REMOVE),
+    **dict.fromkeys(("train.optimizer", "train.adam_beta1", "train.adam_beta2", "train.adam_eps"),
+                    "jaxlab's optimizer is Adam (betas 0.9 and 0.999, eps 1e-5), which no config key changes"
+                    + _REMOVE),
+    "train.max_minibatch_size": "jaxlab takes each train.minibatch_size in one gradient step, with no "
+                                "accumulation" + _REMOVE,
+    "train.cpu_offload": "jaxlab keeps the collected segment on the device" + _REMOVE,
+    "train.torch_deterministic": "a train.seed gives the same run on a CPU (on a GPU, XLA_FLAGS="
+                                 "--xla_gpu_deterministic_ops=true asks for deterministic ops)" + _REMOVE,
+    "train.data_dir": "a run's files go to --run-dir DIR (default runs/ENV-TIMESTAMP)" + _REMOVE,
+    "train.project": "did you mean 'log.wandb_project'?",
+    "train.use_rnn": "did you mean 'policy.lstm'?",
+}
+#: PufferLib config sections with no jaxlab section: name -> where their contents go.
+PUFFERLIB_SECTIONS = {
+    "base": "PufferLib's [base] has no jaxlab section: the env is ENV on the command line "
+            "(`jaxlab train ENV`) and the network is [policy]",
+    "sweep": "a sweep's search space is a file of its own: `jaxlab sweep ENV --sweep FILE` (see README, Sweeps)",
+}
+
+
 def unknown_key_error(section: str, key: str, known, env_name: str = "", source: str = "") -> ConfigError:
     """The error for key ``section.key`` that is none of ``known``: the close name, or the key of another
     section it means, or the names ``known`` (for [env], of the env ``env_name``); a ``source`` other than
     the command line (a --config file, a preset) is named after the key."""
     from jaxlab.env.python_envs import is_python_env
 
-    close = difflib.get_close_matches(key, list(known), n=1)
+    close = close_names(key, list(known))
     elsewhere = _key_elsewhere(key, section)
     hint = (f"; did you mean '{section}.{close[0]}'?" if close else f"; did you mean '{elsewhere}'?" if elsewhere
             else f"; valid keys: {', '.join(known)}")
     if key == "device" and not close:  # PufferLib's train.device
         hint = ("; jaxlab trains on the devices JAX sees: pick them with --preset (see `jaxlab presets`) and "
                 "--device.count")
+    if f"{section}.{key}" in PUFFERLIB_KEYS:
+        hint = f"; {PUFFERLIB_KEYS[f'{section}.{key}']}"
     if section == "env" and not close and is_python_env(env_name):
         if env_name.startswith("gymnasium:"):
             args = "its constructor's keyword arguments (and gymnasium.make's, e.g. max_episode_steps)"
@@ -250,11 +294,13 @@ def apply_layer(values: dict, layer: dict, source: str, sources: dict, env_param
         if section not in SECTIONS and not isinstance(entries, dict):  # `lstm = true` above every [section]
             raise _key_outside_sections(section, entries, source, env_params)
         if section not in SECTIONS:
-            close = difflib.get_close_matches(section, ["env", *SECTIONS], n=1)
+            close = close_names(section, ["env", *SECTIONS])
             elsewhere = next(filter(None, (_key_elsewhere(str(k).replace("-", "_")) for k in entries)), None) \
                 if isinstance(entries, dict) else None  # [rnn] hidden_size: policy.hidden_size
             hint = (f"; did you mean [{close[0]}]?" if close else f"; did you mean '{elsewhere}'?" if elsewhere
                     else f"; the sections are {', '.join(['env', *SECTIONS])}")
+            if section in PUFFERLIB_SECTIONS:
+                hint = f"; {PUFFERLIB_SECTIONS[section]}"
             raise ConfigError(f"unknown config section [{section}] in {source}{hint}")
         if not isinstance(entries, dict):
             raise ConfigError(f"[{section}] in {source} must be a table")

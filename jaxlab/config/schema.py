@@ -209,6 +209,11 @@ ACTIVATIONS = ("gelu", "relu", "silu", "tanh", "elu")
 ADVANTAGES = ("gae", "vtrace")
 MATMUL_PRECISIONS = ("default", "high", "highest")
 DASHBOARDS = ("auto", "rich", "plain", "none")
+#: Keys whose value is one of a few names: "section.key" -> the names.
+NAMED_CHOICES = {"train.anneal_lr": SCHEDULES, "train.advantage": ADVANTAGES, "policy.encoder": ENCODERS,
+                 "policy.activation": ACTIVATIONS, "device.precision": PRECISIONS,
+                 "device.matmul_precision": MATMUL_PRECISIONS, "log.dashboard": DASHBOARDS,
+                 "env.mask_check": MASK_CHECKS}
 
 
 

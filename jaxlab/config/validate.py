@@ -280,8 +280,12 @@ def derive_sizes(config: Config, agents_per_env: int, updates: int | None = None
     if length_in_updates:  # whatever total_timesteps says (a default below a big batch would be refused)
         t = replace(t, total_timesteps=batch * updates)
     if t.total_timesteps < batch:
+        smaller = ("use fewer envs" if batch == segment else "use fewer envs and --train.batch-size auto"
+                   if t.total_timesteps < segment else
+                   f"lower train.batch_size, e.g. --train.batch-size auto (one segment: {segment:,})")
         raise ConfigError(f"train.total_timesteps={t.total_timesteps:,} is less than one batch of {batch:,} "
-                          f"({shape}); raise it to at least {batch} or use fewer envs")
+                          f"({shape}{f' x {batch // segment} segments' * (batch != segment)}); raise it to at "
+                          f"least {batch} or {smaller}")
     updates, minibatches = t.total_timesteps // batch, batch // t.minibatch_size
     optimizer_steps = updates * t.update_epochs * minibatches
     if optimizer_steps >= 2**31 and length_in_updates:  # `jaxlab bench`: the first update and --updates timed ones
@@ -291,9 +295,14 @@ def derive_sizes(config: Config, agents_per_env: int, updates: int | None = None
                           f"2**31 - 1 their int32 counter holds; use at most --updates {fit - 1}")
     if optimizer_steps >= 2**31:  # the optimizer's step count and the schedules' are int32
         largest = ((2**31 - 1) // (t.update_epochs * minibatches) + 1) * batch - 1
-        raise ConfigError(f"train.total_timesteps={t.total_timesteps:,} makes {optimizer_steps:,} optimizer steps "
-                          f"({updates:,} updates x {t.update_epochs} epochs x {minibatches} minibatches), past the "
-                          f"2**31 - 1 their int32 counter holds; use at most --train.total-timesteps {largest}")
+        epochs = (2**31 - 1) // (updates * minibatches)
+        fix = (f"--train.total-timesteps {largest}" if largest >= batch  # else not one update fits: the epochs
+               else f"--train.update-epochs {epochs}" if epochs >= 1 else "a larger --train.minibatch-size")
+        subject = f"train.total_timesteps={t.total_timesteps:,}" if largest >= batch else \
+            f"train.update_epochs={t.update_epochs:,}"
+        raise ConfigError(f"{subject} makes {optimizer_steps:,} optimizer steps "
+                          f"({updates:,} updates x {t.update_epochs:,} epochs x {minibatches} minibatches), past the "
+                          f"2**31 - 1 their int32 counter holds; use at most {fix}")
     devices = check_devices(config, agents_per_env, processes=processes)
     num_threads, threads_reason = check_threads(config, agents_per_env, processes)
     return Sizes(devices=devices, processes=processes, num_envs=v.num_envs, agents_per_env=agents_per_env,

@@ -45,3 +45,20 @@ class RunDirLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+
+
+def held(run_dir: str | Path) -> bool:
+    """Whether a live process holds ``run_dir``'s lock (the run is going on); False for a run dir without
+    .lock or whose .lock a process that ended left behind."""
+    path = Path(run_dir) / ".lock"
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # released by the close below
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False

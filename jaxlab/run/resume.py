@@ -13,6 +13,7 @@ from jaxlab import checkpoint
 from jaxlab import config as config_lib
 from jaxlab.config.layers import flags_library
 from jaxlab.observe.records import metric_lines, run_env_name
+from jaxlab.run import lock
 
 T = TypeVar("T")
 
@@ -67,9 +68,13 @@ def find_checkpoint(target: str, env_name: str, runs_root: Path = Path("runs"), 
         raise checkpoint.CheckpointError(f"{flag} {target}: {why}; {path.parent} holds "
                                          f"{', '.join(p.name for p in siblings)}{hint}")
     if (path / "checkpoints").is_dir() or (path.name == "checkpoints" and path.is_dir()):
-        raise checkpoint.CheckpointError(f"{flag} {target}: no checkpoint there yet (a run saves one every "
-                                         "checkpoint.minutes, every checkpoint.interval updates, at its end and on "
-                                         "Ctrl-C); wait for one, or pass another run")
+        saves = ("a run saves one every checkpoint.minutes, every checkpoint.interval updates, at its end and on "
+                 "Ctrl-C")
+        if lock.held(path if path.name != "checkpoints" else path.parent):
+            raise checkpoint.CheckpointError(f"{flag} {target}: no checkpoint there yet ({saves}); wait for one, "
+                                             f"or pass another run")
+        raise checkpoint.CheckpointError(f"{flag} {target}: no checkpoint there, and no process is running it "
+                                         f"(it ended before its first save: {saves}); pass another run, or train again")
     raise checkpoint.CheckpointError(f"{flag} {target}: no checkpoint there (expected a run dir with "
                                      "checkpoints/, a checkpoints/ directory or one checkpoint directory)")
 

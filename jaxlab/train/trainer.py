@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import shlex
 import sys
 import time
 from collections import defaultdict
@@ -647,6 +648,23 @@ def _keys_a_module_ignores(spec: str) -> set[str]:
         return {f"policy.{key}" for key in BUILT_IN_KEYS}
 
 
+#: What an allowed change does not do, for the line that lists it at a resume.
+CHANGE_NOTES = {"train.seed": " (recorded only: the random keys and the C envs' states continue from the "
+                              "checkpoint's; a Python env's new episodes take it)"}
+
+
+def _shown(value) -> str:
+    """A config value as a config file writes it (true, "auto", [128, 64]), for a message."""
+    return "none" if value is None else config_lib.toml_value(value)
+
+
+def _flag_setting(key: str, value) -> str:
+    """The flag that sets config key ``key`` to ``value``: --policy.lstm true, --policy.mlp-layers 128,64."""
+    text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else \
+        ("true" if value else "false") if isinstance(value, bool) else shlex.quote(str(value))
+    return f"--{key.replace('_', '-')} {text}"
+
+
 def check_compatible(saved: config_lib.Config, new: config_lib.Config) -> list[str]:
     """ConfigError naming every change a checkpoint's arrays cannot take (another env, env params,
     agent count or network; a policy.module file moved elsewhere is the same network); otherwise the
@@ -663,9 +681,11 @@ def check_compatible(saved: config_lib.Config, new: config_lib.Config) -> list[s
     refused = [c for c in changes if (c[0] in SHAPING and c not in same_network) or c[0].split(".")[0] == "env"
                or (c[0] == "train.reward_scale" and (c[1] == "auto") != (c[2] == "auto"))]  # the return stats
     if refused:
-        detail = "; ".join(f"{k} was {old!r}, now {new_value!r}" for k, old, new_value in refused)
+        detail = "; ".join(f"{k} was {_shown(old)}, now {_shown(new_value)}" for k, old, new_value in refused)
+        saved_flags = " ".join(_flag_setting(k, old) for k, old, _ in refused if old is not None)
         raise config_lib.ConfigError(f"cannot resume: the checkpoint was trained with another "
                                      f"{'/'.join(k for k, _, _ in refused)} ({detail}); resume with the "
-                                     f"checkpoint's values or start a new run")
-    return [f"{k}: {old!r} -> {new_value!r}" for k, old, new_value in changes]
+                                     f"checkpoint's values (leave those flags out, or give {saved_flags}) or "
+                                     f"start a new run (without --resume, in a new --run-dir)")
+    return [f"{k}: {old!r} -> {new_value!r}{CHANGE_NOTES.get(k, '')}" for k, old, new_value in changes]
 
