@@ -343,6 +343,28 @@ def test_a_changed_seed_at_a_resume_is_listed_as_recorded_only():
         "a Python env's new episodes take it)"]
 
 
+def test_a_resume_over_another_batch_is_refused_before_it_trains_another_length(tmp_path):
+    """A run counts its length in updates of one batch: resumed at update 10 of batches of 64 with batches of 128
+    (train.batch_size, or a longer horizon) for 1,280 steps it would have run to update 10 of 10 and stopped,
+    or for 2,560 to update 20, 640 + 10 x 128 = 1,920 steps, not 2,560. Refused, in the CLI and in the run
+    itself, naming both batches; nothing saved is touched. The same batch resumes."""
+    run = tmp_path / "run"
+    assert train_run(small_config(10), run).checkpoint is not None
+    before = run_files(run)
+    for flags, fix in ((["--train.batch-size", "128"], ", or give --train.batch-size 64"),
+                       (["--train.bptt-horizon", "16"], "")):  # 64 is not whole segments of horizon 16
+        result = jaxlab("train", "cartpole", "--resume", str(run), *flags, "--train.total-timesteps", "2560")
+        assert result.returncode == 2, result.stderr
+        assert (f"cannot resume: checkpoint {run / 'checkpoints' / '10'} trained batches of 64 steps (update 10 at "
+                "step 640), this run's are 128 (") in result.stderr, result.stderr
+        assert (f"(leave out the flags that change train.batch_size or train.bptt_horizon{fix}) or start a new "
+                "run") in result.stderr, result.stderr
+        with pytest.raises(ConfigError, match=r"trained batches of 64 steps \(update 10 at step 640\)"):
+            train_run(small_config(20, *flags), run, resume=run / "checkpoints")
+        assert run_files(run) == before
+    assert train_run(small_config(12), run, resume=run / "checkpoints").checkpoint.name == "12"
+
+
 def test_a_resume_that_fails_leaves_the_runs_records_as_they_were(tmp_path):
     """Another vec.groups is refused (the checkpoint holds one env state and carry per group), and a
     resume that fails writes nothing: config.toml, run.json and metrics.jsonl stay the run's own."""

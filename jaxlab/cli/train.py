@@ -90,7 +90,7 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
     from jaxlab.checkpoint import CheckpointError
     from jaxlab.config import ConfigError
     from jaxlab.run import distributed
-    from jaxlab.train.trainer import check_processes
+    from jaxlab.train.trainer import check_batch, check_processes
 
     processes = settings.num_processes
     resolved = resolve(args, warn if settings.process_id == 0 else quiet)  # JAX's backend starts here
@@ -100,6 +100,7 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
         raise ConfigError(differing_config_message(differ))
     for path, meta in resolved.resume_meta.items():  # before anything is built or loaded
         check_processes(meta, path, processes, settings.count)
+        check_batch(meta, path, sizes)
     primary = distributed.is_primary()
     say = print if primary else quiet
     profile = None

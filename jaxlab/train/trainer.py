@@ -461,6 +461,7 @@ class Trainer:
 
         meta = checkpoint.read_meta(Path(path)) if meta is None else meta
         check_processes(meta, Path(path), jax.process_count())
+        check_batch(meta, Path(path), self.sizes)
         check_compatible(config_lib.config_from_toml(meta["config"], library=self.config.env_library or None),
                          self.config)
         changed = check_env_source(meta.get("env_source"), self.env_source, any_env)
@@ -552,6 +553,26 @@ def check_env_source(saved: dict | None, current: dict, any_env: bool = False) -
     raise config_lib.ConfigError(f"cannot resume: the env's source changed since the checkpoint: {changed}; resume "
                                  "anyway with --resume-any-env (the saved env state must still fit the new code) "
                                  "or start a new run")
+
+
+def check_batch(meta: dict, path: Path, sizes) -> None:
+    """ConfigError naming both when this run's batch (``sizes.batch_size`` steps per update) is not the
+    checkpoint's (its global_step / update): a run counts its length in updates of one batch (the end at
+    train.total_timesteps // batch, the checkpoints' names, metrics.jsonl, the learning-rate schedule), so
+    a resume over another batch trained another number of steps than train.total_timesteps said (update
+    390 of batches of 1,024 resumed with batches of 512 for 500K steps ran to update 976: 699K steps).
+    A checkpoint whose step is no whole number of updates (none yet) is not checked."""
+    update, step = int(meta["update"]), int(meta["global_step"])
+    if update <= 0 or step % update or step // update == sizes.batch_size:
+        return
+    saved = step // update
+    segment = sizes.num_envs * sizes.agents_per_env * sizes.horizon  # a batch is whole segments of this horizon
+    give = f", or give --train.batch-size {saved}" if saved % segment == 0 else ""
+    raise config_lib.ConfigError(
+        f"cannot resume: checkpoint {path} trained batches of {saved:,} steps (update {update:,} at step "
+        f"{step:,}), this run's are {sizes.batch_size:,} ({sizes.describe().split(';')[0]}); a run counts its "
+        f"length in updates of one batch, so resume with the checkpoint's batch (leave out the flags that change "
+        f"train.batch_size or train.bptt_horizon{give}) or start a new run")
 
 
 def checkpoint_processes(meta: dict) -> int:
