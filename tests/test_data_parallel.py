@@ -465,6 +465,16 @@ print("RESULT " + json.dumps({"error": result.error, "updates": len(result.recor
 """
 
 
+def start_saving_processes(script: str, run) -> list:
+    """Two processes of one run on localhost running ``script`` (its argv: process id, coordinator, run dir,
+    config flags): 8 updates of 128 steps, a checkpoint every 2."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    coordinator = f"localhost:{free_port()}"
+    flags = [*FLAGS, "--train.total-timesteps", str(128 * 8), "--checkpoint.interval", "2", "--log.dashboard", "none"]
+    return [subprocess.Popen([sys.executable, "-c", script, str(i), coordinator, str(run), *flags],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for i in range(2)]
+
+
 def test_a_checkpoint_write_failing_in_one_process_stops_every_process_after_the_same_update(tmp_path):
     """The asynchronous write of a checkpoint fails in process 1 alone (found when the next save waits
     for it): the processes agree before that save, so both stop after update 4 with an error, nobody is
@@ -472,12 +482,7 @@ def test_a_checkpoint_write_failing_in_one_process_stops_every_process_after_the
     from jaxlab import checkpoint
 
     run = tmp_path / "run"
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
-    coordinator = f"localhost:{free_port()}"
-    flags = [*FLAGS, "--train.total-timesteps", str(128 * 8), "--checkpoint.interval", "2", "--log.dashboard", "none"]
-    procs = [subprocess.Popen([sys.executable, "-c", ASYNC_SAVE_FAILS_IN_PROCESS_1, str(i), coordinator, str(run),
-                               *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for i in range(2)]
+    procs = start_saving_processes(ASYNC_SAVE_FAILS_IN_PROCESS_1, run)
     outputs = communicate_all(procs, 300)
     assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outputs]
     results = [json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
@@ -522,12 +527,7 @@ def test_a_files_json_failing_in_process_0_stops_every_process_at_once(tmp_path)
     from jaxlab import checkpoint
 
     run = tmp_path / "run"
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
-    coordinator = f"localhost:{free_port()}"
-    flags = [*FLAGS, "--train.total-timesteps", str(128 * 8), "--checkpoint.interval", "2", "--log.dashboard", "none"]
-    procs = [subprocess.Popen([sys.executable, "-c", MANIFEST_FAILS_IN_PROCESS_0, str(i), coordinator, str(run),
-                               *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for i in range(2)]
+    procs = start_saving_processes(MANIFEST_FAILS_IN_PROCESS_0, run)
     try:
         outputs = communicate_all(procs, 150)  # the hang lasted 300 s
     finally:
