@@ -335,6 +335,29 @@ def test_parallel_above_the_runs_to_do_says_so_and_warns_of_no_core_sharing_that
     assert "share cores" not in captured.err
 
 
+def test_a_resume_without_parallel_splits_the_machine_as_the_study_started(tmp_path, capsys):
+    """--parallel was not stored with a study: `jaxlab sweep ENV --study NAME` of a study started with --parallel 2
+    ran its trials one at a time, each on every core (other arithmetic: the sweep warned of it trial by trial).
+    The study keeps the --parallel it was created with; an explicit --parallel still wins, and does not replace it."""
+    pytest.importorskip("optuna")
+    import optuna
+
+    from jaxlab.sweep import study as study_lib
+
+    root = tmp_path / "sweeps"
+    command = ["sweep", "cartpole", "--root", str(root), "--study", "k", "--trials", "0"]
+    assert cli.main([*command, "--parallel", "2"]) == 0
+    capsys.readouterr()
+    assert cli.main(command) == 0
+    assert "(resumed): cartpole, 0 trials (0 in the study), 2 at a time (" in capsys.readouterr().out
+    assert cli.main([*command, "--parallel", "1"]) == 0
+    assert "(resumed): cartpole, 0 trials (0 in the study), 1 at a time (" in capsys.readouterr().out
+    assert cli.main(command) == 0
+    assert ", 2 at a time (" in capsys.readouterr().out
+    storage = study_lib.storage_for(None, root / "k")
+    assert optuna.load_study(study_name="k", storage=storage).user_attrs["sweep"]["parallel"] == 2
+
+
 @pytest.mark.parametrize("given, ours", [(["--jobs", "3"], "--parallel, e.g. --parallel 3"),
                                          (["--n-trials=8"], "--trials, e.g. --trials 8")])
 def test_another_sweep_tools_option_is_named_with_jaxlabs(tmp_path, capsys, given, ours):

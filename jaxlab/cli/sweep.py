@@ -35,7 +35,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     from jaxlab.sweep import study as study_lib
 
     study_lib.quiet_optuna()
-    if args.parallel < 1:
+    if args.parallel is not None and args.parallel < 1:
         raise ConfigError(f"--parallel {args.parallel} must be at least 1")
     if args.trials is not None and args.trials < 0:
         raise ConfigError(f"--trials {args.trials} must be at least 0")
@@ -56,7 +56,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     if args.show or args.plot:
         return show_results(args, name, storage, study_dir)
     overrides = {"trials": args.trials, "seeds": args.seeds, "sampler": args.sampler, "pruner": args.pruner,
-                 "objective": args.objective}
+                 "objective": args.objective, "parallel": args.parallel}
     try:
         return prepare_and_run(args, name, storage, study_dir, exists, overrides, environment)
     except KeyboardInterrupt:  # before the sweep's own signal handling started: nothing runs yet
@@ -88,7 +88,7 @@ def prepare_and_run(args, name: str, storage, study_dir: Path, exists: bool, ove
     from jaxlab.sweep import study as study_lib
 
     explicit = bool(args.sweep or args.config or args.flags or args.preset != "auto" or
-                    any(v is not None for k, v in overrides.items() if k != "trials"))
+                    any(v is not None for k, v in overrides.items() if k not in ("trials", "parallel")))
     if exists and not explicit:
         from jaxlab.config import presets
 
@@ -142,20 +142,21 @@ def run_sweep(args, study, storage, spec, base_toml: str, study_dir: Path, platf
     on_gpu = platform in GPU_PLATFORMS
     base_threads = base.vec.num_threads if isinstance(base.vec.num_threads, int) else len(usable_cores())
     target = args.trials if args.trials is not None else spec.trials
+    parallel = args.parallel if args.parallel is not None else spec.parallel  # the study's, stored at its creation
     todo = runs_to_do(study, target, spec.seeds)
-    slots = plan_slots(args.parallel, on_gpu, usable_cores(), base_threads)
-    used = min(args.parallel, todo) if todo else args.parallel  # runs fill the slots from the first
-    if used < args.parallel:  # the split stays K ways: a resumed trial keeps the share it started with
-        print(f"jaxlab sweep: --parallel {args.parallel}, but this sweep has at most {used} run(s) to do: {used} of "
-              f"its {args.parallel} slots will run, each with its 1/{args.parallel} share of the machine; "
+    slots = plan_slots(parallel, on_gpu, usable_cores(), base_threads)
+    used = min(parallel, todo) if todo else parallel  # runs fill the slots from the first
+    if used < parallel:  # the split stays K ways: a resumed trial keeps the share it started with
+        print(f"jaxlab sweep: --parallel {parallel}, but this sweep has at most {used} run(s) to do: {used} of "
+              f"its {parallel} slots will run, each with its 1/{parallel} share of the machine; "
               f"--parallel {used} gives each run more", file=sys.stderr, flush=True)
     if not on_gpu and used > len(usable_cores()):
-        print(f"jaxlab sweep: warning: --parallel {args.parallel} on {len(usable_cores())} usable CPU core(s): the "
+        print(f"jaxlab sweep: warning: --parallel {parallel} on {len(usable_cores())} usable CPU core(s): the "
               "trials will share cores (each pinned to one, round-robin), each slower; --parallel "
               f"{len(usable_cores())} gives each trial a core of its own", file=sys.stderr, flush=True)
     held = len(study.get_trials(deepcopy=False))
     print(f"sweep {study.study_name} ({'resumed' if existed else 'new'}): {args.env}, {target} trials "
-          f"({held} in the study), {args.parallel} at a time ({'; '.join(s.describe() for s in slots)}); "
+          f"({held} in the study), {parallel} at a time ({'; '.join(s.describe() for s in slots)}); "
           f"{spec.seeds} seed(s) per trial; {spec.sampler} sampler, "
           f"{'no' if spec.multi_objective or spec.pruner == 'none' else spec.pruner} pruner; "
           f"{'maximise' if spec.direction == 'maximize' else 'minimise'} {spec.metric} (mean over the last "
@@ -272,8 +273,9 @@ def add_commands(add) -> None:
     sweep.add_argument("--sweep", metavar="FILE", help="search-space file (default configs/sweeps/ENV.toml)")
     sweep.add_argument("--trials", type=whole_number, metavar="N", help="trials the study should hold when done, counting "
                        "those it has (default: the file's trials); 0 creates the study and runs nothing")
-    sweep.add_argument("--parallel", type=whole_number, default=1, metavar="K", help="trials run at once on this machine "
-                       "(CPU: the cores are split between them; GPU: about 0.9/K of its memory each)")
+    sweep.add_argument("--parallel", type=whole_number, metavar="K", help="trials run at once on this "
+                       "machine (CPU: the cores are split between them; GPU: about 0.9/K of its memory each); "
+                       "default: the file's parallel (1) for a new study, the study's own for a resumed one")
     sweep.add_argument("--study", metavar="NAME", help="study name: a new one, or one to resume or show "
                        "(default ENV-TIMESTAMP)")
     sweep.add_argument("--storage", metavar="URL", help="postgresql://... or mysql+pymysql://... to share the "

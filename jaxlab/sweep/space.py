@@ -18,6 +18,7 @@ config, or "env.PARAM"); the others are settings::
     startup_trials = 5          # trials sampled at random (and never pruned) before TPE models
     trials = 20                 # trials in the study (--trials)
     seeds = 1                   # seeds per trial (--seeds)
+    parallel = 1                # runs at once (--parallel): stored with the study, a plain resume keeps it
     "train.learning_rate" = {low = 1e-4, high = 1e-2, log = true}   # a float, log-uniform
     "train.update_epochs" = {low = 1, high = 4}                     # an int (the schema's type)
     "train.bptt_horizon" = {low = 8, high = 32, step = 8}           # an int with a step
@@ -94,6 +95,7 @@ class SweepSpec:
     startup_trials: int = 5
     trials: int = 20
     seeds: int = 1
+    parallel: int = 1  # runs at once (--parallel); a study created before it was stored reads 1, the old default
     source: str = field(default="", compare=False)
     flags: frozenset = field(default=frozenset(), compare=False)  # settings the command line gave (--seeds ...)
 
@@ -238,7 +240,7 @@ def check_settings(spec: SweepSpec, env_name: str) -> SweepSpec:
                           "e.g. 0.25 for the last quarter of the run")
     if not 0 <= spec.warmup < 1:
         raise ConfigError(f"sweep setting warmup={spec.warmup} (in {where}) must be in [0, 1), e.g. 0.3")
-    for key, low in (("reports", 1), ("seeds", 1), ("trials", 0), ("startup_trials", 0)):
+    for key, low in (("reports", 1), ("seeds", 1), ("parallel", 1), ("trials", 0), ("startup_trials", 0)):
         if getattr(spec, key) < low:
             raise ConfigError(f"{_named(spec, key)} must be at least {low}")
     if spec.multi_objective and spec.sampler == "cmaes":

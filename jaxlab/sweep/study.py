@@ -188,8 +188,8 @@ def _complete_attrs(name: str, storage, attrs: dict, wait_s: float) -> dict:
     return attrs
 
 
-#: Settings a resumed sweep may change: they shape how many trials run, not what a trial is.
-RUN_SETTINGS = ("trials", "source", "flags")
+#: Settings a resumed sweep may change: they shape how many trials run (and how many at once), not what a trial is.
+RUN_SETTINGS = ("trials", "parallel", "source", "flags")
 
 
 def check_same(name: str, spec: SweepSpec, stored: SweepSpec, base_toml: str | None, stored_base: str,
