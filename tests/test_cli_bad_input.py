@@ -358,6 +358,37 @@ def test_a_resume_without_parallel_splits_the_machine_as_the_study_started(tmp_p
     assert optuna.load_study(study_name="k", storage=storage).user_attrs["sweep"]["parallel"] == 2
 
 
+def test_a_pruner_a_score_cost_study_cannot_use_is_refused_when_asked_for_and_warned_of_when_defaulted(tmp_path,
+                                                                                                       capsys):
+    """Optuna prunes single-objective studies only: a pruner with --objective score,cost was dropped without a
+    word. --pruner given with it is refused (nothing saved); the pruner the env's sweep file sets for its single
+    objective, or the default one, is warned of once."""
+    pytest.importorskip("optuna")
+    from jaxlab.sweep.space import default_sweep_file
+
+    root = tmp_path / "sweeps"
+    command = ["sweep", "cartpole", "--root", str(root), "--objective", "score,cost", "--trials", "0"]
+    assert cli.main([*command, "--study", "asked", "--pruner", "hyperband"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "jaxlab sweep: error: --pruner hyperband cannot prune --objective score,cost: Optuna prunes single-objective "
+        "studies only; leave out --pruner (or give --pruner none), or --objective score to prune"]
+    assert not (root / "asked").exists()
+    assert cli.main([*command, "--study", "defaulted"]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"jaxlab sweep: warning: pruner median (in {default_sweep_file('cartpole')}) is not used with --objective "
+        "score,cost: Optuna prunes single-objective studies only, so every trial runs to its end; --pruner none "
+        "says so"]
+    assert cli.main([*command, "--study", "none", "--pruner", "none"]) == 0
+    assert capsys.readouterr().err == ""
+    space = tmp_path / "space.toml"
+    space.write_text('[sweep]\nobjective = "score,cost"\n"train.gamma" = {low = 0.9, high = 0.99}\n')
+    assert cli.main(["sweep", "cartpole", "--root", str(root), "--sweep", str(space), "--study", "file",
+                     "--trials", "0"]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"jaxlab sweep: warning: the default pruner median is not used with objective score,cost (in {space}): "
+        "Optuna prunes single-objective studies only, so every trial runs to its end; --pruner none says so"]
+
+
 @pytest.mark.parametrize("given, ours", [(["--jobs", "3"], "--parallel, e.g. --parallel 3"),
                                          (["--n-trials=8"], "--trials, e.g. --trials 8")])
 def test_another_sweep_tools_option_is_named_with_jaxlabs(tmp_path, capsys, given, ours):

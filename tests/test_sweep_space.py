@@ -112,6 +112,9 @@ def test_every_env_has_a_default_sweep_file_that_passes_the_checks():
     ({"average_last": 0.0, "train.gamma": {"low": 0.9, "high": 0.99}}, "average_last=0.0 (in test.toml) must be "
                                                                        "in (0, 1]"),
     ({"metric": "episode_return"}, "test.toml has no hyperparameter to search"),
+    ({"objective": "score,cost", "pruner": "hyperband", "train.gamma": {"low": 0.9, "high": 0.99}},
+     "sweep setting pruner=hyperband (in test.toml) cannot prune objective score,cost: Optuna prunes single-objective "
+     "studies only; set pruner = \"none\" there, or objective = \"score\""),
     ({"train.learning_rate": {"low": 1e-3, "high": 1e-2, "log": True},
       "train.learning-rate": {"low": 2e-3, "high": 5e-3}},
      "sweep key 'train.learning-rate' (in test.toml) names train.learning_rate, which the file gives already "
@@ -128,6 +131,9 @@ def test_bad_search_spaces_name_the_key_the_value_and_a_fix(table, expected):
     ({"objective": "score,cost", "sampler": "cmaes"}, "--sampler cmaes optimises one objective, not --objective "
                                                       "score,cost; use --sampler tpe for the Pareto front, or "
                                                       "--objective score"),
+    ({"objective": "score,cost", "pruner": "median"}, "--pruner median cannot prune --objective score,cost: Optuna "
+                                                      "prunes single-objective studies only; leave out --pruner (or "
+                                                      "give --pruner none), or --objective score to prune"),
 ])
 def test_bad_settings_from_the_command_line_name_their_flag_not_the_file(overrides, expected):
     with pytest.raises(ConfigError) as info:

@@ -106,7 +106,8 @@ def create_or_check(args, name: str, storage, overrides: dict, exists: bool = Fa
     ``exists`` resumed without --sweep keeps its own search space, with the command line's settings."""
     from jaxlab.config import presets, to_toml
     from jaxlab.sweep import study as study_lib
-    from jaxlab.sweep.space import check_space, default_sweep_file, parse_spec, read_sweep_file, with_settings
+    from jaxlab.sweep.space import (check_space, default_sweep_file, parse_spec, read_sweep_file, unused_pruner,
+                                    with_settings)
 
     resumed = exists and not args.sweep  # not the default file: the study may come from another one
     if resumed:
@@ -121,9 +122,12 @@ def create_or_check(args, name: str, storage, overrides: dict, exists: bool = Fa
     if not resumed:
         spec = parse_spec(table, args.env, str(path), overrides)
     check_space(spec, resolved.config)
-    study, spec, base_toml = study_lib.open_study(name, storage, spec, to_toml(resolved.config), args.env,
-                                                  again=study_command(args, name))
-    return study, spec, base_toml, presets.current_devices()[0].platform
+    study, stored, base_toml = study_lib.open_study(name, storage, spec, to_toml(resolved.config), args.env,
+                                                    again=study_command(args, name))
+    warning = None if resumed else unused_pruner(spec, "pruner" in table)
+    if warning:
+        print(f"jaxlab sweep: warning: {warning}", file=sys.stderr, flush=True)
+    return study, stored, base_toml, presets.current_devices()[0].platform
 
 
 def run_sweep(args, study, storage, spec, base_toml: str, study_dir: Path, platform: str, environment: dict,

@@ -194,7 +194,12 @@ def parse_spec(table: dict, env_name: str, source: str, overrides: dict | None =
                           "\"train.learning_rate\" = {low = 1e-4, high = 1e-2, log = true}")
     spec = SweepSpec(params=tuple(params), source=source, flags=frozenset(flags),
                      **{k: _setting(k, v, source) for k, v in settings.items()})
-    return check_settings(spec, env_name)
+    spec = check_settings(spec, env_name)
+    if spec.multi_objective and spec.pruner != "none" and {"objective", "pruner"} <= set(table) - set(flags):
+        raise ConfigError(f"sweep setting pruner={spec.pruner} (in {source}) cannot prune objective score,cost: "
+                          "Optuna prunes single-objective studies only; set pruner = \"none\" there, or "
+                          "objective = \"score\"")
+    return spec
 
 
 def with_settings(spec: SweepSpec, env_name: str, overrides: dict) -> SweepSpec:
@@ -249,7 +254,24 @@ def check_settings(spec: SweepSpec, env_name: str) -> SweepSpec:
         objective = "--objective score,cost" if "objective" in spec.flags else "score,cost"
         raise ConfigError(f"{sampler} optimises one objective, not {objective}; use {'--' if flag else ''}sampler "
                           f"tpe for the Pareto front, or {'--' if flag else ''}objective score")
+    if spec.multi_objective and spec.pruner != "none" and "pruner" in spec.flags:
+        objective = "--objective score,cost" if "objective" in spec.flags else f"objective score,cost (in {where})"
+        raise ConfigError(f"--pruner {spec.pruner} cannot prune {objective}: Optuna prunes single-objective studies "
+                          "only; leave out --pruner (or give --pruner none), or --objective score to prune")
     return spec
+
+
+def unused_pruner(spec: SweepSpec, pruner_in_file: bool) -> str | None:
+    """The warning for a multi-objective ``spec``'s pruner, which Optuna cannot use (it prunes single-objective
+    studies only), when nobody chose it for this objective: the default, or a sweep file's (``pruner_in_file``:
+    e.g. configs/sweeps/ENV.toml's median) under --objective score,cost; None for no pruner or one objective.
+    check_settings and parse_spec refuse a pruner that --pruner, or the file that sets score,cost, gives."""
+    if not spec.multi_objective or spec.pruner == "none":
+        return None
+    pruner = f"pruner {spec.pruner} (in {spec.source})" if pruner_in_file else f"the default pruner {spec.pruner}"
+    objective = "--objective score,cost" if "objective" in spec.flags else f"objective score,cost (in {spec.source})"
+    return (f"{pruner} is not used with {objective}: Optuna prunes single-objective studies only, so every trial "
+            "runs to its end; --pruner none says so")
 
 
 def _named(spec: SweepSpec, key: str) -> str:
