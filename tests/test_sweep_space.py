@@ -247,6 +247,25 @@ def test_window_mean_and_report_points():
     assert [study_lib.report_step(r, 1000, 4) for r in records] == [0, 0, 1, 1, 2, 2, 2, 3, 3, 4]
 
 
+def test_window_mean_weights_an_episode_statistic_by_the_episodes_behind_each_record():
+    """Each record's episode_return is the mean over the episodes its update ended; the window mean averaged the
+    records as equals, so an update that ended 1 episode counted as much as one that ended 3. A trainer metric
+    (one value per update) is still the plain mean of its records."""
+    def record(step, episodes, episode_return, value_loss):  # the trainer's key order: losses, episodes, statistics
+        return {"global_step": step, "update": step // 100, "value_loss": value_loss, "episodes": episodes,
+                "episode_return": episode_return}
+
+    records = [record(100, 1, 10.0, 1.0), record(200, 3, 2.0, 2.0), record(300, 0, 100.0, 3.0),
+               record(400, 4, 5.0, 4.0)]
+    # (1 x 10 + 3 x 2 + 4 x 5) / (1 + 3 + 4) = 36 / 8; the update that ended no episode does not count
+    assert study_lib.window_mean(records, "episode_return", 400, 400) == 4.5
+    assert study_lib.window_mean(records, "value_loss", 400, 400) == (1.0 + 2.0 + 3.0 + 4.0) / 4
+    assert study_lib.window_mean(records, "episode_return", 300, 150) == 2.0  # steps 200 (3 episodes) and 300 (0)
+    assert study_lib.window_mean(records, "episode_return", 300, 50) is None  # only step 300: no episode ended
+    spec = spec_of({**GOOD, "average_last": 0.75})
+    assert study_lib.run_score(records, spec, 400) == (3 * 2.0 + 4 * 5.0) / 7  # steps 200, 300 and 400 of 400
+
+
 def test_cores_are_split_between_parallel_trials():
     one = plan_slots(1, on_gpu=False, cores=[0, 1, 2, 3], max_threads=2)
     assert (one[0].cores, one[0].num_threads, one[0].env) == (None, 2, {})  # one at a time: the machine as it is

@@ -8,8 +8,9 @@ config, or "env.PARAM"); the others are settings::
     metric = "episode_return"   # a metrics.jsonl key
     direction = "maximize"      # or "minimize"
     average_last = 0.25         # objective = mean of the metric over the updates in the last 25% of
-                                # the run's agent-steps (updates that ended no episode are skipped),
-                                # then the mean of that over the trial's seeds
+                                # the run's agent-steps (an episode statistic weighted by each update's
+                                # episodes: updates that ended none do not count), then the mean of
+                                # that over the trial's seeds
     objective = "score"         # or "score,cost": also minimise the run's wall time (seconds)
     sampler = "tpe"             # tpe or cmaes (cmaes: single objective)
     pruner = "median"           # median, hyperband or none

@@ -3,8 +3,9 @@ stored in it), sampler and pruner, suggesting a trial's values, and the objectiv
 run's metrics records. Optuna is imported here and in results.py only.
 
 Objective of one run (one seed): the mean of ``spec.metric`` over the metrics records whose
-``global_step`` lies in the last ``average_last`` of the run's agent-steps (records of updates that
-ended no episode have no value and are skipped); a trial's score is the mean over its seeds, and its
+``global_step`` lies in the last ``average_last`` of the run's agent-steps, an episode statistic weighted
+by each record's episodes (so it is the mean over those episodes; records of updates that ended no episode
+do not count); a trial's score is the mean over its seeds, and its
 cost (objective "score,cost") the mean of its runs' wall time in seconds (the trainer's wall_time:
 JAX compilation and training, without the process start).
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from jaxlab.config import ConfigError
 from jaxlab.messages import short_repr
+from jaxlab.observe.records import episode_statistics
 from jaxlab.sweep.space import SweepSpec
 
 JOURNAL = "study.journal"
@@ -262,10 +264,20 @@ def suggest(trial, spec: SweepSpec) -> dict:
 
 def window_mean(records: list[dict], metric: str, end_step: int, width: float) -> float | None:
     """Mean of ``metric`` over ``records`` (metrics.jsonl objects) with end_step - width < global_step
-    <= end_step, skipping records where it is None; None when no record in the window has a value."""
-    values = [r[metric] for r in records
-              if end_step - width < r["global_step"] <= end_step and r.get(metric) is not None]
-    return sum(values) / len(values) if values else None
+    <= end_step, each weighted by record_weight (an episode statistic by the episodes behind it), skipping
+    records where it is None or whose weight is 0; None when no record in the window counts."""
+    weighted = [(r[metric], record_weight(r, metric)) for r in records
+                if end_step - width < r["global_step"] <= end_step and r.get(metric) is not None]
+    total = sum(weight for _, weight in weighted)
+    return sum(value * weight for value, weight in weighted) / total if total else None
+
+
+def record_weight(record: dict, metric: str) -> int:
+    """How much ``record``'s ``metric`` counts in a window mean: for one of the env's episode statistics (a mean
+    over the record's "episodes" episodes), that count, so that an update that ended 40 episodes weighs 40 times
+    one that ended 1, and one that ended none nothing; 1 for a trainer metric (one value per update) and for a
+    record without an episode count."""
+    return record["episodes"] if metric in episode_statistics(record) else 1
 
 
 def run_score(records: list[dict], spec: SweepSpec, total_steps: int) -> float | None:
