@@ -142,7 +142,7 @@ int main(int argc, char **argv) {
     for (int o = 0; o < 3; o++)
         if (open_run(&runs[o], o, 2, o == CARDS_SELF ? 2 : 1, 100 + (uint64_t)o)) return 1;
     long long moves = 0, steps = 0, games = 0, replays = 0, wins[3] = {0, 0, 0};
-    float stats[6];
+    float stats[sizeof(CardsLog) / sizeof(float)]; /* cenv_log writes every statistic */
     /* 1. strict: random legal moves */
     while (moves < target) {
         for (int o = 0; o < 3 && moves < target; o++) {

@@ -312,7 +312,7 @@ def test_a_seat_at_0_life_loses_and_the_statistics_count_it():
         _, rewards, terminals, truncations, info = step(env, attack(0))
         assert rewards.tolist() == [1.0] and terminals.tolist() == [True] and not truncations.any()
         assert info == {"episodes": 1, "episode_return": 1.0, "episode_length": 1.0, "win_rate": 1.0,
-                        "draw_rate": 0.0, "game_length": 3.0, "illegal_attempts": 0.0}
+                        "draw_rate": 0.0, "game_length": 3.0, "illegal_attempts": 0.0, "first_win_rate": 1.0}
         assert view(env.final_observations[0])["foe_life"] == 0 and view(env.observations[0])["turn"] <= 2 / 40
 
 
@@ -322,6 +322,21 @@ def test_the_turn_limit_is_a_draw():
         _, rewards, terminals, truncations, info = step(env, END, END)
     assert terminals.tolist() == [True, True] and not truncations.any() and rewards.tolist() == [0.0, 0.0]
     assert info["draw_rate"] == 1.0 and info["win_rate"] == 0.0 and info["game_length"] == 6.0
+    assert info["first_win_rate"] == 0.0  # a draw: no seat won
+
+
+def test_self_play_logs_whether_the_seat_that_went_first_won():
+    """In self play both seats are agents of one policy: averaged over them, episode_return is 0 and
+    win_rate 1/2 after every decisive game, whatever the policy plays, so the logged return was always 0.
+    first_win_rate says whether the seat that went first won (the same for both seats of a game), which
+    does depend on the play."""
+    for first, turn, expected in ((0, 3, 1.0), (1, 4, 0.0)):
+        state = position(turn=turn, first=first, you=side(board=[creature("Scout")]), them=side(life=3))
+        with at(make(opponent=2), state) as env:
+            _, rewards, terminals, _, info = step(env, attack(0), END)   # seat 0 wins
+        assert rewards.tolist() == [1.0, -1.0] and terminals.tolist() == [True, True]
+        assert info["episodes"] == 2 and info["episode_return"] == 0.0 and info["win_rate"] == 0.5
+        assert info["first_win_rate"] == expected, (first, info)
 
 
 def test_the_observation_layout():

@@ -519,3 +519,46 @@ def test_a_policy_file_imports_its_sibling_modules_from_any_directory(tmp_path, 
     monkeypatch.chdir(tmp_path)
     assert load_module_class(f"{project}/policy.py:Good").__name__ == "Good"
     assert str(project) not in sys.path
+
+
+def test_a_checkpoint_resumed_or_played_under_an_edited_policy_file_warns_naming_it(tmp_path):
+    """A policy file edited after its checkpoint (the same parameter shapes, another computation) resumed
+    without a word, its saved weights then computing something else. A checkpoint records a hash of the
+    file and of the modules next to it that it imports; a resume or an eval under other code warns in one
+    line naming the file. A checkpoint without the record (an older jaxlab's) resumes without one."""
+    import shutil
+
+    from jaxlab import checkpoint
+    from jaxlab.train.evaluation import load_trainer
+
+    project = tmp_path / "project"
+    project.mkdir()
+    policy = project / "gru.py"
+    shutil.copy(ROOT / "examples" / "policies" / "gru.py", policy)
+    policy.write_text(policy.read_text() + "\nfrom pol3_sibling_scale import SCALE  # noqa: E402\n")
+    (project / "pol3_sibling_scale.py").write_text("SCALE = 1.0\n")
+    config = config_of("cartpole", 2, f"{policy}:GRUPolicy")
+    with Trainer(config) as first:
+        train_loop(first, updates=1)
+        first.save_checkpoint(tmp_path / "ck")
+
+    def warnings_of_a_resume(meta=None):
+        said = []
+        with Trainer(config) as second:
+            second.load_checkpoint(tmp_path / "ck", meta, warn=said.append)
+        return said
+
+    assert warnings_of_a_resume() == []
+    policy.write_text(policy.read_text().replace("x = nn.relu(", "x = nn.tanh("))  # the same shapes
+    [warning] = warnings_of_a_resume()
+    assert warning.startswith(f"warning: the policy.module file {policy} (or a module next to it that it imports) "
+                              "changed since the checkpoint (source "), warning
+    assert "its weights were trained under the old code and now run under the new one" in warning
+    said = []
+    load_trainer(tmp_path / "ck", warn=said.append).close()
+    assert said == [warning]
+    old_meta = {k: v for k, v in checkpoint.read_meta(tmp_path / "ck").items() if k != "policy_source"}
+    assert warnings_of_a_resume(old_meta) == []
+    policy.write_text(policy.read_text().replace("x = nn.tanh(", "x = nn.relu("))  # back: the sibling alone edited
+    (project / "pol3_sibling_scale.py").write_text("SCALE = 2.0\n")
+    assert len(warnings_of_a_resume()) == 1

@@ -69,7 +69,12 @@
  * the tests that show these checks fire.
  *
  * STATISTICS per agent-episode: episode_return, episode_length (the agent's steps), win_rate,
- * draw_rate, game_length (turns played), illegal_attempts (0 when strict).
+ * draw_rate, game_length (turns played), illegal_attempts (0 when strict), first_win_rate (the game was
+ * won by the seat that went first, whichever that was). In self play both seats are agents of one
+ * policy, so the game is zero-sum between them: episode_return averages to exactly 0 and win_rate to
+ * (1 - draw_rate) / 2 whatever the policy plays (seat 0's return alone is only noise around 0, the coin
+ * deciding who goes first); first_win_rate, draw_rate and game_length are what change with its play,
+ * and `jaxlab eval cards --checkpoint RUN --env.opponent greedy` measures its strength.
  *
  * set_state (a test hook) takes a whole position, see cards_set_state. render draws the position and
  * the events of the last step as a game log (`jaxlab eval cards --render`).
@@ -192,6 +197,7 @@ typedef struct {
     float draw_rate;
     float game_length;
     float illegal_attempts;
+    float first_win_rate; /* won by the seat that went first: the same for both seats of a game */
 } CardsLog;
 
 typedef struct {
@@ -267,7 +273,7 @@ static const cenv_param cards_params[] = {
     {"shaping", 0, 0, 1, 0, "weight of a dense reward: the change of (own life - enemy life) / life in each step"},
 };
 static const char *const cards_log_names[] = {"episode_return", "episode_length", "win_rate", "draw_rate",
-                                              "game_length", "illegal_attempts"};
+                                              "game_length", "illegal_attempts", "first_win_rate"};
 
 static void cards_spaces(const double *params, cenv_spaces *out) {
     out->agents_per_env = (int)params[0] == CARDS_SELF ? 2 : 1;
@@ -1045,6 +1051,7 @@ static int cards_step(Cards *env) {
         env->log.draw_rate += (float)(g->winner < 0);
         env->log.game_length += (float)g->turn;
         env->log.illegal_attempts += (float)env->illegal[a];
+        env->log.first_win_rate += (float)(g->winner == g->first);
     }
     if (cards_write(env) < 0) return -1;
     return ended;

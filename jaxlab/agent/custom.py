@@ -39,7 +39,9 @@ checkpoints like the built-in ones.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import hashlib
 import importlib
 import importlib.util
 import sys
@@ -85,6 +87,62 @@ def moved_module(saved: str, now: str) -> bool:
     if old is None or new is None or saved.partition(":")[2] != now.partition(":")[2] or not new.is_file():
         return False
     return not old.is_file() or old.read_bytes() == new.read_bytes()
+
+
+def module_source(spec: str) -> dict | None:
+    """What identifies the code of the policy.module ``spec``: {"file": its module's file (absolute),
+    "source_hash": the SHA-256 of that file's contents and of the sibling modules it imports
+    (sibling_imports), each sibling by its name: moved with them, they keep their hash}; None when no
+    file is found (a package's module that cannot be found, or one without a file). A checkpoint records
+    it: a resume warns when it changed (jaxlab.train.trainer.policy_source_change)."""
+    path = module_file(spec)
+    if path is None:
+        try:
+            found = importlib.util.find_spec(spec.partition(":")[0])
+        except (ImportError, ValueError):
+            found = None
+        path = Path(found.origin) if found is not None and found.has_location and found.origin else None
+    if path is None or not path.is_file():
+        return None
+    path = path.absolute()
+    digest = hashlib.sha256(path.read_bytes() + b"\0")
+    for sibling in sibling_imports(path):
+        digest.update(sibling.name.encode() + b"\0" + sibling.read_bytes() + b"\0")
+    return {"file": str(path), "source_hash": digest.hexdigest()}
+
+
+def sibling_imports(path: Path) -> list[Path]:
+    """The modules next to the Python file ``path`` (NAME.py in its folder) that it imports (``import
+    NAME``, ``from NAME import ...``, ``from .NAME import ...``, ``from . import NAME``), and those they
+    import in turn; sorted. Only import statements are read (not importlib.import_module's names), and
+    a sibling package (a folder) is not followed."""
+    found, todo = set(), [path]
+    while todo:
+        try:
+            tree = ast.parse(todo.pop().read_bytes())
+        except (SyntaxError, ValueError, OSError):  # its import reports it
+            continue
+        for name in _imported_names(tree):
+            sibling = path.parent / f"{name}.py"
+            if sibling != path and sibling not in found and sibling.is_file():
+                found.add(sibling)
+                todo.append(sibling)
+    return sorted(found)
+
+
+def _imported_names(tree: ast.AST) -> set[str]:
+    """The top-level module names a module's ``tree`` imports, absolutely or relatively to its own package
+    (``from . import NAME`` gives NAME)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level <= 1:
+            if node.module:
+                names.add(node.module.split(".")[0])
+            elif node.level == 1:
+                names.update(alias.name for alias in node.names)
+    return names
 
 
 def load_module_class(spec: str) -> type:

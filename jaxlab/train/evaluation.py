@@ -30,7 +30,7 @@ def load_trainer(path: str | Path, warn: Callable[[str], None] = print, library:
     (settings_for_here)."""
     from jaxlab import checkpoint
     from jaxlab.config import config_from_toml
-    from jaxlab.train.trainer import Trainer, checkpoint_processes, env_source_change
+    from jaxlab.train.trainer import Trainer, checkpoint_processes, env_source_change, policy_source_change
 
     meta = checkpoint.read_meta(Path(path))
     config = config_from_toml(meta["config"], library=library)
@@ -46,8 +46,11 @@ def load_trainer(path: str | Path, warn: Callable[[str], None] = print, library:
                  "edited env (the checkpoint's env state is not loaded)")
         if changed or checkpoint_processes(meta) != jax.process_count():
             trainer.load_policy(path, meta)
+            edited = policy_source_change(meta.get("policy_source"), trainer.policy_source)
+            if edited:  # load_checkpoint warns of it itself
+                warn(f"warning: {edited}")
         else:
-            trainer.load_checkpoint(path, meta)
+            trainer.load_checkpoint(path, meta, warn=warn)
     except BaseException:
         trainer.close()
         raise

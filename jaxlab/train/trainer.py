@@ -18,6 +18,7 @@ import numpy as np
 
 import jaxlab
 from jaxlab import config as config_lib
+from jaxlab.agent.custom import module_source
 from jaxlab.agent.distributions import ActionSpec
 from jaxlab.env.sdk import SOURCE_HASH_VERSION, source_hash
 from jaxlab.observe.device_memory import memory_fields
@@ -137,6 +138,7 @@ class Trainer:
                            "hash_version": SOURCE_HASH_VERSION}
         self.spec = ActionSpec.from_space(self.env.action_space)
         self.policy = make_policy(c, self.spec)  # the built-in ActorCritic or policy.module's
+        self.policy_source = module_source(c.policy.module) if c.policy.module else None
         obs_space = self.env.observation_space
         self.norm = Normalization(obs_norm_on(c, obs_space.dtype), reward_norm_on(c), obs_space.shape,
                                   self.sizes.num_agents, t.gamma, jax.process_count())
@@ -389,6 +391,7 @@ class Trainer:
         from jaxlab.checkpoint import FORMAT_VERSION
 
         return {"format": FORMAT_VERSION, "env_name": self.config.env_name, "env_source": self.env_source,
+                "policy_source": self.policy_source,
                 "config": config_lib.to_toml(self.config),
                 "global_step": self.global_step, "update": self.update_index, "rollout_steps": self.rollout.step_count,
                 "wall_time": time.perf_counter() - self.start_time, "timing": self.timing,
@@ -456,7 +459,8 @@ class Trainer:
         (``meta``: the checkpoint's meta when the caller has read it already). The checkpoint must
         come from the same env, env params, agent count and network, from the same env source
         (see check_env_source; ``any_env`` accepts another, with a warning) and from as many processes
-        (check_processes; in a run over several, every process calls this, in step)."""
+        (check_processes; in a run over several, every process calls this, in step). A policy.module
+        file edited since the checkpoint gets a warning through ``warn`` (policy_source_change)."""
         from jaxlab import checkpoint
 
         meta = checkpoint.read_meta(Path(path)) if meta is None else meta
@@ -469,6 +473,9 @@ class Trainer:
             warn(changed)
         state, meta = checkpoint.read(Path(path), self.checkpoint_template(), meta)
         self.restore_state(self.process_state.own_rows(state) if self.process_state else state, meta)
+        edited = policy_source_change(meta.get("policy_source"), self.policy_source)
+        if edited:  # after the read: a damaged checkpoint passed over does not warn twice
+            warn(f"warning: {edited}")
         return meta
 
     def load_policy(self, path: str | Path, meta: dict | None = None) -> dict:
@@ -529,6 +536,20 @@ def env_source_change(saved: dict | None, current: dict) -> str | None:
     if not older and saved.get("library") == current.get("library") and str(current.get("library")).endswith(".h"):
         note = same_header_changed_note()
     return f"it came from {before}, now from {now}{note}"
+
+
+def policy_source_change(saved: dict | None, current: dict | None) -> str | None:
+    """How a policy.module's code differs from the checkpoint's (its meta's policy_source, see
+    jaxlab.agent.custom.module_source): words naming the file, both hashes and that the weights were
+    trained under the old code; None when it is the same, or either side has no record (a checkpoint
+    older than the record, or a module without a file). Not refused: the arrays are still checked one
+    by one as they are restored, and fixing a bug then resuming is the common case."""
+    if not saved or not current or saved.get("source_hash") == current.get("source_hash"):
+        return None
+    return (f"the policy.module file {current['file']} (or a module next to it that it imports) changed since the "
+            f"checkpoint (source {str(saved.get('source_hash'))[:12]}, now {current['source_hash'][:12]}): its "
+            "weights were trained under the old code and now run under the new one; if the edit changed what "
+            "they compute, start a new run instead")
 
 
 def same_header_changed_note() -> str:
