@@ -307,3 +307,24 @@ def test_config_prints_one_processs_estimate_for_dist_flags(capsys, monkeypatch)
     assert "per process" not in alone and "of host buffers per process" in shared
     config, _ = load_config("cartpole", flags=flags)
     assert memory.estimate(config, derive_sizes(config, 1, processes=2), CARTPOLE).describe() in shared
+
+
+def test_processes_sharing_a_host_are_checked_together_against_its_memory():
+    """Two processes of one run on one host were each checked alone against the host's whole memory, so
+    together they could need twice what it has. check_fits takes the processes on the host (on_host)
+    and checks their need together, saying so; its suggested value fits them together."""
+    config, _ = load_config("cartpole", flags=["--vec.num-envs", "1024", "--train.total-timesteps", "1e7"])
+    sizes = derive_sizes(config, 1, processes=2)
+    one = estimate(config, sizes, CARTPOLE)
+    need = one.host_total + one.device_total  # a CPU: JAX's arrays are host memory too
+    limit = MemoryLimit(device=None, host=need * 3 // 2)
+    assert memory.check_fits(config, sizes, CARTPOLE, limit) == one
+    with pytest.raises(ConfigError) as info:
+        memory.check_fits(config, sizes, CARTPOLE, limit, on_host=2)
+    message = str(info.value)
+    assert message.startswith(f"this config needs about {memory.format_bytes(2 * need)} of host memory for the 2 "
+                              f"processes of this run on this host ({memory.format_bytes(need)} each) but "
+                              f"{memory.format_bytes(limit.host)} is available")
+    suggested = int(message.split("--vec.num-envs ")[1].split()[0])
+    config, _ = load_config("cartpole", flags=["--vec.num-envs", str(suggested), "--train.total-timesteps", "1e7"])
+    memory.check_fits(config, derive_sizes(config, 1, processes=2), CARTPOLE, limit, on_host=2)

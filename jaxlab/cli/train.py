@@ -82,6 +82,20 @@ def differing_config_message(differ: dict[int, list[str]]) -> str:
             "and compare with `jaxlab config ENV ...` in each")
 
 
+def check_shared_host(resolved, processes: int) -> None:
+    """In a run over several ``processes``, the memory check of ``resolved`` (cli.common.Resolved) again
+    for the run's processes on this host together, which share its memory (each was checked alone
+    before they met); ConfigError naming them. Every process must call it, in step (an all-gather)."""
+    if processes == 1:
+        return
+    from jaxlab.config import memory
+    from jaxlab.run.distributed import processes_on_this_host
+
+    on_host = processes_on_this_host()
+    if on_host > 1:
+        memory.check_fits(resolved.config, resolved.sizes, resolved.shape, resolved.memory_limit, on_host)
+
+
 def _train(args: argparse.Namespace, stop, settings) -> int:
     """train_command's work once the processes have met (``settings``: jaxlab.run.distributed.Settings),
     with ``stop`` (StopSignals) active."""
@@ -98,6 +112,7 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
     differ = distributed.keys_that_differ(shared_config_values(config)) if processes > 1 else {}
     if differ:  # each process resolves its own flags: one given another value would train apart, silently
         raise ConfigError(differing_config_message(differ))
+    check_shared_host(resolved, processes)
     for path, meta in resolved.resume_meta.items():  # before anything is built or loaded
         check_processes(meta, path, processes, settings.count)
         check_batch(meta, path, sizes)

@@ -31,7 +31,9 @@ host (numpy buffers besides JAX)
 
 In a run over P processes (dist.num_processes) the estimate is one process's, which is what each host
 must hold: the sharded terms (segment, update) are split over every process's devices, and the host terms
-take its A / P agents; the replicated terms are whole in every process.
+take its A / P agents; the replicated terms are whole in every process. Processes of one run on one
+host share its memory: once they have met, `jaxlab train` checks their host need together (check_fits'
+``on_host``, from jaxlab.run.distributed.processes_on_this_host).
 
 The device total is the sum times SAFETY (1.5) for XLA's temporaries, workspace and allocator rounding.
 Only ``current_limit`` and ``out_of_memory_message`` touch JAX (through presets.current_devices).
@@ -342,12 +344,14 @@ def current_limit() -> MemoryLimit:
 
 # ---- fits or not, and what to reduce ----------------------------------------------------------------
 
-def shortfall(est: MemoryEstimate, limit: MemoryLimit) -> tuple[str, int, int] | None:
+def shortfall(est: MemoryEstimate, limit: MemoryLimit, on_host: int = 1) -> tuple[str, int, int] | None:
     """(where: "device" or "host", bytes needed, bytes there) of the first memory that is too small;
-    None when the estimate fits (or the limit is unknown). On a CPU JAX's arrays count as host memory."""
+    None when the estimate fits (or the limit is unknown). On a CPU JAX's arrays count as host memory.
+    ``on_host``: the run's processes on this host (this one included), which share its memory: each
+    needs ``est``'s host bytes (a GPU's limit is each process's own)."""
     if limit.device is not None and est.device_total > limit.device:
         return "device", est.device_total, limit.device
-    host_need = est.host_total + (est.devices * est.device_total if limit.device is None else 0)
+    host_need = on_host * (est.host_total + (est.devices * est.device_total if limit.device is None else 0))
     if limit.host is not None and host_need > limit.host:
         return "host", host_need, limit.host
     return None
@@ -411,20 +415,26 @@ def reduce_hint(config: Config, sizes: Sizes, shape: EnvShape, term: str, fits) 
     return f"reduce {names}" + (f", e.g. {flag_of(keys[0])} {value}" if value is not None else "")
 
 
-def check_fits(config: Config, sizes: Sizes, shape: EnvShape, limit: MemoryLimit) -> MemoryEstimate:
+def check_fits(config: Config, sizes: Sizes, shape: EnvShape, limit: MemoryLimit,
+               on_host: int = 1) -> MemoryEstimate:
     """The estimate of ``config``; ConfigError in one line (the estimate, the limit, what to reduce and a
-    value that fits) when it cannot fit in ``limit``."""
+    value that fits) when it cannot fit in ``limit``. ``on_host``: the run's processes on this host,
+    which share its memory (jaxlab.run.distributed.processes_on_this_host): their host need together
+    is checked."""
     est = estimate(config, sizes, shape)
-    short = shortfall(est, limit)
+    short = shortfall(est, limit, on_host)
     if short is None:
         return est
     where, need, have = short
     place = f"GPU memory on {limit.device_name}" if where == "device" else "host memory"
     on_cpu = limit.device is None
     term = biggest_term(est, where, on_cpu)
-    hint = reduce_hint(config, sizes, shape, term, lambda e: shortfall(e, limit) is None)
+    hint = reduce_hint(config, sizes, shape, term, lambda e: shortfall(e, limit, on_host) is None)
     verb = "is available" if where == "host" else "is its limit"
-    raise ConfigError(f"this config needs about {format_bytes(need)} of {place}{est.per_process()} but "
+    per = est.per_process()
+    if where == "host" and on_host > 1:
+        per = f" for the {on_host} processes of this run on this host ({format_bytes(need // on_host)} each)"
+    raise ConfigError(f"this config needs about {format_bytes(need)} of {place}{per} but "
                       f"{format_bytes(have)} {verb} ({est.describe()}); "
                       f"most of it is {term} ({format_bytes(est.term_bytes(term))}): {hint}")
 
