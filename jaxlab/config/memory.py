@@ -386,21 +386,59 @@ def _with(config: Config, sizes: Sizes, key: str, value: int) -> tuple[Config, S
     return config, sizes
 
 
+#: how many values of vec.num_envs below the largest that may fit suggest() tries at most
+NUM_ENVS_TRIES = 10_000
+
+
 def suggest(config: Config, sizes: Sizes, shape: EnvShape, key: str, fits) -> int | None:
-    """The largest power of two below the current value of ``key`` with which ``fits(estimate)`` holds;
-    None when none does."""
-    current = _get(config, key)
-    value = 2 ** ((current - 1).bit_length() - 1) if current > 1 else 0
-    while value >= 1:
-        if fits(estimate(*_with(config, sizes, key, value), shape)):
+    """The largest value of ``key`` below its current one that the config's checks take (derive_sizes,
+    over the run's processes: a flag with it alone makes a valid config) and with which
+    ``fits(estimate)`` holds; None when none does. The values tried: for vec.num_envs the multiples of
+    vec.groups x processes, which it must divide by; for the other keys the powers of two."""
+    for value in _candidates(config, sizes, shape, key, fits):
+        checked = _checked(config, sizes, key, value)
+        if checked is not None and fits(estimate(*checked, shape)):
             return value
-        value //= 2
     return None
+
+
+def _candidates(config: Config, sizes: Sizes, shape: EnvShape, key: str, fits):
+    """The values suggest() tries for ``key``, largest first, all below its current value."""
+    current = _get(config, key)
+    if key != "vec.num_envs":
+        value = 2 ** ((current - 1).bit_length() - 1) if current > 1 else 0
+        while value >= 1:
+            yield value
+            value //= 2
+        return
+    step = config.vec.groups * sizes.processes
+    low, high = 0, (current - 1) // step  # the largest k whose k x step envs fit, by _with's sizes: a bound
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits(estimate(*_with(config, sizes, key, middle * step), shape)):
+            low = middle
+        else:
+            high = middle - 1
+    for k in range(low, max(0, low - NUM_ENVS_TRIES), -1):
+        yield k * step
+
+
+def _checked(config: Config, sizes: Sizes, key: str, value: int) -> tuple[Config, Sizes] | None:
+    """``config`` with ``key`` set to ``value`` and its sizes as derive_sizes makes them over ``sizes``'
+    processes, or None when it refuses them (a num_envs the minibatch does not divide, ...)."""
+    from jaxlab.config.validate import derive_sizes
+
+    section, name = key.split(".")
+    config = dataclasses.replace(config, **{section: dataclasses.replace(getattr(config, section), **{name: value})})
+    try:
+        return config, derive_sizes(config, sizes.agents_per_env, processes=sizes.processes)
+    except ConfigError:
+        return None
 
 
 def reduce_hint(config: Config, sizes: Sizes, shape: EnvShape, term: str, fits) -> str:
     """'reduce vec.num_envs (now 100,000,000), train.bptt_horizon or train.batch_size, e.g.
-    --vec.num-envs 1048576': the keys that shrink ``term``, with a value of the first that fits."""
+    --vec.num-envs 1048560': the keys that shrink ``term``, with a value of the first that fits (suggest)."""
     keys = TERM_KEYS[term]
     if config.policy.module:  # the keys a user's module ignores (jaxlab.agent.custom) shrink nothing
         from jaxlab.agent.custom import ignored_keys, load_module_class
