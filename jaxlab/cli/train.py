@@ -390,7 +390,7 @@ def eval_command(args: argparse.Namespace) -> int:
     of env 0 as text (the env's render hook), --gif draws it as an animated GIF (its pixels hook)."""
     from jaxlab.agent.custom import missing_file_words, moved_module
     from jaxlab.checkpoint import read_meta
-    from jaxlab.config import ConfigError, config_from_toml
+    from jaxlab.config import ConfigError, config_from_toml, memory
     from jaxlab.config.layers import repeated_flags
     from jaxlab.env.python_envs import is_python_env
     from jaxlab.env.spaces import Box
@@ -445,6 +445,7 @@ def eval_command(args: argparse.Namespace) -> int:
     library = str(Path(args.env).expanduser().absolute()) if args.env.endswith(".h") else None
 
     said: set[str] = set()
+    num_envs = args.num_envs or min(args.episodes, 64)
 
     def warn_once(message: str) -> None:  # the same warning for each damaged checkpoint passed over: once
         if message not in said:
@@ -459,7 +460,8 @@ def eval_command(args: argparse.Namespace) -> int:
         if library is None:
             check_saved_header(meta, "eval", f"--checkpoint {args.checkpoint}")
         saved_config = config_from_toml(meta["config"], library=library)
-        with_env_params(saved_config, overrides)  # refused before anything is built
+        played = with_env_params(saved_config, overrides)  # refused before anything is built
+        memory.check_play_fits(played, memory.env_shape(played), num_envs, memory.current_limit())
         saved = saved_config.policy.module
         if args.policy_module is None:
             check_saved_module(saved, "eval", f"{args.env} --checkpoint {args.checkpoint}", "--policy-module")
@@ -506,7 +508,6 @@ def eval_command(args: argparse.Namespace) -> int:
             print(frames[-1], flush=True)
 
     drawing = None if size is None else (lambda: None if gif_done[0] else size)
-    num_envs = args.num_envs or min(args.episodes, 64)
     try:
         with trainer:
             played = with_env_params(trainer.config, overrides)

@@ -244,6 +244,13 @@ def _segment_sample_bytes(shape: EnvShape) -> int:
     return shape.obs_size * shape.obs_itemsize + shape.action_size * FLOAT + 4 * FLOAT + 3 + shape.mask_width
 
 
+def _env_bytes(shape: EnvShape, agents: int) -> int:
+    """The host buffers of envs of ``agents`` agents: observations and final observations, action,
+    reward, 2 flags, mask."""
+    return agents * (2 * shape.obs_size * shape.obs_itemsize + shape.action_size * FLOAT + FLOAT + 2
+                     + shape.mask_width)
+
+
 def estimate(config: Config, sizes: Sizes, shape: EnvShape) -> MemoryEstimate:
     """The memory ``config`` needs in each process, per term, from its derived ``sizes`` (the whole run's:
     its samples are sharded over the ``sizes.devices`` devices of each of ``sizes.processes`` processes,
@@ -256,7 +263,7 @@ def estimate(config: Config, sizes: Sizes, shape: EnvShape) -> MemoryEstimate:
         segment += sizes.batch_size * shape.obs_size * FLOAT
     minibatch = sizes.minibatch_size * (network.kept * FLOAT + _segment_sample_bytes(shape))
     A, T = -(-sizes.num_agents // sizes.processes), sizes.horizon  # this process's agents
-    env = A * (2 * shape.obs_size * shape.obs_itemsize + shape.action_size * FLOAT + FLOAT + 2 + shape.mask_width)
+    env = _env_bytes(shape, A)
     devices = max(1, sizes.devices)
     shares = devices * sizes.processes  # every process's devices hold a share of the samples
     update = minibatch + 2 * sizes.batch_size * FLOAT
@@ -475,6 +482,46 @@ def check_fits(config: Config, sizes: Sizes, shape: EnvShape, limit: MemoryLimit
     raise ConfigError(f"this config needs about {format_bytes(need)} of {place}{per} but "
                       f"{format_bytes(have)} {verb} ({est.describe()}); "
                       f"most of it is {term} ({format_bytes(est.term_bytes(term))}): {hint}")
+
+
+# ---- `jaxlab eval`: playing a policy on --num-envs envs ----------------------------------------------
+
+def play_estimate(config: Config, shape: EnvShape, num_envs: int) -> MemoryEstimate:
+    """The memory `jaxlab eval` needs to play ``config``'s policy on ``num_envs`` envs of ``shape``
+    (jaxlab.train.evaluation.play: one step at a time), A = num_envs x agents per env: device {params
+    4 P, play step: per agent the observations in the env's dtype and normalised (O x 4), the carry in
+    and out (2 C x 4), the activations of one forward pass (K x 4, a bound: nothing is kept for a
+    backward pass) and the step's one-step segment twice}; host {env (as estimate's), play: a copy of
+    the observations and the running return, length and count (3 x 8)}."""
+    network = network_size(config.policy, shape)
+    agents = num_envs * shape.agents_per_env
+    per_agent = (shape.obs_size * (shape.obs_itemsize + FLOAT) + 2 * network.carry * FLOAT + network.kept * FLOAT
+                 + 2 * _segment_sample_bytes(shape))
+    return MemoryEstimate(device={"params": network.params * FLOAT, "play step": agents * per_agent},
+                          host={"env": _env_bytes(shape, agents),
+                                "play": agents * (shape.obs_size * shape.obs_itemsize + 3 * 8)})
+
+
+def check_play_fits(config: Config, shape: EnvShape, num_envs: int, limit: MemoryLimit) -> MemoryEstimate:
+    """The estimate of playing ``config``'s policy on ``num_envs`` envs (play_estimate); ConfigError in one
+    line, as check_fits says it (the estimate, the limit, the biggest term, the largest --num-envs that
+    fits), when it cannot fit in ``limit``."""
+    est = play_estimate(config, shape, num_envs)
+    short = shortfall(est, limit)
+    if short is None:
+        return est
+    where, need, have = short
+    place = f"GPU memory on {limit.device_name}" if where == "device" else "host memory"
+    term = biggest_term(est, where, limit.device is None)
+    low, high = 0, num_envs - 1  # the most envs that fit: the estimate grows with them
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if shortfall(play_estimate(config, shape, middle), limit) is None else \
+            (low, middle - 1)
+    fix = f"play on fewer envs, e.g. --num-envs {low}" if low else "no number of envs fits"
+    verb = "is available" if where == "host" else "is its limit"
+    raise ConfigError(f"--num-envs {num_envs} needs about {format_bytes(need)} of {place} but {format_bytes(have)} "
+                      f"{verb} ({est.describe()}); most of it is {term} ({format_bytes(est.term_bytes(term))}): {fix}")
 
 
 # ---- after the fact: an out-of-memory error ---------------------------------------------------------
