@@ -231,6 +231,21 @@ def test_derived_sizes_with_several_agents_per_env():
                                 "19 updates for 10K steps (9,728 trained: whole batches)")
 
 
+def test_derived_sizes_over_several_processes_say_they_are_all_processes_and_give_each_ones_share():
+    """vec.num_envs, the batch and the minibatch count every process's; describe() printed them bare, so a
+    reader of process 0's header took 64 envs for each process's. It says 'in all' and each one's share."""
+    import dataclasses
+
+    config, _ = load_config("target", flags=["--vec.num-envs", "4", "--train.minibatch-size", "256",
+                                             "--train.total-timesteps", "10_000"])
+    sizes = derive_sizes(config, agents_per_env=8, processes=2)
+    assert sizes.describe() == ("in all over 2 processes: 4 envs x 8 agents x horizon 16 = batch 512; 2 minibatches "
+                                "of 256; 19 updates for 10K steps (9,728 trained: whole batches); per process: 2 "
+                                "envs, batch 256, minibatches of 128")
+    assert dataclasses.replace(sizes, devices=2).describe().endswith("; its agents sharded over 2 devices")
+    assert "per process" not in derive_sizes(config, agents_per_env=8, processes=1).describe()
+
+
 def test_resolved_config_round_trips(tmp_path):
     config, _ = load_config("memory", flags=["--env.num-cues", "6", "--policy.lstm", "no", "--train.ent-coef", "0.01"])
     path = tmp_path / "config.toml"

@@ -570,6 +570,39 @@ def test_processes_given_other_flags_are_refused_before_training(tmp_path):
     assert not (run / "metrics.jsonl").exists()
 
 
+def test_two_processes_on_one_host_are_refused_when_together_they_need_more_than_its_memory(tmp_path):
+    """2 processes on localhost, each checked alone against the host's memory (here made 1.5 x one
+    process's need), both started training though together they need 2 x. Once they have met they
+    count the processes on their host and check their need together: both exit 2 before training."""
+    from jaxlab.config import derive_sizes, memory
+
+    run = tmp_path / "run"
+    config, _ = load_config("cartpole", flags=FLAGS)
+    one = memory.estimate(config, derive_sizes(config, 1, processes=2), memory.env_shape(config))
+    host = (one.host_total + one.device_total) * 3 // 2  # one CPU device each: JAX's arrays are host memory
+    script = (f"import sys; from jaxlab import cli; from jaxlab.config import memory; "
+              f"memory.host_available = lambda: {host}; sys.exit(cli.main(sys.argv[1:]))")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    flags = [*FLAGS, "--log.dashboard", "none", "--run-dir", str(run), "--dist.coordinator",
+             f"localhost:{free_port()}", "--dist.num-processes", "2"]
+    procs = [subprocess.Popen([sys.executable, "-c", script, "train", "cartpole", *flags, "--dist.process-id", str(i)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for i in range(2)]
+    outputs = communicate_all(procs, 300)
+    assert [p.returncode for p in procs] == [2, 2], [err[-2000:] for _, err in outputs]
+    for _, err in outputs:
+        assert "Traceback" not in err
+        assert err.splitlines()[-1].startswith("jaxlab train: error: this config needs about ")
+        assert "of host memory for the 2 processes of this run on this host (" in err
+    assert not (run / "metrics.jsonl").exists()
+
+
+def test_the_processes_on_a_host_are_counted_by_its_digest():
+    from jaxlab.run.distributed import same_host_count
+
+    digests = np.array([[1, 2], [1, 2], [3, 4], [1, 2]], np.uint8)  # [P, D]: processes 0, 1, 3 share a host
+    assert [same_host_count(digests, p) for p in range(4)] == [3, 3, 1, 3]
+
+
 def test_the_compared_config_has_the_same_keys_whatever_the_flags_and_leaves_out_what_may_differ():
     """Every process all-gathers one digest per key (a fixed shape): the keys must not depend on the
     values, the env parameters given included; the process index, the coordinator and the C threads

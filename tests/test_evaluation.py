@@ -142,8 +142,37 @@ def test_eval_on_more_envs_than_memory_holds_is_one_line(tmp_path, capsys):
     # 119 GiB, fit a host of 128 GiB, or any with vm.overcommit_memory=1, and the envs' init then touched it all)
     assert cli.main(["eval", "cartpole", "--checkpoint", str(tmp_path / "ck"), "--num-envs", str(10**16)]) == 2
     err = capsys.readouterr().err
-    assert f"--num-envs {10**16}: cannot create env 'cartpole': out of memory" in err and "Traceback" not in err
-    assert "e.g. --num-envs 64" in err
+    assert err.startswith(f"jaxlab eval: error: --num-envs {10**16} needs about ") and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and "play on fewer envs, e.g. --num-envs " in err
+
+
+def test_eval_refuses_more_envs_than_the_memory_check_allows_naming_the_most_that_fit(tmp_path, capsys, monkeypatch):
+    """`jaxlab eval --num-envs N` had no memory check: envs the host cannot hold were created (or failed
+    part way). It is checked as train is, before the checkpoint is loaded: exit 2, one line with the
+    estimate, the limit and the most envs that fit."""
+    from jaxlab import cli
+    from jaxlab.config import memory
+
+    with trainer_for("cartpole") as trainer:
+        trainer.save_checkpoint(tmp_path / "ck")
+        config = trainer.config
+    shape = memory.env_shape(config)
+
+    def need(num_envs: int) -> int:  # on a CPU JAX's arrays are host memory too
+        est = memory.play_estimate(config, shape, num_envs)
+        return est.device_total + est.host_total
+
+    limit = memory.MemoryLimit(device=None, host=need(1000) - 1)
+    monkeypatch.setattr(memory, "current_limit", lambda: limit)
+    assert cli.main(["eval", "cartpole", "--checkpoint", str(tmp_path / "ck"), "--num-envs", "1000",
+                     "--episodes", "2"]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith(f"jaxlab eval: error: --num-envs 1000 needs about {memory.format_bytes(need(1000))} of "
+                          f"host memory but {memory.format_bytes(limit.host)} is available (about ") and out == ""
+    most = int(err.split("e.g. --num-envs ")[1].split()[0])
+    assert need(most) <= limit.host < need(most + 1)
+    assert cli.main(["eval", "cartpole", "--checkpoint", str(tmp_path / "ck"), "--num-envs", str(most),
+                     "--episodes", "2"]) == 0
 
 
 def test_eval_latest_passes_over_a_damaged_newest_checkpoint(tmp_path, monkeypatch, capsys):

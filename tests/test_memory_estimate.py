@@ -151,11 +151,40 @@ def test_many_envs_are_refused_on_a_cpu_naming_num_envs():
     _, _, message = refusal(["--vec.num-envs", "1000000", "--train.total-timesteps", "1e9"], limit)
     assert "of host memory but 2.0 GiB is available" in message
     assert "most of it is segment" in message and "reduce vec.num_envs (now 1,000,000), train.bptt_horizon or " \
-        "train.batch_size, e.g. --vec.num-envs 262144" in message
-    # 262,144 envs fit and 524,288 do not
-    for envs, fits in ((262144, True), (524288, False)):
-        config, _ = load_config("cartpole", flags=["--vec.num-envs", str(envs), "--train.total-timesteps", "1e9"])
-        assert (memory.shortfall(estimate(config, derive_sizes(config, 1), CARTPOLE), limit) is None) == fits
+        "train.batch_size, e.g. --vec.num-envs 346336" in message
+    assert_largest_valid_fit(["--train.total-timesteps", "1e9"], 346336, 1, limit)
+
+
+def fits_and_is_valid(flags, envs: int, processes: int, limit) -> bool | None:
+    """Whether cartpole with ``flags`` and ``envs`` envs over ``processes`` fits in ``limit``; None when the
+    checks refuse it."""
+    config, _ = load_config("cartpole", flags=[*flags, "--vec.num-envs", str(envs)])
+    try:
+        sizes = derive_sizes(config, 1, processes=processes)
+    except ConfigError:
+        return None
+    return memory.shortfall(estimate(config, sizes, CARTPOLE), limit) is None
+
+
+def assert_largest_valid_fit(flags, envs: int, processes: int, limit):
+    """``envs`` is valid and fits, and the next valid value above it does not fit."""
+    assert fits_and_is_valid(flags, envs, processes, limit) is True
+    above = next(n for n in range(envs + 1, 2 * envs) if fits_and_is_valid(flags, n, processes, limit) is not None)
+    assert fits_and_is_valid(flags, above, processes, limit) is False
+
+
+def test_the_suggested_num_envs_is_the_largest_that_fits_and_that_groups_and_processes_divide():
+    """The refusal suggested a power of two, which vec.groups=3 never divides: the suggested flag was
+    itself refused. It is now the largest value that fits and that the checks take (a multiple of
+    vec.groups x processes whose batch the minibatch divides)."""
+    limit = MemoryLimit(device=None, host=2 * GIB)
+    flags = ["--train.total-timesteps", "1e9", "--vec.groups", "3"]
+    config, _ = load_config("cartpole", flags=[*flags, "--vec.num-envs", "3000000"])
+    with pytest.raises(ConfigError) as info:
+        memory.check_fits(config, derive_sizes(config, 1, processes=2), CARTPOLE, limit)
+    suggested = int(str(info.value).split("e.g. --vec.num-envs ")[1].split()[0])
+    assert suggested % 6 == 0
+    assert_largest_valid_fit(flags, suggested, 2, limit)
 
 
 def test_a_fitting_config_returns_its_estimate_and_an_unknown_limit_refuses_nothing():
@@ -307,3 +336,24 @@ def test_config_prints_one_processs_estimate_for_dist_flags(capsys, monkeypatch)
     assert "per process" not in alone and "of host buffers per process" in shared
     config, _ = load_config("cartpole", flags=flags)
     assert memory.estimate(config, derive_sizes(config, 1, processes=2), CARTPOLE).describe() in shared
+
+
+def test_processes_sharing_a_host_are_checked_together_against_its_memory():
+    """Two processes of one run on one host were each checked alone against the host's whole memory, so
+    together they could need twice what it has. check_fits takes the processes on the host (on_host)
+    and checks their need together, saying so; its suggested value fits them together."""
+    config, _ = load_config("cartpole", flags=["--vec.num-envs", "1024", "--train.total-timesteps", "1e7"])
+    sizes = derive_sizes(config, 1, processes=2)
+    one = estimate(config, sizes, CARTPOLE)
+    need = one.host_total + one.device_total  # a CPU: JAX's arrays are host memory too
+    limit = MemoryLimit(device=None, host=need * 3 // 2)
+    assert memory.check_fits(config, sizes, CARTPOLE, limit) == one
+    with pytest.raises(ConfigError) as info:
+        memory.check_fits(config, sizes, CARTPOLE, limit, on_host=2)
+    message = str(info.value)
+    assert message.startswith(f"this config needs about {memory.format_bytes(2 * need)} of host memory for the 2 "
+                              f"processes of this run on this host ({memory.format_bytes(need)} each) but "
+                              f"{memory.format_bytes(limit.host)} is available")
+    suggested = int(message.split("--vec.num-envs ")[1].split()[0])
+    config, _ = load_config("cartpole", flags=["--vec.num-envs", str(suggested), "--train.total-timesteps", "1e7"])
+    memory.check_fits(config, derive_sizes(config, 1, processes=2), CARTPOLE, limit, on_host=2)

@@ -97,6 +97,7 @@ class Resolved(NamedTuple):
     memory: Any = None           # config.memory.MemoryEstimate: what the config needs
     memory_limit: Any = None     # config.memory.MemoryLimit: what there is
     resume_meta: dict = {}       # {checkpoint path: its meta} for those read already
+    shape: Any = None            # config.memory.EnvShape: the env's, which the estimate read
 
 
 def env_name_of(env: str) -> str:
@@ -390,7 +391,8 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, update
                  unused_flags_warning(config, args.flags)):
         if line is not None:
             warn(line)
-    return Resolved(config, sources, sizes, reason, backend, resume, tuple(changes), estimate, limit, resume_meta)
+    return Resolved(config, sources, sizes, reason, backend, resume, tuple(changes), estimate, limit, resume_meta,
+                    shape)
 
 
 def cannot_write(directory: Path) -> str | None:

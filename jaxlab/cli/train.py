@@ -82,6 +82,20 @@ def differing_config_message(differ: dict[int, list[str]]) -> str:
             "and compare with `jaxlab config ENV ...` in each")
 
 
+def check_shared_host(resolved, processes: int) -> None:
+    """In a run over several ``processes``, the memory check of ``resolved`` (cli.common.Resolved) again
+    for the run's processes on this host together, which share its memory (each was checked alone
+    before they met); ConfigError naming them. Every process must call it, in step (an all-gather)."""
+    if processes == 1:
+        return
+    from jaxlab.config import memory
+    from jaxlab.run.distributed import processes_on_this_host
+
+    on_host = processes_on_this_host()
+    if on_host > 1:
+        memory.check_fits(resolved.config, resolved.sizes, resolved.shape, resolved.memory_limit, on_host)
+
+
 def _train(args: argparse.Namespace, stop, settings) -> int:
     """train_command's work once the processes have met (``settings``: jaxlab.run.distributed.Settings),
     with ``stop`` (StopSignals) active."""
@@ -98,6 +112,7 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
     differ = distributed.keys_that_differ(shared_config_values(config)) if processes > 1 else {}
     if differ:  # each process resolves its own flags: one given another value would train apart, silently
         raise ConfigError(differing_config_message(differ))
+    check_shared_host(resolved, processes)
     for path, meta in resolved.resume_meta.items():  # before anything is built or loaded
         check_processes(meta, path, processes, settings.count)
         check_batch(meta, path, sizes)
@@ -375,7 +390,7 @@ def eval_command(args: argparse.Namespace) -> int:
     of env 0 as text (the env's render hook), --gif draws it as an animated GIF (its pixels hook)."""
     from jaxlab.agent.custom import missing_file_words, moved_module
     from jaxlab.checkpoint import read_meta
-    from jaxlab.config import ConfigError, config_from_toml
+    from jaxlab.config import ConfigError, config_from_toml, memory
     from jaxlab.config.layers import repeated_flags
     from jaxlab.env.python_envs import is_python_env
     from jaxlab.env.spaces import Box
@@ -430,6 +445,7 @@ def eval_command(args: argparse.Namespace) -> int:
     library = str(Path(args.env).expanduser().absolute()) if args.env.endswith(".h") else None
 
     said: set[str] = set()
+    num_envs = args.num_envs or min(args.episodes, 64)
 
     def warn_once(message: str) -> None:  # the same warning for each damaged checkpoint passed over: once
         if message not in said:
@@ -444,7 +460,8 @@ def eval_command(args: argparse.Namespace) -> int:
         if library is None:
             check_saved_header(meta, "eval", f"--checkpoint {args.checkpoint}")
         saved_config = config_from_toml(meta["config"], library=library)
-        with_env_params(saved_config, overrides)  # refused before anything is built
+        played = with_env_params(saved_config, overrides)  # refused before anything is built
+        memory.check_play_fits(played, memory.env_shape(played), num_envs, memory.current_limit())
         saved = saved_config.policy.module
         if args.policy_module is None:
             check_saved_module(saved, "eval", f"{args.env} --checkpoint {args.checkpoint}", "--policy-module")
@@ -491,7 +508,6 @@ def eval_command(args: argparse.Namespace) -> int:
             print(frames[-1], flush=True)
 
     drawing = None if size is None else (lambda: None if gif_done[0] else size)
-    num_envs = args.num_envs or min(args.episodes, 64)
     try:
         with trainer:
             played = with_env_params(trainer.config, overrides)

@@ -31,7 +31,9 @@ host (numpy buffers besides JAX)
 
 In a run over P processes (dist.num_processes) the estimate is one process's, which is what each host
 must hold: the sharded terms (segment, update) are split over every process's devices, and the host terms
-take its A / P agents; the replicated terms are whole in every process.
+take its A / P agents; the replicated terms are whole in every process. Processes of one run on one
+host share its memory: once they have met, `jaxlab train` checks their host need together (check_fits'
+``on_host``, from jaxlab.run.distributed.processes_on_this_host).
 
 The device total is the sum times SAFETY (1.5) for XLA's temporaries, workspace and allocator rounding.
 Only ``current_limit`` and ``out_of_memory_message`` touch JAX (through presets.current_devices).
@@ -242,6 +244,13 @@ def _segment_sample_bytes(shape: EnvShape) -> int:
     return shape.obs_size * shape.obs_itemsize + shape.action_size * FLOAT + 4 * FLOAT + 3 + shape.mask_width
 
 
+def _env_bytes(shape: EnvShape, agents: int) -> int:
+    """The host buffers of envs of ``agents`` agents: observations and final observations, action,
+    reward, 2 flags, mask."""
+    return agents * (2 * shape.obs_size * shape.obs_itemsize + shape.action_size * FLOAT + FLOAT + 2
+                     + shape.mask_width)
+
+
 def estimate(config: Config, sizes: Sizes, shape: EnvShape) -> MemoryEstimate:
     """The memory ``config`` needs in each process, per term, from its derived ``sizes`` (the whole run's:
     its samples are sharded over the ``sizes.devices`` devices of each of ``sizes.processes`` processes,
@@ -254,7 +263,7 @@ def estimate(config: Config, sizes: Sizes, shape: EnvShape) -> MemoryEstimate:
         segment += sizes.batch_size * shape.obs_size * FLOAT
     minibatch = sizes.minibatch_size * (network.kept * FLOAT + _segment_sample_bytes(shape))
     A, T = -(-sizes.num_agents // sizes.processes), sizes.horizon  # this process's agents
-    env = A * (2 * shape.obs_size * shape.obs_itemsize + shape.action_size * FLOAT + FLOAT + 2 + shape.mask_width)
+    env = _env_bytes(shape, A)
     devices = max(1, sizes.devices)
     shares = devices * sizes.processes  # every process's devices hold a share of the samples
     update = minibatch + 2 * sizes.batch_size * FLOAT
@@ -342,12 +351,14 @@ def current_limit() -> MemoryLimit:
 
 # ---- fits or not, and what to reduce ----------------------------------------------------------------
 
-def shortfall(est: MemoryEstimate, limit: MemoryLimit) -> tuple[str, int, int] | None:
+def shortfall(est: MemoryEstimate, limit: MemoryLimit, on_host: int = 1) -> tuple[str, int, int] | None:
     """(where: "device" or "host", bytes needed, bytes there) of the first memory that is too small;
-    None when the estimate fits (or the limit is unknown). On a CPU JAX's arrays count as host memory."""
+    None when the estimate fits (or the limit is unknown). On a CPU JAX's arrays count as host memory.
+    ``on_host``: the run's processes on this host (this one included), which share its memory: each
+    needs ``est``'s host bytes (a GPU's limit is each process's own)."""
     if limit.device is not None and est.device_total > limit.device:
         return "device", est.device_total, limit.device
-    host_need = est.host_total + (est.devices * est.device_total if limit.device is None else 0)
+    host_need = on_host * (est.host_total + (est.devices * est.device_total if limit.device is None else 0))
     if limit.host is not None and host_need > limit.host:
         return "host", host_need, limit.host
     return None
@@ -382,21 +393,59 @@ def _with(config: Config, sizes: Sizes, key: str, value: int) -> tuple[Config, S
     return config, sizes
 
 
+#: how many values of vec.num_envs below the largest that may fit suggest() tries at most
+NUM_ENVS_TRIES = 10_000
+
+
 def suggest(config: Config, sizes: Sizes, shape: EnvShape, key: str, fits) -> int | None:
-    """The largest power of two below the current value of ``key`` with which ``fits(estimate)`` holds;
-    None when none does."""
-    current = _get(config, key)
-    value = 2 ** ((current - 1).bit_length() - 1) if current > 1 else 0
-    while value >= 1:
-        if fits(estimate(*_with(config, sizes, key, value), shape)):
+    """The largest value of ``key`` below its current one that the config's checks take (derive_sizes,
+    over the run's processes: a flag with it alone makes a valid config) and with which
+    ``fits(estimate)`` holds; None when none does. The values tried: for vec.num_envs the multiples of
+    vec.groups x processes, which it must divide by; for the other keys the powers of two."""
+    for value in _candidates(config, sizes, shape, key, fits):
+        checked = _checked(config, sizes, key, value)
+        if checked is not None and fits(estimate(*checked, shape)):
             return value
-        value //= 2
     return None
+
+
+def _candidates(config: Config, sizes: Sizes, shape: EnvShape, key: str, fits):
+    """The values suggest() tries for ``key``, largest first, all below its current value."""
+    current = _get(config, key)
+    if key != "vec.num_envs":
+        value = 2 ** ((current - 1).bit_length() - 1) if current > 1 else 0
+        while value >= 1:
+            yield value
+            value //= 2
+        return
+    step = config.vec.groups * sizes.processes
+    low, high = 0, (current - 1) // step  # the largest k whose k x step envs fit, by _with's sizes: a bound
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits(estimate(*_with(config, sizes, key, middle * step), shape)):
+            low = middle
+        else:
+            high = middle - 1
+    for k in range(low, max(0, low - NUM_ENVS_TRIES), -1):
+        yield k * step
+
+
+def _checked(config: Config, sizes: Sizes, key: str, value: int) -> tuple[Config, Sizes] | None:
+    """``config`` with ``key`` set to ``value`` and its sizes as derive_sizes makes them over ``sizes``'
+    processes, or None when it refuses them (a num_envs the minibatch does not divide, ...)."""
+    from jaxlab.config.validate import derive_sizes
+
+    section, name = key.split(".")
+    config = dataclasses.replace(config, **{section: dataclasses.replace(getattr(config, section), **{name: value})})
+    try:
+        return config, derive_sizes(config, sizes.agents_per_env, processes=sizes.processes)
+    except ConfigError:
+        return None
 
 
 def reduce_hint(config: Config, sizes: Sizes, shape: EnvShape, term: str, fits) -> str:
     """'reduce vec.num_envs (now 100,000,000), train.bptt_horizon or train.batch_size, e.g.
-    --vec.num-envs 1048576': the keys that shrink ``term``, with a value of the first that fits."""
+    --vec.num-envs 1048560': the keys that shrink ``term``, with a value of the first that fits (suggest)."""
     keys = TERM_KEYS[term]
     if config.policy.module:  # the keys a user's module ignores (jaxlab.agent.custom) shrink nothing
         from jaxlab.agent.custom import ignored_keys, load_module_class
@@ -411,22 +460,68 @@ def reduce_hint(config: Config, sizes: Sizes, shape: EnvShape, term: str, fits) 
     return f"reduce {names}" + (f", e.g. {flag_of(keys[0])} {value}" if value is not None else "")
 
 
-def check_fits(config: Config, sizes: Sizes, shape: EnvShape, limit: MemoryLimit) -> MemoryEstimate:
+def check_fits(config: Config, sizes: Sizes, shape: EnvShape, limit: MemoryLimit,
+               on_host: int = 1) -> MemoryEstimate:
     """The estimate of ``config``; ConfigError in one line (the estimate, the limit, what to reduce and a
-    value that fits) when it cannot fit in ``limit``."""
+    value that fits) when it cannot fit in ``limit``. ``on_host``: the run's processes on this host,
+    which share its memory (jaxlab.run.distributed.processes_on_this_host): their host need together
+    is checked."""
     est = estimate(config, sizes, shape)
-    short = shortfall(est, limit)
+    short = shortfall(est, limit, on_host)
     if short is None:
         return est
     where, need, have = short
     place = f"GPU memory on {limit.device_name}" if where == "device" else "host memory"
     on_cpu = limit.device is None
     term = biggest_term(est, where, on_cpu)
-    hint = reduce_hint(config, sizes, shape, term, lambda e: shortfall(e, limit) is None)
+    hint = reduce_hint(config, sizes, shape, term, lambda e: shortfall(e, limit, on_host) is None)
     verb = "is available" if where == "host" else "is its limit"
-    raise ConfigError(f"this config needs about {format_bytes(need)} of {place}{est.per_process()} but "
+    per = est.per_process()
+    if where == "host" and on_host > 1:
+        per = f" for the {on_host} processes of this run on this host ({format_bytes(need // on_host)} each)"
+    raise ConfigError(f"this config needs about {format_bytes(need)} of {place}{per} but "
                       f"{format_bytes(have)} {verb} ({est.describe()}); "
                       f"most of it is {term} ({format_bytes(est.term_bytes(term))}): {hint}")
+
+
+# ---- `jaxlab eval`: playing a policy on --num-envs envs ----------------------------------------------
+
+def play_estimate(config: Config, shape: EnvShape, num_envs: int) -> MemoryEstimate:
+    """The memory `jaxlab eval` needs to play ``config``'s policy on ``num_envs`` envs of ``shape``
+    (jaxlab.train.evaluation.play: one step at a time), A = num_envs x agents per env: device {params
+    4 P, play step: per agent the observations in the env's dtype and normalised (O x 4), the carry in
+    and out (2 C x 4), the activations of one forward pass (K x 4, a bound: nothing is kept for a
+    backward pass) and the step's one-step segment twice}; host {env (as estimate's), play: a copy of
+    the observations and the running return, length and count (3 x 8)}."""
+    network = network_size(config.policy, shape)
+    agents = num_envs * shape.agents_per_env
+    per_agent = (shape.obs_size * (shape.obs_itemsize + FLOAT) + 2 * network.carry * FLOAT + network.kept * FLOAT
+                 + 2 * _segment_sample_bytes(shape))
+    return MemoryEstimate(device={"params": network.params * FLOAT, "play step": agents * per_agent},
+                          host={"env": _env_bytes(shape, agents),
+                                "play": agents * (shape.obs_size * shape.obs_itemsize + 3 * 8)})
+
+
+def check_play_fits(config: Config, shape: EnvShape, num_envs: int, limit: MemoryLimit) -> MemoryEstimate:
+    """The estimate of playing ``config``'s policy on ``num_envs`` envs (play_estimate); ConfigError in one
+    line, as check_fits says it (the estimate, the limit, the biggest term, the largest --num-envs that
+    fits), when it cannot fit in ``limit``."""
+    est = play_estimate(config, shape, num_envs)
+    short = shortfall(est, limit)
+    if short is None:
+        return est
+    where, need, have = short
+    place = f"GPU memory on {limit.device_name}" if where == "device" else "host memory"
+    term = biggest_term(est, where, limit.device is None)
+    low, high = 0, num_envs - 1  # the most envs that fit: the estimate grows with them
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if shortfall(play_estimate(config, shape, middle), limit) is None else \
+            (low, middle - 1)
+    fix = f"play on fewer envs, e.g. --num-envs {low}" if low else "no number of envs fits"
+    verb = "is available" if where == "host" else "is its limit"
+    raise ConfigError(f"--num-envs {num_envs} needs about {format_bytes(need)} of {place} but {format_bytes(have)} "
+                      f"{verb} ({est.describe()}); most of it is {term} ({format_bytes(est.term_bytes(term))}): {fix}")
 
 
 # ---- after the fact: an out-of-memory error ---------------------------------------------------------

@@ -33,14 +33,28 @@ class Sizes:
     processes: int = 1     # the run's processes, each stepping num_envs / processes of the envs
 
     def describe(self) -> str:
+        """'64 envs x 1 agents x horizon 16 = batch 1,024; 1 minibatch of 1,024; 976 updates for 1M steps';
+        over several processes the run's sizes are said to be all processes' ('in all over 2 processes: ...')
+        and each process's share follows ('; per process: 32 envs, batch 512, minibatches of 512')."""
         segments = f" x {self.segments} segments" if self.segments > 1 else ""
-        return (f"{self.num_envs:,} envs x {self.agents_per_env:,} agents x horizon {self.horizon}{segments} = "
+        in_all = f"in all over {self.processes} processes: " if self.processes > 1 else ""
+        return (f"{in_all}{self.num_envs:,} envs x {self.agents_per_env:,} agents x horizon {self.horizon}{segments} = "
                 f"batch {self.batch_size:,}; {self.num_minibatches} minibatch{'es' * (self.num_minibatches > 1)} "
                 f"of {self.minibatch_size:,}; "
                 f"{self.num_updates:,} updates for {_steps(self.total_timesteps)} steps"
                 + (f" ({self.num_updates * self.batch_size:,} trained: whole batches)"
                    if self.num_updates * self.batch_size != self.total_timesteps else "")
-                + (f"; agents sharded over {self.devices} devices" if self.devices > 1 else ""))
+                + self.per_process()
+                + (f"; {'its ' * (self.processes > 1)}agents sharded over {self.devices} devices"
+                   if self.devices > 1 else ""))
+
+    def per_process(self) -> str:
+        """'; per process: 32 envs, batch 512, minibatches of 512' in a run over several processes, else ''."""
+        if self.processes == 1:
+            return ""
+        P = self.processes
+        return (f"; per process: {self.num_envs // P:,} envs, batch {self.batch_size // P:,}, "
+                f"minibatches of {self.minibatch_size // P:,}")
 
 
 def _steps(n: int) -> str:

@@ -276,3 +276,31 @@ def differing_keys(digests, keys: Sequence[str]) -> dict[int, list[str]]:
 
     differs = (np.asarray(digests) != np.asarray(digests)[:1]).any(axis=2)  # [P, K]
     return {p: [keys[k] for k in np.flatnonzero(differs[p])] for p in range(1, len(differs)) if differs[p].any()}
+
+
+def processes_on_this_host() -> int:
+    """The run's processes on this host, this one included (they share its memory): one all-gather of
+    each process's host name's SHA-256 (socket.gethostname), so every process must call it, in step;
+    1 in a one-process run."""
+    import hashlib
+    import socket
+
+    import jax
+
+    if jax.process_count() == 1:
+        return 1
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    digest = np.frombuffer(hashlib.sha256(socket.gethostname().encode()).digest(), np.uint8)  # [32]
+    gathered = np.asarray(multihost_utils.process_allgather(digest))
+    return same_host_count(gathered.reshape(jax.process_count(), -1), jax.process_index())
+
+
+def same_host_count(digests, index: int) -> int:
+    """How many processes have process ``index``'s host digest (it included); ``digests``: [P, D], process
+    p's digest of its host name in row p."""
+    import numpy as np
+
+    digests = np.asarray(digests)
+    return int((digests == digests[index]).all(axis=1).sum())
