@@ -85,15 +85,27 @@ def differing_config_message(differ: dict[int, list[str]]) -> str:
 def check_shared_host(resolved, processes: int) -> None:
     """In a run over several ``processes``, the memory check of ``resolved`` (cli.common.Resolved) again
     for the run's processes on this host together, which share its memory (each was checked alone
-    before they met); ConfigError naming them. Every process must call it, in step (an all-gather)."""
+    before they met); ConfigError naming them. Every process must call it, in step (two all-gathers): hosts
+    differ in memory and in processes, so a process whose host fits is refused too when another's does not
+    (it would otherwise train on and wait for the others at its next collective until the 5-minute timeout)."""
     if processes == 1:
         return
-    from jaxlab.config import memory
-    from jaxlab.run.distributed import processes_on_this_host
+    from jaxlab.config import ConfigError, memory
+    from jaxlab.run.distributed import any_process, processes_on_this_host
 
     on_host = processes_on_this_host()
+    refusal = None
     if on_host > 1:
-        memory.check_fits(resolved.config, resolved.sizes, resolved.shape, resolved.memory_limit, on_host)
+        try:
+            memory.check_fits(resolved.config, resolved.sizes, resolved.shape, resolved.memory_limit, on_host)
+        except ConfigError as err:
+            refusal = err
+    (refused_somewhere,) = any_process(refusal is not None)
+    if refusal is not None:
+        raise refusal
+    if refused_somewhere:
+        raise ConfigError("the processes of this run on another host need more host memory together than it has "
+                          "(that process's error names the sizes and what to reduce); this host's share fits")
 
 
 def _train(args: argparse.Namespace, stop, settings) -> int:
