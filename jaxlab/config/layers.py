@@ -399,11 +399,17 @@ def _flag_pairs(flags: list[str]) -> list[tuple[str, str]]:
                                   "config flags look like --section.key value")
             raise ConfigError(f"unexpected argument {flag!r}; config flags look like --train.seed 1")
         name, eq, value = flag[2:].partition("=")
+        follows_a_value = i + 1 < len(flags) and not flags[i + 1].startswith("--")
+        if eq and not value and follows_a_value:  # --train.learning-rate= 1e-3: the shell split them
+            raise ConfigError(f"flag {flag} has a space after '=', which split it from its value {flags[i + 1]!r}; "
+                              f"write --{name}={flags[i + 1]} or --{name} {flags[i + 1]}")
         if not eq:
-            if i + 1 >= len(flags) or flags[i + 1].startswith("--"):  # not a value: the next flag
+            if not follows_a_value:  # not a value: the next flag
                 raise ConfigError(_needs_a_value(flag, name))
             value = flags[i + 1]
             i += 1
+        if not value.strip() and not _takes_empty(name.replace("-", "_")):
+            raise ConfigError(_empty_value(flag, name))
         pairs.append((name.replace("_", "-"), value))
         i += 1
     return pairs
@@ -417,6 +423,29 @@ def _schema_field(key: str) -> dataclasses.Field | None:
 
 def _is_bool(field: dataclasses.Field | None) -> bool:
     return field is not None and field.type in (bool, "bool")
+
+
+def _takes_empty(key: str) -> bool:
+    """Whether config key ``key`` ("section.name") means something by an empty value: a string (none) or a
+    list (no items); an env parameter, a number, a boolean or auto does not. An unknown key does, here: its
+    own error comes later."""
+    section, _, name = key.partition(".")
+    if section == "env":
+        return name in ENV_KEYS
+    field = _schema_field(key)
+    return field is None or field.type in (str, "str", "tuple[int, ...]")
+
+
+def _empty_value(flag: str, name: str) -> str:
+    """The error for a flag whose value is empty (--train.learning-rate= or --train.learning-rate ""), with
+    an example of the key's type."""
+    field = _schema_field(name.replace("-", "_"))
+    flag_name = f"--{name}"
+    if _is_bool(field):
+        return f"flag {flag} has an empty value; write {flag_name}=true or {flag_name}=false"
+    if field is None:  # an env parameter
+        return f"flag {flag} has an empty value; give it a number, e.g. {flag_name}=N"
+    return f"flag {flag} has an empty value; give it one, e.g. {flag_name}={field.default} (the default)"
 
 
 def _needs_a_value(flag: str, name: str) -> str:
