@@ -483,7 +483,7 @@ def test_a_flag_given_twice_with_two_values_is_named_and_the_last_is_used(capsys
 
 def test_an_env_parameter_that_is_not_a_number_suggests_its_default_and_range(capsys):
     assert cli.main(["config", "cartpole", "--env.max-steps", "10.5"]) == 2
-    assert ("env.max_steps='10.5' is not an integer; write e.g. --env.max-steps 500 (the default; from 1 to "
+    assert ('env.max_steps="10.5" is not an integer; write e.g. --env.max-steps 500 (the default; from 1 to '
             "1,000,000,000)") in capsys.readouterr().err
 
 

@@ -494,7 +494,7 @@ def test_a_resume_takes_built_in_network_keys_a_module_ignores(broken):
     saved = config_of("cartpole", 2)
     changes = check_compatible(saved, config_of("cartpole", 2, GRU_FILE, "--policy.lstm", "false",
                                                 "--policy.encoder", "cnn"))
-    assert "policy.lstm: True -> False" in changes and "policy.encoder: 'mlp' -> 'cnn'" in changes
+    assert "policy.lstm: true -> false" in changes and 'policy.encoder: "mlp" -> "cnn"' in changes
     with pytest.raises(ConfigError, match=r"cannot resume: the checkpoint was trained with another policy.hidden_size"):
         check_compatible(saved, config_of("cartpole", 2, GRU_FILE, "--policy.hidden-size", "32"))
     good = config_of("cartpole", 2, broken + "Good")  # declares no hidden_size: it shapes nothing there either

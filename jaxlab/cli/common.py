@@ -206,7 +206,7 @@ def dist_in_file_warning(config, sources: dict) -> str | None:
     environment only (they meet in jax.distributed.initialize before the config is loaded), so a file's
     [dist] does nothing. ``sources``: load_config's {key: layer that set it}."""
     from jaxlab.config.schema import DistConfig
-    from jaxlab.config.validate import flag_of
+    from jaxlab.config.validate import flag_of, shown_value
 
     default = DistConfig()
     ignored = [(key, sources[f"dist.{key}"]) for key in ("coordinator", "num_processes", "process_id")
@@ -214,7 +214,7 @@ def dist_in_file_warning(config, sources: dict) -> str | None:
                and getattr(config.dist, key) != getattr(default, key)]
     if not ignored:
         return None
-    named = ", ".join(f"{key} = {getattr(config.dist, key)!r} (from {source})" for key, source in ignored)
+    named = ", ".join(f"{key} = {shown_value(getattr(config.dist, key))} (from {source})" for key, source in ignored)
     flags = " ".join(f"{flag_of('dist.' + key)} {getattr(config.dist, key)}" for key, _ in ignored)
     verb = "is" if len(ignored) == 1 else "are"
     return (f"warning: [dist] {named} {verb} not read: a run's processes come from the command line or the "
@@ -228,6 +228,7 @@ def file_preset_warning(config_file, preset: str) -> str | None:
     presets and every key, loses nothing by it)."""
     from jaxlab.config import ConfigError
     from jaxlab.config.layers import preset_list, preset_names, read_preset, read_toml
+    from jaxlab.config.validate import shown_value
 
     if config_file is None:
         return None
@@ -237,9 +238,9 @@ def file_preset_warning(config_file, preset: str) -> str | None:
         name = Path(config_file).stem
         fix = f"pass --preset {name}" if name in preset_names() else \
             "put the file in configs/presets/ and pass --preset NAME, or set vec.num_envs in it"
-        return (f"warning: [preset] agents = {written['agents']} in --config {config_file} is not applied (it is a "
-                f"preset file's table, and vec.num_envs stays as set without it): presets come from --preset only; "
-                f"{fix}")
+        return (f"warning: [preset] agents = {shown_value(written['agents'])} in --config {config_file} is not "
+                "applied (it is a preset file's table, and vec.num_envs stays as set without it): presets come from "
+                f"--preset only; {fix}")
     if not isinstance(written, str):
         return None
     unset = []
@@ -247,16 +248,17 @@ def file_preset_warning(config_file, preset: str) -> str | None:
         try:
             info, keys = read_preset(name)
         except ConfigError as err:  # an unknown name: passing it as --preset would be refused
-            return (f"warning: preset = {written!r} in --config {config_file} is not applied: presets come from "
-                    f"--preset only (here {preset}), and {err}; remove the line, or pass a preset as --preset")
+            return (f"warning: preset = {shown_value(written)} in --config {config_file} is not applied: presets "
+                    f"come from --preset only (here {preset}), and {err}; remove the line, or pass a preset as "
+                    "--preset")
         keys = {**keys, "vec": {**keys.get("vec", {}), **({"num_envs": 0} if "agents" in info else {})}}
         unset += [f"{section}.{key}" for section, table in keys.items() for key in table
                   if key not in layer.get(section, {}) and f"{section}.{key}" not in unset]
     if not unset:
         return None
-    return (f"warning: preset = {written!r} in --config {config_file} is not applied: presets come from --preset "
-            f"only (here {preset}), so the preset's {', '.join(unset)} are not set; to layer it, pass --preset "
-            f"{written}")
+    return (f"warning: preset = {shown_value(written)} in --config {config_file} is not applied: presets come "
+            f"from --preset only (here {preset}), so the preset's {', '.join(unset)} are not set; to layer it, pass "
+            f"--preset {written}")
 
 
 def ignored_total_warning(config, sources: dict, config_file, updates: int,
