@@ -519,3 +519,37 @@ def test_a_policy_file_imports_its_sibling_modules_from_any_directory(tmp_path, 
     monkeypatch.chdir(tmp_path)
     assert load_module_class(f"{project}/policy.py:Good").__name__ == "Good"
     assert str(project) not in sys.path
+
+
+def test_a_config_files_relative_policy_file_is_taken_against_the_files_folder(tmp_path, monkeypatch):
+    """policy.module = "policies/gru.py:GRUPolicy" in a --config file was taken against the current directory:
+    the same file trained from its own folder and said "no such file" from anywhere else. It is the file's
+    folder's path now (a flag's stays against the current directory), saved absolute, so a run trained from one
+    directory resumes with the same --config from another."""
+    import shutil
+
+    from jaxlab import checkpoint, cli
+    from jaxlab.config import config_from_toml, to_toml
+
+    project = tmp_path / "project"
+    (project / "policies").mkdir(parents=True)
+    shutil.copy(ROOT / "examples" / "policies" / "gru.py", project / "policies" / "gru.py")
+    conf = project / "small.toml"
+    conf.write_text('[policy]\nmodule = "policies/gru.py:GRUPolicy"\nhidden_size = 16\n\n[vec]\nnum_envs = 8\n\n'
+                    '[train]\nbptt_horizon = 8\nminibatch_size = 16\ntotal_timesteps = 128\n\n[log]\ndashboard = "none"\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    config, _ = load_config("cartpole", config_file=conf)
+    assert config.policy.module == f"{project}/policies/gru.py:GRUPolicy"
+    assert config_from_toml(to_toml(config)).policy.module == config.policy.module  # as the run saves it
+    flag, _ = load_config("cartpole", config_file=conf, flags=["--policy.module", "policies/gru.py:GRUPolicy"])
+    assert flag.policy.module == f"{elsewhere}/policies/gru.py:GRUPolicy"
+    monkeypatch.chdir(tmp_path)  # a relative --config path: its folder is the file's, not the current one
+    assert load_config("cartpole", config_file="project/small.toml")[0].policy.module == config.policy.module
+    run = tmp_path / "run"
+    assert cli.main(["train", "cartpole", "--config", "project/small.toml", "--run-dir", str(run)]) == 0
+    monkeypatch.chdir(elsewhere)
+    assert cli.main(["train", "cartpole", "--resume", str(run), "--config", str(conf),
+                     "--train.total-timesteps", "256"]) == 0
+    assert [p.name for p in checkpoint.step_dirs(run / "checkpoints")][0] == "4"

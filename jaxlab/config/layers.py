@@ -522,7 +522,7 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
         beside = Path(header).with_suffix(".toml")
         layers.append(("header", {"env": {"library": header}}))
         if beside.is_file():
-            layers.append((str(beside), read_toml(beside)))
+            layers.append((str(beside), read_config_file(beside)))
     preset_agents = None  # (agents, the preset's label): a card preset sizes the agents, not the envs
     for name in preset_list(preset):  # "h100,heavy": each preset's layer in order
         info, layer = read_preset(name)
@@ -535,7 +535,7 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
         if not path.is_file():
             what = "is a folder, not a TOML file" if path.is_dir() else "no such file"
             raise ConfigError(f"--config {path}: {what}; give a TOML file such as a run dir's config.toml")
-        layer = read_toml(path)
+        layer = read_config_file(path)
         file_env = layer.pop("env_name", env_name)
         file_preset = layer.pop("preset", "none")
         preset = preset if preset is not None else file_preset
@@ -550,7 +550,7 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
         if found is not None:
             layers.insert(1, ("env path", {"env": {"library": str(found)}}))
             if found.with_suffix(".toml").is_file():
-                layers.insert(2, (str(found.with_suffix(".toml")), read_toml(found.with_suffix(".toml"))))
+                layers.insert(2, (str(found.with_suffix(".toml")), read_config_file(found.with_suffix(".toml"))))
             library = str(found)
     kind = env_kind(env_name, library)
     env_params = {p.name: p for p in kind.params}
@@ -643,6 +643,22 @@ def read_toml(path: Path) -> dict:
                           "save it as UTF-8 TOML") from None
     except OSError as err:
         raise ConfigError(f"cannot read {path} ({err.strerror})") from None
+
+
+def read_config_file(path: Path) -> dict:
+    """The layer of a user's config file ``path`` (--config FILE, an env header's NAME.toml): read_toml's,
+    with a relative policy.module file path ("policies/gru.py:GRUPolicy") taken against the file's folder, not
+    the current directory, so that the file means the same from wherever it is given. (A flag's relative path
+    stays against the current directory; build_config makes either absolute, as a run's config saves it.)"""
+    layer = read_toml(path)
+    policy = layer.get("policy")
+    module = policy.get("module") if isinstance(policy, dict) else None
+    if not isinstance(module, str):  # none, or not a string: coerce names it
+        return layer
+    file, colon, name = module.partition(":")
+    if not file.endswith(".py") or Path(file).expanduser().is_absolute():  # a package's module, or absolute
+        return layer
+    return {**layer, "policy": {**policy, "module": f"{path.absolute().parent / file}{colon}{name}"}}
 
 
 def build_config(env_name: str, values: dict, env_params: dict, preset: str = "none") -> Config:

@@ -52,7 +52,8 @@ class PolicyConfig:
     """orthogonal-init scale of the critic head"""
     module: str = ""
     """your own Flax module instead of the built-in network: "package.module:Class" or
-    "path/to/file.py:Class" (contract: jaxlab/agent/custom.py); empty: the built-in network"""
+    "path/to/file.py:Class" (a relative path: from the current directory, or in a --config file from its folder;
+    contract: jaxlab/agent/custom.py); empty: the built-in network"""
     scan_unroll: int = 1
     """LSTM time steps per iteration of the training unroll's lax.scan (1: a loop; T: fully unrolled;
     results are the same, speed and compile time differ)"""
