@@ -553,3 +553,33 @@ def test_a_config_files_relative_policy_file_is_taken_against_the_files_folder(t
     assert cli.main(["train", "cartpole", "--resume", str(run), "--config", str(conf),
                      "--train.total-timesteps", "256"]) == 0
     assert [p.name for p in checkpoint.step_dirs(run / "checkpoints")][0] == "4"
+
+
+def test_a_resume_whose_policy_file_no_longer_imports_names_the_import(tmp_path):
+    """A run's policy file whose import broke since (a package it imports is gone) got, at --resume, the
+    suffix for a saved value a flag may change: "(--resume RUN: the values not given as flags are the ones
+    the run was saved with ...)", though no value is wrong and no flag fixes it; and the fix said to check
+    "the module", not the package the file imports. Nothing of the run is touched."""
+    import shutil
+
+    from jaxlab import checkpoint, cli
+
+    policy = tmp_path / "gru.py"
+    shutil.copy(ROOT / "examples" / "policies" / "gru.py", policy)
+    run = tmp_path / "run"
+    flags = [*SMALL, "--train.total-timesteps", "128", "--log.dashboard", "none"]
+    assert cli.main(["train", "cartpole", *flags, "--policy.module", f"{policy}:GRUPolicy", "--run-dir", str(run)]) == 0
+    policy.write_text(policy.read_text().replace("import jax.numpy as jnp\n",
+                                                 "import jax.numpy as jnp\nimport gru_helpers_not_installed\n", 1))
+    line = policy.read_text().splitlines().index("import gru_helpers_not_installed") + 1
+    metrics = (run / "metrics.jsonl").read_text()
+    result = subprocess.run([sys.executable, "-m", "jaxlab.cli", "train", "cartpole", "--resume", str(run),
+                             "--train.total-timesteps", "256"], capture_output=True, text=True, timeout=300,
+                            env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})  # this process has it imported
+    assert result.returncode == 2 and result.stderr == (
+        f"jaxlab train: error: policy.module='{policy}:GRUPolicy': importing '{policy}' failed at line {line}: "
+        "ModuleNotFoundError: No module named 'gru_helpers_not_installed'; "
+        f"'{policy}' imports 'gru_helpers_not_installed', which Python cannot find here: install it, or put it on "
+        "PYTHONPATH\n")
+    assert [p.name for p in checkpoint.step_dirs(run / "checkpoints")][0] == "2"
+    assert (run / "metrics.jsonl").read_text() == metrics

@@ -311,6 +311,7 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, update
     Nothing is compiled; JAX's backend is started (to see the devices) with its memory options set."""
     from jaxlab.config import ConfigError, check_network, derive_sizes, load_config, memory, presets
     from jaxlab.config.layers import flags_library, repeated_flags
+    from jaxlab.config.schema import PolicyModuleError
 
     resume, changes, resume_meta = None, (), {}
     if getattr(args, "resume", None):
@@ -384,7 +385,7 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, update
         limit = memory.current_limit()
         estimate = memory.check_fits(config, sizes, shape, limit)  # before anything is allocated
     except ConfigError as err:
-        if resume is None:
+        if resume is None or isinstance(err, PolicyModuleError):  # the module's own code: no value to blame
             raise
         raise ConfigError(f"{err} (--resume {args.resume}: the values not given as flags are the ones the run "
                           "was saved with; a flag on this command overrides them)") from None

@@ -13,6 +13,11 @@ class ConfigError(ValueError):
     """A configuration the trainer must not start with; the message names the values and a fix."""
 
 
+class PolicyModuleError(ConfigError):
+    """The policy.module the config names cannot be imported, made or initialised, or breaks the contract
+    (jaxlab.agent.custom): an error of the module's code rather than of the config's values."""
+
+
 @dataclass(frozen=True)
 class VecConfig:
     num_envs: int = 64

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass, fields, replace
 
 from jaxlab.config.schema import (ACTIVATIONS, ADVANTAGES, DASHBOARDS, ENCODERS, MASK_CHECKS, MATMUL_PRECISIONS,
-                                  PRECISIONS, SCHEDULES, SECTIONS, Config, ConfigError)
+                                  PRECISIONS, SCHEDULES, SECTIONS, Config, ConfigError, PolicyModuleError)
 from jaxlab.config.threads import resolve_threads
 from jaxlab.env.library import constant
 
@@ -145,7 +145,7 @@ def image_shape(obs_shape: tuple[int, ...]) -> tuple[int, int, int] | None:
 
 def check_network(config: Config, obs_shape: tuple[int, ...]) -> None:
     """The network against the env's observation shape: a cnn encoder needs [H, W, C] or [H, W] images its
-    convolutions fit in; a policy.module must import. ConfigError naming the values and a fix."""
+    convolutions fit in; a policy.module must import (PolicyModuleError). ConfigError naming the values and a fix."""
     p = config.policy
     if p.module:
         from jaxlab.agent.custom import load_module_class
@@ -153,7 +153,7 @@ def check_network(config: Config, obs_shape: tuple[int, ...]) -> None:
         try:
             load_module_class(p.module)
         except ValueError as err:
-            raise ConfigError(str(err)) from None
+            raise PolicyModuleError(str(err)) from None
         return
     if p.encoder != "cnn":
         return
