@@ -47,6 +47,29 @@ def test_a_flags_value_is_not_taken_for_a_missing_env(capsys):
     assert "--resume latest needs ENV" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, message", [
+    # a space after '=': the value was left over as an argument of its own ("unexpected argument '1e-3'")
+    (["cartpole", "--train.learning-rate=", "1e-3"], "flag --train.learning-rate= has a space after '=', which split "
+     "it from its value '1e-3'; write --train.learning-rate=1e-3 or --train.learning-rate 1e-3"),
+    (["--train.learning-rate=", "1e-3", "cartpole"], "flag --train.learning-rate= has a space after '=', which split "
+     "it from its value '1e-3'; write --train.learning-rate=1e-3 or --train.learning-rate 1e-3"),
+    (["cartpole", "--train.learning-rate="], "flag --train.learning-rate= has an empty value; give it one, e.g. "
+     "--train.learning-rate=0.003 (the default)"),
+    (["cartpole", "--policy.lstm", ""], "flag --policy.lstm has an empty value; write --policy.lstm=true or "
+     "--policy.lstm=false"),
+    (["cartpole", "--env.max-steps="], "flag --env.max-steps= has an empty value; give it a number, e.g. "
+     "--env.max-steps=N"),
+])
+def test_a_flag_split_from_its_value_or_left_empty_is_named(capsys, argv, message):
+    assert cli.main(["config", *argv]) == 2
+    assert capsys.readouterr().err == f"jaxlab config: error: {message}\n"
+
+
+def test_empty_values_of_strings_and_lists_still_mean_none(capsys):
+    assert cli.main(["config", "cartpole", "--policy.mlp-layers=", "--env.library="]) == 0
+    assert "\nmlp_layers = [] " in capsys.readouterr().out
+
+
 def write_run(folder, lines, notes=None, summary=None):
     folder.mkdir(parents=True)
     (folder / "config.toml").write_text('env_name = "cartpole"\n')
@@ -514,7 +537,7 @@ def test_a_flag_given_twice_with_two_values_is_named_and_the_last_is_used(capsys
 
 def test_an_env_parameter_that_is_not_a_number_suggests_its_default_and_range(capsys):
     assert cli.main(["config", "cartpole", "--env.max-steps", "10.5"]) == 2
-    assert ("env.max_steps='10.5' is not an integer; write e.g. --env.max-steps 500 (the default; from 1 to "
+    assert ('env.max_steps="10.5" is not an integer; write e.g. --env.max-steps 500 (the default; from 1 to '
             "1,000,000,000)") in capsys.readouterr().err
 
 

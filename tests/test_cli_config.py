@@ -116,7 +116,7 @@ def test_a_dist_table_in_a_config_file_is_named_as_not_read(tmp_path, capsys, mo
     two.write_text('[dist]\nnum_processes = 2\ncoordinator = "node0:1234"\n')
     assert cli.main(["config", "cartpole", "--config", str(two)]) == 0
     assert capsys.readouterr().err == (
-        f"jaxlab: warning: [dist] coordinator = 'node0:1234' (from {two}), num_processes = 2 (from {two}) are "
+        f'jaxlab: warning: [dist] coordinator = "node0:1234" (from {two}), num_processes = 2 (from {two}) are '
         "not read: a run's processes come from the command line or the environment (SLURM, JAXLAB_COORDINATOR), "
         "before any config file; pass --dist.coordinator node0:1234 --dist.num-processes 2\n")
     one = tmp_path / "one.toml"
@@ -136,7 +136,7 @@ def test_a_preset_line_in_a_config_file_is_named_as_not_applied(tmp_path, capsys
     heavy.write_text('preset = "heavy"\n')
     assert cli.main(["config", "cartpole", "--config", str(heavy)]) == 0
     out, err = capsys.readouterr()
-    assert err == (f"jaxlab: warning: preset = 'heavy' in --config {heavy} is not applied: presets come from "
+    assert err == (f'jaxlab: warning: preset = "heavy" in --config {heavy} is not applied: presets come from '
                    "--preset only (here cpu), so the preset's policy.mlp_layers, policy.hidden_size, "
                    "train.update_epochs, train.learning_rate are not set; to layer it, pass --preset heavy\n")
     assert "hidden_size = 128 " in out  # the default network, not heavy's
@@ -151,7 +151,7 @@ def test_a_preset_line_in_a_config_file_is_named_as_not_applied(tmp_path, capsys
     typo.write_text('preset = "hevy"\n')
     assert cli.main(["config", "cartpole", "--config", str(typo)]) == 0
     assert capsys.readouterr().err == (
-        f"jaxlab: warning: preset = 'hevy' in --config {typo} is not applied: presets come from --preset only "
+        f'jaxlab: warning: preset = "hevy" in --config {typo} is not applied: presets come from --preset only '
         "(here cpu), and unknown preset 'hevy'; did you mean 'heavy'? presets: auto, a100, beast, cpu, gpu, h100, "
         "heavy (see `jaxlab presets`); remove the line, or pass a preset as --preset\n")
 

@@ -28,7 +28,7 @@ def test_config_errors_exit_2_with_the_rule_and_no_traceback():
     assert "train.total_timesteps=100 is less than one batch of 1,024" in result.stderr
     assert "Traceback" not in result.stderr
     result = jaxlab("train", "cartpole", "--policy.lstm", "maybe")
-    assert result.returncode == 2 and "policy.lstm='maybe' is not a boolean" in result.stderr
+    assert result.returncode == 2 and 'policy.lstm="maybe" is not a boolean' in result.stderr
     result = jaxlab("train", "cartpol")
     assert result.returncode == 2 and "Did you mean 'cartpole'" in result.stderr
 

@@ -34,9 +34,9 @@ def test_integers(text):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--train.total-timesteps", "1.5"], r"train.total_timesteps='1.5' is not an integer; write e.g. "
+    (["--train.total-timesteps", "1.5"], r'train.total_timesteps="1.5" is not an integer; write e.g. '
      r"--train.total-timesteps 1000000 \(the default\)"),
-    (["--policy.mlp-layers", "abc"], r"policy.mlp_layers\[0\]='abc' is not an integer; write a list of integers, "
+    (["--policy.mlp-layers", "abc"], r'policy.mlp_layers\[0\]="abc" is not an integer; write a list of integers, '
                                      r"e.g. \[512, 512\] in TOML or --policy.mlp-layers 512,512"),
     (["--train.gama", "0.9"], r"unknown config key 'train.gama'; did you mean 'train.gamma'"),
     (["--trian.gamma", "0.9"], r"unknown config section \[trian\].*did you mean \[train\]"),
@@ -46,7 +46,7 @@ def test_integers(text):
      r"^unknown config key 'train.LEARNING_RATE'; did you mean 'train.learning_rate'\?$"),
     (["--env.MAX-STEPS", "10"], r"^unknown config key 'env.MAX_STEPS'; did you mean 'env.max_steps'\?$"),
     (["--env.delay", "3"], r"unknown config key 'env.delay'"),
-    (["--train.learning-rate", "fast"], r"train.learning_rate='fast' is not a number; write e.g. "
+    (["--train.learning-rate", "fast"], r'train.learning_rate="fast" is not a number; write e.g. '
      r"--train.learning-rate [0-9.e-]+ \(the default\)"),
     (["--train.gamma"], r"flag --train.gamma needs a value"),
     # a flag followed by another flag has no value: it is not the next flag's name (CleanRL's bare booleans)
@@ -88,20 +88,20 @@ def test_bad_flags(flags, message):
     (["--train.clip-coef", "0"], r"train.clip_coef=0 would clip every policy change to nothing .* e.g. "
                                  r"--train.clip-coef 0.2 \(the default\), or a large one such as 1e9"),
     (["--train.min-lr-ratio", "1.5"], r"min_lr_ratio=1.5 must be in \[0, 1\] .*e.g. --train.min-lr-ratio 0.0"),
-    (["--log.dashboard", "RICH"], r"log.dashboard='RICH' is not known; did you mean 'rich'\?"),
+    (["--log.dashboard", "RICH"], r'log.dashboard="RICH" is not known; did you mean "rich"\?'),
     (["--log.wandb", "true", "--log.wandb-tags", "ok," + "x" * 70], r"log.wandb_tags: the tag 'xxxxxxxxxxxxxxxxxxxx'... has 70 characters; "
                                               r"wandb takes at most 64 per tag"),
-    (["--log.wandb", "true", "--log.wandb-project", "me/cartpole"], r"^log.wandb_project='me/cartpole' holds /, which "
+    (["--log.wandb", "true", "--log.wandb-project", "me/cartpole"], r'^log.wandb_project="me/cartpole" holds /, which '
      r"wandb refuses in a project name; e.g. --log.wandb-entity me --log.wandb-project cartpole$"),
-    (["--log.wandb", "true", "--log.wandb-project", "lr:3e-4"], r"^log.wandb_project='lr:3e-4' holds :, .*; e.g. "
+    (["--log.wandb", "true", "--log.wandb-project", "lr:3e-4"], r'^log.wandb_project="lr:3e-4" holds :, .*; e.g. '
      r"--log.wandb-project lr-3e-4$"),
     (["--log.wandb", "true", "--log.wandb-project", "p" * 130],
-     r"^log.wandb_project='pppp.*'\.\.\. has 130 characters, wandb takes at most 128; e.g. --log.wandb-project p{128}$"),
+     r'^log.wandb_project="pppp.*"\.\.\. has 130 characters, wandb takes at most 128; e.g. --log.wandb-project p{128}$'),
     (["--train.learning-rate", "0"], r"train.learning_rate=0.0 must be positive"),
     (["--train.seed", "-3"], r"train.seed=-3 must be an integer in \[0, 2\*\*63\), e.g. --train.seed 0"),
     (["--train.seed", str(2**63)], r"train.seed=9223372036854775808 must be an integer in \[0, 2\*\*63\)"),
     (["--train.clip-coef", "-0.1"], r"train.clip_coef=-0.1 must be >= 0"),
-    (["--train.anneal-lr", "step"], r"train.anneal_lr='step' is not a schedule; use one of linear, cosine, none"),
+    (["--train.anneal-lr", "step"], r'train.anneal_lr="step" is not a schedule; use one of linear, cosine, none'),
     (["--train.minibatch-size", "100"], r"minibatch_size=100 must be a multiple of train.bptt_horizon=16"),
     (["--train.minibatch-size", "48"], r"minibatch_size=48 must divide the batch of 1,024"),
     (["--train.total-timesteps", "1000"], r"total_timesteps=1,000 is less than one batch of 1,024"),
@@ -185,8 +185,8 @@ def test_an_unknown_key_or_section_names_the_close_one_else_the_valid_ones(tmp_p
 @pytest.mark.parametrize("text, message", [
     ("[policy]\nmodule = 3\n", r'^policy.module=3 is not a string; write it in quotes in TOML: module = "3"$'),
     ("[log]\nrun_name = 1.5\n", r'^log.run_name=1.5 is not a string; write it in quotes in TOML: run_name = "1.5"$'),
-    ('[log]\nrun_name = ["x"]\n', r"^log.run_name=\['x'\] is not a string; write one in quotes"),
-    ('[policy]\nactivation = ["relu"]\n', r'^policy.activation=\[\'relu\'\] is not one of gelu, relu, silu, tanh, elu; '
+    ('[log]\nrun_name = ["x"]\n', r'^log.run_name=\["x"\] is not a string; write one in quotes'),
+    ('[policy]\nactivation = ["relu"]\n', r'^policy.activation=\["relu"\] is not one of gelu, relu, silu, tanh, elu; '
                                          r'write one in quotes in TOML, e.g. activation = "gelu"$'),
     ("[device]\nprecision = 16\n", r'^device.precision=16 is not one of float32, bfloat16; write one in quotes in '
                                     r'TOML, e.g. precision = "float32"$'),
@@ -194,6 +194,14 @@ def test_an_unknown_key_or_section_names_the_close_one_else_the_valid_ones(tmp_p
                                     r'TOML, e.g. anneal_lr = "linear" \(or true for linear, false for none\)$'),
     ("[policy]\nlstm = 2\n", r"^policy.lstm=2 is not a boolean; write lstm = true or false in TOML "
                              r"\(or --policy.lstm true\)$"),
+    # a TOML boolean where another kind goes: as the file writes it (true), not as Python does (True)
+    ("[train]\nseed = true\n", r"^train.seed=true is not an integer; write e.g. --train.seed 0 \(the default\)$"),
+    ("[train]\nlearning_rate = false\n", r"^train.learning_rate=false is not a number; write e.g. "),
+    ("[vec]\nnum_threads = false\n", r"^vec.num_threads=false is neither auto nor an integer; write auto or e.g. 2$"),
+    ("[policy]\nmlp_layers = [128, true]\n", r"^policy.mlp_layers\[1\]=true is not an integer; write a list"),
+    ("[policy]\nmodule = true\n", r'^policy.module=true is not a string; write it in quotes in TOML: module = "true"$'),
+    ("[log]\ndashboard = true\n", r'^log.dashboard=true is not one of auto, rich, plain, none; write one in quotes'),
+    ("[env]\nmax_steps = true\n", r"^env.max_steps=true is not an integer; write e.g. --env.max-steps 500 "),
 ])
 def test_a_config_file_value_of_the_wrong_kind_gets_a_fix(tmp_path, text, message):
     """A TOML number where a string goes, or a list, or 2 for a boolean, was "policy.module=3 must be a str":
@@ -335,11 +343,11 @@ def test_auto_batch_is_agents_times_horizon_and_a_multiple_collects_several_segm
     (["--train.batch-size", "1500"], r"train.batch_size=1,500 must be a positive multiple of 1,024 \(64 envs x "
      r"1 agents x horizon 16\); use auto or e.g. --train.batch-size 1024"),
     (["--train.batch-size", "-1"], r"train.batch_size=-1 must be a positive multiple of 1,024"),
-    (["--device.precision", "fp8"], r"device.precision='fp8' is not known; use one of float32, bfloat16"),
-    (["--device.precision", "bfloat"], r"did you mean 'bfloat16'\?"),
-    (["--device.matmul-precision", "low"], r"device.matmul_precision='low' is not known; use one of default, high"),
+    (["--device.precision", "fp8"], r'device.precision="fp8" is not known; use one of float32, bfloat16'),
+    (["--device.precision", "bfloat"], r'did you mean "bfloat16"\?'),
+    (["--device.matmul-precision", "low"], r'device.matmul_precision="low" is not known; use one of default, high'),
     (["--device.memory-fraction", "1.5"], r"device.memory_fraction=1.5 must be in \[0, 1\]"),
-    (["--log.dashboard", "fancy"], r"log.dashboard='fancy' is not known"),
+    (["--log.dashboard", "fancy"], r'log.dashboard="fancy" is not known'),
     (["--checkpoint.keep", "0"], r"checkpoint.keep=0 must be at least 1"),
     (["--checkpoint.minutes", "-1"], r"checkpoint.minutes=-1.0 must be >= 0"),
     (["--vec.num-envs", "0"], r"vec.num_envs=0 must be at least 1; e.g. --vec.num-envs 64 \(the default\)"),
@@ -352,8 +360,8 @@ def test_more_invariants(flags, message):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--train.batch-size", "big"], r"train.batch_size='big' is neither auto nor an integer"),
-    (["--log.wandb", "enabled"], r"log.wandb='enabled' is not a boolean; use true or false \(also 1/0, yes/no, on/off\)"),
+    (["--train.batch-size", "big"], r'train.batch_size="big" is neither auto nor an integer'),
+    (["--log.wandb", "enabled"], r'log.wandb="enabled" is not a boolean; use true or false \(also 1/0, yes/no, on/off\)'),
     (["--device.precison", "float32"], r"did you mean 'device.precision'"),
 ])
 def test_more_bad_flags(flags, message):

@@ -494,7 +494,7 @@ def test_a_resume_takes_built_in_network_keys_a_module_ignores(broken):
     saved = config_of("cartpole", 2)
     changes = check_compatible(saved, config_of("cartpole", 2, GRU_FILE, "--policy.lstm", "false",
                                                 "--policy.encoder", "cnn"))
-    assert "policy.lstm: True -> False" in changes and "policy.encoder: 'mlp' -> 'cnn'" in changes
+    assert "policy.lstm: true -> false" in changes and 'policy.encoder: "mlp" -> "cnn"' in changes
     with pytest.raises(ConfigError, match=r"cannot resume: the checkpoint was trained with another policy.hidden_size"):
         check_compatible(saved, config_of("cartpole", 2, GRU_FILE, "--policy.hidden-size", "32"))
     good = config_of("cartpole", 2, broken + "Good")  # declares no hidden_size: it shapes nothing there either
@@ -562,3 +562,67 @@ def test_a_checkpoint_resumed_or_played_under_an_edited_policy_file_warns_naming
     policy.write_text(policy.read_text().replace("x = nn.tanh(", "x = nn.relu("))  # back: the sibling alone edited
     (project / "pol3_sibling_scale.py").write_text("SCALE = 2.0\n")
     assert len(warnings_of_a_resume()) == 1
+
+
+def test_a_config_files_relative_policy_file_is_taken_against_the_files_folder(tmp_path, monkeypatch):
+    """policy.module = "policies/gru.py:GRUPolicy" in a --config file was taken against the current directory:
+    the same file trained from its own folder and said "no such file" from anywhere else. It is the file's
+    folder's path now (a flag's stays against the current directory), saved absolute, so a run trained from one
+    directory resumes with the same --config from another."""
+    import shutil
+
+    from jaxlab import checkpoint, cli
+    from jaxlab.config import config_from_toml, to_toml
+
+    project = tmp_path / "project"
+    (project / "policies").mkdir(parents=True)
+    shutil.copy(ROOT / "examples" / "policies" / "gru.py", project / "policies" / "gru.py")
+    conf = project / "small.toml"
+    conf.write_text('[policy]\nmodule = "policies/gru.py:GRUPolicy"\nhidden_size = 16\n\n[vec]\nnum_envs = 8\n\n'
+                    '[train]\nbptt_horizon = 8\nminibatch_size = 16\ntotal_timesteps = 128\n\n[log]\ndashboard = "none"\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    config, _ = load_config("cartpole", config_file=conf)
+    assert config.policy.module == f"{project}/policies/gru.py:GRUPolicy"
+    assert config_from_toml(to_toml(config)).policy.module == config.policy.module  # as the run saves it
+    flag, _ = load_config("cartpole", config_file=conf, flags=["--policy.module", "policies/gru.py:GRUPolicy"])
+    assert flag.policy.module == f"{elsewhere}/policies/gru.py:GRUPolicy"
+    monkeypatch.chdir(tmp_path)  # a relative --config path: its folder is the file's, not the current one
+    assert load_config("cartpole", config_file="project/small.toml")[0].policy.module == config.policy.module
+    run = tmp_path / "run"
+    assert cli.main(["train", "cartpole", "--config", "project/small.toml", "--run-dir", str(run)]) == 0
+    monkeypatch.chdir(elsewhere)
+    assert cli.main(["train", "cartpole", "--resume", str(run), "--config", str(conf),
+                     "--train.total-timesteps", "256"]) == 0
+    assert [p.name for p in checkpoint.step_dirs(run / "checkpoints")][0] == "4"
+
+
+def test_a_resume_whose_policy_file_no_longer_imports_names_the_import(tmp_path):
+    """A run's policy file whose import broke since (a package it imports is gone) got, at --resume, the
+    suffix for a saved value a flag may change: "(--resume RUN: the values not given as flags are the ones
+    the run was saved with ...)", though no value is wrong and no flag fixes it; and the fix said to check
+    "the module", not the package the file imports. Nothing of the run is touched."""
+    import shutil
+
+    from jaxlab import checkpoint, cli
+
+    policy = tmp_path / "gru.py"
+    shutil.copy(ROOT / "examples" / "policies" / "gru.py", policy)
+    run = tmp_path / "run"
+    flags = [*SMALL, "--train.total-timesteps", "128", "--log.dashboard", "none"]
+    assert cli.main(["train", "cartpole", *flags, "--policy.module", f"{policy}:GRUPolicy", "--run-dir", str(run)]) == 0
+    policy.write_text(policy.read_text().replace("import jax.numpy as jnp\n",
+                                                 "import jax.numpy as jnp\nimport gru_helpers_not_installed\n", 1))
+    line = policy.read_text().splitlines().index("import gru_helpers_not_installed") + 1
+    metrics = (run / "metrics.jsonl").read_text()
+    result = subprocess.run([sys.executable, "-m", "jaxlab.cli", "train", "cartpole", "--resume", str(run),
+                             "--train.total-timesteps", "256"], capture_output=True, text=True, timeout=300,
+                            env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})  # this process has it imported
+    assert result.returncode == 2 and result.stderr == (
+        f"jaxlab train: error: policy.module='{policy}:GRUPolicy': importing '{policy}' failed at line {line}: "
+        "ModuleNotFoundError: No module named 'gru_helpers_not_installed'; "
+        f"'{policy}' imports 'gru_helpers_not_installed', which Python cannot find here: install it, or put it on "
+        "PYTHONPATH\n")
+    assert [p.name for p in checkpoint.step_dirs(run / "checkpoints")][0] == "2"
+    assert (run / "metrics.jsonl").read_text() == metrics

@@ -39,7 +39,7 @@ def test_the_card_games_opponent_by_name():
     assert config.env["opponent"] == 2
     with jaxlab.make("cards", num_envs=2, opponent="self") as env:
         assert env.params["opponent"] == 2 and env.agents_per_env == 2
-    with pytest.raises(ConfigError, match=r"^env.opponent='selff' is neither an integer nor one of its names: "
+    with pytest.raises(ConfigError, match=r'^env.opponent="selff" is neither an integer nor one of its names: '
                                           r"random, greedy, self; e.g. --env.opponent self$"):
         load_config("cards", flags=["--env.opponent", "selff"])
     with pytest.raises(TypeError, match=r"must be an integer or one of random, greedy, self"):

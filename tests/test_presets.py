@@ -43,7 +43,8 @@ def test_gpu_preset_on_a_cpu_is_an_error_not_a_fallback():
 def test_describe_marks_the_auto_choice():
     text = describe_presets([DeviceInfo("gpu", "NVIDIA A100-SXM4-80GB", 80 * GIB)])
     assert "* a100" in text and "  cpu" in text and "auto picks 'a100' here" in text
-    assert "device.precision=bfloat16" in text
+    # the presets' values as their files write them: a boolean was Python's (policy.shared_trunk=False)
+    assert 'device.precision="bfloat16"' in text and "policy.shared_trunk=false" in text
 
 
 def test_memory_options_are_set_before_the_backend_and_never_override_the_user(no_xla_memory_env):

@@ -94,7 +94,7 @@ def test_every_env_has_a_default_sweep_file_that_passes_the_checks():
                                                 "--policy.hidden-size 64 and leave it out of the sweep file"),
     ({"train.norm_adv": {"choices": [False]}}, "--train.norm-adv false and leave it out"),
     ({"policy.lstm": {"low": 0, "high": 1}}, "policy.lstm is a bool key, not a number; give {choices = [...]}"),
-    ({"policy.hidden_size": {"choices": [64, "big"]}}, "policy.hidden_size='big' is not an integer"),
+    ({"policy.hidden_size": {"choices": [64, "big"]}}, 'policy.hidden_size="big" is not an integer'),
     ({"train.gamma": {"low": 0.9, "high": 1.5}}, "'train.gamma' = 1.5 (in test.toml) gives a config that cannot "
                                                  "run: train.gamma=1.5 must be in (0, 1]"),
     ({"train.minibatch_size": {"choices": [256, 300]}}, "'train.minibatch_size' = 300 (in test.toml) gives a config "

@@ -38,7 +38,7 @@ def test_auto_is_the_default_and_an_integer_is_kept():
 
 
 def test_a_word_other_than_auto_is_refused_with_the_fix():
-    with pytest.raises(ConfigError, match=r"^vec.num_threads='many' is neither auto nor an integer; write auto or "
+    with pytest.raises(ConfigError, match=r'^vec.num_threads="many" is neither auto nor an integer; write auto or '
                                           r"e.g. 2$"):
         load_config("cartpole", flags=["--vec.num-threads", "many"])
 

@@ -173,10 +173,8 @@ def load_module_class(spec: str) -> type:
                          "script's code under `if __name__ == \"__main__\":`") from None
     except Exception as err:  # noqa: BLE001 - the user's code may raise anything while importing
         path = module_file(spec)
-        fix = ("fix the file" if path is not None and not isinstance(err, ImportError)
-               else "check the module (a package must be on PYTHONPATH)")
         raise ValueError(f"policy.module={spec!r}: importing {where!r} failed{_line_in(err, path)}: "
-                         f"{type(err).__name__}: {err}; {fix}") from None
+                         f"{type(err).__name__}: {err}; {_import_fix(err, where, path)}") from None
     import flax.linen as nn
 
     cls = getattr(module, name, None)
@@ -189,6 +187,17 @@ def load_module_class(spec: str) -> type:
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise ValueError(f"policy.module={spec!r}: {name} is not a flax.linen.Module class")
     return cls
+
+
+def _import_fix(err: Exception, where: str, path: Path | None) -> str:
+    """The fix for ``err``, raised importing the module ``where`` (the file ``path``, or None for a package's
+    module): a module it imports that Python cannot find is named as such, not as the policy's own."""
+    missing = err.name if isinstance(err, ModuleNotFoundError) else None
+    if missing and (path is not None or (missing != where and not where.startswith(f"{missing}."))):
+        return f"{where!r} imports {missing!r}, which Python cannot find here: install it, or put it on PYTHONPATH"
+    if path is not None and not isinstance(err, ImportError):
+        return "fix the file"
+    return "check the module (a package must be on PYTHONPATH)"
 
 
 def _import_file(module_name: str, path: Path):

@@ -33,14 +33,16 @@ def split_config_flags(argv: list[str]) -> tuple[list[str], list[str]]:
     """``argv`` as (the rest, its config flags: ``--section.key value`` or ``--section.key=value``), each in
     its order: ``jaxlab train --train.seed 3 memory`` is ``jaxlab train memory`` and ``--train.seed 3``, and
     argparse, given the rest alone, never takes a flag's value for ENV. A flag followed by another option
-    keeps no value (parse_flags says it needs one)."""
+    keeps no value (parse_flags says it needs one); a ``--section.key=`` followed by a space keeps the next
+    token (parse_flags says the value came apart from it)."""
     flags, others = [], []
     i = 0
     while i < len(argv):
         token = argv[i]
         if CONFIG_FLAG.fullmatch(token):
             flags.append(token)
-            if "=" not in token and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            takes_next = "=" not in token or token.endswith("=")  # `--key= value`: parse_flags says it is split
+            if takes_next and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
                 flags.append(argv[i + 1])
                 i += 1
         else:

@@ -207,7 +207,7 @@ def dist_in_file_warning(config, sources: dict) -> str | None:
     environment only (they meet in jax.distributed.initialize before the config is loaded), so a file's
     [dist] does nothing. ``sources``: load_config's {key: layer that set it}."""
     from jaxlab.config.schema import DistConfig
-    from jaxlab.config.validate import flag_of
+    from jaxlab.config.validate import flag_of, shown_value
 
     default = DistConfig()
     ignored = [(key, sources[f"dist.{key}"]) for key in ("coordinator", "num_processes", "process_id")
@@ -215,7 +215,7 @@ def dist_in_file_warning(config, sources: dict) -> str | None:
                and getattr(config.dist, key) != getattr(default, key)]
     if not ignored:
         return None
-    named = ", ".join(f"{key} = {getattr(config.dist, key)!r} (from {source})" for key, source in ignored)
+    named = ", ".join(f"{key} = {shown_value(getattr(config.dist, key))} (from {source})" for key, source in ignored)
     flags = " ".join(f"{flag_of('dist.' + key)} {getattr(config.dist, key)}" for key, _ in ignored)
     verb = "is" if len(ignored) == 1 else "are"
     return (f"warning: [dist] {named} {verb} not read: a run's processes come from the command line or the "
@@ -229,6 +229,7 @@ def file_preset_warning(config_file, preset: str) -> str | None:
     presets and every key, loses nothing by it)."""
     from jaxlab.config import ConfigError
     from jaxlab.config.layers import preset_list, preset_names, read_preset, read_toml
+    from jaxlab.config.validate import shown_value
 
     if config_file is None:
         return None
@@ -238,9 +239,9 @@ def file_preset_warning(config_file, preset: str) -> str | None:
         name = Path(config_file).stem
         fix = f"pass --preset {name}" if name in preset_names() else \
             "put the file in configs/presets/ and pass --preset NAME, or set vec.num_envs in it"
-        return (f"warning: [preset] agents = {written['agents']} in --config {config_file} is not applied (it is a "
-                f"preset file's table, and vec.num_envs stays as set without it): presets come from --preset only; "
-                f"{fix}")
+        return (f"warning: [preset] agents = {shown_value(written['agents'])} in --config {config_file} is not "
+                "applied (it is a preset file's table, and vec.num_envs stays as set without it): presets come from "
+                f"--preset only; {fix}")
     if not isinstance(written, str):
         return None
     unset = []
@@ -248,16 +249,17 @@ def file_preset_warning(config_file, preset: str) -> str | None:
         try:
             info, keys = read_preset(name)
         except ConfigError as err:  # an unknown name: passing it as --preset would be refused
-            return (f"warning: preset = {written!r} in --config {config_file} is not applied: presets come from "
-                    f"--preset only (here {preset}), and {err}; remove the line, or pass a preset as --preset")
+            return (f"warning: preset = {shown_value(written)} in --config {config_file} is not applied: presets "
+                    f"come from --preset only (here {preset}), and {err}; remove the line, or pass a preset as "
+                    "--preset")
         keys = {**keys, "vec": {**keys.get("vec", {}), **({"num_envs": 0} if "agents" in info else {})}}
         unset += [f"{section}.{key}" for section, table in keys.items() for key in table
                   if key not in layer.get(section, {}) and f"{section}.{key}" not in unset]
     if not unset:
         return None
-    return (f"warning: preset = {written!r} in --config {config_file} is not applied: presets come from --preset "
-            f"only (here {preset}), so the preset's {', '.join(unset)} are not set; to layer it, pass --preset "
-            f"{written}")
+    return (f"warning: preset = {shown_value(written)} in --config {config_file} is not applied: presets come "
+            f"from --preset only (here {preset}), so the preset's {', '.join(unset)} are not set; to layer it, pass "
+            f"--preset {written}")
 
 
 def ignored_total_warning(config, sources: dict, config_file, updates: int,
@@ -310,6 +312,7 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, update
     Nothing is compiled; JAX's backend is started (to see the devices) with its memory options set."""
     from jaxlab.config import ConfigError, check_network, derive_sizes, load_config, memory, presets
     from jaxlab.config.layers import flags_library, repeated_flags
+    from jaxlab.config.schema import PolicyModuleError
 
     resume, changes, resume_meta = None, (), {}
     if getattr(args, "resume", None):
@@ -383,7 +386,7 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, update
         limit = memory.current_limit()
         estimate = memory.check_fits(config, sizes, shape, limit)  # before anything is allocated
     except ConfigError as err:
-        if resume is None:
+        if resume is None or isinstance(err, PolicyModuleError):  # the module's own code: no value to blame
             raise
         raise ConfigError(f"{err} (--resume {args.resume}: the values not given as flags are the ones the run "
                           "was saved with; a flag on this command overrides them)") from None

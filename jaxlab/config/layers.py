@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
 import math
 import tomllib
 from dataclasses import fields
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxlab.config.schema import ENV_KEYS, NAMED_CHOICES, SCHEDULE_ALIASES, SECTIONS, Config, ConfigError
-from jaxlab.config.validate import flag_of
+from jaxlab.config.validate import flag_of, flag_value, shown_value, toml_value
 
 
 def configs_dir() -> Path:
@@ -35,7 +34,8 @@ def parse_bool(text: str, where: str) -> bool:
         return True
     if value in ("false", "0", "no", "off"):
         return False
-    raise ConfigError(f"{where}={text!r} is not a boolean; use true or false (also 1/0, yes/no, on/off)")
+    raise ConfigError(f"{where}={shown_value(text)} is not a boolean; use true or false (also 1/0, yes/no, "
+                      "on/off)")
 
 
 AUTO_EXAMPLES = {"train.batch_size": 65536, "vec.num_threads": 2}  # an integer to suggest per "int | str" key
@@ -52,8 +52,8 @@ def coerce(value: Any, kind: type | str, where: str) -> Any:
         try:
             return coerce(value, float if kind == "float | str" else bool, where)
         except ConfigError:
-            example = "0.1" if kind == "float | str" else "true"
-            raise ConfigError(f"{where}={value!r} is neither auto nor a {'number' if kind == 'float | str' else 'boolean'}; "
+            example, what = ("0.1", "number") if kind == "float | str" else ("true", "boolean")
+            raise ConfigError(f"{where}={shown_value(value)} is neither auto nor a {what}; "
                               f"write auto or e.g. {example}") from None
     if kind == "tuple[int, ...]":
         return coerce_int_list(value, where)
@@ -64,7 +64,8 @@ def coerce(value: Any, kind: type | str, where: str) -> Any:
             return coerce(value, int, where)
         except ConfigError:
             example = AUTO_EXAMPLES.get(where, 2)
-            raise ConfigError(f"{where}={value!r} is neither auto nor an integer; write auto or e.g. {example}") from None
+            raise ConfigError(f"{where}={shown_value(value)} is neither auto nor an integer; "
+                              f"write auto or e.g. {example}") from None
     if kind is bool:
         if isinstance(value, bool):
             return value
@@ -81,7 +82,7 @@ def coerce(value: Any, kind: type | str, where: str) -> Any:
         if isinstance(number, int) and not isinstance(number, bool):
             return number
         example = _example(where, "e.g. 1000000, 1_000_000 or 1e6")
-        raise ConfigError(f"{where}={value!r} is not an integer; write {example}")
+        raise ConfigError(f"{where}={shown_value(value)} is not an integer; write {example}")
     elif kind is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
@@ -90,11 +91,12 @@ def coerce(value: Any, kind: type | str, where: str) -> Any:
                 return float(value.replace("_", ""))
             except ValueError:
                 pass
-        raise ConfigError(f"{where}={value!r} is not a number; write {_example(where, 'e.g. 3e-4 or 0.0003')}")
+        example = _example(where, "e.g. 3e-4 or 0.0003")
+        raise ConfigError(f"{where}={shown_value(value)} is not a number; write {example}")
     elif kind is str:
         if isinstance(value, str):
             return value
-    raise ConfigError(f"{where}={value!r} {_wrong_kind_fix(kind, value, where)}")
+    raise ConfigError(f"{where}={shown_value(value)} {_wrong_kind_fix(kind, value, where)}")
 
 
 def parse_integer(text: str) -> int | None:
@@ -118,7 +120,7 @@ def _wrong_kind_fix(kind: type, value: Any, where: str) -> str:
         also = " (or true for linear, false for none)" if where == "train.anneal_lr" else ""
         return f'is not one of {", ".join(choices)}; write one in quotes in TOML, e.g. {name} = "{choices[0]}"{also}'
     if isinstance(value, (int, float)):  # a TOML value written without its quotes
-        return f'is not a string; write it in quotes in TOML: {name} = "{value}"'
+        return f'is not a string; write it in quotes in TOML: {name} = "{shown_value(value)}"'
     return f'is not a string; write one in quotes in TOML, e.g. {name} = "..."'
 
 
@@ -141,7 +143,7 @@ def coerce_int_list(value: Any, where: str) -> tuple[int, ...]:
             text = text[1:-1]
         items = [part for part in text.replace(" ", "").split(",") if part]
     if not isinstance(items, (list, tuple)):
-        raise ConfigError(f"{where}={value!r} is not a list of integers; write e.g. [512, 512] in TOML or "
+        raise ConfigError(f"{where}={shown_value(value)} is not a list of integers; write e.g. [512, 512] in TOML or "
                           f"--{where.replace('_', '-')} 512,512")
     try:
         numbers = tuple(coerce(item, int, f"{where}[{i}]") for i, item in enumerate(items))
@@ -259,10 +261,7 @@ def unknown_key_error(section: str, key: str, known, env_name: str = "", source:
 def _key_outside_sections(key: str, value, source: str, env_params: dict) -> ConfigError:
     """The error for ``key = value`` written in ``source`` before any [section] header (a flat file): where
     the key belongs, when some section has it."""
-    try:
-        written = json.dumps(value)  # as TOML writes it (true, "text", [1, 2]); a date is not JSON
-    except TypeError:
-        written = str(value)
+    written = shown_value(value)
     name = key.replace("-", "_")
     where = f"env.{name}" if name in env_params else _key_elsewhere(name)
     if where is None:
@@ -399,11 +398,17 @@ def _flag_pairs(flags: list[str]) -> list[tuple[str, str]]:
                                   "config flags look like --section.key value")
             raise ConfigError(f"unexpected argument {flag!r}; config flags look like --train.seed 1")
         name, eq, value = flag[2:].partition("=")
+        follows_a_value = i + 1 < len(flags) and not flags[i + 1].startswith("--")
+        if eq and not value and follows_a_value:  # --train.learning-rate= 1e-3: the shell split them
+            raise ConfigError(f"flag {flag} has a space after '=', which split it from its value {flags[i + 1]!r}; "
+                              f"write --{name}={flags[i + 1]} or --{name} {flags[i + 1]}")
         if not eq:
-            if i + 1 >= len(flags) or flags[i + 1].startswith("--"):  # not a value: the next flag
+            if not follows_a_value:  # not a value: the next flag
                 raise ConfigError(_needs_a_value(flag, name))
             value = flags[i + 1]
             i += 1
+        if not value.strip() and not _takes_empty(name.replace("-", "_")):
+            raise ConfigError(_empty_value(flag, name))
         pairs.append((name.replace("_", "-"), value))
         i += 1
     return pairs
@@ -419,15 +424,36 @@ def _is_bool(field: dataclasses.Field | None) -> bool:
     return field is not None and field.type in (bool, "bool")
 
 
+def _takes_empty(key: str) -> bool:
+    """Whether config key ``key`` ("section.name") means something by an empty value: a string (none) or a
+    list (no items); an env parameter, a number, a boolean or auto does not. An unknown key does, here: its
+    own error comes later."""
+    section, _, name = key.partition(".")
+    if section == "env":
+        return name in ENV_KEYS
+    field = _schema_field(key)
+    return field is None or field.type in (str, "str", "tuple[int, ...]")
+
+
+def _empty_value(flag: str, name: str) -> str:
+    """The error for a flag whose value is empty (--train.learning-rate= or --train.learning-rate ""), with
+    an example of the key's type."""
+    field = _schema_field(name.replace("-", "_"))
+    flag_name = f"--{name}"
+    if _is_bool(field):
+        return f"flag {flag} has an empty value; write {flag_name}=true or {flag_name}=false"
+    if field is None:  # an env parameter
+        return f"flag {flag} has an empty value; give it a number, e.g. {flag_name}=N"
+    return f"flag {flag} has an empty value; give it one, e.g. {flag_name}={flag_value(field.default)} (the default)"
+
+
 def _needs_a_value(flag: str, name: str) -> str:
     """The error for a flag given without a value, with an example of the key's type: a boolean flag
     alone is not read as true (write --policy.lstm true)."""
     field = _schema_field(name.replace("-", "_"))
     if _is_bool(field):
         return f"flag {flag} needs a value: {flag} true or {flag} false (a flag alone is not read as true)"
-    default = field.default if field is not None else ""
-    if isinstance(default, (tuple, list)):
-        default = ",".join(map(str, default))
+    default = flag_value(field.default) if field is not None else ""
     return f"flag {flag} needs a value" + (f", e.g. {flag} {default} (the default)" if default != "" else "")
 
 
@@ -496,7 +522,7 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
         beside = Path(header).with_suffix(".toml")
         layers.append(("header", {"env": {"library": header}}))
         if beside.is_file():
-            layers.append((str(beside), read_toml(beside)))
+            layers.append((str(beside), read_config_file(beside)))
     preset_agents = None  # (agents, the preset's label): a card preset sizes the agents, not the envs
     for name in preset_list(preset):  # "h100,heavy": each preset's layer in order
         info, layer = read_preset(name)
@@ -509,7 +535,7 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
         if not path.is_file():
             what = "is a folder, not a TOML file" if path.is_dir() else "no such file"
             raise ConfigError(f"--config {path}: {what}; give a TOML file such as a run dir's config.toml")
-        layer = read_toml(path)
+        layer = read_config_file(path)
         file_env = layer.pop("env_name", env_name)
         file_preset = layer.pop("preset", "none")
         preset = preset if preset is not None else file_preset
@@ -524,7 +550,7 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
         if found is not None:
             layers.insert(1, ("env path", {"env": {"library": str(found)}}))
             if found.with_suffix(".toml").is_file():
-                layers.insert(2, (str(found.with_suffix(".toml")), read_toml(found.with_suffix(".toml"))))
+                layers.insert(2, (str(found.with_suffix(".toml")), read_config_file(found.with_suffix(".toml"))))
             library = str(found)
     kind = env_kind(env_name, library)
     env_params = {p.name: p for p in kind.params}
@@ -559,8 +585,8 @@ def with_agents(config: Config, agents: int, source: str, keep_minibatch: bool =
     from jaxlab.config.memory import env_shape
 
     if not isinstance(agents, int) or isinstance(agents, bool) or agents < 1:
-        raise ConfigError(f"agents = {agents!r} in the [preset] table of {source} must be a positive integer, "
-                          "e.g. agents = 8192")
+        raise ConfigError(f"agents = {shown_value(agents)} in the [preset] table of {source} must be a positive "
+                          "integer, e.g. agents = 8192")
     per_env = env_shape(config).agents_per_env
     groups, horizon, minibatch = max(1, config.vec.groups), config.train.bptt_horizon, config.train.minibatch_size
     most = max(groups, agents // per_env // groups * groups)
@@ -619,6 +645,22 @@ def read_toml(path: Path) -> dict:
         raise ConfigError(f"cannot read {path} ({err.strerror})") from None
 
 
+def read_config_file(path: Path) -> dict:
+    """The layer of a user's config file ``path`` (--config FILE, an env header's NAME.toml): read_toml's,
+    with a relative policy.module file path ("policies/gru.py:GRUPolicy") taken against the file's folder, not
+    the current directory, so that the file means the same from wherever it is given. (A flag's relative path
+    stays against the current directory; build_config makes either absolute, as a run's config saves it.)"""
+    layer = read_toml(path)
+    policy = layer.get("policy")
+    module = policy.get("module") if isinstance(policy, dict) else None
+    if not isinstance(module, str):  # none, or not a string: coerce names it
+        return layer
+    file, colon, name = module.partition(":")
+    if not file.endswith(".py") or Path(file).expanduser().is_absolute():  # a package's module, or absolute
+        return layer
+    return {**layer, "policy": {**policy, "module": f"{path.absolute().parent / file}{colon}{name}"}}
+
+
 def build_config(env_name: str, values: dict, env_params: dict, preset: str = "none") -> Config:
     """Typed Config from merged raw values (strings from flags are parsed here)."""
     sections = {}
@@ -636,10 +678,10 @@ def build_config(env_name: str, values: dict, env_params: dict, preset: str = "n
             if not param.names:
                 kind = "an integer" if param.is_int else "a number"
                 shown = lambda v: f"{int(v):,}" if param.is_int else f"{v:g}"  # noqa: E731
-                raise ConfigError(f"env.{key}={value!r} is not {kind}; write e.g. --env.{key.replace('_', '-')} "
-                                  f"{param.default_value:g} (the default; from {shown(param.low)} to "
-                                  f"{shown(param.high)})") from None
-            raise ConfigError(f"env.{key}={value!r} is neither an integer nor one of its names: "
+                raise ConfigError(f"env.{key}={shown_value(value)} is not {kind}; write e.g. "
+                                  f"--env.{key.replace('_', '-')} {param.default_value:g} (the default; from "
+                                  f"{shown(param.low)} to {shown(param.high)})") from None
+            raise ConfigError(f"env.{key}={shown_value(value)} is neither an integer nor one of its names: "
                               f"{', '.join(param.names)}; e.g. --env.{key.replace('_', '-')} {param.names[-1]}") from None
     env_keys = {ENV_KEYS[k]: coerce(v, str, f"env.{k}") for k, v in values.get("env_keys", {}).items()}
     if env_keys.get("env_library"):
@@ -686,15 +728,3 @@ def to_toml(config: Config) -> str:
         lines += ["", f"[{section}]"]
         lines += [f"{key} = {toml_value(value)}" for key, value in table.items()]
     return "\n".join(lines) + "\n"
-
-
-def toml_value(value) -> str:
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)

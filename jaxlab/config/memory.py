@@ -47,7 +47,7 @@ import os
 from dataclasses import dataclass
 
 from jaxlab.config.presets import MEMORY_FRACTION_VARS
-from jaxlab.config.schema import Config, ConfigError
+from jaxlab.config.schema import Config, ConfigError, PolicyModuleError
 from jaxlab.config.validate import Sizes, flag_of
 
 SAFETY = 1.5
@@ -170,7 +170,7 @@ def network_size(policy, shape: EnvShape) -> NetworkSize:
 
 
 def _module_size(policy, shape: EnvShape) -> NetworkSize:
-    """A user's module, measured by jax.eval_shape of its init (nothing is computed); ConfigError when it
+    """A user's module, measured by jax.eval_shape of its init (nothing is computed); PolicyModuleError when it
     cannot be loaded or breaks the contract (jaxlab.agent.custom.module_size's checks)."""
     import dataclasses as dc
 
@@ -179,7 +179,7 @@ def _module_size(policy, shape: EnvShape) -> NetworkSize:
     try:
         params, carry = module_size(policy.module, shape, policy.hidden_size)
     except ValueError as err:
-        raise ConfigError(str(err)) from None
+        raise PolicyModuleError(str(err)) from None
     default = network_size(dc.replace(policy, module="", encoder="mlp", mlp_layers=(policy.hidden_size,)), shape)
     return NetworkSize(params, carry, default.kept)
 

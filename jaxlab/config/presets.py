@@ -17,6 +17,7 @@ from pathlib import Path
 
 from jaxlab.config.layers import preset_names, read_preset
 from jaxlab.config.schema import ConfigError
+from jaxlab.config.validate import shown_value
 
 #: Device kinds (substrings of jax's device_kind, upper case) for the big-GPU presets, checked in order.
 KIND_PRESETS = (("H100", "h100"), ("H200", "h100"), ("H800", "h100"), ("A100", "a100"), ("A800", "a100"))
@@ -203,7 +204,8 @@ def describe_presets(devices: list[DeviceInfo]) -> str:
                 continue
             mark = "*" if name == chosen else " "
             lines.append(f"{mark} {name:<6} {info.get('description', '')}")
-            settings = [f"{section}.{key}={value}" for section, table in layer.items() for key, value in table.items()]
+            settings = [f"{section}.{key}={shown_value(value)}" for section, table in layer.items()
+                        for key, value in table.items()]
             if "agents" in info:  # see jaxlab.config.layers.with_agents
                 settings.insert(0, f"{info['agents']:,} agents (vec.num_envs = agents / the env's agents per env)")
             lines.append(f"         sets {', '.join(settings) if settings else 'nothing'}")

@@ -13,6 +13,11 @@ class ConfigError(ValueError):
     """A configuration the trainer must not start with; the message names the values and a fix."""
 
 
+class PolicyModuleError(ConfigError):
+    """The policy.module the config names cannot be imported, made or initialised, or breaks the contract
+    (jaxlab.agent.custom): an error of the module's code rather than of the config's values."""
+
+
 @dataclass(frozen=True)
 class VecConfig:
     num_envs: int = 64
@@ -52,7 +57,8 @@ class PolicyConfig:
     """orthogonal-init scale of the critic head"""
     module: str = ""
     """your own Flax module instead of the built-in network: "package.module:Class" or
-    "path/to/file.py:Class" (contract: jaxlab/agent/custom.py); empty: the built-in network"""
+    "path/to/file.py:Class" (a relative path: from the current directory, or in a --config file from its folder;
+    contract: jaxlab/agent/custom.py); empty: the built-in network"""
     scan_unroll: int = 1
     """LSTM time steps per iteration of the training unroll's lax.scan (1: a loop; T: fully unrolled;
     results are the same, speed and compile time differ)"""

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import difflib
+import json
 import math
 from dataclasses import dataclass, fields, replace
 
 from jaxlab.config.schema import (ACTIVATIONS, ADVANTAGES, DASHBOARDS, ENCODERS, MASK_CHECKS, MATMUL_PRECISIONS,
-                                  PRECISIONS, SCHEDULES, SECTIONS, Config, ConfigError)
+                                  PRECISIONS, SCHEDULES, SECTIONS, Config, ConfigError, PolicyModuleError)
 from jaxlab.config.threads import resolve_threads
 from jaxlab.env.library import constant
 
@@ -79,15 +80,16 @@ def check_wandb_project(project: str) -> None:
         fix = f"--log.wandb-project {''.join('-' if c in bad else c for c in project)[:128]}"
     why = f"holds {' '.join(bad)}, which wandb refuses in a project name" if bad else \
         f"has {len(project)} characters, wandb takes at most 128"
-    raise ConfigError(f"log.wandb_project={project[:40]!r}{'...' if len(project) > 40 else ''} {why}; e.g. {fix}")
+    cut = "..." if len(project) > 40 else ""
+    raise ConfigError(f"log.wandb_project={shown_value(project[:40])}{cut} {why}; e.g. {fix}")
 
 
 def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         lower = {c.lower(): c for c in choices}
         close = [lower[value.lower()]] if value.lower() in lower else difflib.get_close_matches(value, choices, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise ConfigError(f"{name}={value!r} is not known; {hint}use one of {', '.join(choices)}")
+        hint = f"did you mean {shown_value(close[0])}? " if close else ""
+        raise ConfigError(f"{name}={shown_value(value)} is not known; {hint}use one of {', '.join(choices)}")
 
 
 def check_finite(config: Config) -> None:
@@ -157,7 +159,7 @@ def image_shape(obs_shape: tuple[int, ...]) -> tuple[int, int, int] | None:
 
 def check_network(config: Config, obs_shape: tuple[int, ...]) -> None:
     """The network against the env's observation shape: a cnn encoder needs [H, W, C] or [H, W] images its
-    convolutions fit in; a policy.module must import. ConfigError naming the values and a fix."""
+    convolutions fit in; a policy.module must import (PolicyModuleError). ConfigError naming the values and a fix."""
     p = config.policy
     if p.module:
         from jaxlab.agent.custom import load_module_class
@@ -165,7 +167,7 @@ def check_network(config: Config, obs_shape: tuple[int, ...]) -> None:
         try:
             load_module_class(p.module)
         except ValueError as err:
-            raise ConfigError(str(err)) from None
+            raise PolicyModuleError(str(err)) from None
         return
     if p.encoder != "cnn":
         return
@@ -205,7 +207,8 @@ def derive_sizes(config: Config, agents_per_env: int, updates: int | None = None
         processes = jax.process_count()
     t, v = config.train, config.vec
     if v.num_threads != "auto" and not isinstance(v.num_threads, int):
-        raise ConfigError(f"vec.num_threads={v.num_threads!r} is neither auto nor an integer; write auto or e.g. 2")
+        raise ConfigError(f"vec.num_threads={shown_value(v.num_threads)} is neither auto nor an integer; "
+                          "write auto or e.g. 2")
     positive = [("vec.num_envs", v.num_envs), ("vec.num_threads", 1 if v.num_threads == "auto" else v.num_threads),
                 ("policy.hidden_size", config.policy.hidden_size), ("train.bptt_horizon", t.bptt_horizon),
                 ("train.minibatch_size", t.minibatch_size), ("train.update_epochs", t.update_epochs),
@@ -238,8 +241,8 @@ def derive_sizes(config: Config, agents_per_env: int, updates: int | None = None
         raise ConfigError(f"train.min_lr_ratio={t.min_lr_ratio} must be in [0, 1] (the LR at the end of the "
                           f"schedule over the LR), e.g. {default_flag('train.min_lr_ratio')}")
     if t.anneal_lr not in SCHEDULES:
-        raise ConfigError(f"train.anneal_lr={t.anneal_lr!r} is not a schedule; use one of {', '.join(SCHEDULES)} "
-                          "(or true for linear, false for none)")
+        raise ConfigError(f"train.anneal_lr={shown_value(t.anneal_lr)} is not a schedule; use one of "
+                          f"{', '.join(SCHEDULES)} (or true for linear, false for none)")
     long_tags = [tag.strip() for tag in config.log.wandb_tags.split(",") if len(tag.strip()) > 64
                  and config.log.wandb]
     if long_tags:  # wandb refuses such a run (a pydantic error) and the run would go on without wandb
@@ -392,6 +395,36 @@ def check_devices(config: Config, agents_per_env: int, available: int | None = N
     return setting
 
 
+def toml_value(value) -> str:
+    """``value`` as a TOML file writes it: true, "auto", [128, 64], 0.0003, {low = 0.1}."""
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{key} = {toml_value(v)}" for key, v in value.items()) + "}"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def shown_value(value) -> str:
+    """A value the user gave (a TOML value, a flag's text) or a config holds, for a message, as a config file
+    writes it: true rather than True, "abc" rather than 'abc', none rather than None."""
+    return "none" if value is None else toml_value(value)
+
+
+def flag_value(value) -> str:
+    """``value`` as a flag's value is typed: true, 128,64, auto (--policy.lstm true)."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(flag_value, value))
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
 def flag_of(key: str) -> str:
     """The command-line flag of config key ``key``: "vec.num_envs" -> "--vec.num-envs"."""
     return "--" + key.replace("_", "-")
@@ -402,4 +435,4 @@ def default_flag(key: str) -> str:
     "--vec.num-envs 64 (the default)"."""
     section, name = key.split(".", 1)
     default = next(f.default for f in fields(SECTIONS[section]) if f.name == name)
-    return f"{flag_of(key)} {default} (the default)"
+    return f"{flag_of(key)} {flag_value(default)} (the default)"

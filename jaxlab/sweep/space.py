@@ -37,7 +37,7 @@ from typing import Any
 
 from jaxlab.config import SECTIONS, Config, ConfigError, coerce, coerce_key, derive_sizes, with_layer
 from jaxlab.config.layers import read_toml
-from jaxlab.config.validate import flag_of
+from jaxlab.config.validate import flag_of, flag_value, shown_value
 
 #: Keys that are not hyperparameters: set per trial by the sweep, or by --seeds, or bookkeeping.
 NOT_SWEPT = {"train.seed": "seeds are --seeds S (each trial runs S seeds and averages them)",
@@ -215,14 +215,14 @@ def _setting(key: str, value: Any, source: str) -> Any:
     kind = SETTINGS[key]
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"sweep setting {key}={value!r} in {source} must be an integer")
+            raise ConfigError(f"sweep setting {key}={shown_value(value)} in {source} must be an integer")
         return value
     if kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"sweep setting {key}={value!r} in {source} must be a number")
+            raise ConfigError(f"sweep setting {key}={shown_value(value)} in {source} must be a number")
         return float(value)
     if not isinstance(value, str):
-        raise ConfigError(f"sweep setting {key}={value!r} in {source} must be a string")
+        raise ConfigError(f"sweep setting {key}={shown_value(value)} in {source} must be a string")
     return value.strip().lower().replace(" ", "")
 
 
@@ -332,7 +332,8 @@ def parse_param(name: str, value: Any, env_name: str, source: str) -> Param:
     name = f"{section}.{key.replace('-', '_')}"
     where = f"sweep key {name!r} (in {source})"
     if not isinstance(value, dict):
-        raise ConfigError(f"{where} = {value!r} must be a table: {{low = ..., high = ...}} or {{choices = [...]}}")
+        raise ConfigError(f"{where} = {shown_value(value)} must be a table: {{low = ..., high = ...}} or "
+                          "{choices = [...]}")
     allowed = {"choices"} if "choices" in value else {"low", "high", "log", "step"}
     extra = set(value) - allowed
     if extra:
@@ -342,18 +343,19 @@ def parse_param(name: str, value: Any, env_name: str, source: str) -> Param:
     if "choices" in value:
         choices = value["choices"]
         if not isinstance(choices, list) or not choices:
-            raise ConfigError(f"{where}: choices = {choices!r} must be a non-empty list, e.g. choices = [64, 128]")
+            raise ConfigError(f"{where}: choices = {shown_value(choices)} must be a non-empty list, e.g. "
+                              "choices = [64, 128]")
         coerced = []
         for choice in choices:
             if isinstance(choice, (dict, list)):
-                raise ConfigError(f"{where}: choice {choice!r} must be a number, a string or a boolean")
+                raise ConfigError(f"{where}: choice {shown_value(choice)} must be a number, a string or a boolean")
             coerced.append(coerce(choice, kind, name) if section == "env" else coerce_key(section, key, choice, kind))
         if len(set(map(repr, coerced))) != len(coerced):
-            raise ConfigError(f"{where}: choices {choices!r} repeat a value; list each once")
+            raise ConfigError(f"{where}: choices {shown_value(choices)} repeat a value; list each once")
         if len(coerced) == 1:
-            only = str(coerced[0]).lower() if isinstance(coerced[0], bool) else coerced[0]
-            raise ConfigError(f"{where}: choices = {choices!r} hold one value, so every trial gets it and nothing "
-                              f"is searched; list two or more, or set it for every trial with {flag_of(name)} {only} "
+            raise ConfigError(f"{where}: choices = {shown_value(choices)} hold one value, so every trial gets it and "
+                              f"nothing is searched; list two or more, or set it for every trial with {flag_of(name)} "
+                              f"{flag_value(coerced[0])} "
                               "and leave it out of the sweep file")
         return Param(name, "categorical", choices=tuple(coerced))
     if kind == "float | str":  # a number or auto (train.reward_scale): a range searches the numbers
@@ -365,14 +367,14 @@ def parse_param(name: str, value: Any, env_name: str, source: str) -> Param:
         raise ConfigError(f"{where} needs both low and high, e.g. {{low = 1e-4, high = 1e-2}}")
     low, high, log, step = value["low"], value["high"], value.get("log", False), value.get("step")
     if not isinstance(log, bool):
-        raise ConfigError(f"{where}: log = {log!r} must be true or false")
+        raise ConfigError(f"{where}: log = {shown_value(log)} must be true or false")
     for label, number in (("low", low), ("high", high), ("step", step)):
         if number is None:
             continue
         if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
-            raise ConfigError(f"{where}: {label} = {number!r} must be a finite number")
+            raise ConfigError(f"{where}: {label} = {shown_value(number)} must be a finite number")
         if kind is int and not isinstance(number, int):
-            raise ConfigError(f"{where}: {label} = {number!r} must be an integer ({name} is an integer key)")
+            raise ConfigError(f"{where}: {label} = {shown_value(number)} must be an integer ({name} is an integer key)")
     if not low < high:
         raise ConfigError(f"{where}: low = {low} must be less than high = {high}")
     if log and low <= 0:
@@ -429,5 +431,5 @@ def check_space(spec: SweepSpec, base: Config) -> None:
             try:
                 check_config(apply_params(base, {param.name: value}))
             except ConfigError as err:
-                raise ConfigError(f"sweep key {param.name!r} = {value!r} (in {spec.source}) gives a config that "
-                                  f"cannot run: {err}") from None
+                raise ConfigError(f"sweep key {param.name!r} = {shown_value(value)} (in {spec.source}) gives a "
+                                  f"config that cannot run: {err}") from None

@@ -21,6 +21,7 @@ import zlib
 from pathlib import Path
 
 from jaxlab.config import ConfigError
+from jaxlab.config.validate import shown_value
 from jaxlab.messages import short_repr
 from jaxlab.observe.records import episode_statistics
 from jaxlab.sweep.space import SweepSpec
@@ -229,9 +230,9 @@ def check_same(name: str, spec: SweepSpec, stored: SweepSpec, base_toml: str | N
                    if not c[0].startswith(("log.", "checkpoint.")) and c[0] != "preset"]
         if changes:
             key, old, new = changes[0]
-            raise ConfigError(f"study {name!r} was created with {key} = {old!r}, not {new!r}; resume it with the "
-                              f"same --preset/--config/flags (or `{again}` alone), or start "
-                              "a new --study")
+            raise ConfigError(f"study {name!r} was created with {key} = {shown_value(old)}, not {shown_value(new)}; "
+                              f"resume it with the same --preset/--config/flags (or `{again}` alone), or start a new "
+                              "--study")
 
 
 def params_change(old: tuple, new: tuple) -> str:

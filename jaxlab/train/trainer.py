@@ -20,6 +20,7 @@ import jaxlab
 from jaxlab import config as config_lib
 from jaxlab.agent.custom import module_source
 from jaxlab.agent.distributions import ActionSpec
+from jaxlab.config.validate import flag_value, shown_value
 from jaxlab.env.sdk import SOURCE_HASH_VERSION, source_hash
 from jaxlab.observe.device_memory import memory_fields
 from jaxlab.observe.records import json_safe
@@ -695,16 +696,9 @@ CHANGE_NOTES = {"train.seed": " (recorded only: the random keys and the C envs' 
                               "checkpoint's; a Python env's new episodes take it)"}
 
 
-def _shown(value) -> str:
-    """A config value as a config file writes it (true, "auto", [128, 64]), for a message."""
-    return "none" if value is None else config_lib.toml_value(value)
-
-
 def _flag_setting(key: str, value) -> str:
     """The flag that sets config key ``key`` to ``value``: --policy.lstm true, --policy.mlp-layers 128,64."""
-    text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else \
-        ("true" if value else "false") if isinstance(value, bool) else shlex.quote(str(value))
-    return f"--{key.replace('_', '-')} {text}"
+    return f"--{key.replace('_', '-')} {shlex.quote(flag_value(value))}"
 
 
 def check_compatible(saved: config_lib.Config, new: config_lib.Config) -> list[str]:
@@ -723,11 +717,11 @@ def check_compatible(saved: config_lib.Config, new: config_lib.Config) -> list[s
     refused = [c for c in changes if (c[0] in SHAPING and c not in same_network) or c[0].split(".")[0] == "env"
                or (c[0] == "train.reward_scale" and (c[1] == "auto") != (c[2] == "auto"))]  # the return stats
     if refused:
-        detail = "; ".join(f"{k} was {_shown(old)}, now {_shown(new_value)}" for k, old, new_value in refused)
+        detail = "; ".join(f"{k} was {shown_value(old)}, now {shown_value(new_value)}" for k, old, new_value in refused)
         saved_flags = " ".join(_flag_setting(k, old) for k, old, _ in refused if old is not None)
         raise config_lib.ConfigError(f"cannot resume: the checkpoint was trained with another "
                                      f"{'/'.join(k for k, _, _ in refused)} ({detail}); resume with the "
                                      f"checkpoint's values (leave those flags out, or give {saved_flags}) or "
                                      f"start a new run (without --resume, in a new --run-dir)")
-    return [f"{k}: {old!r} -> {new_value!r}{CHANGE_NOTES.get(k, '')}" for k, old, new_value in changes]
+    return [f"{k}: {shown_value(old)} -> {shown_value(now)}{CHANGE_NOTES.get(k, '')}" for k, old, now in changes]
 
