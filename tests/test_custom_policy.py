@@ -329,7 +329,7 @@ def test_eval_of_a_run_whose_module_file_was_edited_to_break_the_contract_is_one
     with Trainer(config_of("cartpole", 2, f"{path}:Good")) as trainer:
         trainer.save_checkpoint(tmp_path / "ck")
     for edit, message in (("Raises", "Raises.init(key, carry, obs) failed: RuntimeError: a bug in the step"),
-                          ("ValueColumn", "it returned head [8, 2] and value [8, 1]")):
+                          ("ValueColumn", "it returned head [2, 2] and value [2, 1]")):
         path.write_text(BROKEN + f"\nGood = {edit}  # edited since the run\n")
         result = subprocess.run([sys.executable, "-m", "jaxlab.cli", "eval", "cartpole", "--checkpoint",
                                  str(tmp_path / "ck"), "--episodes", "2"], capture_output=True, text=True,

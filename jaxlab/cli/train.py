@@ -407,7 +407,7 @@ def eval_command(args: argparse.Namespace) -> int:
     from jaxlab.env.python_envs import is_python_env
     from jaxlab.env.spaces import Box
     from jaxlab.run.resume import find_checkpoint, newest_usable
-    from jaxlab.train.evaluation import load_trainer, play, with_env_params
+    from jaxlab.train.evaluation import load_trainer, play, with_env_params, with_module
 
     overrides = eval_env_flags(args.flags)
     for line in repeated_flags(args.flags):
@@ -473,7 +473,6 @@ def eval_command(args: argparse.Namespace) -> int:
             check_saved_header(meta, "eval", f"--checkpoint {args.checkpoint}")
         saved_config = config_from_toml(meta["config"], library=library)
         played = with_env_params(saved_config, overrides)  # refused before anything is built
-        memory.check_play_fits(played, memory.env_shape(played), num_envs, memory.current_limit())
         saved = saved_config.policy.module
         if args.policy_module is None:
             check_saved_module(saved, "eval", f"{args.env} --checkpoint {args.checkpoint}", "--policy-module")
@@ -484,6 +483,8 @@ def eval_command(args: argparse.Namespace) -> int:
                 raise ConfigError(f"--policy-module {args.policy_module} is not the checkpoint's policy.module "
                                   f"({saved or 'none: the built-in network'}) at a new path: it must name the same "
                                   "class in a file of the same contents (or the saved file must be gone)")
+        played = with_module(played, args.policy_module)  # the module checked: the estimate builds it
+        memory.check_play_fits(played, memory.env_shape(played), num_envs, memory.current_limit())
         return load_trainer(checkpoint, warn=warn_once, library=library, module=args.policy_module)
 
     path, trainer = newest_usable(find_checkpoint(args.checkpoint, name, flag="--checkpoint"), load, warn)

@@ -34,11 +34,7 @@ def load_trainer(path: str | Path, warn: Callable[[str], None] = print, library:
 
     meta = checkpoint.read_meta(Path(path))
     config = config_from_toml(meta["config"], library=library)
-    if module is not None:
-        where, _, name = module.partition(":")
-        where = str(Path(where).expanduser().absolute()) if where.endswith(".py") else where
-        config = dataclasses.replace(config, policy=dataclasses.replace(config.policy, module=f"{where}:{name}"))
-    trainer = Trainer(settings_for_here(config, warn))
+    trainer = Trainer(settings_for_here(with_module(config, module), warn))
     try:
         changed = env_source_change(meta.get("env_source"), trainer.env_source)
         if changed:
@@ -55,6 +51,16 @@ def load_trainer(path: str | Path, warn: Callable[[str], None] = print, library:
         trainer.close()
         raise
     return trainer
+
+
+def with_module(config, module: str | None):
+    """``config`` with policy.module ``module`` ("path/to/file.py:Class", a relative file taken against the
+    current directory, or "package.module:Class") instead of its own; ``config`` itself for None."""
+    if module is None:
+        return config
+    where, _, name = module.partition(":")
+    where = str(Path(where).expanduser().absolute()) if where.endswith(".py") else where
+    return dataclasses.replace(config, policy=dataclasses.replace(config.policy, module=f"{where}:{name}"))
 
 
 def with_env_params(config, params: dict):
