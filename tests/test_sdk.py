@@ -821,6 +821,34 @@ def test_a_buffer_pointer_of_the_wrong_type_does_not_compile(user_env, tmp_path,
         sdk.build_library([header], tmp_path / "libtyped.so")
 
 
+@pytest.mark.parametrize("wrong", ["int reached_goal;", "uint32_t reached_goal;",
+                                   "float episode_length; int32_t reached_goal;"])
+def test_a_log_field_that_is_not_a_float_does_not_compile(user_env, tmp_path, wrong):
+    """CENV_ENV checked only the Log's size: an `int reached_goal` (as big as a float) compiled, and its
+    bits were read as a float, a wrong statistic with no word. The build asserts that each Log field is
+    a float, naming the field and the fix."""
+    header = stroll_variant(user_env, tmp_path, "counted", "float episode_length;\n    float reached_goal;",
+                            "float episode_length;\n    " + wrong.removeprefix("float episode_length; "))
+    with pytest.raises(sdk.BuildError) as err:
+        sdk.build_library([header], tmp_path / "libcounted.so")
+    first = next(line for line in str(err.value).splitlines() if "error:" in line)
+    assert f"{header}: CountedLog.reached_goal is not a float; declare it float" in first, str(err.value)
+
+
+def test_log_fields_named_otherwise_than_their_statistics_still_build_and_count(user_env, tmp_path):
+    """The Log's fields need not be named like the statistics (only their order counts), nor be declared
+    one per line, nor typedef'd by tag: such a Log of floats builds and its statistic reads right."""
+    header = stroll_variant(user_env, tmp_path, "renamed", "    float episode_length;\n    float reached_goal;\n} "
+                            "StrollLog;", "    float length, goal;\n};\ntypedef struct renamed_log StrollLog;")
+    text = header.read_text().replace("typedef struct {\n    float episode_return;\n    float length",
+                                      "struct renamed_log {\n    float episode_return;\n    float length")
+    header.write_text(text.replace("log.episode_length", "log.length").replace("log.reached_goal", "log.goal"))
+    with jaxlab.make(str(header), num_envs=2, length=2) as env:
+        env.reset()
+        infos = [env.step(np.full(2, 2, np.int32))[4] for _ in range(3)]  # action 2: right, the goal 1-2 away
+    assert any(info and info["reached_goal"] == 1.0 for info in infos), infos
+
+
 def test_flags_set_only_when_an_episode_ends_are_cleared_for_the_next_step(user_env, tmp_path):
     """terminals and truncations kept their last values between steps, so a header that set a flag only
     when an episode ended (`if (reached) env->terminals[0] = 1;`, never writing 0) ended every episode
