@@ -17,9 +17,11 @@ import numpy as np
 import pytest
 
 import jaxlab
+import jaxlab.sdk
 from jaxlab import checkpoint
 from jaxlab.env import sdk
 
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "envs"
 SMALL = ["--vec.num-envs", "8", "--train.bptt-horizon", "8", "--train.minibatch-size", "32",
          "--policy.hidden-size", "16", "--log.dashboard", "plain"]
 
@@ -44,7 +46,7 @@ def test_the_skeleton_passes_its_own_tests(user_env):
                             capture_output=True, text=True, cwd=user_env, timeout=300,
                             env={**os.environ, "PYTHONPATH": str(Path(jaxlab.__file__).parents[1])})
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "4 passed" in result.stdout
+    assert "5 passed" in result.stdout
 
 
 def test_build_env_makes_a_library_that_lists_and_steps_like_the_header(user_env, tmp_path):
@@ -847,6 +849,46 @@ def test_log_fields_named_otherwise_than_their_statistics_still_build_and_count(
         env.reset()
         infos = [env.step(np.full(2, 2, np.int32))[4] for _ in range(3)]  # action 2: right, the goal 1-2 away
     assert any(info and info["reached_goal"] == 1.0 for info in infos), infos
+
+
+@pytest.mark.parametrize("wrong, right, expect", [
+    ("stroll_observe(env);\n    if (!env->terminals[0]",
+     "stroll_observe(env);\n    if (env->tick == 3) env->observations[2] = 0.25f;\n    if (!env->terminals[0]",
+     "wrote 1 float32 value (4 bytes) past the end of its observation rows (observations: 1 agent x 2 float32) "
+     "in step 3: in a vector that lands in another env's rows; write only observations[0 .. 2)"),
+    ("env->rewards[0] = reward;", "env->rewards[-1] = reward;",
+     "wrote 1 float32 value (4 bytes) before the start of its reward rows (rewards: 1 agent float32) in step 1"),
+])
+def test_an_env_writing_outside_its_rows_is_named_by_the_overrun_check(user_env, tmp_path, wrong, right, expect):
+    """An env that wrote past its observation rows wrote into the next env's rows (the last env's past
+    the buffer), and nothing said so: not its tests, not the sanitizer build. check_overruns steps each
+    env alone with guard bytes around its rows and names the env, the call, the buffer and how far."""
+    header = stroll_variant(user_env, tmp_path, "spilling", wrong, right)
+    with pytest.raises(jaxlab.sdk.OverrunError) as err:
+        jaxlab.sdk.check_overruns(str(header))
+    assert str(err.value).startswith("env 'spilling' (seed 0, alone in its vector) "), str(err.value)
+    assert expect in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("env", [*jaxlab.env.env_types(), str(EXAMPLES / "drone.h"), str(EXAMPLES / "cards.h")])
+def test_the_built_in_and_example_envs_write_only_their_own_rows(env):
+    jaxlab.sdk.check_overruns(env, seeds=(0,), steps=200)
+
+
+def test_the_tests_new_env_writes_catch_an_env_writing_past_its_rows(user_env, tmp_path):
+    """`jaxlab new-env`'s tests, what the README tells a user to run on a new header, passed for a header
+    that writes one float past its observation row; they now fail, with the overrun check's message."""
+    spilling = (user_env / "stroll.h").read_text().replace(
+        "stroll_observe(env);\n    if (!env->terminals[0]",
+        "stroll_observe(env);\n    env->observations[2] = 0.25f;\n    if (!env->terminals[0]")
+    (tmp_path / "stroll.h").write_text(spilling)
+    shutil.copy(user_env / "test_stroll.py", tmp_path)
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_stroll.py"],
+                            capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(Path(jaxlab.__file__).parents[1])})
+    assert result.returncode == 1 and "1 failed, 4 passed" in result.stdout, result.stdout + result.stderr
+    assert "OverrunError: env 'stroll' (seed 0, alone in its vector) wrote 1 float32 value (4 bytes) past the end " \
+           "of its observation rows" in result.stdout, result.stdout
 
 
 def test_flags_set_only_when_an_episode_ends_are_cleared_for_the_next_step(user_env, tmp_path):
