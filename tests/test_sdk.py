@@ -891,6 +891,23 @@ def test_the_tests_new_env_writes_catch_an_env_writing_past_its_rows(user_env, t
            "of its observation rows" in result.stdout, result.stdout
 
 
+def test_envs_of_a_header_show_the_parameters_its_toml_gives_training_and_name_the_file(user_env, tmp_path, capsys):
+    """`jaxlab envs --library X.h` showed each parameter's default (length = 8) while `jaxlab train X.h`
+    trained with X.toml's (12): it shows the value training uses, the file that set it and the default."""
+    from jaxlab.cli import main
+    from jaxlab.config import load_config
+
+    header = tmp_path / "stroll.h"
+    shutil.copy(user_env / "stroll.h", header)
+    (tmp_path / "stroll.toml").write_text("[env]\nlength = 12\n")
+    assert load_config(str(header))[0].env == {"length": 12}  # what training uses
+    assert main(["envs", "--library", str(header)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f"  --env.length int = 12 (from {tmp_path / 'stroll.toml'}; default 8)  in [2, 1000]  cells from the " \
+           "start to the goal" in lines, lines
+    assert any(line.startswith("  --env.max_steps int = 64  in [1, 1e+09]") for line in lines), lines
+
+
 def test_flags_set_only_when_an_episode_ends_are_cleared_for_the_next_step(user_env, tmp_path):
     """terminals and truncations kept their last values between steps, so a header that set a flag only
     when an episode ended (`if (reached) env->terminals[0] = 1;`, never writing 0) ended every episode
