@@ -908,6 +908,20 @@ def test_envs_of_a_header_show_the_parameters_its_toml_gives_training_and_name_t
     assert any(line.startswith("  --env.max_steps int = 64  in [1, 1e+09]") for line in lines), lines
 
 
+def test_a_parameter_out_of_range_in_the_toml_beside_a_header_names_that_toml(user_env, tmp_path):
+    """`jaxlab train X.h` with `length = 5000` in X.toml (range [2, 1000]) said "parameter length=5000 is
+    out of range" without naming X.toml, which the user may not know is read at all: it names the file."""
+    header = tmp_path / "stroll.h"
+    shutil.copy(user_env / "stroll.h", header)
+    (tmp_path / "stroll.toml").write_text("[env]\nlength = 5000\n")
+    result = jaxlab_cli("train", str(header), *SMALL, "--train.total-timesteps", "256", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"jaxlab train: error: env 'stroll' parameter length=5000 in {tmp_path / 'stroll.toml'} is out of range: "
+        "it must be in [2, 1000] (default 8); fix it there"), result.stderr
+    assert not (tmp_path / "runs").exists()
+
+
 def test_flags_set_only_when_an_episode_ends_are_cleared_for_the_next_step(user_env, tmp_path):
     """terminals and truncations kept their last values between steps, so a header that set a flag only
     when an episode ended (`if (reached) env->terminals[0] = 1;`, never writing 0) ended every episode
