@@ -5,7 +5,9 @@
  * An env is one header:
  *   typedef struct { float episode_return; ... } NameLog;      floats only, one per statistic: the SUMS
  *                                                              over the agent-episodes that end in a step
- *                                                              (cleared before each step: add with +=)
+ *                                                              (cleared before each step: add with +=);
+ *                                                              jaxlab's build refuses a field of another
+ *                                                              type (an int would be read as float bits)
  *   typedef struct {
  *       float *observations; int32_t *actions; float *rewards;  the borrowed buffer pointers, first,
  *       uint8_t *terminals; uint8_t *truncations;              in this order (actions may be float *;

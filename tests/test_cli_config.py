@@ -334,3 +334,19 @@ def test_envs_shows_the_envs_named(capsys):
     assert cli.main(["envs", "cartpol"]) == 2
     assert "no env 'cartpol' among jaxlab's envs or on the env path; did you mean 'cartpole'?" in \
         capsys.readouterr().err
+
+
+def test_an_env_parameter_out_of_range_in_a_config_file_names_the_file(tmp_path):
+    """`--config run.toml` with `max_steps = 0` in [env] said "env 'cartpole' parameter max_steps=0 is out
+    of range ..." and not where that 0 came from: the error names the file (a flag's needs no file)."""
+    config = tmp_path / "run.toml"
+    config.write_text("[env]\nmax_steps = 0\n")
+    result = jaxlab("config", "cartpole", "--config", str(config))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"jaxlab config: error: env 'cartpole' parameter max_steps=0 in {config} is out of range: it must be in "
+        "[1, 1e+09] (default 500); fix it there"], result.stderr
+    flag = jaxlab("config", "cartpole", "--env.max-steps", "0")
+    assert flag.returncode == 2 and flag.stderr.strip().endswith(
+        "env 'cartpole' parameter max_steps=0 is out of range: it must be in [1, 1e+09] (default 500)"), flag.stderr
+

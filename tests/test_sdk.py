@@ -17,9 +17,11 @@ import numpy as np
 import pytest
 
 import jaxlab
+import jaxlab.sdk
 from jaxlab import checkpoint
 from jaxlab.env import sdk
 
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "envs"
 SMALL = ["--vec.num-envs", "8", "--train.bptt-horizon", "8", "--train.minibatch-size", "32",
          "--policy.hidden-size", "16", "--log.dashboard", "plain"]
 
@@ -44,7 +46,7 @@ def test_the_skeleton_passes_its_own_tests(user_env):
                             capture_output=True, text=True, cwd=user_env, timeout=300,
                             env={**os.environ, "PYTHONPATH": str(Path(jaxlab.__file__).parents[1])})
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "4 passed" in result.stdout
+    assert "5 passed" in result.stdout
 
 
 def test_build_env_makes_a_library_that_lists_and_steps_like_the_header(user_env, tmp_path):
@@ -819,6 +821,105 @@ def test_a_buffer_pointer_of_the_wrong_type_does_not_compile(user_env, tmp_path,
     header = stroll_variant(user_env, tmp_path, "typed", declared, wrong)
     with pytest.raises(sdk.BuildError, match=rf"Typed\.{field} must be declared {re.escape(right)} \(BUILD.md"):
         sdk.build_library([header], tmp_path / "libtyped.so")
+
+
+@pytest.mark.parametrize("wrong", ["int reached_goal;", "uint32_t reached_goal;",
+                                   "float episode_length; int32_t reached_goal;"])
+def test_a_log_field_that_is_not_a_float_does_not_compile(user_env, tmp_path, wrong):
+    """CENV_ENV checked only the Log's size: an `int reached_goal` (as big as a float) compiled, and its
+    bits were read as a float, a wrong statistic with no word. The build asserts that each Log field is
+    a float, naming the field and the fix."""
+    header = stroll_variant(user_env, tmp_path, "counted", "float episode_length;\n    float reached_goal;",
+                            "float episode_length;\n    " + wrong.removeprefix("float episode_length; "))
+    with pytest.raises(sdk.BuildError) as err:
+        sdk.build_library([header], tmp_path / "libcounted.so")
+    first = next(line for line in str(err.value).splitlines() if "error:" in line)
+    assert f"{header}: CountedLog.reached_goal is not a float; declare it float" in first, str(err.value)
+
+
+def test_log_fields_named_otherwise_than_their_statistics_still_build_and_count(user_env, tmp_path):
+    """The Log's fields need not be named like the statistics (only their order counts), nor be declared
+    one per line, nor typedef'd by tag: such a Log of floats builds and its statistic reads right."""
+    header = stroll_variant(user_env, tmp_path, "renamed", "    float episode_length;\n    float reached_goal;\n} "
+                            "StrollLog;", "    float length, goal;\n};\ntypedef struct renamed_log StrollLog;")
+    text = header.read_text().replace("typedef struct {\n    float episode_return;\n    float length",
+                                      "struct renamed_log {\n    float episode_return;\n    float length")
+    header.write_text(text.replace("log.episode_length", "log.length").replace("log.reached_goal", "log.goal"))
+    with jaxlab.make(str(header), num_envs=2, length=2) as env:
+        env.reset()
+        infos = [env.step(np.full(2, 2, np.int32))[4] for _ in range(3)]  # action 2: right, the goal 1-2 away
+    assert any(info and info["reached_goal"] == 1.0 for info in infos), infos
+
+
+@pytest.mark.parametrize("wrong, right, expect", [
+    ("stroll_observe(env);\n    if (!env->terminals[0]",
+     "stroll_observe(env);\n    if (env->tick == 3) env->observations[2] = 0.25f;\n    if (!env->terminals[0]",
+     "wrote 1 float32 value (4 bytes) past the end of its observation rows (observations: 1 agent x 2 float32) "
+     "in step 3: in a vector that lands in another env's rows; write only observations[0 .. 2)"),
+    ("env->rewards[0] = reward;", "env->rewards[-1] = reward;",
+     "wrote 1 float32 value (4 bytes) before the start of its reward rows (rewards: 1 agent float32) in step 1"),
+])
+def test_an_env_writing_outside_its_rows_is_named_by_the_overrun_check(user_env, tmp_path, wrong, right, expect):
+    """An env that wrote past its observation rows wrote into the next env's rows (the last env's past
+    the buffer), and nothing said so: not its tests, not the sanitizer build. check_overruns steps each
+    env alone with guard bytes around its rows and names the env, the call, the buffer and how far."""
+    header = stroll_variant(user_env, tmp_path, "spilling", wrong, right)
+    with pytest.raises(jaxlab.sdk.OverrunError) as err:
+        jaxlab.sdk.check_overruns(str(header))
+    assert str(err.value).startswith("env 'spilling' (seed 0, alone in its vector) "), str(err.value)
+    assert expect in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("env", [*jaxlab.env.env_types(), str(EXAMPLES / "drone.h"), str(EXAMPLES / "cards.h")])
+def test_the_built_in_and_example_envs_write_only_their_own_rows(env):
+    jaxlab.sdk.check_overruns(env, seeds=(0,), steps=200)
+
+
+def test_the_tests_new_env_writes_catch_an_env_writing_past_its_rows(user_env, tmp_path):
+    """`jaxlab new-env`'s tests, what the README tells a user to run on a new header, passed for a header
+    that writes one float past its observation row; they now fail, with the overrun check's message."""
+    spilling = (user_env / "stroll.h").read_text().replace(
+        "stroll_observe(env);\n    if (!env->terminals[0]",
+        "stroll_observe(env);\n    env->observations[2] = 0.25f;\n    if (!env->terminals[0]")
+    (tmp_path / "stroll.h").write_text(spilling)
+    shutil.copy(user_env / "test_stroll.py", tmp_path)
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_stroll.py"],
+                            capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(Path(jaxlab.__file__).parents[1])})
+    assert result.returncode == 1 and "1 failed, 4 passed" in result.stdout, result.stdout + result.stderr
+    assert "OverrunError: env 'stroll' (seed 0, alone in its vector) wrote 1 float32 value (4 bytes) past the end " \
+           "of its observation rows" in result.stdout, result.stdout
+
+
+def test_envs_of_a_header_show_the_parameters_its_toml_gives_training_and_name_the_file(user_env, tmp_path, capsys):
+    """`jaxlab envs --library X.h` showed each parameter's default (length = 8) while `jaxlab train X.h`
+    trained with X.toml's (12): it shows the value training uses, the file that set it and the default."""
+    from jaxlab.cli import main
+    from jaxlab.config import load_config
+
+    header = tmp_path / "stroll.h"
+    shutil.copy(user_env / "stroll.h", header)
+    (tmp_path / "stroll.toml").write_text("[env]\nlength = 12\n")
+    assert load_config(str(header))[0].env == {"length": 12}  # what training uses
+    assert main(["envs", "--library", str(header)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f"  --env.length int = 12 (from {tmp_path / 'stroll.toml'}; default 8)  in [2, 1000]  cells from the " \
+           "start to the goal" in lines, lines
+    assert any(line.startswith("  --env.max_steps int = 64  in [1, 1e+09]") for line in lines), lines
+
+
+def test_a_parameter_out_of_range_in_the_toml_beside_a_header_names_that_toml(user_env, tmp_path):
+    """`jaxlab train X.h` with `length = 5000` in X.toml (range [2, 1000]) said "parameter length=5000 is
+    out of range" without naming X.toml, which the user may not know is read at all: it names the file."""
+    header = tmp_path / "stroll.h"
+    shutil.copy(user_env / "stroll.h", header)
+    (tmp_path / "stroll.toml").write_text("[env]\nlength = 5000\n")
+    result = jaxlab_cli("train", str(header), *SMALL, "--train.total-timesteps", "256", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"jaxlab train: error: env 'stroll' parameter length=5000 in {tmp_path / 'stroll.toml'} is out of range: "
+        "it must be in [2, 1000] (default 8); fix it there"), result.stderr
+    assert not (tmp_path / "runs").exists()
 
 
 def test_flags_set_only_when_an_episode_ends_are_cleared_for_the_next_step(user_env, tmp_path):

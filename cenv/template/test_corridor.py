@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 
 import jaxlab
+from jaxlab.sdk import check_overruns
 
 HEADER = Path(__file__).with_name("corridor.h")
 
@@ -54,3 +55,9 @@ def test_render_and_pixels_draw_the_agent_and_the_goal():
         picture = env.pixels(0, 240, 60)  # uint8[60, 240, 3]
         blue = (picture == [0x33, 0x66, 0xcc]).all(axis=2).sum()
         assert picture.shape == (60, 240, 3) and blue > 10
+
+
+def test_it_writes_only_its_own_rows_of_each_buffer():
+    """In a vector an env's rows lie before the next env's: a write past them (an index off by one) lands
+    there without a word. This steps the env alone with guard bytes around each buffer it writes."""
+    check_overruns(str(HEADER))

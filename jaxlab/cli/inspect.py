@@ -49,9 +49,13 @@ def envs_command(args: argparse.Namespace) -> int:
         print(f"{kind.name}: {kind.description}")
         print(f"  observation {spaces.observation_space}  action {spaces.action_space}{agents}"
               f"{'  options: ' + ', '.join(options) if options else ''}")
+        values, sources = training_env_values(kind.name, args.library)
         for p in kind.params:
             kind_name = ("int or " + "|".join(p.names) if p.names else "int") if p.is_int else "float"
-            print(f"  --env.{p.name} {kind_name} = {p.default_value:g}  in [{p.low:g}, {p.high:g}]  {p.help}")
+            value = f"{values.get(p.name, p.default_value):g}"
+            if f"env.{p.name}" in sources:  # a config file beside the header (or configs/envs/NAME.toml) sets it
+                value += f" (from {sources[f'env.{p.name}']}; default {p.default_value:g})"
+            print(f"  --env.{p.name} {kind_name} = {value}  in [{p.low:g}, {p.high:g}]  {p.help}")
         print(f"  statistics: {', '.join(kind.log_names)}")
     if args.library is None:
         for name, header in sorted(on_path.items()):
@@ -59,6 +63,22 @@ def envs_command(args: argparse.Namespace) -> int:
                 print(f"{name}: {header} (on the env path: `jaxlab train {name}` builds it; "
                       f"`jaxlab envs --library {header}` for its spaces)")
     return 0
+
+
+def training_env_values(name: str, library: str | None) -> tuple[dict, dict]:
+    """The env parameters `jaxlab train` gives env ``name`` of ``library`` (None: jaxlab's envs and the env
+    path) when no flag, --config or preset sets them: ({param: value}, {"env.PARAM": the file that set it})
+    from the config layers (configs/envs/NAME.toml; for a header, NAME.toml beside it, read when it is
+    trained by its path, i.e. for the env it is named after). Empty for an env library's envs (no file)."""
+    from jaxlab.config import load_config
+    from jaxlab.env.sdk import header_envs
+
+    trained_by_path = str(library).endswith(".h") and (header_envs(library) == [name] or Path(library).stem == name)
+    if library is not None and not trained_by_path:
+        return {}, {}  # `jaxlab train NAME --env.library LIB`: no config file of its own
+    config, sources = load_config(library if library is not None else name)
+    return config.env, {key: source for key, source in sources.items() if key.startswith("env.")
+                        and source not in ("configs/default.toml", "header", "env path")}
 
 
 #: `jaxlab train`'s options that `jaxlab config` does not take -> what to do instead.
@@ -175,7 +195,9 @@ def add_commands(add) -> None:
     """Registers this family's subcommands with ``add`` (see common.command_adder)."""
     envs = add("envs", "list the environments, their spaces and parameters",
                "List the C environments (jaxlab's, or those of an env library or header; only the ENV names "
-               "given, if any), their spaces, options, parameters and statistics.", envs_command)
+               "given, if any), their spaces, options, parameters (the values training uses: a value set by "
+               "the env's config file, NAME.toml beside its header or configs/envs/NAME.toml, names that file "
+               "and the default) and statistics.", envs_command)
     envs.add_argument("names", nargs="*", metavar="ENV", help="only these envs (default: all)")
     envs.add_argument("--library", metavar="LIB", help="an env library (.so from `jaxlab build-env`) or an env "
                       "header (.h, built on first use): list its envs instead of jaxlab's")

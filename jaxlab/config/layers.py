@@ -566,6 +566,7 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
             if any(k.replace("-", "_") == key for k in layer.get(section, {})):
                 set_after_preset.add(key)
     config = build_config(env_name, values, env_params, preset or "none")
+    check_env_ranges(config, env_params, sources)
     if preset_agents is not None and "num_envs" not in set_after_preset:
         minibatch = config.train.minibatch_size
         config = with_agents(config, *preset_agents, keep_minibatch="minibatch_size" in set_after_preset)
@@ -573,6 +574,20 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
         if config.train.minibatch_size != minibatch:
             sources["train.minibatch_size"] = f"{preset_agents[1]} ({minibatch:,}, made to divide the batch)"
     return config, sources
+
+
+def check_env_ranges(config: Config, env_params: dict, sources: dict) -> None:
+    """ConfigError for an env parameter of ``config`` outside its range, naming the layer that set it (an
+    X.toml beside the header, a --config file, a preset; ``sources``: load_config's) unless it was the
+    command line, whose flag the value already shows."""
+    from jaxlab.env.registry import out_of_range_problem
+
+    for key, value in config.env.items():
+        source = sources.get(f"env.{key}", "")
+        problem = out_of_range_problem(config.env_name, env_params[key], value,
+                                       "" if source == "command line" else source)
+        if problem:
+            raise ConfigError(problem)
 
 
 def with_agents(config: Config, agents: int, source: str, keep_minibatch: bool = False) -> Config:

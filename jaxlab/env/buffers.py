@@ -51,11 +51,14 @@ class StepBuffers:
     active: np.ndarray | None
     final_observations: np.ndarray
     actions: np.ndarray
+    guard: int = 0                     # bytes of canary before and after each block (see allocate)
 
 
 def allocate(num_agents: int, obs_shape: tuple[int, ...], obs_dtype, action_shape: tuple[int, ...], action_dtype,
-             mask_width: int = 0, with_active: bool = False) -> StepBuffers:
-    """Zeroed buffers for ``num_agents`` agents (mask rows all legal, every agent active)."""
+             mask_width: int = 0, with_active: bool = False, guard: int = 0) -> StepBuffers:
+    """Zeroed buffers for ``num_agents`` agents (mask rows all legal, every agent active). ``guard``: bytes
+    of canary (see guard_pattern) before and after each block of ``outputs``, which no write may touch
+    (see damaged_guards)."""
     A = num_agents
     specs = [("observations", (A, *obs_shape), np.dtype(obs_dtype).name), ("rewards", (A,), "float32"),
              ("terminals", (A,), "bool"), ("truncations", (A,), "bool")]
@@ -65,11 +68,13 @@ def allocate(num_agents: int, obs_shape: tuple[int, ...], obs_dtype, action_shap
         specs.append(("active", (A,), "bool"))
     layout, offset = [], 0
     for name, shape, dtype in specs:
-        offset = -(-offset // BLOCK_ALIGN) * BLOCK_ALIGN
+        offset = -(-(offset + guard) // BLOCK_ALIGN) * BLOCK_ALIGN
         layout.append((name, offset, shape, dtype))
-        offset += math.prod(shape) * np.dtype(dtype).itemsize
+        offset += math.prod(shape) * np.dtype(dtype).itemsize + guard
     outputs = aligned_empty((max(offset, 1),), np.uint8)
-    outputs.fill(0)
+    outputs[:] = guard_pattern(outputs.size) if guard else 0
+    for name, at, shape, dtype in layout:
+        outputs[at:at + math.prod(shape) * np.dtype(dtype).itemsize] = 0
     views = {name: outputs[at:at + math.prod(shape) * np.dtype(dtype).itemsize].view(dtype).reshape(shape)
              for name, at, shape, dtype in layout}
     if mask_width:
@@ -81,7 +86,31 @@ def allocate(num_agents: int, obs_shape: tuple[int, ...], obs_dtype, action_shap
     actions = aligned_empty((A, *action_shape), action_dtype)
     actions.fill(0)
     return StepBuffers(outputs, tuple(layout), views["observations"], views["rewards"], views["terminals"],
-                       views["truncations"], views.get("action_mask"), views.get("active"), final, actions)
+                       views["truncations"], views.get("action_mask"), views.get("active"), final, actions, guard)
+
+
+def guard_pattern(size: int) -> np.ndarray:
+    """The canary bytes of guard regions: uint8[size], none 0 or 1 (what flags, masks and most zeroed
+    values write), varying so that a repeated value written over them still differs somewhere."""
+    return (np.arange(size, dtype=np.int64) * 7 % 251 + 2).astype(np.uint8)
+
+
+def damaged_guards(buffers: StepBuffers) -> list[tuple[str, int, int]]:
+    """The guard bytes (see allocate's ``guard``) that something wrote over: (block name, bytes written
+    before the block's start, bytes written past its end), to the farthest changed byte of its guards,
+    for each block whose guards changed. Empty when every guard is whole (or there are none)."""
+    outputs, guard = buffers.outputs, buffers.guard
+    changed = outputs != guard_pattern(outputs.size)
+    damage = []
+    for name, start, shape, dtype in buffers.layout:
+        end = start + math.prod(shape) * np.dtype(dtype).itemsize
+        before = np.flatnonzero(changed[max(start - guard, 0):start])
+        after = np.flatnonzero(changed[end:end + guard])
+        reach_before = min(start, guard) - int(before[0]) if before.size else 0
+        reach_after = int(after[-1]) + 1 if after.size else 0
+        if reach_before or reach_after:
+            damage.append((name, reach_before, reach_after))
+    return damage
 
 
 def decode(packed, layout: tuple[Block, ...]) -> dict:

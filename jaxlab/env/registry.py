@@ -254,11 +254,21 @@ def resolve_params(kind: EnvType, params: dict) -> list[float]:
                 want += f" or one of {', '.join(p.names)}"
             raise TypeError(f"env '{kind.name}' parameter {p.name}={value!r} ({type(value).__name__}) "
                             f"must be {want}, e.g. {p.name}={p.default_value:g}")
-        if not p.low <= value <= p.high:
-            raise ValueError(f"env '{kind.name}' parameter {p.name}={value} is out of range: it must be "
-                             f"in [{p.low:g}, {p.high:g}] (default {p.default_value:g})")
+        problem = out_of_range_problem(kind.name, p, value)
+        if problem:
+            raise ValueError(problem)
         values.append(float(value))
     return values
+
+
+def out_of_range_problem(env: str, param: Param, value: int | float, source: str = "") -> str | None:
+    """Why ``value`` of parameter ``param`` of env ``env`` cannot be taken (outside the range its header
+    declares), naming ``source`` (the file that set it) when given; None when it is in range."""
+    if param.low <= value <= param.high:
+        return None
+    where, fix = (f" in {source}", "; fix it there") if source else ("", "")
+    return (f"env '{env}' parameter {param.name}={value}{where} is out of range: it must be in "
+            f"[{param.low:g}, {param.high:g}] (default {param.default_value:g}){fix}")
 
 
 def spaces_of(name: str, library: str | Path | None = None, **params) -> EnvSpaces:

@@ -82,6 +82,17 @@ class Box:
 Space = Discrete | MultiDiscrete | Box
 
 
+def legal_argmax(action_space: Discrete | MultiDiscrete, mask: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    """Per agent and component, the legal action of highest score: ``mask`` [A, sum(nvec)] (nonzero:
+    legal), ``scores`` [A, sum(nvec)] (random bytes from 1 give random legal actions). Returns int32 [A]
+    for Discrete, [A, k] for MultiDiscrete (a component with no legal action gets 0)."""
+    nvec = (action_space.n,) if isinstance(action_space, Discrete) else tuple(action_space.nvec)
+    ends = np.cumsum((0, *nvec))
+    masked = scores * mask
+    actions = np.stack([masked[:, a:b].argmax(axis=1) for a, b in zip(ends[:-1], ends[1:])], axis=1)
+    return actions.astype(np.int32).reshape((len(mask), *action_space.shape))
+
+
 @dataclass(frozen=True)
 class EnvSpaces:
     """What one env of a type with given params looks like, per agent.

@@ -95,10 +95,10 @@ class VecEnv:
         self.action_space = spaces.action_space
         self.has_mask = spaces.has_mask
 
-    def _allocate(self) -> None:
+    def _allocate(self, guard: int = 0) -> None:
         obs, act = self.observation_space, self.action_space
         self.buffers = b = allocate(self.num_agents, obs.shape, obs.dtype, act.shape, act.dtype,
-                                    self.spaces.mask_width if self.has_mask else 0, self.spaces.agents_wait)
+                                    self.spaces.mask_width if self.has_mask else 0, self.spaces.agents_wait, guard)
         self.observations, self.rewards, self.terminals, self.truncations = (
             b.observations, b.rewards, b.terminals, b.truncations)
         self.action_mask, self.active = b.action_mask, b.active
@@ -114,6 +114,12 @@ class VecEnv:
         self._check(rc, "bind")
         self._action_shape = self.actions.shape
         self._action_dtype = self.actions.dtype
+
+    def guard_buffers(self, guard: int) -> None:
+        """Test hook (the overrun check, jaxlab.env.overrun): hands the envs new zeroed buffers with
+        ``guard`` bytes of canary before and after each block of ``outputs`` (observations, rewards, flags,
+        mask, active), which jaxlab.env.buffers.damaged_guards(self.buffers) checks. Reset afterwards."""
+        self._allocate(guard)
 
     def track_episodes(self) -> None:
         """From now on, after every step ``episode_ends`` [num_envs] int32 holds how many agent-episodes

@@ -15,6 +15,7 @@ import jaxlab
 from jaxlab.env import is_python_env, spaces_of
 from jaxlab.env.library import constant
 from jaxlab.env.python_envs import C_TWINS
+from jaxlab.env.spaces import legal_argmax
 
 
 def env_steps_per_second(name: str, agents: int, seconds: float, threads: int = 1,
@@ -77,14 +78,10 @@ def report_env(name: str, agents: int, seconds: float, num_threads: int = 1, par
 def _masked_steps_per_second(env, rng: np.random.Generator, seconds: float, clock=time.perf_counter) -> tuple[float, float]:
     """env_steps_per_second for an env with an action mask: each step's actions are uniform-ish random
     legal ones (the argmax of random bytes over the legal entries of each component), drawn untimed."""
-    nvec = (env.action_space.n,) if env.action_space.shape == () else tuple(env.action_space.nvec)
-    ends = np.cumsum((0, *nvec))
     pool = [rng.integers(1, 256, env.action_mask.shape, dtype=np.uint8) for _ in range(8)]
 
     def legal(i: int) -> np.ndarray:
-        scores = pool[i % len(pool)] * env.action_mask
-        actions = np.stack([scores[:, a:b].argmax(axis=1) for a, b in zip(ends[:-1], ends[1:])], axis=1)
-        return actions.astype(np.int32).reshape(env.actions.shape)
+        return legal_argmax(env.action_space, env.action_mask, pool[i % len(pool)])
 
     env.reset()
     for i in range(64):

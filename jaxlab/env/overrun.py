@@ -1,0 +1,94 @@
+"""The overrun check of an env (`jaxlab.sdk.check_overruns`, run by the tests `jaxlab new-env` writes): does
+its C code write only its own rows of the buffers it is handed?
+
+In a vector, env i's rows lie right before env i+1's: an env that writes past its observation rows (an
+index off by one, a wrong row size) writes into the next env's, and the last env's lands past the buffer,
+where neither a test of values nor the sanitizer build sees it. The check steps each env alone (a vector of
+one env) with guard bytes of canary (jaxlab.env.buffers.guard_pattern) before and after each buffer it
+writes, and names the first write it finds on them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from jaxlab.env.buffers import damaged_guards
+from jaxlab.env.spaces import Box, legal_argmax
+
+#: What each block of a step's outputs holds, per agent row, as an overrun message names it.
+ROWS = {"observations": "observation", "rewards": "reward", "terminals": "terminal flag",
+        "truncations": "truncation flag", "action_mask": "action mask", "active": "active flag"}
+
+
+class OverrunError(AssertionError):
+    """An env wrote outside its own rows of a buffer; the message names the env, the seed, the call, the
+    buffer and how far it wrote (an AssertionError, so that pytest shows it as a failed check)."""
+
+
+def check_overruns(env: str, seeds: tuple[int, ...] = (0, 1, 2), steps: int = 300, library: str | None = None,
+                   **params) -> None:
+    """Steps the C env ``env`` (a name, or a header "path/NAME.h", as jaxlab.make takes it) alone in a vector,
+    once per seed in ``seeds``: a reset, then ``steps`` steps of random legal actions, with guard bytes
+    before and after each buffer it writes (observations, rewards, terminals, truncations, action_mask,
+    active: the rows of its agents_per_env agents). OverrunError at the first call after which a guard
+    byte changed; the env's own errors (a broken step contract) come through as they are."""
+    from jaxlab.env.vecenv import VecEnv, make
+
+    for seed in seeds:
+        with make(env, num_envs=1, seed=seed, library=library, **params) as vec:
+            if not isinstance(vec, VecEnv):
+                raise ValueError(f"{env!r} is a Python env: the overrun check is for C envs")
+            vec.guard_buffers(_guard_bytes(vec))
+            rng = np.random.default_rng(seed)
+            _checked(vec, "its reset", vec.reset)
+            for step in range(1, steps + 1):
+                actions = _random_actions(vec, rng)
+                _checked(vec, f"step {step}", lambda: vec.step(actions))
+
+
+def _guard_bytes(vec) -> int:
+    """How many guard bytes each buffer gets: as many as its largest block, 4 KiB at least, rounded up to
+    whole 64-byte lines (an overrun farther than that is seen as one before the next buffer's start)."""
+    largest = max(math.prod(shape) * np.dtype(dtype).itemsize for _, _, shape, dtype in vec.buffers.layout)
+    return -(-max(largest, 4096) // 64) * 64
+
+
+def _random_actions(vec, rng: np.random.Generator) -> np.ndarray:
+    """Random actions for every agent of ``vec``, legal under its mask when it has one ([A] or [A, k])."""
+    if vec.has_mask and not isinstance(vec.action_space, Box):
+        scores = rng.integers(1, 256, vec.action_mask.shape, dtype=np.uint8)
+        return legal_argmax(vec.action_space, vec.action_mask, scores)
+    return vec.action_space.sample(rng, vec.num_agents)
+
+
+def _checked(vec, call: str, run) -> None:
+    """Runs ``run`` (a reset or step of ``vec``), then raises OverrunError when a guard changed; an error of
+    the call itself is raised after that check (an overrun explains it better)."""
+    try:
+        run()
+    except (RuntimeError, ValueError) as err:
+        failure = err
+    else:
+        failure = None
+    damage = damaged_guards(vec.buffers)
+    if damage:
+        raise OverrunError(_overrun_message(vec, call, *damage[0])) from failure
+    if failure is not None:
+        raise failure
+
+
+def _overrun_message(vec, call: str, block: str, before: int, after: int) -> str:
+    """What the env ``vec`` wrote outside its rows of ``block`` in ``call`` (``before`` / ``after``: bytes
+    written before the block's start / past its end), and the fix."""
+    shape, dtype = next((shape, np.dtype(dtype)) for name, _, shape, dtype in vec.buffers.layout if name == block)
+    reach, where = (after, "past the end") if after else (before, "before the start")
+    values = -(-reach // dtype.itemsize)
+    row = math.prod(shape[1:])
+    rows = f"{vec.agents_per_env} agent{'s' * (vec.agents_per_env > 1)} x {row}" if row > 1 else \
+        f"{vec.agents_per_env} agent{'s' * (vec.agents_per_env > 1)}"
+    return (f"env '{vec.name}' (seed {vec.seed}, alone in its vector) wrote {values} {dtype.name} "
+            f"value{'s' * (values > 1)} ({reach} bytes) {where} of its {ROWS[block]} rows ({block}: {rows} "
+            f"{dtype.name}) in {call}: in a vector that lands in another env's rows; write only "
+            f"{block}[0 .. {vec.agents_per_env * row}) (check the indices and row sizes against its spaces)")
