@@ -381,6 +381,7 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, update
         check_network(config, shape.obs_shape)
         limit = memory.current_limit()
         estimate = memory.check_fits(config, sizes, shape, limit)  # before anything is allocated
+        check_compile_cache(config.device.compile_cache)
     except ConfigError as err:
         if resume is None:
             raise
@@ -391,6 +392,20 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, update
         if line is not None:
             warn(line)
     return Resolved(config, sources, sizes, reason, backend, resume, tuple(changes), estimate, limit, resume_meta)
+
+
+def check_compile_cache(setting: str) -> None:
+    """ConfigError when ``setting`` (device.compile_cache) names a folder this process cannot create and
+    write in: found here, before anything runs (train, bench and config alike), not when the trainer
+    turns the cache on. "auto" and "off" are not checked: auto's unusable folder is a warning then."""
+    from jaxlab.run import compile_cache
+
+    if setting.strip().lower() in ("auto", "off"):
+        return
+    folder = compile_cache.cache_folder(setting)
+    reason = cannot_write(folder)
+    if reason is not None:
+        raise compile_cache.unusable_folder(setting, folder, reason)
 
 
 def cannot_write(directory: Path) -> str | None:

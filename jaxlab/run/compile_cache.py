@@ -43,6 +43,12 @@ def cache_folder(setting: str) -> Path | None:
     return base / f"jaxlab-{__version__}"
 
 
+def unusable_folder(setting: str, folder: Path, reason: str) -> ConfigError:
+    """The error for a named ``setting`` whose ``folder`` cannot be created or written, for ``reason``."""
+    return ConfigError(f"device.compile_cache={setting!r}: cannot create {folder} ({reason}); give a folder you "
+                       "can write, e.g. --device.compile-cache ~/.cache/jaxlab/xla, or off")
+
+
 def _listen(event: str, *args, **kwargs) -> None:
     name = _EVENTS.get(event)
     if name is not None:
@@ -69,9 +75,7 @@ def enable(setting: str) -> str:
                 _state["dir"] = None
                 if setting.strip().lower() != "auto":
                     _state["setting"] = None  # a later call with a usable setting may still turn it on
-                    raise ConfigError(f"device.compile_cache={setting!r}: cannot create {folder} ({err.strerror}); "
-                                      "give a folder you can write, e.g. --device.compile-cache ~/.cache/jaxlab-xla, "
-                                      "or off") from None
+                    raise unusable_folder(setting, folder, err.strerror) from None
                 print(f"warning: compile cache off: cannot create {folder} ({err.strerror}); set "
                       "device.compile_cache to a folder you can write, or off", file=sys.stderr)
                 return describe()
