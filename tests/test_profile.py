@@ -82,6 +82,10 @@ def test_a_trace_that_cannot_start_is_a_warning_and_the_run_goes_on(monkeypatch,
      r"--profile-updates 5:6 is outside this run's updates 1..4, so no trace would be written; e.g. "
      r"--profile-updates 2:3"),
     (["--profile-updates", "2:3"], r"--profile-updates 2:3 needs --profile DIR"),
+    # an empty range (a shell variable left unset) traced updates 2:3, the default, without a word
+    (["--profile", "TRACE", "--profile-updates", ""],
+     r"^jaxlab train: error: --profile-updates '' is not A:B with 1 <= A <= B \(updates counted from 1\), e.g. "
+     r"--profile-updates 2:3\n$"),
 ])
 def test_a_profile_the_run_cannot_write_is_refused_before_training(tmp_path, capsys, flags, message):
     from jaxlab import cli

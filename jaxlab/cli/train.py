@@ -108,7 +108,8 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
         from jaxlab.run.profile import ProfileUpdates, parse_updates
 
         try:
-            profile = ProfileUpdates(args.profile, *parse_updates(args.profile_updates or "2:3"))
+            updates = "2:3" if args.profile_updates is None else args.profile_updates  # "" is refused, not the default
+            profile = ProfileUpdates(args.profile, *parse_updates(updates))
         except ValueError as err:
             print(f"jaxlab train: error: {err}", file=sys.stderr)
             return 2
