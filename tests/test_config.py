@@ -349,6 +349,10 @@ def test_more_bad_flags(flags, message):
 def test_unknown_preset_and_a_config_file_for_another_env(tmp_path):
     with pytest.raises(ConfigError, match=r"unknown preset 'h10'; did you mean 'h100'\?"):
         load_config("cartpole", preset="h10")
+    # a preset in another case (the card's own name, NVIDIA H100) got no suggestion; nor did Auto
+    for written, meant in (("H100", "h100"), ("GPU", "gpu"), ("Auto", "auto"), ("HEAVY", "heavy")):
+        with pytest.raises(ConfigError, match=rf"^unknown preset '{written}'; did you mean '{meant}'\? presets: "):
+            load_config("cartpole", preset=written)
     config, _ = load_config("memory")
     path = tmp_path / "memory.toml"
     path.write_text(to_toml(config))
