@@ -319,6 +319,17 @@ def test_bench_refuses_a_count_it_cannot_time(capsys, flags, message):
     assert capsys.readouterr().err == f"jaxlab bench: error: {message}\n"
 
 
+def test_bench_names_an_example_for_seconds_that_are_not_a_number(capsys):
+    """--seconds x said "invalid float value: 'x'" (argparse's float), naming no form to write."""
+    from jaxlab import cli
+
+    with pytest.raises(SystemExit) as end:
+        cli.main(["bench", "cartpole", "--seconds", "x"])
+    assert end.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == ("jaxlab bench: error: argument --seconds: 'x' is not a "
+                                                        "number; write e.g. 1, 0.5 or 2e-1")
+
+
 def test_steady_training_reports_the_updates_that_ran():
     """A config whose total steps end before the updates asked for: the SPS is over the updates that ran,
     and none after the first is an error naming the flag, not a figure divided by a count that never ran."""

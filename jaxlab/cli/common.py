@@ -73,6 +73,15 @@ def whole_number(text: str) -> int:
     raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; write e.g. 1000, 1_000 or 1e3")
 
 
+def number(text: str) -> float:
+    """An argparse type for a number of seconds or a rate: what float() reads (argparse's own float type says
+    only "invalid float value", with no example); its range is the command's to check."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; write e.g. 1, 0.5 or 2e-1") from None
+
+
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """ENV, --preset and --config, shared by every command that resolves a config. ENV is optional to
     argparse (a missing one is None) so that `jaxlab train --resume RUN` can take the run's: a command
