@@ -82,6 +82,9 @@ def test_a_trace_that_cannot_start_is_a_warning_and_the_run_goes_on(monkeypatch,
      r"--profile-updates 5:6 is outside this run's updates 1..4, so no trace would be written; e.g. "
      r"--profile-updates 2:3"),
     (["--profile-updates", "2:3"], r"--profile-updates 2:3 needs --profile DIR"),
+    # argparse took a value starting with -1 for an option: "argument --profile-updates: expected one argument"
+    (["--profile", "TRACE", "--profile-updates", "-1:2"], r"^jaxlab train: error: --profile-updates '-1:2' is not "
+                                                          r"A:B with 1 <= A <= B"),
     # an empty range (a shell variable left unset) traced updates 2:3, the default, without a word
     (["--profile", "TRACE", "--profile-updates", ""],
      r"^jaxlab train: error: --profile-updates '' is not A:B with 1 <= A <= B \(updates counted from 1\), e.g. "
