@@ -102,6 +102,22 @@ def test_a_profile_the_run_cannot_write_is_refused_before_training(tmp_path, cap
     assert not (tmp_path / "run" / "metrics.jsonl").exists() and not (tmp_path / "trace").exists()
 
 
+def test_a_profile_folder_written_with_a_tilde_is_in_the_home_folder(tmp_path, monkeypatch):
+    """--profile=~/traces (the shell expands no ~ after "=", nor a quoted one) wrote the trace to a folder
+    named "~" in the current folder, as paths elsewhere in jaxlab (--device.compile-cache, env headers) do not."""
+    from jaxlab import cli
+
+    folders = []
+    monkeypatch.setattr(jax.profiler, "start_trace", lambda folder: folders.append(folder))
+    monkeypatch.setattr(jax.profiler, "stop_trace", lambda: None)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["train", "cartpole", "--vec.num-envs", "16", "--train.total-timesteps", "512",
+                     "--log.dashboard", "none", "--run-dir", str(tmp_path / "run"), "--profile=~/traces",
+                     "--profile-updates", "1"]) == 0
+    assert folders == [str(tmp_path / "home" / "traces")] and not (tmp_path / "~").exists()
+
+
 @pytest.mark.slow
 def test_a_run_with_profile_writes_a_trace(tmp_path):
     config, _ = load_config("cartpole", flags=["--vec.num-envs", "16", "--train.total-timesteps", "1024",
