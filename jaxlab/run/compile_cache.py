@@ -76,7 +76,9 @@ def enable(setting: str) -> str:
                 if setting.strip().lower() != "auto":
                     _state["setting"] = None  # a later call with a usable setting may still turn it on
                     raise unusable_folder(setting, folder, err.strerror) from None
-                print(f"warning: compile cache off: cannot create {folder} ({err.strerror}); set "
+                source = next((f" (from ${name})" for name in ("JAXLAB_CACHE_DIR", "XDG_CACHE_HOME")
+                               if os.environ.get(name)), "")  # the variable to fix, when one chose the folder
+                print(f"warning: compile cache off: cannot create {folder}{source} ({err.strerror}); set "
                       "device.compile_cache to a folder you can write, or off", file=sys.stderr)
                 return describe()
             jax.config.update("jax_compilation_cache_dir", str(folder))
