@@ -115,7 +115,9 @@ def test_bad_flags(flags, message):
     (["--train.update-epochs", "1e9"], r"^train.update_epochs=1,000,000,000 makes 780,000,000,000 optimizer steps "
      r"\(195 updates x 1,000,000,000 epochs x 4 minibatches\), past the 2\*\*31 - 1 their int32 counter holds; use "
      r"at most --train.update-epochs 2753184$"),
-    (["--vec.num-threads", "65", "--vec.num-envs", "128"], r"vec.num_threads=65 exceeds min\(vec.num_envs, 64\)=64"),
+    (["--vec.num-threads", "65", "--vec.num-envs", "128"],
+     r"vec.num_threads=65 exceeds min\(vec.num_envs, 64\)=64; use at most 64 threads, e.g. --vec.num-threads 64 "
+     r"\(or auto\)$"),
     (["--train.total-timesteps", "1e12"], r"^train.total_timesteps=1,000,000,000,000 makes 7,812,500,000 "
      r"optimizer steps \(976,562,500 updates x 2 epochs x 4 minibatches\), past the 2\*\*31 - 1 their int32 "
      r"counter holds; use at most --train.total-timesteps 274877906943$"),

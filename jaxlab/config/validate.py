@@ -328,7 +328,7 @@ def check_threads(config: Config, agents_per_env: int, processes: int) -> tuple[
         if processes > 1:
             where = f"vec.num_envs / ({'vec.groups x ' * (v.groups > 1)}{processes} processes)"
         raise ConfigError(f"vec.num_threads={v.num_threads} exceeds min({where}, {max_chunks})={num_chunks}; "
-                          f"use at most {num_chunks} threads")
+                          f"use at most {num_chunks} threads, e.g. --vec.num-threads {num_chunks} (or auto)")
     return num_threads, threads_reason
 
 
