@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from jaxlab import __version__
 from jaxlab.config import load_config
 
 
@@ -102,6 +103,24 @@ def test_config_refuses_a_best_metric_train_refuses(capsys):
     assert 'best_metric = "return_std"' in out and err == ""
     assert cli.main(["config", "cartpole", "--checkpoint.best-metric", "return_std", "--train.reward-scale", "1"]) == 2
     assert "best_metric='return_std' is not a metric of this run" in capsys.readouterr().err
+
+
+def test_a_compile_cache_folder_that_cannot_be_made_is_refused_by_config_and_bench_before_anything_runs(tmp_path):
+    """A --device.compile-cache folder under a file was refused by `jaxlab train` only once its trainer was
+    built (after the header line), by `jaxlab bench` after it had stepped the env for --seconds, and not
+    at all by `jaxlab config`, the dry run of train; now all three refuse it in one line, exit 2."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    cache = str(afile / "cache")
+    expected = (f"error: device.compile_cache='{cache}': cannot create {cache}/jaxlab-{__version__} ({afile} is "
+                "a file, not a folder); give a folder you can write, e.g. --device.compile-cache ~/.cache/jaxlab/xla, "
+                "or off\n")
+    for command, extra in (("config", []), ("bench", ["--updates", "1", "--seconds", "0.05"]),
+                           ("train", ["--run-dir", str(tmp_path / "run"), "--train.total-timesteps", "2048"])):
+        result = jaxlab(command, "cartpole", "--device.compile-cache", cache, *extra)
+        assert result.returncode == 2, (command, result.stdout, result.stderr)
+        assert result.stderr == f"jaxlab {command}: {expected}" and result.stdout == "", command
+    assert not (tmp_path / "run").exists() and afile.read_text() == ""
 
 
 def test_a_dist_table_in_a_config_file_is_named_as_not_read(tmp_path, capsys, monkeypatch):
@@ -298,6 +317,17 @@ def test_bench_refuses_a_count_it_cannot_time(capsys, flags, message):
 
     assert cli.main(["bench", "cartpole", *flags]) == 2
     assert capsys.readouterr().err == f"jaxlab bench: error: {message}\n"
+
+
+def test_bench_names_an_example_for_seconds_that_are_not_a_number(capsys):
+    """--seconds x said "invalid float value: 'x'" (argparse's float), naming no form to write."""
+    from jaxlab import cli
+
+    with pytest.raises(SystemExit) as end:
+        cli.main(["bench", "cartpole", "--seconds", "x"])
+    assert end.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == ("jaxlab bench: error: argument --seconds: 'x' is not a "
+                                                        "number; write e.g. 1, 0.5 or 2e-1")
 
 
 def test_steady_training_reports_the_updates_that_ran():

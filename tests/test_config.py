@@ -115,7 +115,9 @@ def test_bad_flags(flags, message):
     (["--train.update-epochs", "1e9"], r"^train.update_epochs=1,000,000,000 makes 780,000,000,000 optimizer steps "
      r"\(195 updates x 1,000,000,000 epochs x 4 minibatches\), past the 2\*\*31 - 1 their int32 counter holds; use "
      r"at most --train.update-epochs 2753184$"),
-    (["--vec.num-threads", "65", "--vec.num-envs", "128"], r"vec.num_threads=65 exceeds min\(vec.num_envs, 64\)=64"),
+    (["--vec.num-threads", "65", "--vec.num-envs", "128"],
+     r"vec.num_threads=65 exceeds min\(vec.num_envs, 64\)=64; use at most 64 threads, e.g. --vec.num-threads 64 "
+     r"\(or auto\)$"),
     (["--train.total-timesteps", "1e12"], r"^train.total_timesteps=1,000,000,000,000 makes 7,812,500,000 "
      r"optimizer steps \(976,562,500 updates x 2 epochs x 4 minibatches\), past the 2\*\*31 - 1 their int32 "
      r"counter holds; use at most --train.total-timesteps 274877906943$"),
@@ -372,6 +374,10 @@ def test_more_bad_flags(flags, message):
 def test_unknown_preset_and_a_config_file_for_another_env(tmp_path):
     with pytest.raises(ConfigError, match=r"unknown preset 'h10'; did you mean 'h100'\?"):
         load_config("cartpole", preset="h10")
+    # a preset in another case (the card's own name, NVIDIA H100) got no suggestion; nor did Auto
+    for written, meant in (("H100", "h100"), ("GPU", "gpu"), ("Auto", "auto"), ("HEAVY", "heavy")):
+        with pytest.raises(ConfigError, match=rf"^unknown preset '{written}'; did you mean '{meant}'\? presets: "):
+            load_config("cartpole", preset=written)
     config, _ = load_config("memory")
     path = tmp_path / "memory.toml"
     path.write_text(to_toml(config))

@@ -40,6 +40,26 @@ def test_gpu_preset_on_a_cpu_is_an_error_not_a_fallback():
         check_preset_fits("cpu", [DeviceInfo("gpu", "NVIDIA H100", 80 * GIB)])
 
 
+def test_a_gpu_preset_on_a_cpu_names_the_cuda_extra_and_the_gpu_jax_does_not_see():
+    """--preset h100 on a CPU ended with "or install JAX for your accelerator", naming neither README's
+    cuda12 extra nor, on a machine with an NVIDIA driver (JAX installed without its CUDA wheels), the GPU:
+    the warning that says so (unused_gpu_warning) never came, since this error comes first."""
+    cpu = [DeviceInfo("cpu", "cpu", None)]
+    with pytest.raises(ConfigError) as raised:
+        check_preset_fits("h100", cpu, present=lambda: "an NVIDIA GPU (driver 550.54)")
+    assert str(raised.value) == ("preset 'h100' is for gpu/cuda devices but JAX sees only cpu devices here, though "
+                                 "this machine has an NVIDIA GPU (driver 550.54) (JAX installed without its CUDA "
+                                 "wheels); use --preset auto (it picks 'cpu' here), or for an NVIDIA GPU, install "
+                                 "JAX's CUDA wheels: pip install -e \".[cuda12]\" (then `jaxlab presets`)")
+    with pytest.raises(ConfigError, match=r"is for gpu/cuda/rocm devices but JAX sees only cpu devices here; .*"
+                                          r"pip install -e \"\.\[cuda12\]\""):
+        check_preset_fits("gpu", cpu, present=lambda: None)
+    with pytest.raises(ConfigError, match=r"preset 'cpu' is for cpu devices but JAX sees only gpu devices here; use "
+                                          r"--preset auto \(it picks 'h100' here\), or JAX_PLATFORMS=cpu makes JAX "
+                                          r"use the CPU$"):
+        check_preset_fits("cpu", [DeviceInfo("gpu", "NVIDIA H100", 80 * GIB)])
+
+
 def test_describe_marks_the_auto_choice():
     text = describe_presets([DeviceInfo("gpu", "NVIDIA A100-SXM4-80GB", 80 * GIB)])
     assert "* a100" in text and "  cpu" in text and "auto picks 'a100' here" in text

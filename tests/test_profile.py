@@ -82,6 +82,13 @@ def test_a_trace_that_cannot_start_is_a_warning_and_the_run_goes_on(monkeypatch,
      r"--profile-updates 5:6 is outside this run's updates 1..4, so no trace would be written; e.g. "
      r"--profile-updates 2:3"),
     (["--profile-updates", "2:3"], r"--profile-updates 2:3 needs --profile DIR"),
+    # argparse took a value starting with -1 for an option: "argument --profile-updates: expected one argument"
+    (["--profile", "TRACE", "--profile-updates", "-1:2"], r"^jaxlab train: error: --profile-updates '-1:2' is not "
+                                                          r"A:B with 1 <= A <= B"),
+    # an empty range (a shell variable left unset) traced updates 2:3, the default, without a word
+    (["--profile", "TRACE", "--profile-updates", ""],
+     r"^jaxlab train: error: --profile-updates '' is not A:B with 1 <= A <= B \(updates counted from 1\), e.g. "
+     r"--profile-updates 2:3\n$"),
 ])
 def test_a_profile_the_run_cannot_write_is_refused_before_training(tmp_path, capsys, flags, message):
     from jaxlab import cli
@@ -93,6 +100,22 @@ def test_a_profile_the_run_cannot_write_is_refused_before_training(tmp_path, cap
     assert code == 2
     assert re.search(message, capsys.readouterr().err)
     assert not (tmp_path / "run" / "metrics.jsonl").exists() and not (tmp_path / "trace").exists()
+
+
+def test_a_profile_folder_written_with_a_tilde_is_in_the_home_folder(tmp_path, monkeypatch):
+    """--profile=~/traces (the shell expands no ~ after "=", nor a quoted one) wrote the trace to a folder
+    named "~" in the current folder, as paths elsewhere in jaxlab (--device.compile-cache, env headers) do not."""
+    from jaxlab import cli
+
+    folders = []
+    monkeypatch.setattr(jax.profiler, "start_trace", lambda folder: folders.append(folder))
+    monkeypatch.setattr(jax.profiler, "stop_trace", lambda: None)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["train", "cartpole", "--vec.num-envs", "16", "--train.total-timesteps", "512",
+                     "--log.dashboard", "none", "--run-dir", str(tmp_path / "run"), "--profile=~/traces",
+                     "--profile-updates", "1"]) == 0
+    assert folders == [str(tmp_path / "home" / "traces")] and not (tmp_path / "~").exists()
 
 
 @pytest.mark.slow

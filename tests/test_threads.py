@@ -64,7 +64,7 @@ def test_threads_are_checked_and_chosen_for_one_processs_envs(monkeypatch):
     with pytest.raises(ConfigError) as refused:
         derive_sizes(config, 1, processes=2)
     assert str(refused.value) == ("vec.num_threads=8 exceeds min(vec.num_envs / (2 processes), 64)=4; use at most 4 "
-                                  "threads")
+                                  "threads, e.g. --vec.num-threads 4 (or auto)")
     config, _ = load_config("cartpole", flags=[*given[:2], "--vec.groups", "2", "--vec.num-threads", "4",
                                                "--train.minibatch-size", "64"])
     with pytest.raises(ConfigError, match=r"exceeds min\(vec.num_envs / \(vec.groups x 2 processes\), 64\)=2;"):

@@ -51,6 +51,26 @@ def split_config_flags(argv: list[str]) -> tuple[list[str], list[str]]:
     return others, flags
 
 
+#: Options whose value may start with "-" and a digit without being a number argparse knows ("-1:2"):
+#: argparse took such a value for an option and said only "expected one argument".
+DASH_VALUE_OPTIONS = ("--profile-updates",)
+
+
+def join_dash_values(argv: list[str]) -> list[str]:
+    """``argv`` with each option of DASH_VALUE_OPTIONS followed by a "-<digit>..." value written as
+    ``--option=VALUE``, so that the command's own check names the value ("--profile-updates '-1:2' is not
+    A:B ...")."""
+    joined, i = [], 0
+    while i < len(argv):
+        if argv[i] in DASH_VALUE_OPTIONS and i + 1 < len(argv) and re.match(r"-\d", argv[i + 1]):
+            joined.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+        else:
+            joined.append(argv[i])
+            i += 1
+    return joined
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs the command of ``argv`` (default sys.argv[1:]); returns its exit status. A reader of its
     output that exits early (`jaxlab runs | head`) ends it quietly with status 0, as the reader asked:
@@ -79,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     others, flags = split_config_flags(sys.argv[1:] if argv is None else list(argv))
-    args, rest = parser.parse_known_args(others)  # a flag's value is never taken for ENV when ENV is missing
+    args, rest = parser.parse_known_args(join_dash_values(others))  # a flag's value is never taken for ENV
     if args.takes_flags == "env" and rest:  # eval: its own options and --env.KEY flags, nothing for parse_flags
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     rest += flags

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from jaxlab.cli.common import LAYERS, fail, resolve, whole_number
+from jaxlab.cli.common import LAYERS, fail, number, resolve, whole_number
 
 
 def bench_command(args: argparse.Namespace) -> int:
@@ -41,4 +41,4 @@ def add_commands(add) -> None:
                 bench_command, with_config=True)
     bench.add_argument("--updates", type=whole_number, default=3, help="timed updates after the first (default 3): the "
                        "run's length, whatever train.total_timesteps says")
-    bench.add_argument("--seconds", type=float, default=1.0, help="env-stepping timing window (default 1)")
+    bench.add_argument("--seconds", type=number, default=1.0, help="env-stepping timing window (default 1)")

@@ -73,6 +73,15 @@ def whole_number(text: str) -> int:
     raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; write e.g. 1000, 1_000 or 1e3")
 
 
+def number(text: str) -> float:
+    """An argparse type for a number of seconds or a rate: what float() reads (argparse's own float type says
+    only "invalid float value", with no example); its range is the command's to check."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; write e.g. 1, 0.5 or 2e-1") from None
+
+
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """ENV, --preset and --config, shared by every command that resolves a config. ENV is optional to
     argparse (a missing one is None) so that `jaxlab train --resume RUN` can take the run's: a command
@@ -385,6 +394,7 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, update
         check_network(config, shape.obs_shape)
         limit = memory.current_limit()
         estimate = memory.check_fits(config, sizes, shape, limit)  # before anything is allocated
+        check_compile_cache(config.device.compile_cache)
     except ConfigError as err:
         if resume is None or isinstance(err, PolicyModuleError):  # the module's own code: no value to blame
             raise
@@ -396,6 +406,20 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, update
             warn(line)
     return Resolved(config, sources, sizes, reason, backend, resume, tuple(changes), estimate, limit, resume_meta,
                     shape)
+
+
+def check_compile_cache(setting: str) -> None:
+    """ConfigError when ``setting`` (device.compile_cache) names a folder this process cannot create and
+    write in: found here, before anything runs (train, bench and config alike), not when the trainer
+    turns the cache on. "auto" and "off" are not checked: auto's unusable folder is a warning then."""
+    from jaxlab.run import compile_cache
+
+    if setting.strip().lower() in ("auto", "off"):
+        return
+    folder = compile_cache.cache_folder(setting)
+    reason = cannot_write(folder)
+    if reason is not None:
+        raise compile_cache.unusable_folder(setting, folder, reason)
 
 
 def cannot_write(directory: Path) -> str | None:

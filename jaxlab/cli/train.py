@@ -135,14 +135,16 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
         from jaxlab.run.profile import ProfileUpdates, parse_updates
 
         try:
-            profile = ProfileUpdates(args.profile, *parse_updates(args.profile_updates or "2:3"))
+            updates = "2:3" if args.profile_updates is None else args.profile_updates  # "" is refused, not the default
+            folder = Path(args.profile).expanduser()  # --profile=~/traces: the shell leaves that ~ alone
+            profile = ProfileUpdates(folder, *parse_updates(updates))
         except ValueError as err:
             print(f"jaxlab train: error: {err}", file=sys.stderr)
             return 2
         # a resumed run's range is checked once its update is known (a warning)
         problem = None if resolved.resume is not None else profile.missed(1, sizes.num_updates)
         if problem is None:
-            unwritable = cannot_write(Path(args.profile)) if args.profile.strip() else "an empty name"
+            unwritable = cannot_write(folder) if args.profile.strip() else "an empty name"
             problem = unwritable and f"--profile {args.profile!r}: cannot write there ({unwritable}); pass a " \
                                      "folder you can write"
         if problem:

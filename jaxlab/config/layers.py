@@ -472,7 +472,7 @@ def read_preset(name: str) -> tuple[dict, dict]:
     path = configs_dir() / "presets" / f"{name}.toml"
     if not path.is_file():
         known = preset_names()
-        close = difflib.get_close_matches(name, known, n=1)
+        close = close_names(name, ["auto", *known])  # in any case: --preset H100 means h100
         hint = f"did you mean '{close[0]}'? " if close else ""
         raise ConfigError(f"unknown preset {name!r}; {hint}presets: auto, {', '.join(known)} (see `jaxlab presets`)")
     layer = read_toml(path)

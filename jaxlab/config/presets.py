@@ -89,15 +89,27 @@ def split_presets(value: str) -> tuple[str, list[str]]:
     return (cards[0] if cards else "auto"), workloads
 
 
-def check_preset_fits(name: str, devices: list[DeviceInfo]) -> None:
-    """ConfigError when preset ``name`` is for a platform these devices are not (e.g. h100 on a CPU)."""
+def check_preset_fits(name: str, devices: list[DeviceInfo], present=None) -> None:
+    """ConfigError when preset ``name`` is for a platform these devices are not (e.g. h100 on a CPU), naming
+    how to get that platform: for a CUDA preset on a CPU, JAX's CUDA wheels (the cuda12 extra), and the
+    NVIDIA GPU ``present()`` (default nvidia_gpu_present) finds on this machine, if any (the common wrong
+    install)."""
     info, _ = read_preset(name)
     platforms = info.get("platforms", [])
     platform = devices[0].platform if devices else "cpu"
-    if platforms and platform not in platforms:
-        raise ConfigError(f"preset {name!r} is for {'/'.join(platforms)} devices but JAX sees only "
-                          f"{platform} devices here; use --preset auto (it picks "
-                          f"{select_preset(devices)[0]!r} here) or install JAX for your accelerator")
+    if not platforms or platform in platforms:
+        return
+    seen = f"JAX sees only {platform} devices here"
+    if platform == "cpu" and "cuda" in platforms:
+        gpu = (present or nvidia_gpu_present)()
+        seen += f", though this machine has {gpu} (JAX installed without its CUDA wheels)" if gpu else ""
+        fix = "for an NVIDIA GPU, install JAX's CUDA wheels: pip install -e \".[cuda12]\" (then `jaxlab presets`)"
+    elif platforms == ["cpu"]:
+        fix = "JAX_PLATFORMS=cpu makes JAX use the CPU"
+    else:
+        fix = "install JAX for your accelerator"
+    raise ConfigError(f"preset {name!r} is for {'/'.join(platforms)} devices but {seen}; use --preset auto "
+                      f"(it picks {select_preset(devices)[0]!r} here), or {fix}")
 
 
 def current_devices() -> list[DeviceInfo]:

@@ -132,8 +132,9 @@ class DeviceConfig:
     """JAX's persistent compilation cache: auto (under ~/.cache/jaxlab/xla, or $JAXLAB_CACHE_DIR), a
     folder, or off; a second run of the same shapes loads its executables instead of compiling"""
     count: int | str = "auto"
-    """local devices to train on, data parallel (agents sharded, parameters replicated): auto = all
-    that divide the envs of each group evenly, or a number"""
+    """local devices to train on, data parallel (agents sharded, parameters replicated): auto = the most
+    that divide each group's envs and each minibatch's sequences, or a number (on a CPU, N devices come
+    from XLA_FLAGS=--xla_force_host_platform_device_count=N)"""
 
 
 @dataclass(frozen=True)

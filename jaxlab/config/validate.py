@@ -345,14 +345,29 @@ def check_threads(config: Config, agents_per_env: int, processes: int) -> tuple[
         if processes > 1:
             where = f"vec.num_envs / ({'vec.groups x ' * (v.groups > 1)}{processes} processes)"
         raise ConfigError(f"vec.num_threads={v.num_threads} exceeds min({where}, {max_chunks})={num_chunks}; "
-                          f"use at most {num_chunks} threads")
+                          f"use at most {num_chunks} threads, e.g. --vec.num-threads {num_chunks} (or auto)")
     return num_threads, threads_reason
 
 
-def check_devices(config: Config, agents_per_env: int, available: int | None = None, processes: int | None = None) -> int:
+def forced_cpu_devices_hint(count: int, available: int, platform: str | None = None) -> str:
+    """The end of device.count's error for a ``count`` above the ``available`` devices of a CPU backend
+    (``platform``, default JAX's): how to get that many CPU devices (README, Several devices); "" otherwise."""
+    if platform is None:
+        import jax
+
+        platform = jax.default_backend()
+    if platform != "cpu" or count <= available:
+        return ""
+    return (f"; on a CPU, XLA_FLAGS=--xla_force_host_platform_device_count={count} set before jaxlab starts gives "
+            f"{count} CPU devices (they share the cores)")
+
+
+def check_devices(config: Config, agents_per_env: int, available: int | None = None, processes: int | None = None,
+                  platform: str | None = None) -> int:
     """The device count of device.count (auto: the most of the ``available`` local devices, default
     jax.local_device_count(), that each group's envs and each minibatch's sequences divide by).
-    ConfigError when a given count is below 1, above the local devices, or does not divide them."""
+    ConfigError when a given count is below 1, above the local devices, or does not divide them; on a CPU
+    (``platform``, default JAX's backend) a count above the devices names XLA's flag that makes more."""
     if available is None:
         import jax
 
@@ -379,7 +394,8 @@ def check_devices(config: Config, agents_per_env: int, available: int | None = N
         setting = 1  # none fits: the checks below say why
     if setting < 1 or setting > available:
         raise ConfigError(f"device.count={setting} must be between 1 and the {available} local device"
-                          f"{'s' * (available > 1)} JAX sees; e.g. --device.count {available} (or auto)")
+                          f"{'s' * (available > 1)} JAX sees; e.g. --device.count {available} (or auto)"
+                          f"{forced_cpu_devices_hint(setting, available, platform)}")
     if per_group % setting:
         where = f"vec.num_envs={v.num_envs:,} / vec.groups={v.groups}" if v.groups > 1 else \
             f"vec.num_envs={v.num_envs:,}"

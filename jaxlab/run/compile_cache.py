@@ -43,6 +43,12 @@ def cache_folder(setting: str) -> Path | None:
     return base / f"jaxlab-{__version__}"
 
 
+def unusable_folder(setting: str, folder: Path, reason: str) -> ConfigError:
+    """The error for a named ``setting`` whose ``folder`` cannot be created or written, for ``reason``."""
+    return ConfigError(f"device.compile_cache={setting!r}: cannot create {folder} ({reason}); give a folder you "
+                       "can write, e.g. --device.compile-cache ~/.cache/jaxlab/xla, or off")
+
+
 def _listen(event: str, *args, **kwargs) -> None:
     name = _EVENTS.get(event)
     if name is not None:
@@ -69,10 +75,10 @@ def enable(setting: str) -> str:
                 _state["dir"] = None
                 if setting.strip().lower() != "auto":
                     _state["setting"] = None  # a later call with a usable setting may still turn it on
-                    raise ConfigError(f"device.compile_cache={setting!r}: cannot create {folder} ({err.strerror}); "
-                                      "give a folder you can write, e.g. --device.compile-cache ~/.cache/jaxlab-xla, "
-                                      "or off") from None
-                print(f"warning: compile cache off: cannot create {folder} ({err.strerror}); set "
+                    raise unusable_folder(setting, folder, err.strerror) from None
+                source = next((f" (from ${name})" for name in ("JAXLAB_CACHE_DIR", "XDG_CACHE_HOME")
+                               if os.environ.get(name)), "")  # the variable to fix, when one chose the folder
+                print(f"warning: compile cache off: cannot create {folder}{source} ({err.strerror}); set "
                       "device.compile_cache to a folder you can write, or off", file=sys.stderr)
                 return describe()
             jax.config.update("jax_compilation_cache_dir", str(folder))
