@@ -983,3 +983,43 @@ def test_a_reward_written_only_when_earned_is_zero_in_the_next_step(user_env, tm
             np.testing.assert_array_equal(rewards, terminals.astype(np.float32))
             going_on += int((~terminals).sum())
     assert going_on > 0  # steps that earned nothing came after ones that did
+
+
+def test_a_config_files_relative_env_library_is_taken_against_the_files_folder(user_env, tmp_path, monkeypatch):
+    """`library = "envs/stroll.h"` in a --config file was taken against the current directory: the same file
+    trained from its own folder and said the header does not exist from anywhere else. It is the file's folder's
+    path now, wherever env.library is read (load_config, flags_library for --resume's checks), a flag's stays
+    against the current directory, and the run's saved config holds it absolute, so a run trained from one
+    directory resumes with the same --config from another."""
+    from jaxlab.cli import main
+    from jaxlab.config import config_from_toml, load_config
+    from jaxlab.config.layers import flags_library
+
+    project = tmp_path / "project"
+    (project / "envs").mkdir(parents=True)
+    shutil.copy(user_env / "stroll.h", project / "envs" / "stroll.h")
+    conf = project / "small.toml"
+    conf.write_text('[env]\nlibrary = "envs/stroll.h"\n\n[vec]\nnum_envs = 8\n\n[policy]\nhidden_size = 16\n\n'
+                    '[train]\nbptt_horizon = 8\nminibatch_size = 32\ntotal_timesteps = 256\n\n'
+                    '[log]\ndashboard = "none"\n')
+    header = project / "envs" / "stroll.h"
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "envs").mkdir(parents=True)
+    monkeypatch.chdir(elsewhere)
+    assert load_config("stroll", config_file=conf)[0].env_library == str(header)
+    assert flags_library([], conf) == str(header)
+    shutil.copy(user_env / "stroll.h", elsewhere / "envs" / "stroll.h")  # a flag's relative path: the cwd's
+    flag = load_config("stroll", config_file=conf, flags=["--env.library", "envs/stroll.h"])[0]
+    assert flag.env_library == str(elsewhere / "envs" / "stroll.h")
+    monkeypatch.chdir(tmp_path)  # a relative --config path: its folder is the file's, not the current one
+    run = tmp_path / "run"
+    assert main(["train", "stroll", "--config", "project/small.toml", "--run-dir", str(run)]) == 0
+    assert config_from_toml((run / "config.toml").read_text()).env_library == str(header)
+    monkeypatch.chdir(elsewhere)
+    assert main(["train", "stroll", "--resume", str(run), "--config", str(conf),
+                 "--train.total-timesteps", "512"]) == 0
+    assert [p.name for p in checkpoint.step_dirs(run / "checkpoints")][0] == "8"
+    project.rename(tmp_path / "moved")  # the file names the header's new place: no "does not exist"
+    assert main(["train", "stroll", "--resume", str(run), "--config", str(tmp_path / "moved" / "small.toml"),
+                 "--train.total-timesteps", "768"]) == 0
+    assert config_from_toml((run / "config.toml").read_text()).env_library == str(tmp_path / "moved/envs/stroll.h")

@@ -314,7 +314,8 @@ def apply_layer(values: dict, layer: dict, source: str, sources: dict, env_param
 
 def flags_library(flags: list[str] | None, config_file: str | Path | None = None) -> str | None:
     """The env library that command-line flags name (--env.library), else the --config file, or None."""
-    layers = [(str(config_file), read_toml(Path(config_file)))] if config_file and Path(config_file).is_file() else []
+    layers = [(str(config_file), read_config_file(Path(config_file)))] \
+        if config_file and Path(config_file).is_file() else []
     return _env_library([*layers, ("command line", parse_flags(flags or []))], None)
 
 
@@ -662,18 +663,23 @@ def read_toml(path: Path) -> dict:
 
 def read_config_file(path: Path) -> dict:
     """The layer of a user's config file ``path`` (--config FILE, an env header's NAME.toml): read_toml's,
-    with a relative policy.module file path ("policies/gru.py:GRUPolicy") taken against the file's folder, not
-    the current directory, so that the file means the same from wherever it is given. (A flag's relative path
-    stays against the current directory; build_config makes either absolute, as a run's config saves it.)"""
+    with a relative env.library ("envs/walker.h") and a relative policy.module file path
+    ("policies/gru.py:GRUPolicy") taken against the file's folder, not the current directory, so that the file
+    means the same from wherever it is given. (A flag's relative path stays against the current directory;
+    build_config makes either absolute, as a run's config saves it.)"""
     layer = read_toml(path)
-    policy = layer.get("policy")
+    folder = path.absolute().parent
+    env, policy = layer.get("env"), layer.get("policy")
+    library = env.get("library") if isinstance(env, dict) else None
+    if isinstance(library, str) and library and not Path(library).expanduser().is_absolute():  # "": none
+        layer = {**layer, "env": {**env, "library": str(folder / library)}}
     module = policy.get("module") if isinstance(policy, dict) else None
     if not isinstance(module, str):  # none, or not a string: coerce names it
         return layer
     file, colon, name = module.partition(":")
     if not file.endswith(".py") or Path(file).expanduser().is_absolute():  # a package's module, or absolute
         return layer
-    return {**layer, "policy": {**policy, "module": f"{path.absolute().parent / file}{colon}{name}"}}
+    return {**layer, "policy": {**policy, "module": f"{folder / file}{colon}{name}"}}
 
 
 def build_config(env_name: str, values: dict, env_params: dict, preset: str = "none") -> Config:
