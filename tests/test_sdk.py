@@ -1023,3 +1023,49 @@ def test_a_config_files_relative_env_library_is_taken_against_the_files_folder(u
     assert main(["train", "stroll", "--resume", str(run), "--config", str(tmp_path / "moved" / "small.toml"),
                  "--train.total-timesteps", "768"]) == 0
     assert config_from_toml((run / "config.toml").read_text()).env_library == str(tmp_path / "moved/envs/stroll.h")
+
+
+def test_every_form_that_names_a_header_reads_its_toml(user_env, tmp_path, capsys):
+    """The stroll.toml beside stroll.h was read by `jaxlab train stroll.h` but not by `jaxlab train stroll
+    --env.library stroll.h`, nor when a --config file named the header (nor by config, sweep or bench, which
+    resolve alike): the same header trained with other values. Each form reads it now, under the file and the
+    flags; a NAME.toml that its env does not read (another env of a header that defines several) gets a
+    warning, and eval, which plays the checkpoint's values, warns when the file now sets others."""
+    from types import SimpleNamespace
+
+    from jaxlab.cli import main
+    from jaxlab.cli.common import unread_header_toml_warning
+    from jaxlab.config import load_config
+
+    header = tmp_path / "stroll.h"
+    shutil.copy(user_env / "stroll.h", header)
+    beside = tmp_path / "stroll.toml"
+    beside.write_text("[env]\nlength = 12\n")
+    conf = tmp_path / "run.toml"
+    conf.write_text('[env]\nlibrary = "stroll.h"\n')
+    for config, sources in (load_config(str(header)), load_config("stroll", flags=["--env.library", str(header)]),
+                            load_config("stroll", config_file=conf)):
+        assert config.env == {"length": 12} and sources["env.length"] == str(beside), sources
+    assert load_config("stroll", config_file=conf, flags=["--env.length", "20"])[0].env == {"length": 20}
+    assert main(["config", "stroll", "--env.library", str(header)]) == 0
+    assert any(line.startswith("length = 12 ") and line.endswith(f"# {beside}")
+               for line in capsys.readouterr().out.splitlines())
+
+    two = tmp_path / "amble.h"  # two envs: amble.toml is amble's layer, not saunter's
+    two.write_text("CENV_ENV(amble, Amble, AmbleLog, \"a\")\nCENV_ENV(saunter, Saunter, SaunterLog, \"s\")\n")
+    two.with_suffix(".toml").write_text("[env]\nlength = 12\n")
+    assert unread_header_toml_warning(SimpleNamespace(env_library=str(two), env_name="amble")) is None
+    assert unread_header_toml_warning(SimpleNamespace(env_library=str(two), env_name="saunter")) == (
+        f"warning: {tmp_path / 'amble.toml'} is not read for env 'saunter': the NAME.toml beside a header is the "
+        f"config layer of the env `jaxlab train {two}` trains (env 'amble'); give saunter's values in a --config file")
+
+    run = tmp_path / "run"
+    assert main(["train", str(header), *SMALL, "--train.total-timesteps", "128", "--run-dir", str(run)]) == 0
+    capsys.readouterr()
+    assert main(["eval", str(header), "--checkpoint", str(run), "--episodes", "1"]) == 0
+    assert "stroll.toml" not in capsys.readouterr().err  # the values it trained with
+    beside.write_text("[env]\nlength = 10\n")
+    assert main(["eval", str(header), "--checkpoint", str(run), "--episodes", "1"]) == 0
+    assert (f"jaxlab: warning: {beside} sets env.length = 10 (played: 12): eval plays the env parameters the "
+            "checkpoint was trained with, not the file's; to play the file's, pass --env.length 10"
+            ) in capsys.readouterr().err.splitlines()

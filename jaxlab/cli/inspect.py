@@ -68,17 +68,13 @@ def envs_command(args: argparse.Namespace) -> int:
 def training_env_values(name: str, library: str | None) -> tuple[dict, dict]:
     """The env parameters `jaxlab train` gives env ``name`` of ``library`` (None: jaxlab's envs and the env
     path) when no flag, --config or preset sets them: ({param: value}, {"env.PARAM": the file that set it})
-    from the config layers (configs/envs/NAME.toml; for a header, NAME.toml beside it, read when it is
-    trained by its path, i.e. for the env it is named after). Empty for an env library's envs (no file)."""
+    from the config layers (configs/envs/NAME.toml; for a header, the NAME.toml beside it, when ``name`` is
+    the env it trains: load_config's header_toml_layers). Empty for an env library's envs (no file)."""
     from jaxlab.config import load_config
-    from jaxlab.env.sdk import header_envs
 
-    trained_by_path = str(library).endswith(".h") and (header_envs(library) == [name] or Path(library).stem == name)
-    if library is not None and not trained_by_path:
-        return {}, {}  # `jaxlab train NAME --env.library LIB`: no config file of its own
-    config, sources = load_config(library if library is not None else name)
+    config, sources = load_config(name, flags=["--env.library", str(library)] if library is not None else [])
     return config.env, {key: source for key, source in sources.items() if key.startswith("env.")
-                        and source not in ("configs/default.toml", "header", "env path")}
+                        and source not in ("configs/default.toml", "header", "env path", "command line")}
 
 
 #: `jaxlab train`'s options that `jaxlab config` does not take -> what to do instead.

@@ -520,10 +520,9 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
     if header is None and defaults is not None and env_file.is_file():
         layers.append((f"configs/envs/{defaults}.toml", read_toml(env_file)))
     if header is not None:  # a header's own defaults sit beside it: path/to/NAME.toml
-        beside = Path(header).with_suffix(".toml")
         layers.append(("header", {"env": {"library": header}}))
-        if beside.is_file():
-            layers.append((str(beside), read_config_file(beside)))
+        layers += header_toml_layers(header, env_name)
+    env_defaults_end = len(layers)  # the env's own layers end here: a header named by a file or a flag adds its own
     preset_agents = None  # (agents, the preset's label): a card preset sizes the agents, not the envs
     for name in preset_list(preset):  # "h100,heavy": each preset's layer in order
         info, layer = read_preset(name)
@@ -549,10 +548,10 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
     if library is None and header is None:  # not a built-in env: NAME.h on the env path, if any
         found = _header_on_env_path(env_name)
         if found is not None:
-            layers.insert(1, ("env path", {"env": {"library": str(found)}}))
-            if found.with_suffix(".toml").is_file():
-                layers.insert(2, (str(found.with_suffix(".toml")), read_config_file(found.with_suffix(".toml"))))
+            layers[1:1] = [("env path", {"env": {"library": str(found)}}), *header_toml_layers(found, env_name)]
             library = str(found)
+    elif header is None and library is not None:  # --env.library or a --config file names it: a header's NAME.toml
+        layers[env_defaults_end:env_defaults_end] = header_toml_layers(library, env_name)
     kind = env_kind(env_name, library)
     env_params = {p.name: p for p in kind.params}
     values: dict[str, dict] = {"env": {}, **{s: {} for s in SECTIONS}}
@@ -575,6 +574,29 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
         if config.train.minibatch_size != minibatch:
             sources["train.minibatch_size"] = f"{preset_agents[1]} ({minibatch:,}, made to divide the batch)"
     return config, sources
+
+
+def header_toml_layers(library: str | Path, env_name: str) -> list[tuple[str, dict]]:
+    """[(its path, its layer)] for the NAME.toml beside ``library`` when ``library`` is an env header
+    (path/to/NAME.h: path/to/NAME.toml, the env's config layer, read_config_file's) and ``env_name`` is the env
+    that `jaxlab train path/to/NAME.h` trains (sdk.header_env: its only env, or the one named like the file);
+    else [] (an env library, no such file, another env of a header that defines several)."""
+    header = Path(library).expanduser().absolute()
+    beside = header.with_suffix(".toml")
+    if header.suffix != ".h" or not beside.is_file() or header_trained_env(header) != env_name:
+        return []
+    return [(str(beside), read_config_file(beside))]
+
+
+def header_trained_env(header: str | Path) -> str | None:
+    """The env that `jaxlab train HEADER` trains (sdk.header_env), or None when it names none (no such
+    file, no env, several and none named like the file)."""
+    from jaxlab.env.sdk import BuildError, header_env
+
+    try:
+        return header_env(header)
+    except BuildError:
+        return None
 
 
 def check_env_ranges(config: Config, env_params: dict, sources: dict) -> None:
