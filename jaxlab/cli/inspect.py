@@ -43,13 +43,12 @@ def envs_command(args: argparse.Namespace) -> int:
     for kind in kinds.values():
         if wanted and kind.name not in wanted:
             continue
-        spaces = spaces_of(kind.name, library=kind.library)
-        agents = f", {spaces.agents_per_env} agents per env by default" if spaces.agents_per_env > 1 else ""
+        values, sources = training_env_values(kind.name, args.library)
         options = [o for o in ("mask", "reset_agent", "agents_wait", "render", "pixels") if kind.has(o)]
         print(f"{kind.name}: {kind.description}")
-        print(f"  observation {spaces.observation_space}  action {spaces.action_space}{agents}"
-              f"{'  options: ' + ', '.join(options) if options else ''}")
-        values, sources = training_env_values(kind.name, args.library)
+        spaces = spaces_of(kind.name, library=kind.library, **values)  # as training makes them
+        line = spaces_line(spaces, spaces_of(kind.name, library=kind.library), sources)
+        print(f"  {line}{'  options: ' + ', '.join(options) if options else ''}")
         for p in kind.params:
             kind_name = ("int or " + "|".join(p.names) if p.names else "int") if p.is_int else "float"
             value = f"{values.get(p.name, p.default_value):g}"
@@ -63,6 +62,24 @@ def envs_command(args: argparse.Namespace) -> int:
                 print(f"{name}: {header} (on the env path: `jaxlab train {name}` builds it; "
                       f"`jaxlab envs --library {header}` for its spaces)")
     return 0
+
+
+def spaces_line(spaces, defaults, sources: dict) -> str:
+    """`jaxlab envs`'s line of an env's ``spaces`` as training makes them (with the env parameters that config files
+    set: ``sources``, training_env_values's), each of observation, action and agents per env that differs from
+    the env's ``defaults`` (its spaces with its C defaults) naming those files and the default."""
+    files = ", ".join(dict.fromkeys(sources.values()))
+
+    def noted(text: str, default: str) -> str:
+        return text if text == default else f"{text} (from {files}; default {default})"
+
+    line = (f"observation {noted(str(spaces.observation_space), str(defaults.observation_space))}  "
+            f"action {noted(str(spaces.action_space), str(defaults.action_space))}")
+    agents, default_agents = spaces.agents_per_env, defaults.agents_per_env
+    if agents == default_agents:
+        return line + (f", {agents} agents per env by default" if agents > 1 else "")
+    plural = "s" if agents != 1 else ""
+    return line + ", " + noted(f"{agents} agent{plural} per env", str(default_agents))
 
 
 def training_env_values(name: str, library: str | None) -> tuple[dict, dict]:
