@@ -45,3 +45,31 @@ def test_envs_and_find_header_agree_on_the_names_of_headers_on_the_env_path(tmp_
     with pytest.raises(ValueError) as caught:
         jaxlab.make("my-env")
     assert str(caught.value) == f"unknown env 'my-env': {problem}"
+
+
+def test_envs_shows_the_agents_and_spaces_training_makes_naming_the_file(tmp_path, monkeypatch, capsys):
+    """`jaxlab envs` printed "N agents per env by default" (and the observation) from the C defaults even when
+    configs/envs/NAME.toml or the NAME.toml beside a header set the parameter that decides them, so the line
+    disagreed with the parameter lines below it and with training. It prints what training makes, naming the
+    file and the default, as the parameter lines do."""
+    import shutil
+    from pathlib import Path
+
+    from jaxlab.config import layers
+
+    configs = tmp_path / "configs"
+    shutil.copytree(layers.configs_dir(), configs)
+    (configs / "envs" / "target.toml").write_text("[env]\nagents_per_env = 4\n")
+    monkeypatch.setattr(layers, "configs_dir", lambda: configs)
+    assert main(["envs", "target"]) == 0
+    assert "  observation Box(-inf, inf, (10,), float32)  action Discrete(5), 4 agents per env (from " \
+           "configs/envs/target.toml; default 8)" in capsys.readouterr().out.splitlines()
+
+    header = tmp_path / "drone.h"
+    shutil.copy(Path(__file__).resolve().parents[1] / "examples" / "envs" / "drone.h", header)
+    (tmp_path / "drone.toml").write_text("[env]\nnum_drones = 16\nneighbors = 2\n")
+    assert main(["envs", "--library", str(header)]) == 0
+    line = capsys.readouterr().out.splitlines()[1]
+    assert line.startswith(f"  observation Box(-inf, inf, (28,), float32) (from {tmp_path / 'drone.toml'}; default "
+                           "Box(-inf, inf, (40,), float32))  action Box(-1, 1, (4,), float32), 16 agents per env "
+                           f"(from {tmp_path / 'drone.toml'}; default 64)"), line

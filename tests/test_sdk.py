@@ -983,3 +983,89 @@ def test_a_reward_written_only_when_earned_is_zero_in_the_next_step(user_env, tm
             np.testing.assert_array_equal(rewards, terminals.astype(np.float32))
             going_on += int((~terminals).sum())
     assert going_on > 0  # steps that earned nothing came after ones that did
+
+
+def test_a_config_files_relative_env_library_is_taken_against_the_files_folder(user_env, tmp_path, monkeypatch):
+    """`library = "envs/stroll.h"` in a --config file was taken against the current directory: the same file
+    trained from its own folder and said the header does not exist from anywhere else. It is the file's folder's
+    path now, wherever env.library is read (load_config, flags_library for --resume's checks), a flag's stays
+    against the current directory, and the run's saved config holds it absolute, so a run trained from one
+    directory resumes with the same --config from another."""
+    from jaxlab.cli import main
+    from jaxlab.config import config_from_toml, load_config
+    from jaxlab.config.layers import flags_library
+
+    project = tmp_path / "project"
+    (project / "envs").mkdir(parents=True)
+    shutil.copy(user_env / "stroll.h", project / "envs" / "stroll.h")
+    conf = project / "small.toml"
+    conf.write_text('[env]\nlibrary = "envs/stroll.h"\n\n[vec]\nnum_envs = 8\n\n[policy]\nhidden_size = 16\n\n'
+                    '[train]\nbptt_horizon = 8\nminibatch_size = 32\ntotal_timesteps = 256\n\n'
+                    '[log]\ndashboard = "none"\n')
+    header = project / "envs" / "stroll.h"
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "envs").mkdir(parents=True)
+    monkeypatch.chdir(elsewhere)
+    assert load_config("stroll", config_file=conf)[0].env_library == str(header)
+    assert flags_library([], conf) == str(header)
+    shutil.copy(user_env / "stroll.h", elsewhere / "envs" / "stroll.h")  # a flag's relative path: the cwd's
+    flag = load_config("stroll", config_file=conf, flags=["--env.library", "envs/stroll.h"])[0]
+    assert flag.env_library == str(elsewhere / "envs" / "stroll.h")
+    monkeypatch.chdir(tmp_path)  # a relative --config path: its folder is the file's, not the current one
+    run = tmp_path / "run"
+    assert main(["train", "stroll", "--config", "project/small.toml", "--run-dir", str(run)]) == 0
+    assert config_from_toml((run / "config.toml").read_text()).env_library == str(header)
+    monkeypatch.chdir(elsewhere)
+    assert main(["train", "stroll", "--resume", str(run), "--config", str(conf),
+                 "--train.total-timesteps", "512"]) == 0
+    assert [p.name for p in checkpoint.step_dirs(run / "checkpoints")][0] == "8"
+    project.rename(tmp_path / "moved")  # the file names the header's new place: no "does not exist"
+    assert main(["train", "stroll", "--resume", str(run), "--config", str(tmp_path / "moved" / "small.toml"),
+                 "--train.total-timesteps", "768"]) == 0
+    assert config_from_toml((run / "config.toml").read_text()).env_library == str(tmp_path / "moved/envs/stroll.h")
+
+
+def test_every_form_that_names_a_header_reads_its_toml(user_env, tmp_path, capsys):
+    """The stroll.toml beside stroll.h was read by `jaxlab train stroll.h` but not by `jaxlab train stroll
+    --env.library stroll.h`, nor when a --config file named the header (nor by config, sweep or bench, which
+    resolve alike): the same header trained with other values. Each form reads it now, under the file and the
+    flags; a NAME.toml that its env does not read (another env of a header that defines several) gets a
+    warning, and eval, which plays the checkpoint's values, warns when the file now sets others."""
+    from types import SimpleNamespace
+
+    from jaxlab.cli import main
+    from jaxlab.cli.common import unread_header_toml_warning
+    from jaxlab.config import load_config
+
+    header = tmp_path / "stroll.h"
+    shutil.copy(user_env / "stroll.h", header)
+    beside = tmp_path / "stroll.toml"
+    beside.write_text("[env]\nlength = 12\n")
+    conf = tmp_path / "run.toml"
+    conf.write_text('[env]\nlibrary = "stroll.h"\n')
+    for config, sources in (load_config(str(header)), load_config("stroll", flags=["--env.library", str(header)]),
+                            load_config("stroll", config_file=conf)):
+        assert config.env == {"length": 12} and sources["env.length"] == str(beside), sources
+    assert load_config("stroll", config_file=conf, flags=["--env.length", "20"])[0].env == {"length": 20}
+    assert main(["config", "stroll", "--env.library", str(header)]) == 0
+    assert any(line.startswith("length = 12 ") and line.endswith(f"# {beside}")
+               for line in capsys.readouterr().out.splitlines())
+
+    two = tmp_path / "amble.h"  # two envs: amble.toml is amble's layer, not saunter's
+    two.write_text("CENV_ENV(amble, Amble, AmbleLog, \"a\")\nCENV_ENV(saunter, Saunter, SaunterLog, \"s\")\n")
+    two.with_suffix(".toml").write_text("[env]\nlength = 12\n")
+    assert unread_header_toml_warning(SimpleNamespace(env_library=str(two), env_name="amble")) is None
+    assert unread_header_toml_warning(SimpleNamespace(env_library=str(two), env_name="saunter")) == (
+        f"warning: {tmp_path / 'amble.toml'} is not read for env 'saunter': the NAME.toml beside a header is the "
+        f"config layer of the env `jaxlab train {two}` trains (env 'amble'); give saunter's values in a --config file")
+
+    run = tmp_path / "run"
+    assert main(["train", str(header), *SMALL, "--train.total-timesteps", "128", "--run-dir", str(run)]) == 0
+    capsys.readouterr()
+    assert main(["eval", str(header), "--checkpoint", str(run), "--episodes", "1"]) == 0
+    assert "stroll.toml" not in capsys.readouterr().err  # the values it trained with
+    beside.write_text("[env]\nlength = 10\n")
+    assert main(["eval", str(header), "--checkpoint", str(run), "--episodes", "1"]) == 0
+    assert (f"jaxlab: warning: {beside} sets env.length = 10 (played: 12): eval plays the env parameters the "
+            "checkpoint was trained with, not the file's; to play the file's, pass --env.length 10"
+            ) in capsys.readouterr().err.splitlines()

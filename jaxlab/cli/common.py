@@ -231,6 +231,50 @@ def dist_in_file_warning(config, sources: dict) -> str | None:
             f"environment (SLURM, JAXLAB_COORDINATOR), before any config file; pass {flags}")
 
 
+def unread_header_toml_warning(config) -> str | None:
+    """The warning for the NAME.toml beside ``config``'s env header that ``config``'s env does not read, or
+    None: it is the config layer of the env `jaxlab train path/to/NAME.h` trains (its only env, or the one
+    named like the file), not of another env that the header defines too."""
+    from jaxlab.config.layers import header_trained_env
+
+    header = Path(config.env_library) if config.env_library else None
+    if header is None or header.suffix != ".h" or not header.with_suffix(".toml").is_file():
+        return None
+    trained = header_trained_env(header)
+    if trained == config.env_name:
+        return None
+    whose = f"env {trained!r}" if trained else f"an env named {header.stem!r}, which it does not define"
+    return (f"warning: {header.with_suffix('.toml')} is not read for env {config.env_name!r}: the NAME.toml beside "
+            f"a header is the config layer of the env `jaxlab train {header}` trains ({whose}); give "
+            f"{config.env_name}'s values in a --config file")
+
+
+def unplayed_header_toml_warning(played) -> str | None:
+    """`jaxlab eval`'s warning for the env parameters that the NAME.toml beside ``played``'s env header sets to
+    other values than ``played`` (the checkpoint's config, with eval's --env flags) plays, or None: eval
+    plays the values the run trained with, which hold the file's as it was then, and does not read it."""
+    from jaxlab.config import ConfigError, env_kind, load_config
+    from jaxlab.config.layers import header_toml_layers
+
+    files = header_toml_layers(played.env_library, played.env_name) if played.env_library else []
+    if not files:
+        return None
+    try:
+        config, sources = load_config(played.env_name, flags=["--env.library", played.env_library])
+    except ConfigError:  # a file training would refuse: it says so there
+        return None
+    defaults = {p.name: p.default_value for p in env_kind(played.env_name, played.env_library).params}
+    differ = {key: value for key, value in config.env.items()
+              if sources.get(f"env.{key}") == files[0][0] and played.env.get(key, defaults[key]) != value}
+    if not differ:
+        return None
+    written = ", ".join(f"env.{key} = {value:g} (played: {played.env.get(key, defaults[key]):g})"
+                        for key, value in differ.items())
+    flags = " ".join(f"--env.{key.replace('_', '-')} {value:g}" for key, value in differ.items())
+    return (f"warning: {files[0][0]} sets {written}: eval plays the env parameters the checkpoint was trained "
+            f"with, not the file's; to play the file's, pass {flags}")
+
+
 def file_preset_warning(config_file, preset: str) -> str | None:
     """The warning for a ``preset = "..."`` line of the --config file ``config_file`` naming presets other
     than ``preset`` (those applied: --preset's) that set keys the file does not, or None: presets come
@@ -373,7 +417,8 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, update
             reason += f"; workload size {', '.join(workloads)}"
     for line in repeated_flags(args.flags):
         warn(f"warning: {line}")
-    for line in (dist_in_file_warning(config, sources), None if resume else file_preset_warning(args.config, preset)):
+    for line in (dist_in_file_warning(config, sources), None if resume else file_preset_warning(args.config, preset),
+                 unread_header_toml_warning(config)):
         if line is not None:
             warn(line)
     if updates is not None:

@@ -43,13 +43,12 @@ def envs_command(args: argparse.Namespace) -> int:
     for kind in kinds.values():
         if wanted and kind.name not in wanted:
             continue
-        spaces = spaces_of(kind.name, library=kind.library)
-        agents = f", {spaces.agents_per_env} agents per env by default" if spaces.agents_per_env > 1 else ""
+        values, sources = training_env_values(kind.name, args.library)
         options = [o for o in ("mask", "reset_agent", "agents_wait", "render", "pixels") if kind.has(o)]
         print(f"{kind.name}: {kind.description}")
-        print(f"  observation {spaces.observation_space}  action {spaces.action_space}{agents}"
-              f"{'  options: ' + ', '.join(options) if options else ''}")
-        values, sources = training_env_values(kind.name, args.library)
+        spaces = spaces_of(kind.name, library=kind.library, **values)  # as training makes them
+        line = spaces_line(spaces, spaces_of(kind.name, library=kind.library), sources)
+        print(f"  {line}{'  options: ' + ', '.join(options) if options else ''}")
         for p in kind.params:
             kind_name = ("int or " + "|".join(p.names) if p.names else "int") if p.is_int else "float"
             value = f"{values.get(p.name, p.default_value):g}"
@@ -65,20 +64,34 @@ def envs_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def spaces_line(spaces, defaults, sources: dict) -> str:
+    """`jaxlab envs`'s line of an env's ``spaces`` as training makes them (with the env parameters that config files
+    set: ``sources``, training_env_values's), each of observation, action and agents per env that differs from
+    the env's ``defaults`` (its spaces with its C defaults) naming those files and the default."""
+    files = ", ".join(dict.fromkeys(sources.values()))
+
+    def noted(text: str, default: str) -> str:
+        return text if text == default else f"{text} (from {files}; default {default})"
+
+    line = (f"observation {noted(str(spaces.observation_space), str(defaults.observation_space))}  "
+            f"action {noted(str(spaces.action_space), str(defaults.action_space))}")
+    agents, default_agents = spaces.agents_per_env, defaults.agents_per_env
+    if agents == default_agents:
+        return line + (f", {agents} agents per env by default" if agents > 1 else "")
+    plural = "s" if agents != 1 else ""
+    return line + ", " + noted(f"{agents} agent{plural} per env", str(default_agents))
+
+
 def training_env_values(name: str, library: str | None) -> tuple[dict, dict]:
     """The env parameters `jaxlab train` gives env ``name`` of ``library`` (None: jaxlab's envs and the env
     path) when no flag, --config or preset sets them: ({param: value}, {"env.PARAM": the file that set it})
-    from the config layers (configs/envs/NAME.toml; for a header, NAME.toml beside it, read when it is
-    trained by its path, i.e. for the env it is named after). Empty for an env library's envs (no file)."""
+    from the config layers (configs/envs/NAME.toml; for a header, the NAME.toml beside it, when ``name`` is
+    the env it trains: load_config's header_toml_layers). Empty for an env library's envs (no file)."""
     from jaxlab.config import load_config
-    from jaxlab.env.sdk import header_envs
 
-    trained_by_path = str(library).endswith(".h") and (header_envs(library) == [name] or Path(library).stem == name)
-    if library is not None and not trained_by_path:
-        return {}, {}  # `jaxlab train NAME --env.library LIB`: no config file of its own
-    config, sources = load_config(library if library is not None else name)
+    config, sources = load_config(name, flags=["--env.library", str(library)] if library is not None else [])
     return config.env, {key: source for key, source in sources.items() if key.startswith("env.")
-                        and source not in ("configs/default.toml", "header", "env path")}
+                        and source not in ("configs/default.toml", "header", "env path", "command line")}
 
 
 #: `jaxlab train`'s options that `jaxlab config` does not take -> what to do instead.

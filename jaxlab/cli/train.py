@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from jaxlab.cli.common import (LAYERS, cannot_write, check_saved_header, check_saved_module, env_name_of, fail,
-                               output_file_problem, resolve, warn, whole_number)
+                               output_file_problem, resolve, unplayed_header_toml_warning, warn, whole_number)
 
 
 def train_command(args: argparse.Namespace) -> int:
@@ -475,6 +475,9 @@ def eval_command(args: argparse.Namespace) -> int:
             check_saved_header(meta, "eval", f"--checkpoint {args.checkpoint}")
         saved_config = config_from_toml(meta["config"], library=library)
         played = with_env_params(saved_config, overrides)  # refused before anything is built
+        unplayed = unplayed_header_toml_warning(played)
+        if unplayed is not None:
+            warn_once(unplayed)
         saved = saved_config.policy.module
         if args.policy_module is None:
             check_saved_module(saved, "eval", f"{args.env} --checkpoint {args.checkpoint}", "--policy-module")

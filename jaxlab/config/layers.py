@@ -314,7 +314,8 @@ def apply_layer(values: dict, layer: dict, source: str, sources: dict, env_param
 
 def flags_library(flags: list[str] | None, config_file: str | Path | None = None) -> str | None:
     """The env library that command-line flags name (--env.library), else the --config file, or None."""
-    layers = [(str(config_file), read_toml(Path(config_file)))] if config_file and Path(config_file).is_file() else []
+    layers = [(str(config_file), read_config_file(Path(config_file)))] \
+        if config_file and Path(config_file).is_file() else []
     return _env_library([*layers, ("command line", parse_flags(flags or []))], None)
 
 
@@ -519,10 +520,9 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
     if header is None and defaults is not None and env_file.is_file():
         layers.append((f"configs/envs/{defaults}.toml", read_toml(env_file)))
     if header is not None:  # a header's own defaults sit beside it: path/to/NAME.toml
-        beside = Path(header).with_suffix(".toml")
         layers.append(("header", {"env": {"library": header}}))
-        if beside.is_file():
-            layers.append((str(beside), read_config_file(beside)))
+        layers += header_toml_layers(header, env_name)
+    env_defaults_end = len(layers)  # the env's own layers end here: a header named by a file or a flag adds its own
     preset_agents = None  # (agents, the preset's label): a card preset sizes the agents, not the envs
     for name in preset_list(preset):  # "h100,heavy": each preset's layer in order
         info, layer = read_preset(name)
@@ -548,10 +548,10 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
     if library is None and header is None:  # not a built-in env: NAME.h on the env path, if any
         found = _header_on_env_path(env_name)
         if found is not None:
-            layers.insert(1, ("env path", {"env": {"library": str(found)}}))
-            if found.with_suffix(".toml").is_file():
-                layers.insert(2, (str(found.with_suffix(".toml")), read_config_file(found.with_suffix(".toml"))))
+            layers[1:1] = [("env path", {"env": {"library": str(found)}}), *header_toml_layers(found, env_name)]
             library = str(found)
+    elif header is None and library is not None:  # --env.library or a --config file names it: a header's NAME.toml
+        layers[env_defaults_end:env_defaults_end] = header_toml_layers(library, env_name)
     kind = env_kind(env_name, library)
     env_params = {p.name: p for p in kind.params}
     values: dict[str, dict] = {"env": {}, **{s: {} for s in SECTIONS}}
@@ -574,6 +574,29 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
         if config.train.minibatch_size != minibatch:
             sources["train.minibatch_size"] = f"{preset_agents[1]} ({minibatch:,}, made to divide the batch)"
     return config, sources
+
+
+def header_toml_layers(library: str | Path, env_name: str) -> list[tuple[str, dict]]:
+    """[(its path, its layer)] for the NAME.toml beside ``library`` when ``library`` is an env header
+    (path/to/NAME.h: path/to/NAME.toml, the env's config layer, read_config_file's) and ``env_name`` is the env
+    that `jaxlab train path/to/NAME.h` trains (sdk.header_env: its only env, or the one named like the file);
+    else [] (an env library, no such file, another env of a header that defines several)."""
+    header = Path(library).expanduser().absolute()
+    beside = header.with_suffix(".toml")
+    if header.suffix != ".h" or not beside.is_file() or header_trained_env(header) != env_name:
+        return []
+    return [(str(beside), read_config_file(beside))]
+
+
+def header_trained_env(header: str | Path) -> str | None:
+    """The env that `jaxlab train HEADER` trains (sdk.header_env), or None when it names none (no such
+    file, no env, several and none named like the file)."""
+    from jaxlab.env.sdk import BuildError, header_env
+
+    try:
+        return header_env(header)
+    except BuildError:
+        return None
 
 
 def check_env_ranges(config: Config, env_params: dict, sources: dict) -> None:
@@ -662,18 +685,23 @@ def read_toml(path: Path) -> dict:
 
 def read_config_file(path: Path) -> dict:
     """The layer of a user's config file ``path`` (--config FILE, an env header's NAME.toml): read_toml's,
-    with a relative policy.module file path ("policies/gru.py:GRUPolicy") taken against the file's folder, not
-    the current directory, so that the file means the same from wherever it is given. (A flag's relative path
-    stays against the current directory; build_config makes either absolute, as a run's config saves it.)"""
+    with a relative env.library ("envs/walker.h") and a relative policy.module file path
+    ("policies/gru.py:GRUPolicy") taken against the file's folder, not the current directory, so that the file
+    means the same from wherever it is given. (A flag's relative path stays against the current directory;
+    build_config makes either absolute, as a run's config saves it.)"""
     layer = read_toml(path)
-    policy = layer.get("policy")
+    folder = path.absolute().parent
+    env, policy = layer.get("env"), layer.get("policy")
+    library = env.get("library") if isinstance(env, dict) else None
+    if isinstance(library, str) and library and not Path(library).expanduser().is_absolute():  # "": none
+        layer = {**layer, "env": {**env, "library": str(folder / library)}}
     module = policy.get("module") if isinstance(policy, dict) else None
     if not isinstance(module, str):  # none, or not a string: coerce names it
         return layer
     file, colon, name = module.partition(":")
     if not file.endswith(".py") or Path(file).expanduser().is_absolute():  # a package's module, or absolute
         return layer
-    return {**layer, "policy": {**policy, "module": f"{path.absolute().parent / file}{colon}{name}"}}
+    return {**layer, "policy": {**policy, "module": f"{folder / file}{colon}{name}"}}
 
 
 def build_config(env_name: str, values: dict, env_params: dict, preset: str = "none") -> Config:

@@ -188,7 +188,8 @@ class Config:
     env: dict = field(default_factory=dict)  # the env's own (C) parameters
     env_library: str = ""
     """[env] library: where the env comes from: "" jaxlab's built-in envs, else an env header (.h, built
-    on first use into a cache) or an env library (.so, from `jaxlab build-env`)"""
+    on first use into a cache) or an env library (.so, from `jaxlab build-env`); a relative path: from the
+    current directory, or in a --config file from its folder"""
     env_mask_check: str = "strict"
     """[env] mask_check: strict (refuse an action outside its mask, or a mask with none) or off"""
     vec: VecConfig = VecConfig()
