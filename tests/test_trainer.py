@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxlab.agent import ppo
 from jaxlab.config import ConfigError, load_config
 from jaxlab.observe.records import read_metrics
 from jaxlab.run.loop import train_loop
@@ -305,3 +306,33 @@ def test_a_batch_of_several_segments_is_consecutive_segments_side_by_side():
         double.train()
         double.evaluate()
         double.train()
+
+
+def test_the_update_reruns_each_sequence_from_its_start_carry_and_resets():
+    # one minibatch, one epoch: the update's metrics are those of its first forward pass, at the params the
+    # rollout acted with, so re-running the sequences (from the carries the rollout had at their first steps,
+    # zeroed where the step before ended an episode) must give back the rollout's values and log-probs: the
+    # value loss is 0.5 mean((V_rollout - R)^2), no ratio leaves [1 - clip, 1 + clip], the KL estimate is ~0.
+    # Memory with delay 2 ends episodes every 4 steps, inside the horizon of 6, so the second batch starts in
+    # the middle of episodes, from a carry that is not zeros. A larger actor init makes the log-probs depend
+    # on the carry.
+    config = small_config("memory", "--env.delay", "2", "--train.bptt-horizon", "6", "--train.minibatch-size",
+                          "48", "--train.update-epochs",
+                          "1", "--train.obs-norm", "false", "--train.reward-scale", "1",
+                          "--policy.actor-init-scale", "1.0")
+    t = config.train
+    with Trainer(config) as trainer:
+        assert trainer.sizes.num_minibatches == 1
+        trainer.evaluate()
+        trainer.train()
+        trainer.evaluate()
+        segment = jax.tree.map(np.asarray, trainer.segment)
+        metrics = trainer.train()
+    assert not segment.resets[0].any() and segment.resets[1:].any()
+    assert np.abs(segment.start_carry[1]).sum() > 0
+    _, returns = ppo.gae(segment.rewards, segment.values, segment.terminals, segment.truncations,
+                         segment.bootstrap_values, segment.next_values, t.gamma, t.gae_lambda)
+    expected = 0.5 * np.mean((segment.values - np.asarray(returns)) ** 2)
+    assert metrics["value_loss"] == pytest.approx(expected, rel=1e-4)
+    assert metrics["clip_fraction"] == 0.0
+    assert abs(metrics["approx_kl"]) < 1e-8
