@@ -285,6 +285,25 @@ def test_continuous_actions_flow_through_the_rollout():
         assert log_std.shape == (1,) and jax.numpy.all(jnp.isfinite(log_std))
 
 
+def test_continuous_actions_are_kept_unclipped_with_the_log_prob_of_the_raw_sample():
+    # as CleanRL's ppo_continuous_action: the env clips the torque to [-2, 2] itself; the segment keeps the
+    # Gaussian's sample and its log-prob (a clipped action's Gaussian log-prob is no probability of the
+    # policy's). 512 samples of std 1 around a mean near 0: some lie beyond +-2.
+    config = small_config("pendulum", "--vec.num-envs", "32", "--train.bptt-horizon", "16",
+                          "--train.minibatch-size", "128")
+    with Trainer(config) as trainer:
+        segment, _ = trainer.rollout.collect(trainer.acting_params)
+        acting = trainer.norm.acting_policy(trainer.policy)
+        _, head, _, log_std = acting.apply(trainer.acting_params, segment.start_carry, segment.obs, segment.resets,
+                                           method="unroll")
+        from jaxlab.agent.distributions import log_prob_entropy
+
+        logp, _ = log_prob_entropy(trainer.spec, head, log_std, segment.actions)
+        actions = np.asarray(segment.actions)
+    assert actions.shape == (16, 32, 1) and (np.abs(actions) > 2.0).any()
+    np.testing.assert_allclose(logp, segment.logp, rtol=1e-4, atol=1e-5)
+
+
 def test_a_batch_of_several_segments_is_consecutive_segments_side_by_side():
     one = small_config("cartpole", "--train.minibatch-size", "64")
     two = small_config("cartpole", "--train.minibatch-size", "64", "--train.batch-size", "128")
