@@ -133,6 +133,8 @@ def test_truncation_bootstrap_is_the_value_of_the_cut_observation(lstm):
         segment, _ = trainer.rollout.collect(trainer.state.params)
         truncated = np.asarray(segment.truncations)
         assert truncated[4].sum() >= 6 and not np.delete(truncated, 4, axis=0).any()
+        # a truncation ends the episode for the carry too: it is zeroed before the next step
+        assert np.asarray(segment.resets)[5][truncated[4]].all()
         boot = np.asarray(segment.bootstrap_values)
         assert (np.delete(boot, 4, axis=0) == 0).all() and (boot[4][~truncated[4]] == 0).all()
         expected = numpy_values(trainer.state.params, np.asarray(segment.obs, np.float64),
