@@ -57,6 +57,21 @@ def test_max_grad_norm_zero_keeps_the_optimizer_state_structure():
         jax.tree.structure(make_optimizer(schedule, 0.5).init(params))
 
 
+def test_each_optimizer_step_applies_the_scheduled_learning_rate():
+    # the logged learning rate is schedule(step); the step must apply it too. With a constant gradient Adam's
+    # bias-corrected step is -lr_k * g / (|g| + eps), so with g = 1 the steps are minus the schedule:
+    # linear 1.0 -> 0.1 over 4 steps gives 1, 0.775, 0.55, 0.325, then 0.1 (the clip to norm 0.5 changes nothing
+    # here: Adam divides by |g|)
+    optimizer = make_optimizer(lr_schedule(1.0, "linear", 4, 0.1), 0.5)
+    params = {"w": jnp.zeros(1)}
+    state = optimizer.init(params)
+    steps = []
+    for _ in range(5):
+        update, state = optimizer.update({"w": jnp.ones(1)}, state, params)
+        steps.append(-float(update["w"][0]))
+    np.testing.assert_allclose(steps, [1.0, 0.775, 0.55, 0.325, 0.1], rtol=1e-4)  # float32 Adam: ~2e-5 off
+
+
 # ---- learning-rate schedules ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("step, value", [(0, 1.0), (5, 0.55), (8, 0.28), (10, 0.1), (25, 0.1)])
