@@ -48,6 +48,13 @@ def test_max_grad_norm_zero_means_no_clipping():
     # differ from then on
     clipped = run_optimizer(1.0, grads)
     assert not np.allclose(clipped[1], unclipped[1])
+    # and it clips the global norm (every gradient scaled by one factor, min(1, 1 / |g|)), not each component
+    # (optax.clip), which turns the third gradient [-1, 2] into [-1, 1] instead of [-1, 2] / sqrt(5)
+    state = adam.init({"w": jnp.zeros(2)})
+    for g, got in zip(grads, clipped):
+        g = np.array(g) / max(1.0, float(np.linalg.norm(g)))
+        expected, state = adam.update({"w": jnp.array(g, jnp.float32)}, state)
+        np.testing.assert_allclose(got, expected["w"], rtol=1e-5)
 
 
 def test_max_grad_norm_zero_keeps_the_optimizer_state_structure():
