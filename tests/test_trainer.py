@@ -145,6 +145,24 @@ def test_truncation_bootstrap_is_the_value_of_the_cut_observation(lstm):
         assert not np.allclose(recording.finals[4][truncated[4]], np.asarray(segment.obs[5])[truncated[4]])
 
 
+@pytest.mark.parametrize("lstm", ["true", "false"])
+def test_a_truncation_at_the_last_step_of_a_batch_bootstraps_from_the_cut_observation(lstm):
+    # cut at 8 steps with horizon 8: the truncation is in row T - 1, whose flags and bootstrap the batch's
+    # finish call writes (not a step call of the next batch)
+    config = small_config("cartpole", "--env.max_steps", "8", "--policy.lstm", lstm, "--train.obs-norm", "false")
+    with Trainer(config) as trainer:
+        recording = RecordingEnv(trainer.env)
+        trainer.rollout.envs[0] = recording
+        segment, _ = trainer.rollout.collect(trainer.state.params)
+        truncated = np.asarray(segment.truncations)
+        assert truncated[7].sum() >= 6 and not truncated[:7].any()
+        boot = np.asarray(segment.bootstrap_values)
+        expected = numpy_values(trainer.state.params, np.asarray(segment.obs, np.float64),
+                                np.asarray(segment.resets), np.asarray(recording.finals, np.float64), lstm == "true")
+        np.testing.assert_allclose(boot[7][truncated[7]], expected[7][truncated[7]], rtol=1e-4, atol=1e-6)
+        assert (boot[:7] == 0).all() and (boot[7][truncated[7]] != 0).all()
+
+
 def test_values_and_log_probs_in_the_segment_match_the_policy():
     config = small_config("target", "--env.agents_per_env", "2", "--vec.num-envs", "4")
     with Trainer(config) as trainer:
