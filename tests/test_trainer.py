@@ -347,8 +347,8 @@ def test_a_batch_of_several_segments_is_consecutive_segments_side_by_side():
         double.train()
 
 
-@pytest.mark.parametrize("obs_norm", ["false", "true"])
-def test_the_update_reruns_each_sequence_from_its_start_carry_and_resets(obs_norm):
+@pytest.mark.parametrize("obs_norm, groups", [("false", "1"), ("true", "1"), ("false", "2")])
+def test_the_update_reruns_each_sequence_from_its_start_carry_and_resets(obs_norm, groups):
     # one minibatch, one epoch: the update's metrics are those of its first forward pass, at the params the
     # rollout acted with, so re-running the sequences (from the carries the rollout had at their first steps,
     # zeroed where the step before ended an episode) must give back the rollout's values and log-probs: the
@@ -356,14 +356,16 @@ def test_the_update_reruns_each_sequence_from_its_start_carry_and_resets(obs_nor
     # Memory with delay 2 ends episodes every 4 steps, inside the horizon of 6, so the second batch starts in
     # the middle of episodes, from a carry that is not zeros. A larger actor init makes the log-probs depend
     # on the carry. With obs_norm, the update must normalise the batch with the statistics the rollout acted
-    # with (frozen during the batch), not with those it merges the batch into.
+    # with (frozen during the batch), not with those it merges the batch into. With 2 groups, each group's
+    # carry must be the start carry of its own rows.
     config = small_config("memory", "--env.delay", "2", "--train.bptt-horizon", "6", "--train.minibatch-size",
                           "48", "--train.update-epochs",
                           "1", "--train.obs-norm", obs_norm, "--train.reward-scale", "1",
-                          "--policy.actor-init-scale", "1.0")
+                          "--policy.actor-init-scale", "1.0", "--vec.groups", groups)
     t = config.train
     with Trainer(config) as trainer:
         assert trainer.sizes.num_minibatches == 1 and trainer.norm.obs_norm == (obs_norm == "true")
+        assert len(trainer.rollout.envs) == int(groups)
         trainer.evaluate()
         trainer.train()
         trainer.evaluate()
