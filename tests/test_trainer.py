@@ -361,7 +361,8 @@ def test_the_update_reruns_each_sequence_from_its_start_carry_and_resets(obs_nor
     config = small_config("memory", "--env.delay", "2", "--train.bptt-horizon", "6", "--train.minibatch-size",
                           "48", "--train.update-epochs",
                           "1", "--train.obs-norm", obs_norm, "--train.reward-scale", "1",
-                          "--policy.actor-init-scale", "1.0", "--vec.groups", groups)
+                          "--policy.actor-init-scale", "1.0", "--vec.groups", groups,
+                          "--device.matmul-precision", "highest")  # on a GPU, float32 matmuls without TF32
     t = config.train
     with Trainer(config) as trainer:
         assert trainer.sizes.num_minibatches == 1 and trainer.norm.obs_norm == (obs_norm == "true")
