@@ -1,6 +1,7 @@
 """The learner's pieces against hand-worked values: the optimizer (max_grad_norm 0 = no clipping), the
-learning-rate schedules, minibatch slicing along the agent axis, reward_scale before GAE, and that the
-loss falls when the update is run on one fixed segment."""
+learning-rate schedules, minibatch slicing along the agent axis, reward_scale before GAE, that V-trace's
+ratios and prioritised sampling's weights reach the loss, and that the loss falls when the update is run on
+one fixed segment."""
 
 import math
 
@@ -10,6 +11,7 @@ import numpy as np
 import optax
 import pytest
 
+from jaxlab.agent import ppo, vtrace
 from jaxlab.agent.distributions import ActionSpec
 from jaxlab.agent.policy import ActorCritic, zero_carry
 from jaxlab.train.learner import Segment, TrainState, _take_agents, lr_schedule, make_optimizer, make_update
@@ -46,6 +48,13 @@ def test_max_grad_norm_zero_means_no_clipping():
     # differ from then on
     clipped = run_optimizer(1.0, grads)
     assert not np.allclose(clipped[1], unclipped[1])
+    # and it clips the global norm (every gradient scaled by one factor, min(1, 1 / |g|)), not each component
+    # (optax.clip), which turns the third gradient [-1, 2] into [-1, 1] instead of [-1, 2] / sqrt(5)
+    state = adam.init({"w": jnp.zeros(2)})
+    for g, got in zip(grads, clipped):
+        g = np.array(g) / max(1.0, float(np.linalg.norm(g)))
+        expected, state = adam.update({"w": jnp.array(g, jnp.float32)}, state)
+        np.testing.assert_allclose(got, expected["w"], rtol=1e-5)
 
 
 def test_max_grad_norm_zero_keeps_the_optimizer_state_structure():
@@ -53,6 +62,21 @@ def test_max_grad_norm_zero_keeps_the_optimizer_state_structure():
     schedule = optax.constant_schedule(1e-3)
     assert jax.tree.structure(make_optimizer(schedule, 0.0).init(params)) == \
         jax.tree.structure(make_optimizer(schedule, 0.5).init(params))
+
+
+def test_each_optimizer_step_applies_the_scheduled_learning_rate():
+    # the logged learning rate is schedule(step); the step must apply it too. With a constant gradient Adam's
+    # bias-corrected step is -lr_k * g / (|g| + eps), so with g = 1 the steps are minus the schedule:
+    # linear 1.0 -> 0.1 over 4 steps gives 1, 0.775, 0.55, 0.325, then 0.1 (the clip to norm 0.5 changes nothing
+    # here: Adam divides by |g|)
+    optimizer = make_optimizer(lr_schedule(1.0, "linear", 4, 0.1), 0.5)
+    params = {"w": jnp.zeros(1)}
+    state = optimizer.init(params)
+    steps = []
+    for _ in range(5):
+        update, state = optimizer.update({"w": jnp.ones(1)}, state, params)
+        steps.append(-float(update["w"][0]))
+    np.testing.assert_allclose(steps, [1.0, 0.775, 0.55, 0.325, 0.1], rtol=1e-4)  # float32 Adam: ~2e-5 off
 
 
 # ---- learning-rate schedules ---------------------------------------------------------------------
@@ -165,6 +189,52 @@ def test_reward_scale_multiplies_rewards_before_gae():
     after = 2 * np.array([[1.875, 0.625], [2.5, 1.5]])
     assert first_value_loss(segment, 2.0) != pytest.approx(0.5 * np.mean(after ** 2), rel=1e-3)
     assert first_value_loss(segment, 1.0) == pytest.approx(0.5 * np.mean(after ** 2 / 4), rel=1e-6)
+
+
+# ---- V-trace's ratios and prioritised sampling's weights reach the loss ---------------------------
+
+def frozen_update_metrics(segment: Segment, **options) -> dict:
+    """make_update's metrics with ConstantPolicy (value 0) at learning rate 0: every minibatch sees the same
+    params; ``options`` are make_update's advantage and sampling settings."""
+    schedule = optax.constant_schedule(0.0)
+    optimizer = make_optimizer(schedule, 0.5)
+    params = {"v": jnp.zeros(())}
+    update = make_update(ConstantPolicy(), DISCRETE2, optimizer, schedule, num_minibatches=2, gamma=0.9, lam=0.8,
+                         reward_scale=1.0, clip_coef=0.2, vf_coef=0.5, vf_clip_coef=0.0, ent_coef=0.0, norm_adv=True,
+                         **options)
+    _, metrics = jax.jit(update)(TrainState(params, optimizer.init(params), jnp.zeros((), jnp.int32)), segment,
+                                 jax.random.PRNGKey(0))
+    return {k: float(v) for k, v in metrics.items()}
+
+
+REWARDS = [[1.0, 0.0, 2.0, -1.0], [0.5, 1.0, 0.0, 3.0], [2.0, -2.0, 1.0, 0.0]]  # [T = 3, A = 4]
+
+
+def test_vtrace_recomputes_the_advantages_from_the_ratios_the_last_epoch_trained_with():
+    # the rollout's log-prob 0 (probability 1) against the policy's log 0.5: every ratio pi / mu is 0.5.
+    # Epoch 1 trains on GAE's advantages (no ratio seen yet) and keeps ratio 0.5 for every sample; epoch 2 on
+    # V-trace's with rho = c = 0.5. The value loss (value 0) is 0.5 mean(R^2) over both epochs' minibatches.
+    # A ratio kept upside down (mu / pi = 2, clipped to 1) would train epoch 2 on GAE's advantages again.
+    segment = constant_value_segment(REWARDS)
+    segment = segment._replace(logp=jnp.zeros_like(segment.logp))
+    s = segment
+    _, gae_returns = ppo.gae(s.rewards, s.values, s.terminals, s.truncations, s.bootstrap_values, s.next_values,
+                             0.9, 0.8)
+    _, vtrace_returns = vtrace.vtrace(s.rewards, s.values, s.terminals, s.truncations, s.bootstrap_values,
+                                      s.next_values, jnp.full(s.values.shape, 0.5), 0.9, 0.8, 1.0, 1.0)
+    expected = 0.5 * (np.mean(np.square(gae_returns)) + np.mean(np.square(vtrace_returns))) / 2
+    assert np.mean(np.square(gae_returns)) != pytest.approx(np.mean(np.square(vtrace_returns)), rel=1e-2)
+    metrics = frozen_update_metrics(segment, update_epochs=2, advantage="vtrace")
+    assert metrics["value_loss"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_prioritised_sampling_weights_the_advantages_in_the_policy_loss():
+    # every ratio 1: the policy loss is -mean(normalised advantage x importance weight), 0 without weights
+    # (the normalised advantages have mean 0), and not 0 once the drawn sequences' weights (N p)^-beta differ
+    segment = constant_value_segment(REWARDS)
+    assert abs(frozen_update_metrics(segment, update_epochs=1)["policy_loss"]) < 1e-6
+    metrics = frozen_update_metrics(segment, update_epochs=1, prio_alpha=1.0, prio_beta0=0.5, total_steps=4)
+    assert abs(metrics["policy_loss"]) > 1e-2
 
 
 # ---- the loss falls on a fixed batch -------------------------------------------------------------

@@ -79,6 +79,24 @@ def test_discrete_log_prob_and_masking():
     assert int(distributions.deterministic(spec, logits, mask)[0]) == 1
 
 
+def test_a_mask_leaves_illegal_actions_out_of_the_entropy_and_of_every_gradient():
+    # logits [1, 2, 3] with action 2 illegal: the policy is [e, e^2] / (e + e^2) over actions 0 and 1, so the
+    # entropy bonus is that of this two-action distribution, and neither it nor the log-prob moves the
+    # illegal logit (an entropy of the unmasked logits would reward spreading mass onto action 2)
+    spec = ActionSpec("discrete", (3,))
+    logits, mask = jnp.array([[1.0, 2.0, 3.0]]), jnp.array([[True, True, False]])
+    p = np.array([1.0, math.e]) / (1.0 + math.e)
+    _, entropy = distributions.log_prob_entropy(spec, logits, None, jnp.array([1]), mask)
+    assert float(entropy[0]) == pytest.approx(-(p * np.log(p)).sum(), rel=1e-5)
+
+    def objective(x):
+        logp, ent = distributions.log_prob_entropy(spec, x, None, jnp.array([1]), mask)
+        return (logp + ent).sum()
+
+    grad = np.asarray(jax.grad(objective)(logits))
+    assert grad[0, 2] == 0.0 and np.all(np.isfinite(grad)) and abs(grad[0, 0]) > 0.05
+
+
 def test_multi_discrete_factorises():
     spec = ActionSpec("multi_discrete", (2, 3))
     logits = jnp.array([[0.0, 1.0, 0.0, 0.0, 2.0]])

@@ -130,3 +130,20 @@ def test_explained_variance():
     assert float(ppo.explained_variance(returns, returns)) == 1.0
     assert float(ppo.explained_variance(jnp.full(4, 2.5), returns)) == pytest.approx(0.0)
     assert float(ppo.explained_variance(returns, jnp.ones(4))) == 0.0
+
+
+def test_values_are_clipped_by_vf_clip_coef_and_importance_weights_scale_the_normalised_advantages():
+    # [T = 2, B = 2]; every ratio 1. clip_coef 0.2 and vf_clip_coef 1.0 differ, so a value clip by the
+    # policy's clip_coef (CleanRL's choice, not jaxlab's) shows.
+    #   values: V - V_old = 0.5 (inside +-1): max((0.5 - 2)^2, same) = 2.25; V - V_old = 2 (clipped to 1):
+    #   max((2 - 3)^2, (1 - 3)^2) = 4; the other two are 0: value = 0.5 * 6.25 / 4 (by 0.2: 0.5 * 11.08 / 4)
+    #   advantages [[1, 2], [3, 4]] normalised: k [[-3, -1], [1, 3]], k = 0.5 / sqrt(1.25); then times the
+    #   sequences' importance weights [2, 0.5]: k [[-6, -0.5], [2, 1.5]], policy = -mean = 0.75 k (weighting
+    #   before the normalisation would give a mean-0 advantage: policy 0)
+    terms = ppo.ppo_loss(new_logp=jnp.zeros((2, 2)), entropy=jnp.zeros((2, 2)),
+                         new_values=jnp.array([[0.5, 2.0], [0.0, 0.0]]), old_logp=jnp.zeros((2, 2)),
+                         old_values=jnp.zeros((2, 2)), advantages=jnp.array([[1.0, 2.0], [3.0, 4.0]]),
+                         returns=jnp.array([[2.0, 3.0], [0.0, 0.0]]), clip_coef=0.2, vf_coef=0.5, vf_clip_coef=1.0,
+                         ent_coef=0.0, norm_adv=True, adv_weights=jnp.array([2.0, 0.5]))
+    assert float(terms.value) == pytest.approx(0.5 * 6.25 / 4, rel=1e-6)
+    assert float(terms.policy) == pytest.approx(0.75 * 0.5 / (math.sqrt(1.25) + 1e-8), rel=1e-6)

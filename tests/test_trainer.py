@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxlab.agent import ppo
 from jaxlab.config import ConfigError, load_config
 from jaxlab.observe.records import read_metrics
 from jaxlab.run.loop import train_loop
@@ -132,6 +133,8 @@ def test_truncation_bootstrap_is_the_value_of_the_cut_observation(lstm):
         segment, _ = trainer.rollout.collect(trainer.state.params)
         truncated = np.asarray(segment.truncations)
         assert truncated[4].sum() >= 6 and not np.delete(truncated, 4, axis=0).any()
+        # a truncation ends the episode for the carry too: it is zeroed before the next step
+        assert np.asarray(segment.resets)[5][truncated[4]].all()
         boot = np.asarray(segment.bootstrap_values)
         assert (np.delete(boot, 4, axis=0) == 0).all() and (boot[4][~truncated[4]] == 0).all()
         expected = numpy_values(trainer.state.params, np.asarray(segment.obs, np.float64),
@@ -140,6 +143,24 @@ def test_truncation_bootstrap_is_the_value_of_the_cut_observation(lstm):
         assert (np.abs(boot[4][truncated[4]]) > 1e-3).all()
         # the final observation is not the observation after it (a new episode's first)
         assert not np.allclose(recording.finals[4][truncated[4]], np.asarray(segment.obs[5])[truncated[4]])
+
+
+@pytest.mark.parametrize("lstm", ["true", "false"])
+def test_a_truncation_at_the_last_step_of_a_batch_bootstraps_from_the_cut_observation(lstm):
+    # cut at 8 steps with horizon 8: the truncation is in row T - 1, whose flags and bootstrap the batch's
+    # finish call writes (not a step call of the next batch)
+    config = small_config("cartpole", "--env.max_steps", "8", "--policy.lstm", lstm, "--train.obs-norm", "false")
+    with Trainer(config) as trainer:
+        recording = RecordingEnv(trainer.env)
+        trainer.rollout.envs[0] = recording
+        segment, _ = trainer.rollout.collect(trainer.state.params)
+        truncated = np.asarray(segment.truncations)
+        assert truncated[7].sum() >= 6 and not truncated[:7].any()
+        boot = np.asarray(segment.bootstrap_values)
+        expected = numpy_values(trainer.state.params, np.asarray(segment.obs, np.float64),
+                                np.asarray(segment.resets), np.asarray(recording.finals, np.float64), lstm == "true")
+        np.testing.assert_allclose(boot[7][truncated[7]], expected[7][truncated[7]], rtol=1e-4, atol=1e-6)
+        assert (boot[:7] == 0).all() and (boot[7][truncated[7]] != 0).all()
 
 
 def test_values_and_log_probs_in_the_segment_match_the_policy():
@@ -284,6 +305,25 @@ def test_continuous_actions_flow_through_the_rollout():
         assert log_std.shape == (1,) and jax.numpy.all(jnp.isfinite(log_std))
 
 
+def test_continuous_actions_are_kept_unclipped_with_the_log_prob_of_the_raw_sample():
+    # as CleanRL's ppo_continuous_action: the env clips the torque to [-2, 2] itself; the segment keeps the
+    # Gaussian's sample and its log-prob (a clipped action's Gaussian log-prob is no probability of the
+    # policy's). 512 samples of std 1 around a mean near 0: some lie beyond +-2.
+    config = small_config("pendulum", "--vec.num-envs", "32", "--train.bptt-horizon", "16",
+                          "--train.minibatch-size", "128")
+    with Trainer(config) as trainer:
+        segment, _ = trainer.rollout.collect(trainer.acting_params)
+        acting = trainer.norm.acting_policy(trainer.policy)
+        _, head, _, log_std = acting.apply(trainer.acting_params, segment.start_carry, segment.obs, segment.resets,
+                                           method="unroll")
+        from jaxlab.agent.distributions import log_prob_entropy
+
+        logp, _ = log_prob_entropy(trainer.spec, head, log_std, segment.actions)
+        actions = np.asarray(segment.actions)
+    assert actions.shape == (16, 32, 1) and (np.abs(actions) > 2.0).any()
+    np.testing.assert_allclose(logp, segment.logp, rtol=1e-4, atol=1e-5)
+
+
 def test_a_batch_of_several_segments_is_consecutive_segments_side_by_side():
     one = small_config("cartpole", "--train.minibatch-size", "64")
     two = small_config("cartpole", "--train.minibatch-size", "64", "--train.batch-size", "128")
@@ -305,3 +345,38 @@ def test_a_batch_of_several_segments_is_consecutive_segments_side_by_side():
         double.train()
         double.evaluate()
         double.train()
+
+
+@pytest.mark.parametrize("obs_norm, groups", [("false", "1"), ("true", "1"), ("false", "2")])
+def test_the_update_reruns_each_sequence_from_its_start_carry_and_resets(obs_norm, groups):
+    # one minibatch, one epoch: the update's metrics are those of its first forward pass, at the params the
+    # rollout acted with, so re-running the sequences (from the carries the rollout had at their first steps,
+    # zeroed where the step before ended an episode) must give back the rollout's values and log-probs: the
+    # value loss is 0.5 mean((V_rollout - R)^2), no ratio leaves [1 - clip, 1 + clip], the KL estimate is ~0.
+    # Memory with delay 2 ends episodes every 4 steps, inside the horizon of 6, so the second batch starts in
+    # the middle of episodes, from a carry that is not zeros. A larger actor init makes the log-probs depend
+    # on the carry. With obs_norm, the update must normalise the batch with the statistics the rollout acted
+    # with (frozen during the batch), not with those it merges the batch into. With 2 groups, each group's
+    # carry must be the start carry of its own rows.
+    config = small_config("memory", "--env.delay", "2", "--train.bptt-horizon", "6", "--train.minibatch-size",
+                          "48", "--train.update-epochs",
+                          "1", "--train.obs-norm", obs_norm, "--train.reward-scale", "1",
+                          "--policy.actor-init-scale", "1.0", "--vec.groups", groups,
+                          "--device.matmul-precision", "highest")  # on a GPU, float32 matmuls without TF32
+    t = config.train
+    with Trainer(config) as trainer:
+        assert trainer.sizes.num_minibatches == 1 and trainer.norm.obs_norm == (obs_norm == "true")
+        assert len(trainer.rollout.envs) == int(groups)
+        trainer.evaluate()
+        trainer.train()
+        trainer.evaluate()
+        segment = jax.tree.map(np.asarray, trainer.segment)
+        metrics = trainer.train()
+    assert not segment.resets[0].any() and segment.resets[1:].any()
+    assert np.abs(segment.start_carry[1]).sum() > 0
+    _, returns = ppo.gae(segment.rewards, segment.values, segment.terminals, segment.truncations,
+                         segment.bootstrap_values, segment.next_values, t.gamma, t.gae_lambda)
+    expected = 0.5 * np.mean((segment.values - np.asarray(returns)) ** 2)
+    assert metrics["value_loss"] == pytest.approx(expected, rel=1e-4)
+    assert metrics["clip_fraction"] == 0.0
+    assert abs(metrics["approx_kl"]) < 1e-8
