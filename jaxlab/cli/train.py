@@ -229,6 +229,8 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
         print(f"jaxlab train: error: {message}; the run's records and checkpoints are in {run_dir}", file=sys.stderr)
         return 1
     close(observers, 1 if result.error else 0)
+    if profile is not None and profile.where():
+        say(profile.where())
     where = f"checkpoint {result.checkpoint}" if result.checkpoint else "no checkpoint"
     if result.error:
         print(f"jaxlab train: error: {result.error}; {where}", file=sys.stderr)
