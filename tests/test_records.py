@@ -162,6 +162,26 @@ def test_runs_table_on_synthetic_run_dirs(tmp_path):
     assert jaxlab("runs", str(tmp_path / "nope")).returncode == 2
 
 
+def test_runs_tells_a_running_run_from_a_killed_one_by_its_lock(tmp_path):
+    """A run dir without summary.json was "running or killed" in every case; its .lock tells them apart:
+    held by a live process (running), or naming a process of this host that is gone (kill -9: killed)."""
+    import socket
+
+    from jaxlab.run.lock import RunDirLock
+
+    for name in ("live", "dead", "python", "elsewhere"):
+        write_run(tmp_path, name, "cartpole", [10.0])
+    for name, host in (("live", socket.gethostname()), ("dead", socket.gethostname()), ("elsewhere", "gpu-node-7")):
+        (tmp_path / name / "run.json").write_text(json.dumps({"env_name": "cartpole", "host": host}))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    for name in ("dead", "elsewhere"):  # what a process killed with SIGKILL leaves: its pid, the lock released
+        (tmp_path / name / ".lock").write_text(f"process {int(gone.stdout)} (jaxlab train cartpole)\n")
+    with RunDirLock(tmp_path / "live"):
+        status = {r["run"]: r["status"] for r in run_rows(tmp_path)}
+    assert status == {"live": "running", "dead": "killed", "python": "running or killed",
+                      "elsewhere": "running or killed"}
+
+
 def test_runs_best_return_is_the_best_episode_return_whatever_the_best_metric(tmp_path):
     """A run with --checkpoint.best-metric explained_variance has that metric's best in summary.json: the
     table showed it, 0.9, as the best return."""
@@ -372,7 +392,7 @@ def test_summary_final_fills_in_episode_statistics_only():
 
 def test_a_resumed_run_is_not_shown_as_done_with_its_old_summary_while_it_trains(tmp_path):
     """A resume removes summary.json once it trains (written again at its end): killed meanwhile, the run
-    shows as running or killed with the steps in metrics.jsonl, not as done with the first session's."""
+    shows as running (or killed) with the steps in metrics.jsonl, not as done with the first session's."""
     from jaxlab.config import load_config
     from jaxlab.run.loop import train_run
 
@@ -390,7 +410,7 @@ def test_a_resumed_run_is_not_shown_as_done_with_its_old_summary_while_it_trains
             seen.append(run_rows(run)[0])
 
     train_run(config(512), run, resume=run / "checkpoints", on_log=look)
-    assert (seen[0]["status"], seen[0]["steps"]) == ("running or killed", 384)
+    assert (seen[0]["status"], seen[0]["steps"]) == ("running", 384)  # train_run holds the run dir's lock
     summary = json.loads((run / "summary.json").read_text())
     assert summary["global_step"] == 512 and summary["resumed_from"].endswith("checkpoints/2")
 
