@@ -28,6 +28,23 @@ def test_eval_refuses_what_it_could_not_finish_before_loading_anything(tmp_path,
     assert message.replace("FOLDER", str(tmp_path)) in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flags, message", [
+    (["--resume", ""], "--resume '': an empty value (a shell variable that is not set?), which would start a new run "
+                       "instead of continuing one; give a run dir, a checkpoint or latest"),
+    (["--resume", " "], "--resume ' ': an empty value"),
+    (["--run-dir", ""], "--run-dir '': an empty value (a shell variable that is not set?); give a folder, or leave "
+                        "--run-dir out for runs/ENV-TIMESTAMP"),
+])
+def test_an_empty_resume_or_run_dir_is_refused_not_taken_as_left_out(tmp_path, capsys, monkeypatch, flags, message):
+    """--resume "$RUN" with RUN unset trained a new run of the whole train.total_timesteps in runs/ENV-TIMESTAMP
+    (an empty --resume read as none); an empty --run-dir wrote there too."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["train", "cartpole", "--train.total-timesteps", "256", "--vec.num-envs", "8",
+                     "--log.dashboard", "none", *flags]) == 2
+    assert f"jaxlab train: error: {message}" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_config_flags_may_come_before_env(capsys):
     """`jaxlab config --train.seed 3 memory` (CleanRL's habit: options anywhere): argparse took 3 for ENV
     ("unknown env '3'")."""

@@ -484,6 +484,19 @@ def cannot_write(directory: Path) -> str | None:
     return None
 
 
+def empty_path_problem(args: argparse.Namespace) -> str | None:
+    """Why ARGS's --resume or --run-dir cannot be taken, when given an empty value (an unset shell variable:
+    --resume "$RUN"), or None. Taken as not given, an empty --resume started a new run of the whole
+    train.total_timesteps, and an empty --run-dir wrote to runs/ENV-TIMESTAMP, without a word."""
+    if getattr(args, "resume", None) is not None and not args.resume.strip():
+        return (f"--resume {args.resume!r}: an empty value (a shell variable that is not set?), which would start a "
+                "new run instead of continuing one; give a run dir, a checkpoint or latest")
+    if getattr(args, "run_dir", None) is not None and not args.run_dir.strip():
+        return (f"--run-dir {args.run_dir!r}: an empty value (a shell variable that is not set?); give a folder, or "
+                "leave --run-dir out for runs/ENV-TIMESTAMP")
+    return None
+
+
 def output_file_problem(flag: str, name: str, suffix: str | None = None) -> str | None:
     """Why ``name`` (given with ``flag``) cannot be written as a file (ending in ``suffix`` when given),
     or None: checked before the work that produces it, so that the work is not lost at the end."""

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxlab.cli.common import (LAYERS, cannot_write, check_saved_header, check_saved_module, env_name_of, fail,
-                               output_file_problem, resolve, unplayed_header_toml_warning, warn, whole_number)
+from jaxlab.cli.common import (LAYERS, cannot_write, check_saved_header, check_saved_module, empty_path_problem,
+                               env_name_of, fail, output_file_problem, resolve, unplayed_header_toml_warning, warn,
+                               whole_number)
 
 
 def train_command(args: argparse.Namespace) -> int:
@@ -32,6 +33,9 @@ def train_command(args: argparse.Namespace) -> int:
     from jaxlab.run import distributed
     from jaxlab.run.signals import StopSignals
 
+    empty = empty_path_problem(args)
+    if empty:
+        return fail("train", ConfigError(empty))
     try:
         settings = distributed.start(args.flags)  # before anything uses JAX
     except ConfigError as err:
