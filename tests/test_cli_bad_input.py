@@ -20,6 +20,9 @@ from jaxlab.run.resume import keep_metrics_until
     (["--save-frames", "FOLDER/missing/f.txt"], "--save-frames FOLDER/missing/f.txt: its folder FOLDER/missing does "
                                                 "not exist"),
     (["--gif", "FOLDER/a.png"], "--gif FOLDER/a.png: the file is written as .gif, so its name must end in .gif"),
+    (["--gif", ""], "--gif '': an empty name; give a file name, e.g. --gif out.gif"),  # was a ValueError traceback
+    (["--save-frames", ""], "--save-frames '': an empty name; give a file name, e.g. --save-frames out.txt"),
+    (["--gif", "FOLDER"], "--gif FOLDER is a folder; give a file name, e.g. --gif FOLDER/out.gif"),
 ])
 def test_eval_refuses_what_it_could_not_finish_before_loading_anything(tmp_path, capsys, flags, message):
     flags = [f.replace("FOLDER", str(tmp_path)) for f in flags]
@@ -154,6 +157,9 @@ def test_the_same_update_set_aside_twice_in_one_second_keeps_both(tmp_path):
 @pytest.mark.parametrize("output, message", [
     ("a.pdf", "--output a.pdf: the file is written as .png, so its name must end in .png, e.g. --output a.png"),
     ("FOLDER/missing/a.png", "its folder FOLDER/missing does not exist"),
+    ("", "--output '': an empty name; give a file name, e.g. --output out.png"),  # was a ValueError traceback
+    ("/", "--output / is a folder; give a file name, e.g. --output /out.png"),  # so was this
+    ("FOLDER", "--output FOLDER is a folder; give a file name, e.g. --output FOLDER/out.png"),
 ])
 def test_plot_checks_its_output_before_drawing(tmp_path, capsys, output, message):
     output = output.replace("FOLDER", str(tmp_path))

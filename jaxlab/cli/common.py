@@ -502,11 +502,14 @@ def output_file_problem(flag: str, name: str, suffix: str | None = None) -> str 
     or None: checked before the work that produces it, so that the work is not lost at the end."""
     path = Path(name)
     folder = path.parent if str(path.parent) else Path(".")
+    example = "out" + (suffix or ".txt")
+    if not name.strip():  # Path("") is the current folder, whose name with_suffix cannot change
+        return f"{flag} {name!r}: an empty name; give a file name, e.g. {flag} {example}"
+    if path.is_dir():  # before the suffix: ".", ".." and "/" have no name to put one on
+        return f"{flag} {name} is a folder; give a file name, e.g. {flag} {path / example}"
     if suffix is not None and path.suffix.lower() != suffix:
         return f"{flag} {name}: the file is written as {suffix}, so its name must end in {suffix}, e.g. {flag} " \
                f"{path.with_suffix(suffix).name}"
-    if path.is_dir():
-        return f"{flag} {name} is a folder; give a file name, e.g. {flag} {path / ('out' + (suffix or '.txt'))}"
     if not folder.is_dir():
         return f"{flag} {name}: its folder {folder} does not exist; create it or give another path"
     if path.exists():
