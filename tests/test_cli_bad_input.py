@@ -588,6 +588,15 @@ def test_flags_the_config_does_not_use_are_named(capsys):
     assert "does nothing" not in capsys.readouterr().err  # used: the schedule is linear, the advantage V-trace
 
 
+def test_wandb_flags_without_log_wandb_are_named(capsys):
+    """--log.wandb-project foo alone trained with no wandb and no word: wandb is opt-in (--log.wandb true)."""
+    assert cli.main(["config", "cartpole", "--log.wandb-project", "foo", "--log.wandb-tags", "a,b"]) == 0
+    assert ("jaxlab: warning: --log.wandb-project does nothing with log.wandb false; --log.wandb-tags does nothing "
+            "with log.wandb false") in capsys.readouterr().err
+    assert cli.main(["config", "cartpole", "--log.wandb", "true", "--log.wandb-project", "foo"]) == 0
+    assert "does nothing" not in capsys.readouterr().err
+
+
 def test_network_flags_the_built_in_network_does_not_use_are_named(capsys):
     assert cli.main(["config", "cartpole", "--policy.lstm", "false", "--policy.hidden-size", "64",
                      "--policy.scan-unroll", "4", "--policy.cnn-channels", "[8]"]) == 0

@@ -191,7 +191,8 @@ def unused_flags_warning(config, flags: list[str]) -> str | None:
     """The warning for keys that ``flags`` set and that ``config`` does not use, or None: [train]'s
     min_lr_ratio without an LR schedule, the V-trace clips with GAE advantages, prio_beta0 without
     prioritised sampling; the built-in network's hidden_size and scan_unroll without its LSTM, its
-    cnn_* keys with the mlp encoder (policy.module's own case: ignored_flags_warning)."""
+    cnn_* keys with the mlp encoder (policy.module's own case: ignored_flags_warning); the wandb_* keys
+    without log.wandb (--log.wandb-project alone logs nothing to wandb)."""
     from jaxlab.config.layers import parse_flags
     from jaxlab.config.validate import flag_of
 
@@ -204,6 +205,8 @@ def unused_flags_warning(config, flags: list[str]) -> str | None:
               "train.prio_beta0": ("train.prio_alpha", "0") if t.prio_alpha == 0 else None,
               "policy.hidden_size": no_lstm, "policy.scan_unroll": no_lstm,
               "policy.cnn_channels": mlp, "policy.cnn_kernels": mlp, "policy.cnn_strides": mlp}
+    no_wandb = None if config.log.wandb else ("log.wandb", "false")
+    unused.update({f"log.wandb_{key}": no_wandb for key in ("project", "entity", "group", "tags", "init_timeout")})
     given = {f"{section}.{key}" for section, keys in parse_flags(flags).items() for key in keys}
     lines = [f"{flag_of(key)} does nothing with {why[0]} {why[1]}" for key, why in unused.items()
              if why is not None and key in given]
