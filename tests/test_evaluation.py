@@ -226,6 +226,23 @@ def test_eval_latest_passes_over_a_damaged_newest_checkpoint(tmp_path, monkeypat
     assert f"cartpole from {Path('runs/cp/checkpoints/1')}: 2 episodes" in out
 
 
+def test_eval_without_env_plays_the_checkpoints_own_as_train_resume_does(tmp_path, monkeypatch, capsys):
+    """`jaxlab eval --checkpoint RUN` was refused by argparse ("the following arguments are required: ENV")
+    though the checkpoint names its env, and `jaxlab train --resume RUN` takes it from there."""
+    from jaxlab import cli
+
+    run = tmp_path / "runs" / "cp"
+    with trainer_for("cartpole") as trainer:
+        trainer.save_checkpoint(run / "checkpoints" / "1")
+    (run / "config.toml").write_text('env_name = "cartpole"\n')
+    assert cli.main(["eval", "--checkpoint", str(run), "--episodes", "2"]) == 0
+    assert capsys.readouterr().out.startswith(f"cartpole from {run / 'checkpoints' / '1'}: 2 episodes")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["eval", "--checkpoint", "latest"]) == 2  # the newest run of which env?
+    assert ("jaxlab eval: error: --checkpoint latest needs ENV, the env whose newest run to play: e.g. `jaxlab eval "
+            "cartpole --checkpoint latest`") in capsys.readouterr().err
+
+
 def test_eval_plays_a_policy_on_other_env_parameters(tmp_path, capsys):
     """`jaxlab eval` took no --env.* flags: a policy could be played only on the env settings it was trained
     on. It takes them now, as train does: a longer memory delay (an episode is delay + 2 steps), another

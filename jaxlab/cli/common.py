@@ -46,11 +46,17 @@ def config_help() -> str:
 
 
 def required_env(args: argparse.Namespace) -> None:
-    """ConfigError when ARGS has no ENV, except for `jaxlab train --resume RUN` (not latest), which
-    takes the run's (resolve)."""
+    """ConfigError when ARGS has no ENV, except for `jaxlab train --resume RUN` and `jaxlab eval --checkpoint
+    RUN` (not latest), which take the run's (resolve, eval_command)."""
     from jaxlab.config import ConfigError
 
     if args.env is not None:
+        return
+    checkpoint = getattr(args, "checkpoint", None)
+    if checkpoint == "latest":
+        raise ConfigError("--checkpoint latest needs ENV, the env whose newest run to play: e.g. `jaxlab eval "
+                          "cartpole --checkpoint latest` (or --checkpoint RUN_DIR, whose env is its own)")
+    if checkpoint is not None:
         return
     resume = getattr(args, "resume", None)
     if resume and resume != "latest":
