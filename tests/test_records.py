@@ -415,6 +415,24 @@ def test_a_resumed_run_is_not_shown_as_done_with_its_old_summary_while_it_trains
     assert summary["global_step"] == 512 and summary["resumed_from"].endswith("checkpoints/2")
 
 
+def test_summary_names_the_checkpoint_resumed_from_by_its_absolute_path(tmp_path, monkeypatch):
+    """summary.json's checkpoint was absolute but its resumed_from was the path as given (run/checkpoints/2),
+    which means nothing to a reader of the summary in another folder."""
+    from jaxlab.config import load_config
+    from jaxlab.run.loop import train_run
+
+    def config(steps):
+        return load_config("cartpole", flags=["--vec.num-envs", "8", "--train.minibatch-size", "64",
+                                              "--policy.hidden-size", "16", "--train.total-timesteps", str(steps)])[0]
+
+    monkeypatch.chdir(tmp_path)
+    train_run(config(256), "run")
+    train_run(config(512), "run", resume="run/checkpoints")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["resumed_from"] == str(tmp_path / "run" / "checkpoints" / "2")
+    assert summary["checkpoint"] == str(tmp_path / "run" / "checkpoints" / "4")
+
+
 def test_a_rich_dashboard_forced_onto_a_file_ends_its_last_draw_with_a_newline():
     """--log.dashboard rich with stdout a file: rich draws once, at the end; the line printed after the run
     ("done: ...") starts on a line of its own."""

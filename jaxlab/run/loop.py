@@ -343,5 +343,5 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
             if primary:
                 records.write_summary(run_dir, best_metric or "episode_return", stopped=result.stopped,
                                       error=result.error, checkpoint=result.checkpoint,
-                                      resumed_from=result.resumed_from)
+                                      resumed_from=result.resumed_from and result.resumed_from.absolute())
     return result
