@@ -251,6 +251,28 @@ def test_plot_refuses_a_metric_that_is_not_a_number(tmp_path, capsys):
     assert cli.main(["plot", str(tmp_path / "run"), "-o", str(png)]) == 0 and png.is_file()
 
 
+def test_plot_of_a_metric_null_in_every_update_says_so_and_lists_every_runs_metrics(tmp_path, capsys):
+    """A run whose updates ended no episode logs its episode statistics as null: plot said "no run has values
+    of 'goals_reached'; metrics in RUN0: ..." naming only the first run's last update's numbers, so neither
+    the run that logs it nor the other runs' metrics (nor an episode statistic null at the end) showed."""
+    pytest.importorskip("matplotlib")
+    short = {"update": 1, "global_step": 64, "wall_time": 1, "episodes": 0, "goals_reached": None}
+    write_run(tmp_path / "a", [json.dumps({"update": 1, "global_step": 64, "wall_time": 1, "episode_return": 2.0}),
+                               json.dumps({"update": 2, "global_step": 128, "wall_time": 2, "episode_return": None})])
+    write_run(tmp_path / "target", [json.dumps(short)])
+    png = tmp_path / "c.png"
+    assert cli.main(["plot", str(tmp_path / "a"), str(tmp_path / "target"), "--metric", "goals_reached",
+                     "-o", str(png)]) == 2
+    assert capsys.readouterr().err == (
+        f"jaxlab plot: error: no run has values of 'goals_reached': {tmp_path / 'target'} logs it as null in every "
+        "update (an episode statistic is null in updates that ended no episode); train longer, or plot another "
+        "metric\n")
+    assert cli.main(["plot", str(tmp_path / "a"), str(tmp_path / "target"), "--metric", "retrun", "-o", str(png)]) == 2
+    assert capsys.readouterr().err == ("jaxlab plot: error: no run has values of 'retrun'; the runs' metrics: "
+                                       "episode_return, episodes, global_step, update, wall_time\n")
+    assert not png.exists()
+
+
 def test_plot_of_another_programs_metrics_says_it_holds_no_update_records(tmp_path, capsys):
     """Another program's metrics.jsonl (episode_return per "step", no update, global_step or wall_time):
     plot said "no run has values of 'episode_return'; metrics in …: episode_return, …", the metric listed
