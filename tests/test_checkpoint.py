@@ -244,8 +244,11 @@ def test_a_new_run_into_a_run_dir_that_holds_a_run_is_refused_and_changes_nothin
     metrics_only = tmp_path / "metrics-only"
     metrics_only.mkdir()
     (metrics_only / "metrics.jsonl").write_text('{"update": 1}\n')
-    with pytest.raises(ConfigError, match=r"already holds a run \(metrics.jsonl\)"):
+    with pytest.raises(ConfigError) as refused:
         train_run(small_config(2), metrics_only)
+    assert str(refused.value) == (f"run dir {metrics_only} already holds a run (metrics.jsonl) but no checkpoint to "
+                                  "continue it from (it ended before its first save); give a new --run-dir, or move "
+                                  "that run away first")  # not --resume, which refuses a run with no checkpoint
 
 
 def test_a_resume_into_another_run_dir_that_holds_a_run_is_refused(tmp_path):

@@ -20,12 +20,32 @@ from jaxlab.run.resume import keep_metrics_until
     (["--save-frames", "FOLDER/missing/f.txt"], "--save-frames FOLDER/missing/f.txt: its folder FOLDER/missing does "
                                                 "not exist"),
     (["--gif", "FOLDER/a.png"], "--gif FOLDER/a.png: the file is written as .gif, so its name must end in .gif"),
+    (["--gif", ""], "--gif '': an empty name; give a file name, e.g. --gif out.gif"),  # was a ValueError traceback
+    (["--save-frames", ""], "--save-frames '': an empty name; give a file name, e.g. --save-frames out.txt"),
+    (["--gif", "FOLDER"], "--gif FOLDER is a folder; give a file name, e.g. --gif FOLDER/out.gif"),
 ])
 def test_eval_refuses_what_it_could_not_finish_before_loading_anything(tmp_path, capsys, flags, message):
     flags = [f.replace("FOLDER", str(tmp_path)) for f in flags]
     # no checkpoint exists there: the checks come first
     assert cli.main(["eval", "cartpole", "--checkpoint", str(tmp_path / "none"), *flags]) == 2
     assert message.replace("FOLDER", str(tmp_path)) in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--resume", ""], "--resume '': an empty value (a shell variable that is not set?), which would start a new run "
+                       "instead of continuing one; give a run dir, a checkpoint or latest"),
+    (["--resume", " "], "--resume ' ': an empty value"),
+    (["--run-dir", ""], "--run-dir '': an empty value (a shell variable that is not set?); give a folder, or leave "
+                        "--run-dir out for runs/ENV-TIMESTAMP"),
+])
+def test_an_empty_resume_or_run_dir_is_refused_not_taken_as_left_out(tmp_path, capsys, monkeypatch, flags, message):
+    """--resume "$RUN" with RUN unset trained a new run of the whole train.total_timesteps in runs/ENV-TIMESTAMP
+    (an empty --resume read as none); an empty --run-dir wrote there too."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["train", "cartpole", "--train.total-timesteps", "256", "--vec.num-envs", "8",
+                     "--log.dashboard", "none", *flags]) == 2
+    assert f"jaxlab train: error: {message}" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_config_flags_may_come_before_env(capsys):
@@ -137,6 +157,9 @@ def test_the_same_update_set_aside_twice_in_one_second_keeps_both(tmp_path):
 @pytest.mark.parametrize("output, message", [
     ("a.pdf", "--output a.pdf: the file is written as .png, so its name must end in .png, e.g. --output a.png"),
     ("FOLDER/missing/a.png", "its folder FOLDER/missing does not exist"),
+    ("", "--output '': an empty name; give a file name, e.g. --output out.png"),  # was a ValueError traceback
+    ("/", "--output / is a folder; give a file name, e.g. --output /out.png"),  # so was this
+    ("FOLDER", "--output FOLDER is a folder; give a file name, e.g. --output FOLDER/out.png"),
 ])
 def test_plot_checks_its_output_before_drawing(tmp_path, capsys, output, message):
     output = output.replace("FOLDER", str(tmp_path))
@@ -226,6 +249,28 @@ def test_plot_refuses_a_metric_that_is_not_a_number(tmp_path, capsys):
     assert cli.main(["plot", str(tmp_path / "run"), "--metric", "compile_cache", "-o", str(png)]) == 2
     assert "'compile_cache' is not a number in " in capsys.readouterr().err and not png.exists()
     assert cli.main(["plot", str(tmp_path / "run"), "-o", str(png)]) == 0 and png.is_file()
+
+
+def test_plot_of_a_metric_null_in_every_update_says_so_and_lists_every_runs_metrics(tmp_path, capsys):
+    """A run whose updates ended no episode logs its episode statistics as null: plot said "no run has values
+    of 'goals_reached'; metrics in RUN0: ..." naming only the first run's last update's numbers, so neither
+    the run that logs it nor the other runs' metrics (nor an episode statistic null at the end) showed."""
+    pytest.importorskip("matplotlib")
+    short = {"update": 1, "global_step": 64, "wall_time": 1, "episodes": 0, "goals_reached": None}
+    write_run(tmp_path / "a", [json.dumps({"update": 1, "global_step": 64, "wall_time": 1, "episode_return": 2.0}),
+                               json.dumps({"update": 2, "global_step": 128, "wall_time": 2, "episode_return": None})])
+    write_run(tmp_path / "target", [json.dumps(short)])
+    png = tmp_path / "c.png"
+    assert cli.main(["plot", str(tmp_path / "a"), str(tmp_path / "target"), "--metric", "goals_reached",
+                     "-o", str(png)]) == 2
+    assert capsys.readouterr().err == (
+        f"jaxlab plot: error: no run has values of 'goals_reached': {tmp_path / 'target'} logs it as null in every "
+        "update (an episode statistic is null in updates that ended no episode); train longer, or plot another "
+        "metric\n")
+    assert cli.main(["plot", str(tmp_path / "a"), str(tmp_path / "target"), "--metric", "retrun", "-o", str(png)]) == 2
+    assert capsys.readouterr().err == ("jaxlab plot: error: no run has values of 'retrun'; the runs' metrics: "
+                                       "episode_return, episodes, global_step, update, wall_time\n")
+    assert not png.exists()
 
 
 def test_plot_of_another_programs_metrics_says_it_holds_no_update_records(tmp_path, capsys):
@@ -563,6 +608,15 @@ def test_flags_the_config_does_not_use_are_named(capsys):
     assert cli.main(["config", "cartpole", "--train.min-lr-ratio", "0.1", "--train.advantage", "vtrace",
                      "--train.vtrace-c-clip", "2"]) == 0
     assert "does nothing" not in capsys.readouterr().err  # used: the schedule is linear, the advantage V-trace
+
+
+def test_wandb_flags_without_log_wandb_are_named(capsys):
+    """--log.wandb-project foo alone trained with no wandb and no word: wandb is opt-in (--log.wandb true)."""
+    assert cli.main(["config", "cartpole", "--log.wandb-project", "foo", "--log.wandb-tags", "a,b"]) == 0
+    assert ("jaxlab: warning: --log.wandb-project does nothing with log.wandb false; --log.wandb-tags does nothing "
+            "with log.wandb false") in capsys.readouterr().err
+    assert cli.main(["config", "cartpole", "--log.wandb", "true", "--log.wandb-project", "foo"]) == 0
+    assert "does nothing" not in capsys.readouterr().err
 
 
 def test_network_flags_the_built_in_network_does_not_use_are_named(capsys):

@@ -112,6 +112,36 @@ def test_a_run_over_more_devices_than_here_loads_and_plays(tmp_path):
         assert play(loaded, episodes=2, num_envs=2)["episodes"] == 2
 
 
+def test_load_trainer_takes_a_run_dir_as_eval_does(tmp_path):
+    """load_trainer("runs/cp"), as `jaxlab eval --checkpoint runs/cp` takes it, failed with "checkpoint
+    runs/cp is unreadable: FileNotFoundError: ... meta/metadata", which reads as a damaged checkpoint. A run
+    dir or its checkpoints/ now loads the newest usable checkpoint, passing over a damaged newer one."""
+    import jax
+
+    from jaxlab.checkpoint import CheckpointError
+    from jaxlab.train.evaluation import load_trainer
+
+    run = tmp_path / "run"
+    with trainer_for("cartpole") as trainer:
+        trainer.save_checkpoint(run / "checkpoints" / "1")
+        trainer.evaluate()
+        trainer.train()
+        trainer.save_checkpoint(run / "checkpoints" / "2")
+        saved = jax.tree.leaves(trainer.state.params)
+    for path in (run, run / "checkpoints"):
+        with load_trainer(path) as loaded:
+            assert loaded.update_index == 1
+            for a, b in zip(saved, jax.tree.leaves(loaded.state.params), strict=True):
+                np.testing.assert_array_equal(a, b)
+    (run / "checkpoints" / "2" / "meta" / "metadata").write_text("{")  # damaged: the one before it is loaded
+    warnings = []
+    with load_trainer(run, warn=warnings.append) as loaded:
+        assert loaded.update_index == 0
+    assert len(warnings) == 1 and "falling back to an older checkpoint" in warnings[0]
+    with pytest.raises(CheckpointError, match=rf"load_trainer {tmp_path / 'nothing'}: no checkpoint there"):
+        load_trainer(tmp_path / "nothing")
+
+
 def test_a_compile_cache_folder_that_cannot_be_created_here_falls_back_to_the_default(tmp_path, monkeypatch):
     """device.compile_cache saved as a folder of the training machine (not creatable here): eval plays
     with the default cache and says so, instead of a refusal naming a flag eval does not take."""
@@ -194,6 +224,23 @@ def test_eval_latest_passes_over_a_damaged_newest_checkpoint(tmp_path, monkeypat
     out, err = capsys.readouterr()
     assert "checkpoints/2 is damaged" in err and "falling back to an older checkpoint" in err
     assert f"cartpole from {Path('runs/cp/checkpoints/1')}: 2 episodes" in out
+
+
+def test_eval_without_env_plays_the_checkpoints_own_as_train_resume_does(tmp_path, monkeypatch, capsys):
+    """`jaxlab eval --checkpoint RUN` was refused by argparse ("the following arguments are required: ENV")
+    though the checkpoint names its env, and `jaxlab train --resume RUN` takes it from there."""
+    from jaxlab import cli
+
+    run = tmp_path / "runs" / "cp"
+    with trainer_for("cartpole") as trainer:
+        trainer.save_checkpoint(run / "checkpoints" / "1")
+    (run / "config.toml").write_text('env_name = "cartpole"\n')
+    assert cli.main(["eval", "--checkpoint", str(run), "--episodes", "2"]) == 0
+    assert capsys.readouterr().out.startswith(f"cartpole from {run / 'checkpoints' / '1'}: 2 episodes")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["eval", "--checkpoint", "latest"]) == 2  # the newest run of which env?
+    assert ("jaxlab eval: error: --checkpoint latest needs ENV, the env whose newest run to play: e.g. `jaxlab eval "
+            "cartpole --checkpoint latest`") in capsys.readouterr().err
 
 
 def test_eval_plays_a_policy_on_other_env_parameters(tmp_path, capsys):

@@ -58,6 +58,26 @@ def test_the_trace_covers_exactly_the_updates_asked(monkeypatch, tmp_path, first
                             f"{max(resumed_at + 1, 2) + 1}"]
 
 
+@pytest.mark.parametrize("first, last, said", [(2, 3, "updates 2-3"), (7, 9, "update 7"), (3, 3, "update 3")])
+def test_the_run_names_the_updates_traced_and_the_folder_jax_wrote(monkeypatch, tmp_path, first, last, said):
+    """The run said nothing of its trace: JAX writes it to DIR/plugins/profile/<time>, a folder of its
+    choosing beside the traces of earlier runs, and a range past the run's end traces fewer updates."""
+    older = tmp_path / "plugins" / "profile" / "2026_01_01_00_00_00"
+    older.mkdir(parents=True)
+    written = tmp_path / "plugins" / "profile" / "2026_11_24_21_43_08"
+    monkeypatch.setattr(jax.profiler, "start_trace", lambda folder: None)
+    monkeypatch.setattr(jax.profiler, "stop_trace", lambda: written.mkdir())
+    trainer = FakeTrainer()
+    profile = ProfileUpdates(tmp_path, first, last)
+    profile.start(trainer)
+    assert profile.where() is None
+    for update in range(1, 8):
+        profile(trainer, {"update": update})
+    profile.close(trainer)
+    assert profile.where() == (f"profile of {said} in {written} (TensorBoard's profile plugin: tensorboard --logdir "
+                               f"{tmp_path}; Perfetto: its .trace.json.gz)")
+
+
 def test_a_trace_that_cannot_start_is_a_warning_and_the_run_goes_on(monkeypatch, tmp_path):
     def refuse(folder):
         raise RuntimeError("a profiler session is already running")

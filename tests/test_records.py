@@ -162,6 +162,26 @@ def test_runs_table_on_synthetic_run_dirs(tmp_path):
     assert jaxlab("runs", str(tmp_path / "nope")).returncode == 2
 
 
+def test_runs_tells_a_running_run_from_a_killed_one_by_its_lock(tmp_path):
+    """A run dir without summary.json was "running or killed" in every case; its .lock tells them apart:
+    held by a live process (running), or naming a process of this host that is gone (kill -9: killed)."""
+    import socket
+
+    from jaxlab.run.lock import RunDirLock
+
+    for name in ("live", "dead", "python", "elsewhere"):
+        write_run(tmp_path, name, "cartpole", [10.0])
+    for name, host in (("live", socket.gethostname()), ("dead", socket.gethostname()), ("elsewhere", "gpu-node-7")):
+        (tmp_path / name / "run.json").write_text(json.dumps({"env_name": "cartpole", "host": host}))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    for name in ("dead", "elsewhere"):  # what a process killed with SIGKILL leaves: its pid, the lock released
+        (tmp_path / name / ".lock").write_text(f"process {int(gone.stdout)} (jaxlab train cartpole)\n")
+    with RunDirLock(tmp_path / "live"):
+        status = {r["run"]: r["status"] for r in run_rows(tmp_path)}
+    assert status == {"live": "running", "dead": "killed", "python": "running or killed",
+                      "elsewhere": "running or killed"}
+
+
 def test_runs_best_return_is_the_best_episode_return_whatever_the_best_metric(tmp_path):
     """A run with --checkpoint.best-metric explained_variance has that metric's best in summary.json: the
     table showed it, 0.9, as the best return."""
@@ -372,7 +392,7 @@ def test_summary_final_fills_in_episode_statistics_only():
 
 def test_a_resumed_run_is_not_shown_as_done_with_its_old_summary_while_it_trains(tmp_path):
     """A resume removes summary.json once it trains (written again at its end): killed meanwhile, the run
-    shows as running or killed with the steps in metrics.jsonl, not as done with the first session's."""
+    shows as running (or killed) with the steps in metrics.jsonl, not as done with the first session's."""
     from jaxlab.config import load_config
     from jaxlab.run.loop import train_run
 
@@ -390,9 +410,27 @@ def test_a_resumed_run_is_not_shown_as_done_with_its_old_summary_while_it_trains
             seen.append(run_rows(run)[0])
 
     train_run(config(512), run, resume=run / "checkpoints", on_log=look)
-    assert (seen[0]["status"], seen[0]["steps"]) == ("running or killed", 384)
+    assert (seen[0]["status"], seen[0]["steps"]) == ("running", 384)  # train_run holds the run dir's lock
     summary = json.loads((run / "summary.json").read_text())
     assert summary["global_step"] == 512 and summary["resumed_from"].endswith("checkpoints/2")
+
+
+def test_summary_names_the_checkpoint_resumed_from_by_its_absolute_path(tmp_path, monkeypatch):
+    """summary.json's checkpoint was absolute but its resumed_from was the path as given (run/checkpoints/2),
+    which means nothing to a reader of the summary in another folder."""
+    from jaxlab.config import load_config
+    from jaxlab.run.loop import train_run
+
+    def config(steps):
+        return load_config("cartpole", flags=["--vec.num-envs", "8", "--train.minibatch-size", "64",
+                                              "--policy.hidden-size", "16", "--train.total-timesteps", str(steps)])[0]
+
+    monkeypatch.chdir(tmp_path)
+    train_run(config(256), "run")
+    train_run(config(512), "run", resume="run/checkpoints")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["resumed_from"] == str(tmp_path / "run" / "checkpoints" / "2")
+    assert summary["checkpoint"] == str(tmp_path / "run" / "checkpoints" / "4")
 
 
 def test_a_rich_dashboard_forced_onto_a_file_ends_its_last_draw_with_a_newline():
@@ -434,8 +472,26 @@ def test_the_dashboard_on_a_narrow_terminal_wraps_its_columns_instead_of_cutting
     text = console.export_text()
     assert "…" not in text and max(len(line) for line in text.splitlines()) <= 60
     for expected in ("step 10,240/10,240", "ETA 0:00:00", "512 SPS", "update 10/10", "uptime 0:00:20",
-                     "host-device copy", "40.0 %", "explained var", "0.3000", "episode_return     100.000"):
+                     "host-device copy", "40.0 %", "explained var", "0.3000"):
         assert expected in text, expected
+    assert ["episode_return", "100.000"] in [line.split() for line in text.splitlines()]  # on one row
+
+
+@pytest.mark.parametrize("width", [24, 28, 32])
+def test_a_terminal_too_narrow_for_the_names_cuts_the_names_never_the_numbers(width):
+    """At 28 columns the time split's seconds were cut to "2.…" and at 24 the losses to "-0.0…": a number
+    column could wrap, so rich shrank it with the names. Now only the names wrap or are cut short."""
+    from rich.console import Console
+
+    from jaxlab.observe.dashboard import render
+
+    console = Console(file=io.StringIO(), record=True, width=width)
+    console.print(render(record(10), INFO, []))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= width
+    for number in ("2.00 s", "10.0 %", "6.00 s", "30.0 %", "8.00 s", "40.0 %", "-0.0100", "0.5000", "0.6000",
+                   "0.0100", "0.1000", "0.3000", "100.000"):
+        assert number in text, number
 
 
 def test_a_mistyped_wandb_mode_is_one_warning_naming_it(tmp_path, monkeypatch):

@@ -46,11 +46,17 @@ def config_help() -> str:
 
 
 def required_env(args: argparse.Namespace) -> None:
-    """ConfigError when ARGS has no ENV, except for `jaxlab train --resume RUN` (not latest), which
-    takes the run's (resolve)."""
+    """ConfigError when ARGS has no ENV, except for `jaxlab train --resume RUN` and `jaxlab eval --checkpoint
+    RUN` (not latest), which take the run's (resolve, eval_command)."""
     from jaxlab.config import ConfigError
 
     if args.env is not None:
+        return
+    checkpoint = getattr(args, "checkpoint", None)
+    if checkpoint == "latest":
+        raise ConfigError("--checkpoint latest needs ENV, the env whose newest run to play: e.g. `jaxlab eval "
+                          "cartpole --checkpoint latest` (or --checkpoint RUN_DIR, whose env is its own)")
+    if checkpoint is not None:
         return
     resume = getattr(args, "resume", None)
     if resume and resume != "latest":
@@ -191,7 +197,8 @@ def unused_flags_warning(config, flags: list[str]) -> str | None:
     """The warning for keys that ``flags`` set and that ``config`` does not use, or None: [train]'s
     min_lr_ratio without an LR schedule, the V-trace clips with GAE advantages, prio_beta0 without
     prioritised sampling; the built-in network's hidden_size and scan_unroll without its LSTM, its
-    cnn_* keys with the mlp encoder (policy.module's own case: ignored_flags_warning)."""
+    cnn_* keys with the mlp encoder (policy.module's own case: ignored_flags_warning); the wandb_* keys
+    without log.wandb (--log.wandb-project alone logs nothing to wandb)."""
     from jaxlab.config.layers import parse_flags
     from jaxlab.config.validate import flag_of
 
@@ -204,6 +211,8 @@ def unused_flags_warning(config, flags: list[str]) -> str | None:
               "train.prio_beta0": ("train.prio_alpha", "0") if t.prio_alpha == 0 else None,
               "policy.hidden_size": no_lstm, "policy.scan_unroll": no_lstm,
               "policy.cnn_channels": mlp, "policy.cnn_kernels": mlp, "policy.cnn_strides": mlp}
+    no_wandb = None if config.log.wandb else ("log.wandb", "false")
+    unused.update({f"log.wandb_{key}": no_wandb for key in ("project", "entity", "group", "tags", "init_timeout")})
     given = {f"{section}.{key}" for section, keys in parse_flags(flags).items() for key in keys}
     lines = [f"{flag_of(key)} does nothing with {why[0]} {why[1]}" for key, why in unused.items()
              if why is not None and key in given]
@@ -484,16 +493,32 @@ def cannot_write(directory: Path) -> str | None:
     return None
 
 
+def empty_path_problem(args: argparse.Namespace) -> str | None:
+    """Why ARGS's --resume or --run-dir cannot be taken, when given an empty value (an unset shell variable:
+    --resume "$RUN"), or None. Taken as not given, an empty --resume started a new run of the whole
+    train.total_timesteps, and an empty --run-dir wrote to runs/ENV-TIMESTAMP, without a word."""
+    if getattr(args, "resume", None) is not None and not args.resume.strip():
+        return (f"--resume {args.resume!r}: an empty value (a shell variable that is not set?), which would start a "
+                "new run instead of continuing one; give a run dir, a checkpoint or latest")
+    if getattr(args, "run_dir", None) is not None and not args.run_dir.strip():
+        return (f"--run-dir {args.run_dir!r}: an empty value (a shell variable that is not set?); give a folder, or "
+                "leave --run-dir out for runs/ENV-TIMESTAMP")
+    return None
+
+
 def output_file_problem(flag: str, name: str, suffix: str | None = None) -> str | None:
     """Why ``name`` (given with ``flag``) cannot be written as a file (ending in ``suffix`` when given),
     or None: checked before the work that produces it, so that the work is not lost at the end."""
     path = Path(name)
     folder = path.parent if str(path.parent) else Path(".")
+    example = "out" + (suffix or ".txt")
+    if not name.strip():  # Path("") is the current folder, whose name with_suffix cannot change
+        return f"{flag} {name!r}: an empty name; give a file name, e.g. {flag} {example}"
+    if path.is_dir():  # before the suffix: ".", ".." and "/" have no name to put one on
+        return f"{flag} {name} is a folder; give a file name, e.g. {flag} {path / example}"
     if suffix is not None and path.suffix.lower() != suffix:
         return f"{flag} {name}: the file is written as {suffix}, so its name must end in {suffix}, e.g. {flag} " \
                f"{path.with_suffix(suffix).name}"
-    if path.is_dir():
-        return f"{flag} {name} is a folder; give a file name, e.g. {flag} {path / ('out' + (suffix or '.txt'))}"
     if not folder.is_dir():
         return f"{flag} {name}: its folder {folder} does not exist; create it or give another path"
     if path.exists():

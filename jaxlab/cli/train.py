@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxlab.cli.common import (LAYERS, cannot_write, check_saved_header, check_saved_module, env_name_of, fail,
-                               output_file_problem, resolve, unplayed_header_toml_warning, warn, whole_number)
+from jaxlab.cli.common import (LAYERS, cannot_write, check_saved_header, check_saved_module, empty_path_problem,
+                               env_name_of, fail, output_file_problem, resolve, unplayed_header_toml_warning, warn,
+                               whole_number)
 
 
 def train_command(args: argparse.Namespace) -> int:
@@ -32,6 +33,9 @@ def train_command(args: argparse.Namespace) -> int:
     from jaxlab.run import distributed
     from jaxlab.run.signals import StopSignals
 
+    empty = empty_path_problem(args)
+    if empty:
+        return fail("train", ConfigError(empty))
     try:
         settings = distributed.start(args.flags)  # before anything uses JAX
     except ConfigError as err:
@@ -229,6 +233,8 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
         print(f"jaxlab train: error: {message}; the run's records and checkpoints are in {run_dir}", file=sys.stderr)
         return 1
     close(observers, 1 if result.error else 0)
+    if profile is not None and profile.where():
+        say(profile.where())
     where = f"checkpoint {result.checkpoint}" if result.checkpoint else "no checkpoint"
     if result.error:
         print(f"jaxlab train: error: {result.error}; {where}", file=sys.stderr)
@@ -451,6 +457,9 @@ def eval_command(args: argparse.Namespace) -> int:
             require_pillow()  # before anything is loaded: a missing extra is one line
         except PillowMissing as err:
             raise ConfigError(str(err)) from None
+    if args.env is None:  # the checkpoint's env (required_env refused --checkpoint latest without ENV)
+        found = find_checkpoint(args.checkpoint, "", flag="--checkpoint")
+        args.env = newest_usable(found, read_meta, lambda message: None)[1]["env_name"]  # warned when it loads
     name = env_name_of(args.env)
     if (args.render or args.save_frames or args.gif) and is_python_env(name):  # before anything is loaded
         raise ConfigError(f"env {name!r} is a Python env: jaxlab draws no text or pictures of it (Gymnasium and "
@@ -586,8 +595,9 @@ def add_commands(add) -> None:
                    "envs and print mean ± std of return and length and the env's statistics.", eval_command)
     evaluate.set_defaults(takes_flags="env")  # --env.KEY VALUE flags only (eval_env_flags)
     evaluate.epilog = EVAL_ENV_FLAGS
-    evaluate.add_argument("env", metavar="ENV", help="the checkpoint's env: its name, or the path of its header "
-                          "(path/to/NAME.h: played from that source, e.g. after the header moved)")
+    evaluate.add_argument("env", metavar="ENV", nargs="?", help="the checkpoint's env: its name, or the path of its "
+                          "header (path/to/NAME.h: played from that source, e.g. after the header moved); left out: "
+                          "the checkpoint's own (but for --checkpoint latest)")
     evaluate.add_argument("--checkpoint", required=True, metavar="PATH",
                           help="a checkpoint directory, a run dir or its checkpoints/ (the newest good one), or latest")
     evaluate.add_argument("--policy-module", metavar="FILE.py:CLASS", help="the run's policy.module file at its "

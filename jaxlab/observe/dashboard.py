@@ -55,7 +55,6 @@ def render(record: dict, info: RunInfo, warnings: list[str], start: str | None =
     from rich.columns import Columns
     from rich.console import Group
     from rich.progress_bar import ProgressBar
-    from rich.table import Table
     from rich.text import Text
 
     head = Text.assemble(("jaxlab ", "bold"), (info.env_name, "bold cyan"),
@@ -65,24 +64,37 @@ def render(record: dict, info: RunInfo, warnings: list[str], start: str | None =
                         f"ETA {clock(eta(record, info))}", f"{record['sps']:,.0f} SPS",
                         f"update {record['update']}/{info.num_updates}", f"uptime {clock(record['wall_time'])}"],
                        padding=(0, 2))
-    split = Table(title="time", title_justify="left", box=None, padding=(0, 1), show_header=False)
+    split = numbers_table("time", 2)
     for name, seconds, percent in time_split(record):
-        split.add_row(name, f"{seconds:8.2f} s", f"{percent:5.1f} %")
-    losses = Table(title="losses", title_justify="left", box=None, padding=(0, 1), show_header=False)
+        split.add_row(name, f"{seconds:.2f} s", f"{percent:.1f} %")
+    losses = numbers_table("losses", 1)
     for key, name in LOSSES:
         if key in record:
-            losses.add_row(name, f"{record[key]:10.4f}")
-    stats = Table(title=f"episodes ({record['episodes']} in this update)", title_justify="left", box=None,
-                  padding=(0, 1), show_header=False)
+            losses.add_row(name, f"{record[key]:.4f}")
+    stats = numbers_table(f"episodes ({record['episodes']} in this update)", 1)
     for name in info.stat_names:
         value = record.get(name)
-        stats.add_row(name, "-" if value is None else f"{value:10.3f}")
+        stats.add_row(name, "-" if value is None else f"{value:.3f}")
     columns = Columns([split, losses, stats], padding=(0, 4))  # side by side, or wrapped on a narrow terminal
     memory = device_memory.describe(record)
     parts = [head] + ([Text(start, style="dim")] if start else []) + [progress]
     parts += ([Text(memory)] if memory else []) + [columns]
     parts += [Text(f"warning: {w}", style="yellow") for w in warnings]
     return Group(*parts)
+
+
+def numbers_table(title: str, numbers: int):
+    """A borderless rich table of a name column and ``numbers`` right-aligned number columns, as wide as its
+    title. The numbers never wrap: on a narrow terminal the names wrap or are cut short first (number
+    columns that could wrap were cut to "1.…" at 28 columns, hiding the value)."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", box=None, padding=(0, 1), show_header=False,
+                  min_width=len(title))
+    table.add_column()
+    for _ in range(numbers):
+        table.add_column(justify="right", no_wrap=True)
+    return table
 
 
 def start_line(record: dict) -> str | None:

@@ -57,9 +57,23 @@ def curves(run_dirs: list[Path], metric: str, x: str) -> list[tuple[str, list[fl
                             f"--metric episode_return")
         out.append((label, [p[0] for p in points], [p[1] for p in points]))
     if not any(xs for _, xs, _ in out):
-        known = sorted(k for k, v in update_records(Path(run_dirs[0]))[-1].items() if isinstance(v, (int, float)))
-        raise PlotError(f"no run has values of {metric!r}; metrics in {run_dirs[0]}: {', '.join(known)}")
+        raise PlotError(no_values_message(run_dirs, metric))
     return out
+
+
+def no_values_message(run_dirs: list[Path], metric: str) -> str:
+    """Why no run has a value of ``metric``: the runs that log it as null in every update (an episode
+    statistic of updates that ended no episode), or else the numeric metrics of every update of every run
+    (not of the first run's last update alone, whose episode statistics may be null)."""
+    records = {run: update_records(Path(run)) for run in run_dirs}
+    logged = [str(run) for run, held in records.items() if any(metric in r for r in held)]
+    if logged:
+        return (f"no run has values of {metric!r}: {', '.join(logged)} log{'s' if len(logged) == 1 else ''} it as "
+                "null in every update (an episode statistic is null in updates that ended no episode); train "
+                "longer, or plot another metric")
+    known = sorted({k for held in records.values() for r in held for k, v in r.items()
+                    if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    return f"no run has values of {metric!r}; the runs' metrics: {', '.join(known)}"
 
 
 def plot(run_dirs: list[Path], output: Path, metric: str = "episode_return", x: str = "step",

@@ -236,6 +236,20 @@ def nested_run_folders(root: Path) -> list[tuple[Path, int]]:
     return found
 
 
+def unfinished_status(run: Path, info: dict) -> str:
+    """The status of a run dir without summary.json (``info``: its run.json): "running" while a process
+    holds its lock; "killed" when the process its .lock names, on this host, is gone without releasing it
+    (kill -9, out of memory); else "running or killed" (no .lock: a Trainer from Python; another host's run)."""
+    from jaxlab.run import lock
+
+    if lock.held(run):
+        return "running"
+    pid = lock.owner_pid(run)
+    if pid is not None and info.get("host") == socket.gethostname() and not lock.process_alive(pid):
+        return "killed"
+    return "running or killed"
+
+
 def run_rows(root: Path) -> list[dict]:
     """One row per run dir under ``root`` (a dir holding config.toml or metrics.jsonl), oldest first."""
     root = Path(root)
@@ -251,7 +265,7 @@ def run_rows(root: Path) -> list[dict]:
         if not summary:
             damaged = (run / "summary.json").is_file()  # there, but not a JSON object (cut short, edited)
             summary = summarize(read_metrics(run))
-            summary["status"] = "summary.json unreadable" if damaged else "running or killed"
+            summary["status"] = "summary.json unreadable" if damaged else unfinished_status(run, info)
         env = info.get("env_name") or run_env_name(run)
         notes_file = run / "notes.md"
         notes = notes_file.read_text(errors="replace").strip().splitlines() if notes_file.is_file() else []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -62,3 +63,25 @@ def held(run_dir: str | Path) -> bool:
     finally:
         os.close(fd)
     return False
+
+
+def owner_pid(run_dir: str | Path) -> int | None:
+    """The pid that ``run_dir``'s .lock names ("process PID (command)"), or None: no .lock, or an empty one
+    (its process ended and released it)."""
+    try:
+        text = (Path(run_dir) / ".lock").read_text(errors="replace")
+    except OSError:
+        return None
+    match = re.match(r"process (\d+) ", text)
+    return int(match.group(1)) if match else None
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this host (one of another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -172,11 +172,17 @@ class SaveCheckpoints:
 
 def refuse_an_earlier_run(run_dir: Path) -> None:
     """ConfigError when ``run_dir`` already holds a run's checkpoints or metrics: a new run there would
-    mix its records into that run's and its checkpoint pruning would delete that run's checkpoints."""
+    mix its records into that run's and its checkpoint pruning would delete that run's checkpoints. Only a
+    run with checkpoints is pointed at --resume: one killed before its first save has none to resume."""
     what = earlier_run(run_dir)
-    if what is not None:
+    if what is None:
+        return
+    if what.startswith("checkpoints"):
         raise config_lib.ConfigError(f"run dir {run_dir} already holds a run ({what}); continue it with "
                                      f"--resume {run_dir}, or give a new --run-dir")
+    raise config_lib.ConfigError(f"run dir {run_dir} already holds a run ({what}) but no checkpoint to continue it "
+                                 "from (it ended before its first save); give a new --run-dir, or move that run "
+                                 "away first")
 
 
 class RemovedIfNotStarted:
@@ -337,5 +343,5 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
             if primary:
                 records.write_summary(run_dir, best_metric or "episode_return", stopped=result.stopped,
                                       error=result.error, checkpoint=result.checkpoint,
-                                      resumed_from=result.resumed_from)
+                                      resumed_from=result.resumed_from and result.resumed_from.absolute())
     return result

@@ -38,6 +38,15 @@ class ProfileUpdates:
         self.folder, self.first, self.last, self.warn = Path(folder), first, last, warn
         self.tracing = False
         self.done = False
+        self.traced: tuple[int, int] | None = None  # (first, last) update of the trace written, once it is
+        self.written: Path | None = None  # the folder JAX wrote it to (DIR/plugins/profile/<time>), once found
+        self._started_at = self._last_update = 0  # the update the trace started before; the last one done
+        self._folders_before: set[Path] = set()
+
+    def trace_folders(self) -> set[Path]:
+        """The folders of the traces under DIR (DIR/plugins/profile/<time>, one per trace JAX wrote)."""
+        root = self.folder / "plugins" / "profile"
+        return {p for p in root.iterdir() if p.is_dir()} if root.is_dir() else set()
 
     def missed(self, first_update: int, last_update: int) -> str | None:
         """Why a run of updates ``first_update``..``last_update`` would write no trace, or None."""
@@ -50,18 +59,20 @@ class ProfileUpdates:
                 f"{first_update}..{last_update}, so no trace would be written; e.g. --profile-updates "
                 f"{example}:{min(example + 1, last_update)}")
 
-    def _start(self) -> None:
+    def _start(self, update: int) -> None:
+        """Starts the trace before ``update``."""
         import jax
 
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
+            self._folders_before = self.trace_folders()
             jax.profiler.start_trace(str(self.folder))
         except Exception as err:  # noqa: BLE001 - a profiler that cannot start must not end the run
             self.warn(f"--profile {self.folder}: the trace could not start ({type(err).__name__}: {err}); "
                       "training goes on without it")
             self.done = True
             return
-        self.tracing = True
+        self.tracing, self._started_at = True, update
 
     def start(self, trainer) -> None:
         """Before the run's first update (a resumed run starts after update trainer.update_index)."""
@@ -70,14 +81,16 @@ class ProfileUpdates:
             self.warn(missed)
             self.done = True
         elif trainer.update_index + 1 >= self.first:
-            self._start()
+            self._start(trainer.update_index + 1)
 
     def __call__(self, trainer, record) -> bool:
         update = record["update"]
+        if self.tracing:  # this update was traced
+            self._last_update = update
         if self.tracing and update >= self.last:
             self.close(trainer)
         elif not (self.tracing or self.done) and update + 1 == self.first:
-            self._start()
+            self._start(update + 1)
         return False
 
     def close(self, trainer=None) -> None:
@@ -90,3 +103,16 @@ class ProfileUpdates:
             jax.block_until_ready(trainer.state)
         jax.profiler.stop_trace()
         self.tracing, self.done = False, True
+        self.traced = (self._started_at, max(self._last_update, self._started_at))
+        new = sorted(self.trace_folders() - self._folders_before)
+        self.written = new[-1] if new else None
+
+    def where(self) -> str | None:
+        """The line saying which updates the trace holds and where it went (None before one was written)."""
+        if self.traced is None:
+            return None
+        first, last = self.traced
+        updates = f"update {first}" if first == last else f"updates {first}-{last}"
+        place = self.written or self.folder / "plugins" / "profile"
+        return (f"profile of {updates} in {place} (TensorBoard's profile plugin: tensorboard --logdir "
+                f"{self.folder}; Perfetto: its .trace.json.gz)")

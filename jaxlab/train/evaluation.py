@@ -18,6 +18,21 @@ from jaxlab.train.rollout import Rollout, make_step
 
 def load_trainer(path: str | Path, warn: Callable[[str], None] = print, library: str | None = None,
                  module: str | None = None):
+    """A Trainer built from the config saved in the checkpoint at ``path`` with its state loaded; ``path``
+    may be a run dir or its checkpoints/ too, as `jaxlab eval --checkpoint` takes it: its newest usable
+    checkpoint (a damaged newer one is passed over with a warning; trainer.update_index says which)."""
+    from jaxlab import checkpoint
+    from jaxlab.run.resume import find_checkpoint, newest_usable
+
+    path = Path(path)
+    if checkpoint.is_checkpoint(path):
+        return load_one_trainer(path, warn, library, module)
+    location = find_checkpoint(str(path.absolute()), "", flag="load_trainer")  # a CheckpointError saying why not
+    return newest_usable(location, lambda one: load_one_trainer(one, warn, library, module), warn)[1]
+
+
+def load_one_trainer(path: str | Path, warn: Callable[[str], None] = print, library: str | None = None,
+                     module: str | None = None):
     """A Trainer built from the config saved in the checkpoint at ``path`` with its state loaded: the
     policy can be played from the path alone (``library``: the env's header or library to build it
     from instead of the saved one, e.g. a header moved since). A checkpoint of a run over another
