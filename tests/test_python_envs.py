@@ -480,12 +480,13 @@ from pettingzoo import ParallelEnv
 class Misfit(ParallelEnv):
     metadata = {"name": "misfit_v0"}
 
-    def __init__(self, obs=(0.0, 0.0, 0.0), mask=(1, 1), reward=1.0, masked=False):
+    def __init__(self, obs=(0.0, 0.0, 0.0), mask=(1, 1), reward=1.0, masked=False, pixels=False):
         self.possible_agents = ["a", "b"]
         self.obs, self.mask, self.reward, self.masked = np.asarray(obs, np.float32), np.asarray(mask, np.int8), reward, masked
+        self.pixels = pixels  # declare Box(0, 255, (3,), uint8) (and still return float32 obs)
 
     def observation_space(self, agent):
-        box = spaces.Box(-1, 1, (3,), np.float32)
+        box = spaces.Box(0, 255, (3,), np.uint8) if self.pixels else spaces.Box(-1, 1, (3,), np.float32)
         return spaces.Dict({"observation": box, "action_mask": spaces.MultiBinary(2)}) if self.masked else box
 
     def action_space(self, agent):
@@ -517,10 +518,15 @@ parallel_env = Misfit
     ({"reward": np.array([1.0, 2.0])}, r"its reward array\(\[1., 2.\]\) has shape \(2,\); a ParallelEnv's "
                                        "reward is one number per agent"),
     ({"reward": None}, "its reward None is not a number; a ParallelEnv's reward is one number per agent"),
-    ({"reward": "1"}, "its reward '1' is not a number")])
+    ({"reward": "1"}, "its reward '1' is not a number"),
+    ({"pixels": True, "obs": [0.5, 1.0, 0.25]},
+     r"its observation array\(\[0.5 , 1. , 0.25\], dtype=float32\) has dtype float32, which the dtype uint8 of its "
+     r"declared observation space Box\(0, 255, \(3,\), uint8\) cannot hold \(a cast would cut 0.5 to 0\); make the "
+     "env return uint8 observations")])
 def test_pettingzoo_returns_that_do_not_fit_the_declared_spaces_are_refused(tmp_path, monkeypatch, kwargs, what):
     """A scalar or 1-element observation was broadcast over the row (training on garbage); a longer one,
-    a mask of the wrong width and an array reward gave numpy's errors, naming no env."""
+    a mask of the wrong width and an array reward gave numpy's errors, naming no env; float observations
+    of a uint8 Box were cut to whole numbers (0.5 to 0: the policy saw zeros)."""
     (tmp_path / "misfit_env.py").write_text(MISFIT_PZ)
     monkeypatch.syspath_prepend(str(tmp_path))
     message = "env 'pettingzoo:misfit_env' #0 agent 'a' at step 0: " + what

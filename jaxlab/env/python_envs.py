@@ -635,6 +635,7 @@ class PettingZooVecEnv(PythonVecEnv):
             raise self._misfit(row, f"its observation {short_repr(observation)} has shape {np.shape(observation)}, "
                                     f"not the shape of its declared observation space {self._declared}; make the "
                                     "env return observations of that shape (or declare the space it returns)")
+        self._check_obs_dtype(row, observation)
         self.observations[row] = observation
         if self._info_mask:
             mask = (info or {}).get("action_mask")
@@ -642,6 +643,17 @@ class PettingZooVecEnv(PythonVecEnv):
                 self.action_mask[row] = True
             else:
                 self._write_mask(row, mask, "the 'action_mask' of its info")
+
+    def _check_obs_dtype(self, row: int, observation) -> None:
+        """ValueError when the observation buffer's dtype cannot hold the observation's values by numpy's
+        same_kind rule (Gymnasium's vector env refuses the same: floats for a uint8 Box); an assignment
+        would cast them unchecked (0.5 to 0)."""
+        dtype = np.asarray(observation).dtype
+        if not np.can_cast(dtype, self.observations.dtype, "same_kind"):
+            raise self._misfit(row, f"its observation {short_repr(observation)} has dtype {dtype}, which the "
+                                    f"dtype {self.observations.dtype} of its declared observation space "
+                                    f"{self._declared} cannot hold (a cast would cut 0.5 to 0); make the env "
+                                    f"return {self.observations.dtype} observations (or declare the space it returns)")
 
     def _write_mask(self, row: int, mask, where: str) -> None:
         if np.shape(mask) != (self.spaces.mask_width,):
