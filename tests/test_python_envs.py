@@ -829,3 +829,40 @@ def test_a_pettingzoo_env_that_breaks_its_agent_list_is_refused(tmp_path, monkey
         with pytest.raises(RuntimeError, match=re.escape(f"env 'pettingzoo:agent_list_env' #0 at step 0 {what}")):
             env.step(np.zeros(2, np.int32))
     sys.modules.pop("agent_list_env", None)
+
+
+SHARED_AGENTS_PZ = MISFIT_PZ + '''
+
+class SharedAgents(Misfit):
+    """Misfit with a common bug: env.agents is possible_agents itself, and every agent ends in the
+    first step and is removed from it, so the next reset lists no agent."""
+
+    def reset(self, seed=None, options=None):
+        self.agents = self.possible_agents
+        return {a: self._obs() for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        obs, rewards, terms, truncs, infos = super().step(actions)
+        terms = {a: True for a in actions}
+        self.agents.clear()
+        return obs, rewards, terms, truncs, infos
+
+
+parallel_env = SharedAgents
+'''
+
+
+def test_a_pettingzoo_reset_that_lists_no_agent_is_refused(tmp_path, monkeypatch):
+    """A reset that left env.agents empty (here possible_agents emptied through a shared list) had every
+    later step reset the env again and step nothing: all rows waiting, no episode ever ended, and a
+    run trained on nothing with exit 0. It is an error naming the env, the step and the likely cause."""
+    (tmp_path / "shared_agents_env.py").write_text(SHARED_AGENTS_PZ)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with jaxlab.make("pettingzoo:shared_agents_env", num_envs=2) as env:
+        env.reset()
+        with pytest.raises(RuntimeError, match=re.escape(
+                "env 'pettingzoo:shared_agents_env' #0 at step 0: reset() left env.agents empty; its possible_agents "
+                "changed from ['a', 'b'] to []; a ParallelEnv's reset lists the agents of the new episode (a common "
+                "cause: self.agents = self.possible_agents without a copy")):
+            env.step(np.zeros(4, np.int32))
+    sys.modules.pop("shared_agents_env", None)

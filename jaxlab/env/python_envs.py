@@ -669,11 +669,25 @@ class PettingZooVecEnv(PythonVecEnv):
 
     def _reset_env(self, e: int, seed: int | None) -> None:
         observations, infos = self._envs[e].reset(seed=seed)
+        self._check_reset_agents(e)
         base = e * self.agents_per_env
         for agent, observation in observations.items():
             self._write(base + self._index[agent], observation, (infos or {}).get(agent))
         if self.active is not None:
             self.active[base:base + self.agents_per_env] = [a in self._envs[e].agents for a in self.agent_names]
+
+    def _check_reset_agents(self, e: int) -> None:
+        """RuntimeError when env #``e``'s reset left ``env.agents`` empty: jaxlab resets an env when its
+        last agent is gone, so such an env would be reset in every step and train nothing."""
+        env = self._envs[e]
+        if env.agents:
+            return
+        changed = (f"; its possible_agents changed from {list(self.agent_names)} to {short_repr(env.possible_agents)}"
+                   if tuple(env.possible_agents) != self.agent_names else "")
+        raise RuntimeError(f"env '{self.name}' #{e} at step {self._steps}: reset() left env.agents empty{changed}; a "
+                           "ParallelEnv's reset lists the agents of the new episode (a common cause: self.agents = "
+                           "self.possible_agents without a copy, so that removing an ended agent from env.agents "
+                           "removes it from possible_agents too; write self.agents = list(self.possible_agents))")
 
     def _reset(self, seed: int | None) -> None:
         for e in range(self.num_envs):
