@@ -866,3 +866,57 @@ def test_a_pettingzoo_reset_that_lists_no_agent_is_refused(tmp_path, monkeypatch
                 "cause: self.agents = self.possible_agents without a copy")):
             env.step(np.zeros(4, np.int32))
     sys.modules.pop("shared_agents_env", None)
+
+
+RESET_AGENTS_PZ = MISFIT_PZ + '''
+
+class ResetAgents(Misfit):
+    """Misfit that breaks the ParallelEnv contract as ``broken`` says: its reset returns no observation
+    for agent b, which it lists ("unseen"), or an observation for agent c, not a possible agent
+    ("stranger"); or its step adds agent c to env.agents ("joins")."""
+
+    def __init__(self, broken):
+        super().__init__()
+        self.broken = broken
+
+    def reset(self, seed=None, options=None):
+        obs, infos = super().reset(seed, options)
+        if self.broken == "unseen":
+            obs.pop("b")
+        elif self.broken == "stranger":
+            obs["c"] = obs["a"]
+        return obs, infos
+
+    def step(self, actions):
+        if self.broken == "joins":
+            self.agents.append("c")
+        return super().step(actions)
+
+
+parallel_env = ResetAgents
+'''
+
+
+@pytest.mark.parametrize("broken, what", [
+    ("unseen", "reset() returned no observation for agent 'b', which is in env.agents; a ParallelEnv's reset "
+               "returns an observation for every agent of the new episode"),
+    ("stranger", "reset() names agent 'c', which is not in its possible_agents ['a', 'b'] (read when the env was "
+                 "made); a ParallelEnv lists every agent it may have in possible_agents"),
+    ("joins", "env.agents names agent 'c', which is not in its possible_agents ['a', 'b']")])
+def test_a_pettingzoo_env_whose_agents_and_observations_disagree_is_refused(tmp_path, monkeypatch, broken, what):
+    """A reset without an observation for an agent it lists left that agent's row holding the last
+    episode's observation (exit 0); an agent outside possible_agents in a reset's observations or in
+    env.agents was a bare KeyError."""
+    (tmp_path / "reset_agents_env.py").write_text(RESET_AGENTS_PZ)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    step = 1 if broken == "joins" else 0
+    message = re.escape(f"env 'pettingzoo:reset_agents_env' #0 at step {step}: {what}")
+    with jaxlab.make("pettingzoo:reset_agents_env", num_envs=1, broken=broken) as env:
+        with pytest.raises(RuntimeError, match=message):
+            env.reset()
+            env.step(np.zeros(2, np.int32))
+            env.step(np.zeros(2, np.int32))
+    if broken != "joins":  # before any training: spaces_of resets the env it makes
+        with pytest.raises(RuntimeError, match=message):
+            spaces_of("pettingzoo:reset_agents_env", broken=broken)
+    sys.modules.pop("reset_agents_env", None)

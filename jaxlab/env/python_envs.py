@@ -669,18 +669,26 @@ class PettingZooVecEnv(PythonVecEnv):
 
     def _reset_env(self, e: int, seed: int | None) -> None:
         observations, infos = self._envs[e].reset(seed=seed)
-        self._check_reset_agents(e)
+        self._check_reset_agents(e, observations)
         base = e * self.agents_per_env
         for agent, observation in observations.items():
             self._write(base + self._index[agent], observation, (infos or {}).get(agent))
         if self.active is not None:
             self.active[base:base + self.agents_per_env] = [a in self._envs[e].agents for a in self.agent_names]
 
-    def _check_reset_agents(self, e: int) -> None:
-        """RuntimeError when env #``e``'s reset left ``env.agents`` empty: jaxlab resets an env when its
-        last agent is gone, so such an env would be reset in every step and train nothing."""
+    def _check_reset_agents(self, e: int, observations: dict) -> None:
+        """RuntimeError when env #``e``'s reset left ``env.agents`` empty (jaxlab resets an env when its
+        last agent is gone, so such an env would be reset in every step and train nothing), named an agent
+        that is not in possible_agents, or returned no observation for an agent it lists (its row would
+        keep the last episode's)."""
         env = self._envs[e]
         if env.agents:
+            self._check_known(e, [*env.agents, *observations], "reset()")
+            missing = [agent for agent in env.agents if agent not in observations]
+            if missing:
+                raise RuntimeError(f"env '{self.name}' #{e} at step {self._steps}: reset() returned no observation "
+                                   f"for agent {missing[0]!r}, which is in env.agents; a ParallelEnv's reset returns "
+                                   "an observation for every agent of the new episode")
             return
         changed = (f"; its possible_agents changed from {list(self.agent_names)} to {short_repr(env.possible_agents)}"
                    if tuple(env.possible_agents) != self.agent_names else "")
@@ -688,6 +696,15 @@ class PettingZooVecEnv(PythonVecEnv):
                            "ParallelEnv's reset lists the agents of the new episode (a common cause: self.agents = "
                            "self.possible_agents without a copy, so that removing an ended agent from env.agents "
                            "removes it from possible_agents too; write self.agents = list(self.possible_agents))")
+
+    def _check_known(self, e: int, agents, call: str) -> None:
+        """RuntimeError naming the first of ``agents`` (what env #``e``'s ``call`` listed or returned) that
+        is not one of the possible_agents jaxlab gave rows to."""
+        for agent in agents:
+            if agent not in self._index:
+                raise RuntimeError(f"env '{self.name}' #{e} at step {self._steps}: {call} names agent {agent!r}, "
+                                   f"which is not in its possible_agents {list(self.agent_names)} (read when the env "
+                                   "was made); a ParallelEnv lists every agent it may have in possible_agents")
 
     def _reset(self, seed: int | None) -> None:
         for e in range(self.num_envs):
@@ -699,6 +716,7 @@ class PettingZooVecEnv(PythonVecEnv):
         for e, env in enumerate(self._envs):
             base = e * apa
             live = list(env.agents)
+            self._check_known(e, live, "env.agents")
             step = {agent: (int(actions[base + index[agent]]) if discrete else actions[base + index[agent]].copy())
                     for agent in live}
             observations, rewards, terminations, truncations, infos = env.step(step)
