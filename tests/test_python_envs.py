@@ -51,6 +51,18 @@ if COUNTDOWN not in gym.registry:
     gym.register(COUNTDOWN, entry_point=Countdown, max_episode_steps=4, disable_env_checker=True)
 
 
+def own_vector_env(num_envs, autoreset_mode="SAME_STEP"):
+    """A vector env of the user's own (registered with only a vector_entry_point): here ``num_envs``
+    Countdown envs in a SyncVectorEnv that autoresets in ``autoreset_mode``."""
+    mode = gym.vector.AutoresetMode[autoreset_mode]
+    return gym.vector.SyncVectorEnv([lambda: gym.make(COUNTDOWN)] * num_envs, autoreset_mode=mode)
+
+
+OWN_VECTOR = "JaxlabTest/OwnVector-v0"
+if OWN_VECTOR not in gym.registry:
+    gym.register(OWN_VECTOR, vector_entry_point=own_vector_env)
+
+
 def reference_steps(env_id, num_envs, seed, actions, **kwargs):
     """Steps ``num_envs`` single Gymnasium envs by hand (env i reset with seed + i, then reset without
     a seed when its episode ends, in the same step): per step the observations, rewards, raw
@@ -71,16 +83,19 @@ def reference_steps(env_id, num_envs, seed, actions, **kwargs):
     return np.array(obs), steps
 
 
-@pytest.mark.parametrize("env_id", ["CartPole-v1", COUNTDOWN])
+@pytest.mark.parametrize("env_id", ["CartPole-v1", COUNTDOWN, OWN_VECTOR])
 def test_gymnasium_steps_like_its_envs_stepped_by_hand(env_id):
     """Observations, rewards, flags and final observations equal single Gymnasium envs stepped by hand
-    with the same seeds and actions; terminated and truncated together (TimeLimit) is a terminal."""
+    with the same seeds and actions; terminated and truncated together (TimeLimit) is a terminal. A
+    vector env of one's own (OWN_VECTOR, of Countdowns: only a vector_entry_point, which make_vec's
+    sync mode cannot make) is stepped as it is."""
     num_envs, steps = 5, 120
     env = jaxlab.make(f"gymnasium:{env_id}", num_envs=num_envs, seed=7)
     rng = np.random.default_rng(0)
     actions = [env.action_space.sample(rng, num_envs) for _ in range(steps)]
-    shift = -1 if env_id == COUNTDOWN else 0  # Discrete(3, start=-1): jaxlab's action 0 is the env's -1
-    first, reference = reference_steps(env_id, num_envs, 7, [a + shift for a in actions])
+    single = COUNTDOWN if env_id == OWN_VECTOR else env_id
+    shift = -1 if single == COUNTDOWN else 0  # Discrete(3, start=-1): jaxlab's action 0 is the env's -1
+    first, reference = reference_steps(single, num_envs, 7, [a + shift for a in actions])
     both = 0
     with env:
         np.testing.assert_array_equal(env.reset(), first.astype(np.float32))
@@ -96,8 +111,17 @@ def test_gymnasium_steps_like_its_envs_stepped_by_hand(env_id):
             for i, final in ref["final"].items():
                 np.testing.assert_array_equal(env.final_observations[i], final.astype(np.float32))
             assert bool(info) == bool(ref["final"])
-    if env_id == COUNTDOWN:
+    if single == COUNTDOWN:
         assert both > 0  # the both-flags step was seen, and reported as a terminal
+
+
+def test_a_vector_env_of_ones_own_that_does_not_reset_in_the_same_step_is_refused():
+    with pytest.raises(ValueError, match=re.escape(
+            f"env 'gymnasium:{OWN_VECTOR}': the vector env autoresets in mode AutoresetMode.NEXT_STEP, jaxlab needs "
+            "SAME_STEP (a VectorEnv of your own: reset the envs whose episode ends inside step(), put their last "
+            "observations in info['final_obs'] and info['_final_obs'], and declare metadata = {'autoreset_mode': "
+            "gymnasium.vector.AutoresetMode.SAME_STEP})")):
+        jaxlab.make(f"gymnasium:{OWN_VECTOR}", autoreset_mode="NEXT_STEP")
 
 
 def test_gymnasium_statistics_are_per_episode_sums_of_rewards_and_steps():

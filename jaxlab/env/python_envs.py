@@ -5,7 +5,8 @@
                                                            # MODULE.parallel_env(**kwargs), once per env
 
 The name is a prefix and what follows it: ``gymnasium:ID`` (any id gymnasium.make_vec takes, also
-"module:Id" ids that import their module first) or ``pettingzoo:MODULE`` (an importable module with a
+"module:Id" ids that import their module first; an id registered with only a vector_entry_point is
+made with it, and must autoreset SAME_STEP) or ``pettingzoo:MODULE`` (an importable module with a
 ``parallel_env(**kwargs)`` factory of a PettingZoo ParallelEnv: one of PettingZoo's or your own).
 Keyword arguments besides num_envs, seed, num_threads, library and mask_check go to the env's
 constructor. Buffers, shapes and flags are those of jaxlab.env.vecenv (A = num_envs * agents_per_env):
@@ -175,12 +176,13 @@ def python_env_type(name: str) -> PythonEnvType:
         if ":" in target:  # "module:Id": gymnasium.make imports the module, which registers Id; gym.spec does not
             _import_registering_module(name, module)
         try:
-            gym.spec(env_id)
+            spec = gym.spec(env_id)
         except gym.error.Error as err:
             where = f"module {module} registers no such id; " if module else ""
             raise ValueError(f"unknown Gymnasium env {target!r} ({err}); {where}list the ids with python -c "
                              "'import gymnasium; gymnasium.pprint_registry()'") from None
-        return PythonEnvType(name, f"Gymnasium vector env {target} (synchronous, same-step autoreset)")
+        how = "its vector_entry_point" if spec.entry_point is None else "synchronous, same-step autoreset"
+        return PythonEnvType(name, f"Gymnasium vector env {target} ({how})")
     _parallel_env_factory(name, target)
     return PythonEnvType(name, f"PettingZoo parallel env {target}")
 
@@ -481,12 +483,14 @@ class GymnasiumVecEnv(PythonVecEnv):
         kind = python_env_type(name)
         gym = _gymnasium(name)
         mode = gym.vector.AutoresetMode.SAME_STEP
-        self._vec = vec = gym.make_vec(env_id, num_envs=int(num_envs), vectorization_mode="sync",
-                                       vector_kwargs={"autoreset_mode": mode, "copy": False}, **kwargs)
+        self._vec = vec = _make_vector_env(gym, env_id, int(num_envs), kwargs)
         try:
             if vec.metadata.get("autoreset_mode") != mode:
                 raise ValueError(f"env {name!r}: the vector env autoresets in mode "
-                                 f"{vec.metadata.get('autoreset_mode')}, jaxlab needs SAME_STEP")
+                                 f"{vec.metadata.get('autoreset_mode')}, jaxlab needs SAME_STEP (a VectorEnv of your "
+                                 "own: reset the envs whose episode ends inside step(), put their last observations "
+                                 "in info['final_obs'] and info['_final_obs'], and declare metadata = "
+                                 "{'autoreset_mode': gymnasium.vector.AutoresetMode.SAME_STEP})")
             action, self._start = _action(vec.single_action_space, name)
             self.spaces = EnvSpaces(1, _box_obs(vec.single_observation_space, name), action, False, 0)
             self._setup(name, kind, num_envs, seed, mask_check)
@@ -535,6 +539,19 @@ class GymnasiumVecEnv(PythonVecEnv):
 
     def _close(self) -> None:
         self._vec.close()
+
+
+def _make_vector_env(gym, env_id: str, num_envs: int, kwargs: dict):
+    """The vector env of ``env_id``: a SyncVectorEnv of its envs with autoreset_mode SAME_STEP, or, for
+    an id registered with only a ``vector_entry_point`` (a gymnasium.vector.VectorEnv of the user's own,
+    which is its own vectoriser; python_env_type's description says which), that VectorEnv made with
+    ``kwargs``."""
+    spec = gym.spec(env_id.rpartition(":")[2])
+    if spec.entry_point is None:
+        return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs)
+    mode = gym.vector.AutoresetMode.SAME_STEP
+    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
+                        vector_kwargs={"autoreset_mode": mode, "copy": False}, **kwargs)
 
 
 def _raised_by_vector_env(err: Exception) -> bool:
