@@ -51,11 +51,32 @@ if COUNTDOWN not in gym.registry:
     gym.register(COUNTDOWN, entry_point=Countdown, max_episode_steps=4, disable_env_checker=True)
 
 
-def own_vector_env(num_envs, autoreset_mode="SAME_STEP"):
+class Misbatched(gym.vector.VectorWrapper):
+    """A vector env whose batches do not fit, as ``broken`` says: its reset returns env 0's observation
+    alone ("observations"), its step one reward for all ("rewards"), or it declares uint8 observations
+    and returns floats ("pixels")."""
+
+    def __init__(self, env, broken):
+        super().__init__(env)
+        self.broken = broken
+        if broken == "pixels":
+            self.single_observation_space = gym.spaces.Box(0, 255, (2,), np.uint8)
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return (obs[0] if self.broken == "observations" else obs), info
+
+    def step(self, actions):
+        obs, rewards, terminated, truncated, info = self.env.step(actions)
+        return obs, (rewards[0] if self.broken == "rewards" else rewards), terminated, truncated, info
+
+
+def own_vector_env(num_envs, autoreset_mode="SAME_STEP", broken=None):
     """A vector env of the user's own (registered with only a vector_entry_point): here ``num_envs``
-    Countdown envs in a SyncVectorEnv that autoresets in ``autoreset_mode``."""
+    Countdown envs in a SyncVectorEnv that autoresets in ``autoreset_mode``, Misbatched if ``broken``."""
     mode = gym.vector.AutoresetMode[autoreset_mode]
-    return gym.vector.SyncVectorEnv([lambda: gym.make(COUNTDOWN)] * num_envs, autoreset_mode=mode)
+    env = gym.vector.SyncVectorEnv([lambda: gym.make(COUNTDOWN)] * num_envs, autoreset_mode=mode)
+    return Misbatched(env, broken) if broken else env
 
 
 OWN_VECTOR = "JaxlabTest/OwnVector-v0"
@@ -122,6 +143,24 @@ def test_a_vector_env_of_ones_own_that_does_not_reset_in_the_same_step_is_refuse
             "observations in info['final_obs'] and info['_final_obs'], and declare metadata = {'autoreset_mode': "
             "gymnasium.vector.AutoresetMode.SAME_STEP})")):
         jaxlab.make(f"gymnasium:{OWN_VECTOR}", autoreset_mode="NEXT_STEP")
+
+
+@pytest.mark.parametrize("broken, what", [
+    ("observations", "reset() returned observations of shape (2,) and dtype float64; jaxlab needs one observation "
+                     "per env, shape (3, 2) (3 x the shape of its single_observation_space Box(-inf, inf, (2,), "
+                     "float64)), of a dtype that casts to float32"),
+    ("rewards", "step() returned rewards of shape () and dtype float64; jaxlab needs one number per env, shape (3,)"),
+    ("pixels", "reset() returned observations of shape (3, 2) and dtype float64; jaxlab needs one observation per "
+               "env, shape (3, 2) (3 x the shape of its single_observation_space Box(0, 255, (2,), uint8)), of a "
+               "dtype that casts to uint8")])
+def test_a_vector_env_of_ones_own_whose_batches_do_not_fit_is_refused(broken, what):
+    """One env's observation or one reward was broadcast over every row, floats cut into a uint8 Box's
+    buffer (0.5 to 0): training on garbage with exit 0. A SyncVectorEnv's arrays always fit; a
+    VectorEnv of one's own is checked."""
+    with jaxlab.make(f"gymnasium:{OWN_VECTOR}", num_envs=3, broken=broken) as env:
+        with pytest.raises(ValueError, match=re.escape(f"env 'gymnasium:{OWN_VECTOR}': its vector env's {what}")):
+            env.reset()
+            env.step(np.zeros(3, np.int32))
 
 
 def test_gymnasium_statistics_are_per_episode_sums_of_rewards_and_steps():

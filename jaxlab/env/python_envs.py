@@ -505,6 +505,7 @@ class GymnasiumVecEnv(PythonVecEnv):
             if not _raised_by_vector_env(err):
                 raise
             raise self._misfit("reset()", err) from None
+        self._check_batch("reset()", "observations", obs, self.observations)
         self.observations[...] = obs
 
     def _step(self, actions: np.ndarray) -> np.ndarray:
@@ -514,6 +515,10 @@ class GymnasiumVecEnv(PythonVecEnv):
             if not _raised_by_vector_env(err):
                 raise
             raise self._misfit("step()", err) from None
+        for what, value, buffer in (("observations", obs, self.observations), ("rewards", rewards, self.rewards),
+                                    ("terminations", terminated, self.terminals),
+                                    ("truncations", truncated, self.truncations)):
+            self._check_batch("step()", what, value, buffer)
         self.observations[...] = obs
         self.rewards[...] = rewards
         self.terminals[...] = terminated
@@ -526,6 +531,23 @@ class GymnasiumVecEnv(PythonVecEnv):
             for row in np.flatnonzero(ended):
                 self.final_observations[row] = info["final_obs"][row]
         return ended
+
+    def _check_batch(self, call: str, what: str, value, buffer: np.ndarray) -> None:
+        """ValueError when the batch ``value`` that the vector env's ``call`` returned is not of the shape
+        of ``buffer`` ([num_envs, ...]: numpy would broadcast one env's observation or one reward over every
+        row) or, for observations, of a dtype the buffer cannot hold by numpy's same_kind rule. A
+        SyncVectorEnv's arrays always fit; a VectorEnv of the user's own (vector_entry_point) may not."""
+        dtype = np.asarray(value).dtype
+        if np.shape(value) == buffer.shape and (what != "observations" or np.can_cast(dtype, buffer.dtype, "same_kind")):
+            return
+        if what == "observations":
+            space = self._vec.single_observation_space
+            needs = (f"one observation per env, shape {buffer.shape} ({self.num_envs} x the shape of its "
+                     f"single_observation_space {space}), of a dtype that casts to {buffer.dtype}")
+        else:
+            needs = f"one {'number' if what == 'rewards' else 'flag'} per env, shape {buffer.shape}"
+        raise ValueError(f"env '{self.name}': its vector env's {call} returned {what} of shape {np.shape(value)} "
+                         f"and dtype {dtype}; jaxlab needs {needs}")
 
     def _misfit(self, call: str, err: Exception) -> ValueError:
         """The error for what the vector env could not put in its arrays (numpy's message alone names
