@@ -983,3 +983,45 @@ def test_a_pettingzoo_env_whose_agents_and_observations_disagree_is_refused(tmp_
         with pytest.raises(RuntimeError, match=message):
             spaces_of("pettingzoo:reset_agents_env", broken=broken)
     sys.modules.pop("reset_agents_env", None)
+
+
+OLD_API_PZ = MISFIT_PZ + '''
+
+class OldApi(Misfit):
+    """Misfit written for PettingZoo's older API as ``old`` says: its reset returns the observations
+    alone ("reset") or its step four values with dones ("step")."""
+
+    def __init__(self, old):
+        super().__init__()
+        self.old = old
+
+    def reset(self, seed=None, options=None):
+        obs, infos = super().reset(seed, options)
+        return obs if self.old == "reset" else (obs, infos)
+
+    def step(self, actions):
+        obs, rewards, terms, truncs, infos = super().step(actions)
+        return (obs, rewards, terms, infos) if self.old == "step" else (obs, rewards, terms, truncs, infos)
+
+
+parallel_env = OldApi
+'''
+
+
+@pytest.mark.parametrize("old, what", [
+    ("reset", r"its reset\(\) returned \{'a': array\(\[0., 0., 0.\], dtype=float32\), .* \(dict\), not the tuple "
+              r"\(observations, infos\) of a ParallelEnv; return those 2 dicts \(an env written for PettingZoo's "
+              r"older API returned the observations alone\)"),
+    ("step", r"its step\(\) returned a tuple of 4, not the tuple \(observations, rewards, terminations, truncations, "
+             r"infos\) of a ParallelEnv; return those 5 dicts \(an env written for PettingZoo's older API returned "
+             r"observations, rewards, dones, infos: dones is now terminations and truncations\)")])
+def test_a_pettingzoo_env_of_the_old_api_says_so(tmp_path, monkeypatch, old, what):
+    """A reset returning the observations alone unpacked a dict of two agents into its keys ('str' object
+    has no attribute 'get'); a step of four values was 'not enough values to unpack (expected 5, got 4)'."""
+    (tmp_path / "old_api_env.py").write_text(OLD_API_PZ)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match="env 'pettingzoo:old_api_env' #0: " + what):
+        with jaxlab.make("pettingzoo:old_api_env", num_envs=1, old=old) as env:  # made: reset once for masks
+            env.reset()
+            env.step(np.zeros(2, np.int32))
+    sys.modules.pop("old_api_env", None)

@@ -605,6 +605,27 @@ def _parallel_env(env, name: str, module: str):
                      f"not a PettingZoo ParallelEnv; make it return one ({hint})")
 
 
+#: What a ParallelEnv's reset and step return, and what envs written for PettingZoo's older API returned.
+PARALLEL_API = {"reset": ("observations, infos", "the observations alone"),
+                "step": ("observations, rewards, terminations, truncations, infos",
+                         "observations, rewards, dones, infos: dones is now terminations and truncations")}
+
+
+def _returned(result, call: str, name: str, e: int) -> tuple:
+    """``result``, what a ParallelEnv's ``call`` ("reset" or "step") returned, when it is the tuple of
+    dicts of PettingZoo's API; ValueError naming the env and the old API it looks like otherwise (the
+    unpacking would fail with 'too many values to unpack', or an observation dict of two agents
+    unpack into its two keys)."""
+    fields, old = PARALLEL_API[call]
+    count = fields.count(",") + 1
+    if isinstance(result, tuple) and len(result) == count and isinstance(result[0], dict):
+        return result
+    what = (f"a tuple of {len(result)}" if isinstance(result, tuple) else
+            f"{short_repr(result)} ({type(result).__name__})")
+    raise ValueError(f"env '{name}' #{e}: its {call}() returned {what}, not the tuple ({fields}) of a ParallelEnv; "
+                     f"return those {count} dicts (an env written for PettingZoo's older API returned {old})")
+
+
 class PettingZooVecEnv(PythonVecEnv):
     """``num_envs`` PettingZoo parallel envs from ``MODULE.parallel_env(**kwargs)``, stepped one after
     the other; env e is seeded with seed + e. Every agent of ``possible_agents`` has a row; all must
@@ -652,7 +673,7 @@ class PettingZooVecEnv(PythonVecEnv):
         if not isinstance(action, Box):
             has_mask = self._dict_obs and "action_mask" in obs_spaces[0].spaces
             if not has_mask:  # masks in the infos show only there: look at one reset
-                _, infos = env.reset(seed=int(seed))
+                _, infos = _returned(env.reset(seed=int(seed)), "reset", name, 0)
                 has_mask = self._info_mask = any("action_mask" in (infos or {}).get(a, {}) for a in agents)
         width = _mask_width(action) if has_mask else 0
         self.spaces = EnvSpaces(len(agents), _box_obs(obs_space, name), action, has_mask, width,
@@ -707,7 +728,7 @@ class PettingZooVecEnv(PythonVecEnv):
         return ValueError(f"env '{self.name}' #{e} agent {self.agent_names[j]!r} at step {self._steps}: {what}")
 
     def _reset_env(self, e: int, seed: int | None) -> None:
-        observations, infos = self._envs[e].reset(seed=seed)
+        observations, infos = _returned(self._envs[e].reset(seed=seed), "reset", self.name, e)
         self._check_reset_agents(e, observations)
         base = e * self.agents_per_env
         for agent, observation in observations.items():
@@ -758,7 +779,8 @@ class PettingZooVecEnv(PythonVecEnv):
             self._check_known(e, live, "env.agents")
             step = {agent: (int(actions[base + index[agent]]) if discrete else actions[base + index[agent]].copy())
                     for agent in live}
-            observations, rewards, terminations, truncations, infos = env.step(step)
+            returned = _returned(env.step(step), "step", self.name, e)
+            observations, rewards, terminations, truncations, infos = returned
             infos = infos or {}
             for j, agent in enumerate(self.agent_names):
                 row = base + j
