@@ -14,6 +14,7 @@ import pytest
 
 import jaxlab
 from jaxlab.config import ConfigError, load_config
+from jaxlab.config.memory import env_shape
 from jaxlab.env import spaces_of
 from jaxlab.env.python_envs import EnvStateError, GymnasiumVecEnv, PettingZooVecEnv
 from jaxlab.run.loop import train, train_loop
@@ -1025,3 +1026,46 @@ def test_a_pettingzoo_env_of_the_old_api_says_so(tmp_path, monkeypatch, old, wha
             env.reset()
             env.step(np.zeros(2, np.int32))
     sys.modules.pop("old_api_env", None)
+
+
+class OldGym(Countdown):
+    """Countdown written for the old gym API as ``old`` says: its reset returns the observation alone
+    ("reset"), or its step four values with done ("step")."""
+
+    def __init__(self, old):
+        super().__init__()
+        self.old = old
+
+    def reset(self, seed=None, options=None):
+        obs, info = super().reset(seed=seed)
+        return obs if self.old == "reset" else (obs, info)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        if self.old == "step":
+            return obs, reward, terminated or truncated, info
+        return obs, reward, terminated, truncated, info
+
+
+OLD_GYM = "JaxlabTest/OldGym{}-v0"
+for _old in ("reset", "step"):
+    if OLD_GYM.format(_old) not in gym.registry:
+        gym.register(OLD_GYM.format(_old), entry_point=OldGym, kwargs={"old": _old}, max_episode_steps=4,
+                     disable_env_checker=True)
+
+
+@pytest.mark.parametrize("old, what", [
+    ("reset", r"its reset\(\) returned array\(\[0., 0.\]\) \(ndarray\), not the pair \(observation, info\) of "
+              r"Gymnasium's API; return obs, \{\} \(an env written for the old gym API returned the observation alone\)"),
+    ("step", r"its step\(\) returned a tuple of 4, not the 5 values \(observation, reward, terminated, truncated, "
+             r"info\) of Gymnasium's API \(an env written for the old gym API returned 4: obs, reward, done, info; "
+             r"done is now terminated")])
+def test_a_gymnasium_env_of_the_old_gym_api_says_so_before_training(old, what):
+    """The vector env's errors for such envs named neither the env nor the API: 'numpy.float64' object
+    has no attribute 'items' (reset), 'not enough values to unpack (expected 5, got 4)' (step, and only
+    once training had started). spaces_of, which every command calls first, tries one reset and step."""
+    name = "gymnasium:" + OLD_GYM.format(old)
+    with pytest.raises(ValueError, match=f"env '{name}': " + what):
+        spaces_of(name)
+    with pytest.raises(ConfigError, match=f"env '{name}': " + what):  # the CLI's check before anything: exit 2
+        env_shape(load_config(name)[0])

@@ -532,13 +532,39 @@ class GymnasiumVecEnv(PythonVecEnv):
                 self.final_observations[row] = info["final_obs"][row]
         return ended
 
+    def check_api(self) -> None:
+        """ValueError when the first env, unwrapped, is written for the old gym API: its reset returns no
+        (observation, info) pair or its step (with a sampled action) no 5 values. The vector env's own
+        errors for such envs name neither ('not enough values to unpack', 'numpy.float32' object has no
+        attribute 'items'). Resets and steps that env once (spaces_of calls it on the env it makes to
+        read the spaces, before the first reset); a step that raises is left to the run."""
+        envs = getattr(self._vec, "envs", None)
+        if not envs:  # a VectorEnv of the user's own: its reset and step are the vector env's
+            return
+        env = envs[0].unwrapped
+        result = env.reset(seed=self.seed)
+        if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)):
+            raise ValueError(f"env '{self.name}': its reset() returned {_words(result)}, not the pair (observation, "
+                             "info) of Gymnasium's API; return obs, {} (an env written for the old gym API returned "
+                             "the observation alone)")
+        try:
+            result = env.step(env.action_space.sample())
+        except Exception:  # noqa: BLE001 (the env's own errors show where the run meets them)
+            return
+        if not (isinstance(result, tuple) and len(result) == 5):
+            raise ValueError(f"env '{self.name}': its step() returned {_words(result)}, not the 5 values "
+                             "(observation, reward, terminated, truncated, info) of Gymnasium's API (an env written "
+                             "for the old gym API returned 4: obs, reward, done, info; done is now terminated, "
+                             "an episode's true end, and truncated, a time limit's cut)")
+
     def _check_batch(self, call: str, what: str, value, buffer: np.ndarray) -> None:
         """ValueError when the batch ``value`` that the vector env's ``call`` returned is not of the shape
         of ``buffer`` ([num_envs, ...]: numpy would broadcast one env's observation or one reward over every
         row) or, for observations, of a dtype the buffer cannot hold by numpy's same_kind rule. A
         SyncVectorEnv's arrays always fit; a VectorEnv of the user's own (vector_entry_point) may not."""
         dtype = np.asarray(value).dtype
-        if np.shape(value) == buffer.shape and (what != "observations" or np.can_cast(dtype, buffer.dtype, "same_kind")):
+        fits_dtype = what != "observations" or np.can_cast(dtype, buffer.dtype, "same_kind")
+        if np.shape(value) == buffer.shape and fits_dtype:
             return
         if what == "observations":
             space = self._vec.single_observation_space
@@ -574,6 +600,13 @@ def _make_vector_env(gym, env_id: str, num_envs: int, kwargs: dict):
     mode = gym.vector.AutoresetMode.SAME_STEP
     return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
                         vector_kwargs={"autoreset_mode": mode, "copy": False}, **kwargs)
+
+
+def _words(result) -> str:
+    """What an env's reset or step returned, for a message: "a tuple of 4", or the value and its type."""
+    if isinstance(result, tuple):
+        return f"a tuple of {len(result)}"
+    return f"{short_repr(result)} ({type(result).__name__})"
 
 
 def _raised_by_vector_env(err: Exception) -> bool:
@@ -620,10 +653,9 @@ def _returned(result, call: str, name: str, e: int) -> tuple:
     count = fields.count(",") + 1
     if isinstance(result, tuple) and len(result) == count and isinstance(result[0], dict):
         return result
-    what = (f"a tuple of {len(result)}" if isinstance(result, tuple) else
-            f"{short_repr(result)} ({type(result).__name__})")
-    raise ValueError(f"env '{name}' #{e}: its {call}() returned {what}, not the tuple ({fields}) of a ParallelEnv; "
-                     f"return those {count} dicts (an env written for PettingZoo's older API returned {old})")
+    raise ValueError(f"env '{name}' #{e}: its {call}() returned {_words(result)}, not the tuple ({fields}) of a "
+                     f"ParallelEnv; return those {count} dicts (an env written for PettingZoo's older API returned "
+                     f"{old})")
 
 
 class PettingZooVecEnv(PythonVecEnv):
@@ -860,5 +892,7 @@ def spaces_of(name: str, library=None, **params) -> EnvSpaces:
 
         return c_spaces_of(name, library=library, **params)
     with make_python_env(name, num_envs=1, library=library, **params) as env:
+        if isinstance(env, GymnasiumVecEnv):
+            env.check_api()
         env.reset()
         return env.spaces
