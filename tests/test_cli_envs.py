@@ -45,3 +45,20 @@ def test_envs_and_find_header_agree_on_the_names_of_headers_on_the_env_path(tmp_
     with pytest.raises(ValueError) as caught:
         jaxlab.make("my-env")
     assert str(caught.value) == f"unknown env 'my-env': {problem}"
+
+
+def test_envs_shows_a_python_envs_spaces(capsys):
+    """`jaxlab envs gymnasium:CartPole-v1` said "no env 'gymnasium:CartPole-v1' among jaxlab's envs or on
+    the env path" (exit 2), though the name works with train, eval, bench and config: a user could not see
+    the spaces jaxlab reads from their env. A Python env named is made once and printed as a C env is."""
+    import pytest
+
+    pytest.importorskip("gymnasium")
+    assert main(["envs", "gymnasium:CartPole-v1", "pendulum"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("gymnasium:CartPole-v1: Gymnasium vector env CartPole-v1 (synchronous, same-step "
+                          "autoreset)\n  observation Box([-4.8")
+    assert "inf], (4,), float32)  action Discrete(2)\n  no --env parameters: a Python env takes its arguments" in out
+    assert "statistics: episode_return, episode_length\npendulum: " in out and "cartpole:" not in out
+    assert main(["envs", "gymnasium:CartPol-v1"]) == 2
+    assert "jaxlab envs: error: unknown Gymnasium env 'CartPol-v1'" in capsys.readouterr().err

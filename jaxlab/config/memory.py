@@ -98,14 +98,19 @@ class EnvShape:
 
 def env_shape(config: Config) -> EnvShape:
     """The shape of ``config``'s env with parameters ``config.env``, read from the C registry without
-    creating envs (jaxlab.env.spaces_of; a Python env is made once and closed); ConfigError for an env
-    parameter out of range or of the wrong type, and for whatever a Python env raises while it is made
-    (its own code, a missing dependency: named with the env)."""
+    creating envs (jaxlab.env.spaces_of; a Python env is made once and closed); ConfigError as
+    checked_spaces says."""
+    return EnvShape.of(checked_spaces(config.env_name, config.env_library or None, **config.env))
+
+
+def checked_spaces(name: str, library: str | None = None, **params):
+    """jaxlab.env.spaces_of(name, library, **params); ConfigError for an env parameter out of range or of
+    the wrong type, and for whatever a Python env raises while it is made (its own code, a missing
+    dependency: named with the env)."""
     from jaxlab.env import is_python_env, spaces_of
 
-    name = config.env_name
     try:
-        return EnvShape.of(spaces_of(name, library=config.env_library or None, **config.env))
+        return spaces_of(name, library=library, **params)
     except (ValueError, TypeError) as err:
         if is_python_env(name) and name not in str(err):
             raise ConfigError(f"env {name!r} failed while being made: {type(err).__name__}: {err}") from None
