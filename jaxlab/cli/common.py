@@ -86,8 +86,10 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """ENV, --preset and --config, shared by every command that resolves a config. ENV is optional to
     argparse (a missing one is None) so that `jaxlab train --resume RUN` can take the run's: a command
     that needs it calls required_env."""
-    parser.add_argument("env", metavar="ENV", nargs="?", help="an env name (see `jaxlab envs`), or the path of "
-                        "an env header (path/to/NAME.h: built on first use and cached)")
+    parser.add_argument("env", metavar="ENV", nargs="?", help="an env name (see `jaxlab envs`), the path of "
+                        "an env header (path/to/NAME.h: built on first use and cached), or a Python env: "
+                        "gymnasium:ID, gymnasium:MODULE:ID (an id MODULE registers) or pettingzoo:MODULE (a "
+                        "module with parallel_env())")
     parser.add_argument("--preset", default="auto", metavar="NAME",
                         help="presets, layered in order: a card (auto, the default: picked from the devices; "
                         "cpu, gpu, a100, h100) then workload sizes (heavy, beast), e.g. h100,heavy or heavy "
