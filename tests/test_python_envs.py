@@ -1069,3 +1069,40 @@ def test_a_gymnasium_env_of_the_old_gym_api_says_so_before_training(old, what):
         spaces_of(name)
     with pytest.raises(ConfigError, match=f"env '{name}': " + what):  # the CLI's check before anything: exit 2
         env_shape(load_config(name)[0])
+
+
+SINGLETON_PZ = MISFIT_PZ + '''
+
+ONE = Misfit()
+
+
+def parallel_env(**kwargs):
+    return ONE  # a module-level instance: every env jaxlab makes would be this one object
+'''
+
+SINGLETON = "JaxlabTest/Singleton-v0"
+if SINGLETON not in gym.registry:
+    _one_countdown = Countdown()
+    gym.register(SINGLETON, entry_point=lambda: _one_countdown, disable_env_checker=True)
+
+
+def test_an_env_maker_returning_one_object_for_every_env_is_refused(tmp_path, monkeypatch):
+    """parallel_env() (or a Gymnasium entry point) returning one module-level instance gave every env the
+    same object, stepped once per env and step: garbage observations with exit 0. It is refused; and as
+    only several envs show it (the env made to read the spaces is one), the trainer's own envs failing
+    while made is one ConfigError line too (was a traceback)."""
+    from jaxlab.train.trainer import make_group_envs
+
+    (tmp_path / "singleton_env.py").write_text(SINGLETON_PZ)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name, maker in (("pettingzoo:singleton_env", "singleton_env.parallel_env()"),
+                        (f"gymnasium:{SINGLETON}", "its entry point")):
+        message = re.escape(f"env '{name}': {maker} returned the same env object for several of jaxlab's 2 envs, "
+                            "which would all step that one object; make a new env on every call")
+        with pytest.raises(ValueError, match=message):
+            jaxlab.make(name, num_envs=2)
+        spaces_of(name)  # one env: nothing to see
+        config = load_config(name, flags=["--vec.num-envs", "2"])[0]
+        with pytest.raises(ConfigError, match=message):
+            make_group_envs(config, 1)
+    sys.modules.pop("singleton_env", None)

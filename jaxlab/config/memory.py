@@ -112,13 +112,21 @@ def checked_spaces(name: str, library: str | None = None, **params):
     try:
         return spaces_of(name, library=library, **params)
     except (ValueError, TypeError) as err:
-        if is_python_env(name) and name not in str(err):
-            raise ConfigError(f"env {name!r} failed while being made: {type(err).__name__}: {err}") from None
+        if is_python_env(name):
+            raise python_env_error(name, err) from None
         raise ConfigError(str(err)) from None
     except Exception as err:
         if not is_python_env(name):
             raise
-        raise ConfigError(f"env {name!r} failed while being made: {type(err).__name__}: {err}") from None
+        raise python_env_error(name, err) from None
+
+
+def python_env_error(name: str, err: Exception) -> ConfigError:
+    """The ConfigError for ``err``, raised while the Python env ``name`` was made (or first reset): its
+    message when it names the env (the adapters' own checks), else the env, the error's type and it."""
+    if name in str(err):
+        return ConfigError(str(err))
+    return ConfigError(f"env {name!r} failed while being made: {type(err).__name__}: {err}")
 
 
 def param_count(obs_size: int, hidden_size: int, head_size: int, lstm: bool = True, log_std: int = 0) -> int:

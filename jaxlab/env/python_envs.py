@@ -491,6 +491,7 @@ class GymnasiumVecEnv(PythonVecEnv):
                                  "own: reset the envs whose episode ends inside step(), put their last observations "
                                  "in info['final_obs'] and info['_final_obs'], and declare metadata = "
                                  "{'autoreset_mode': gymnasium.vector.AutoresetMode.SAME_STEP})")
+            _check_distinct([env.unwrapped for env in getattr(vec, "envs", ())], name, "its entry point")
             action, self._start = _action(vec.single_action_space, name)
             self.spaces = EnvSpaces(1, _box_obs(vec.single_observation_space, name), action, False, 0)
             self._setup(name, kind, num_envs, seed, mask_check)
@@ -602,6 +603,16 @@ def _make_vector_env(gym, env_id: str, num_envs: int, kwargs: dict):
                         vector_kwargs={"autoreset_mode": mode, "copy": False}, **kwargs)
 
 
+def _check_distinct(envs: list, name: str, maker: str) -> None:
+    """ValueError when ``maker`` returned one env object more than once among ``envs`` (a module-level
+    instance returned by every call): each of jaxlab's envs would step that one object, several times
+    a step, with no error."""
+    if len({id(env) for env in envs}) < len(envs):
+        raise ValueError(f"env {name!r}: {maker} returned the same env object for several of jaxlab's "
+                         f"{len(envs)} envs, which would all step that one object; make a new env on every call "
+                         "(return MyEnv(**kwargs), not an instance made once)")
+
+
 def _words(result) -> str:
     """What an env's reset or step returned, for a message: "a tuple of 4", or the value and its type."""
     if isinstance(result, tuple):
@@ -673,6 +684,7 @@ class PettingZooVecEnv(PythonVecEnv):
         try:
             for _ in range(int(num_envs)):
                 self._envs.append(_parallel_env(factory(**kwargs), name, module))
+            _check_distinct(self._envs, name, f"{module}.parallel_env()")
             self._describe(name, int(seed))
             self._setup(name, PythonEnvType(name, f"PettingZoo parallel env {module}"), num_envs, seed, mask_check)
         except BaseException:
