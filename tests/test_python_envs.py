@@ -858,7 +858,8 @@ AGENT_LIST_PZ = MISFIT_PZ + '''
 
 class AgentList(Misfit):
     """Misfit whose step breaks the agent list as ``broken`` says: "kept" (agent b terminates but stays
-    in env.agents) or "unseen" (agent a goes on without an observation)."""
+    in env.agents) or "unseen" (agent a goes on without an observation); or what it returns:
+    "unrewarded" (no reward for agent a), "truncated_unseen" (agent b truncated without an observation)."""
 
     def __init__(self, broken):
         super().__init__()
@@ -868,6 +869,12 @@ class AgentList(Misfit):
         obs, rewards, terms, truncs, infos = super().step(actions)
         if self.broken == "kept":
             terms["b"] = True
+        elif self.broken == "unrewarded":  # no reward for agent a, which acted
+            rewards.pop("a")
+        elif self.broken == "truncated_unseen":  # agent b truncated without its last observation
+            truncs["b"] = True
+            self.agents.remove("b")
+            obs.pop("b")
         else:
             obs.pop("a")
         return obs, rewards, terms, truncs, infos
@@ -1106,3 +1113,21 @@ def test_an_env_maker_returning_one_object_for_every_env_is_refused(tmp_path, mo
         with pytest.raises(ConfigError, match=message):
             make_group_envs(config, 1)
     sys.modules.pop("singleton_env", None)
+
+
+@pytest.mark.parametrize("broken, what", [
+    ("unrewarded", "env 'pettingzoo:agent_list_env' #0 agent 'a' at step 0: it acted, and its step returned no "
+                   "reward for it; a ParallelEnv's step returns a reward for every agent that acted (0 when it "
+                   "earned none)"),
+    ("truncated_unseen", "env 'pettingzoo:agent_list_env' #0 at step 0 truncated agent 'b' without its last "
+                         "observation, which jaxlab bootstraps the cut episode's value from")])
+def test_a_pettingzoo_step_leaving_out_what_an_agent_needs_is_refused(tmp_path, monkeypatch, broken, what):
+    """A reward left out for an agent that acted was read as 0, and an agent truncated without an
+    observation was bootstrapped from its previous one: both silent, exit 0."""
+    (tmp_path / "agent_list_env.py").write_text(AGENT_LIST_PZ)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with jaxlab.make("pettingzoo:agent_list_env", num_envs=1, broken=broken) as env:
+        env.reset()
+        with pytest.raises((ValueError, RuntimeError), match=re.escape(what)):
+            env.step(np.zeros(2, np.int32))
+    sys.modules.pop("agent_list_env", None)

@@ -649,6 +649,8 @@ def _parallel_env(env, name: str, module: str):
                      f"not a PettingZoo ParallelEnv; make it return one ({hint})")
 
 
+NO_REWARD = object()  # what a ParallelEnv's step left out of its rewards for an agent that acted
+
 #: What a ParallelEnv's reset and step return, and what envs written for PettingZoo's older API returned.
 PARALLEL_API = {"reset": ("observations, infos", "the observations alone"),
                 "step": ("observations, rewards, terminations, truncations, infos",
@@ -836,9 +838,14 @@ class PettingZooVecEnv(PythonVecEnv):
                 terminal = bool(terminations.get(agent, False))
                 self.terminals[row] = terminal
                 self.truncations[row] = bool(truncations.get(agent, False)) and not terminal
-                self.rewards[row] = self._reward(row, rewards.get(agent, 0.0))
+                self.rewards[row] = self._reward(row, rewards.get(agent, NO_REWARD))
                 ended = self.terminals[row] or self.truncations[row]
                 self._check_agent_list(e, agent, ended, agent in env.agents, agent in observations)
+                if self.truncations[row] and agent not in observations:
+                    raise RuntimeError(f"env '{self.name}' #{e} at step {self._steps} truncated agent {agent!r} "
+                                       "without its last observation, which jaxlab bootstraps the cut episode's "
+                                       "value from; a ParallelEnv's step returns an observation for every agent "
+                                       "that acted")
                 if agent in observations:
                     self._write(row, observations[agent], infos.get(agent))
                 if ended:
@@ -851,7 +858,11 @@ class PettingZooVecEnv(PythonVecEnv):
 
     def _reward(self, row: int, reward) -> float:
         """The reward the env returned for the agent of ``row``, checked: one real number (None, a string
-        or an array is a ValueError naming the env and the agent, not a NaN or a cast error)."""
+        or an array is a ValueError naming the env and the agent, not a NaN or a cast error; NO_REWARD,
+        none returned for an agent that acted, too: it is not read as 0)."""
+        if reward is NO_REWARD:
+            raise self._misfit(row, "it acted, and its step returned no reward for it; a ParallelEnv's step returns "
+                                    "a reward for every agent that acted (0 when it earned none)")
         if np.shape(reward) != ():
             raise self._misfit(row, f"its reward {short_repr(reward)} has shape {np.shape(reward)}; a "
                                     "ParallelEnv's reward is one number per agent")
