@@ -1131,3 +1131,44 @@ def test_a_pettingzoo_step_leaving_out_what_an_agent_needs_is_refused(tmp_path, 
         with pytest.raises((ValueError, RuntimeError), match=re.escape(what)):
             env.step(np.zeros(2, np.int32))
     sys.modules.pop("agent_list_env", None)
+
+
+JOINER_PZ = MISFIT_PZ + '''
+
+class Joiner(Misfit):
+    """Misfit whose agent b is not in the episode at reset and joins it in the first step, with the
+    observation (0.5, 0.5, 0.5), or without one when ``silent``."""
+
+    def __init__(self, silent=False):
+        super().__init__()
+        self.silent = silent
+
+    def reset(self, seed=None, options=None):
+        self.agents = ["a"]
+        return {"a": self._obs()}, {"a": {}}
+
+    def step(self, actions):
+        obs, rewards, terms, truncs, infos = super().step(actions)
+        if "b" not in self.agents:
+            self.agents.append("b")
+            if not self.silent:
+                obs["b"] = np.full(3, 0.5, np.float32)
+        return obs, rewards, terms, truncs, infos
+
+
+parallel_env = Joiner
+'''
+
+
+def test_a_pettingzoo_agent_left_out_of_a_reset_waits(tmp_path, monkeypatch):
+    """An agent of possible_agents that a reset leaves out of env.agents was marked active after reset()
+    (the adapter's reset set every row active after the env's reset had cleared it), so the first step
+    counted it as an agent-episode of return 0 and length 1, and the learner took its row. It waits."""
+    (tmp_path / "joiner_env.py").write_text(JOINER_PZ)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with jaxlab.make("pettingzoo:joiner_env", num_envs=2) as env:
+        env.reset()
+        np.testing.assert_array_equal(env.active, [True, False, True, False])
+        info = env.step(np.zeros(4, np.int32))[4]
+        assert info == {}  # no episode ended: b only waited
+    sys.modules.pop("joiner_env", None)

@@ -281,12 +281,12 @@ class PythonVecEnv:
         _check_seed(seed, allow_none=True)
         with self._lock:
             self._check_open()
+            if self.active is not None:
+                self.active.fill(1)  # before _reset, which clears the rows of agents its reset leaves out
             self._reset(self.seed if seed is None and not self._started else seed)
             self._started = True
             for buffer in (self.rewards, self.terminals, self.truncations, self._returns, self._lengths):
                 buffer.fill(0)
-            if self.active is not None:
-                self.active.fill(1)
         return self.observations
 
     def step(self, actions=None):
