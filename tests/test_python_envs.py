@@ -1172,3 +1172,25 @@ def test_a_pettingzoo_agent_left_out_of_a_reset_waits(tmp_path, monkeypatch):
         info = env.step(np.zeros(4, np.int32))[4]
         assert info == {}  # no episode ended: b only waited
     sys.modules.pop("joiner_env", None)
+
+
+def test_a_pettingzoo_agent_joining_an_episode_acts_on_its_own_first_observation(tmp_path, monkeypatch):
+    """An agent of possible_agents added to env.agents by a step (not there at reset) had the observation
+    the step returned for it dropped, and acted in the next step on its row's old contents (zeros, or
+    another episode's). Its observation is written; a join without one is an error."""
+    (tmp_path / "joiner_env.py").write_text(JOINER_PZ)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with jaxlab.make("pettingzoo:joiner_env", num_envs=1) as env:
+        env.reset()
+        np.testing.assert_array_equal(env.active, [True, False])
+        env.step(np.zeros(2, np.int32))
+        np.testing.assert_array_equal(env.active, [True, True])
+        np.testing.assert_array_equal(env.observations[1], [0.5, 0.5, 0.5])
+        env.step(np.zeros(2, np.int32))
+        np.testing.assert_array_equal(env.rewards, [1.0, 1.0])  # b acted
+    with jaxlab.make("pettingzoo:joiner_env", num_envs=1, silent=True) as env:
+        env.reset()
+        with pytest.raises(RuntimeError, match=re.escape("env 'pettingzoo:joiner_env' #0 at step 0 added agent 'b' to "
+                                                         "env.agents without an observation for it")):
+            env.step(np.zeros(2, np.int32))
+    sys.modules.pop("joiner_env", None)

@@ -830,10 +830,12 @@ class PettingZooVecEnv(PythonVecEnv):
             infos = infos or {}
             for j, agent in enumerate(self.agent_names):
                 row = base + j
-                if agent not in step:  # waiting for this env's reset (as C option agents_wait)
+                if agent not in step:  # waiting for this env's reset (as C option agents_wait), or joining
                     self.rewards[row], self.terminals[row], self.truncations[row] = 0.0, True, False
                     if self.action_mask is not None:
                         self.action_mask[row] = True
+                    if agent in env.agents:  # joins the episode now: acts from the next step on
+                        self._write_joining(e, row, agent, observations, infos)
                     continue
                 terminal = bool(terminations.get(agent, False))
                 self.terminals[row] = terminal
@@ -855,6 +857,16 @@ class PettingZooVecEnv(PythonVecEnv):
             elif self.active is not None:
                 self.active[base:base + apa] = [a in env.agents for a in self.agent_names]
         return self.terminals | self.truncations
+
+    def _write_joining(self, e: int, row: int, agent: str, observations: dict, infos: dict) -> None:
+        """Writes the first observation of ``agent``, which env #``e`` added to env.agents in this step
+        (it acts from the next one); RuntimeError when the step returned none (its row would hold an
+        observation of another episode for the policy)."""
+        if agent not in observations:
+            raise RuntimeError(f"env '{self.name}' #{e} at step {self._steps} added agent {agent!r} to env.agents "
+                               "without an observation for it; a ParallelEnv's step returns an observation for "
+                               "every agent in env.agents after it")
+        self._write(row, observations[agent], infos.get(agent))
 
     def _reward(self, row: int, reward) -> float:
         """The reward the env returned for the agent of ``row``, checked: one real number (None, a string
