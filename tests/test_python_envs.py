@@ -1194,3 +1194,35 @@ def test_a_pettingzoo_agent_joining_an_episode_acts_on_its_own_first_observation
                                                          "env.agents without an observation for it")):
             env.step(np.zeros(2, np.int32))
     sys.modules.pop("joiner_env", None)
+
+
+def test_a_namespaced_python_envs_default_run_dir_is_one_folder_that_resume_latest_finds(tmp_path):
+    """A Python env id with '/' (gymnasium:MODULE:NS/ID, pettingzoo:butterfly/pistonball-v6) made the default
+    run dir nested, runs/gymnasium:MODULE:NS/ID-TIMESTAMP: `--resume latest` said no run of the env had
+    checkpoints and `jaxlab runs` listed none; and `jaxlab sweep` of any Python env refused its own default
+    study name ('--study ... must be letters, digits, ...'). Both now replace such characters with '_'."""
+    import os
+
+    from jaxlab.cli.common import folder_name
+
+    assert folder_name("pettingzoo:butterfly/pistonball-v6") == "pettingzoo_butterfly_pistonball-v6"
+    assert folder_name("cartpole") == "cartpole"
+    (tmp_path / "jaxlab_registers.py").write_text(REGISTERS)
+    name = "gymnasium:jaxlab_registers:JaxlabTest/FromModule-v0"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}  # this checkout's jaxlab first
+    sweep = subprocess.run([sys.executable, "-m", "jaxlab.cli", "sweep", "gymnasium:CartPole-v1", "--show"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert "jaxlab sweep: error: no study 'gymnasium_CartPole-v1-" in sweep.stderr, sweep.stderr  # its own name taken
+
+    def train(*args):
+        return subprocess.run([sys.executable, "-m", "jaxlab.cli", "train", name, *SMALL, *args], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=300)
+
+    first = train("--train.total-timesteps", "128")
+    assert first.returncode == 0, first.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert run_dir.name.startswith("gymnasium_jaxlab_registers_JaxlabTest_FromModule-v0-")
+    assert (run_dir / "checkpoints").is_dir()
+    resumed = train("--resume", "latest", "--train.total-timesteps", "256")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resumed from runs/{run_dir.name}/checkpoints/2 at update 2" in resumed.stderr
