@@ -202,19 +202,24 @@ def unused_flags_warning(config, flags: list[str]) -> str | None:
     """The warning for keys that ``flags`` set and that ``config`` does not use, or None: [train]'s
     min_lr_ratio without an LR schedule, the V-trace clips with GAE advantages, prio_beta0 without
     prioritised sampling; the built-in network's hidden_size and scan_unroll without its LSTM, its
-    cnn_* keys with the mlp encoder (policy.module's own case: ignored_flags_warning)."""
+    cnn_* keys with the mlp encoder (policy.module's own case: ignored_flags_warning); vec.num_threads
+    with a Python env, whose envs step one after the other in the calling thread."""
     from jaxlab.config.layers import parse_flags
     from jaxlab.config.validate import flag_of
+    from jaxlab.env import is_python_env
 
     t, p = config.train, config.policy
     no_lstm = ("policy.lstm", "false") if not p.lstm and not p.module else None
     mlp = ("policy.encoder", "mlp") if p.encoder == "mlp" and not p.module else None
+    python_env = (("env", f"{config.env_name}, a Python env (its envs step one after the other in one thread)")
+                  if is_python_env(config.env_name) else None)
     unused = {"train.min_lr_ratio": ("train.anneal_lr", "none") if t.anneal_lr == "none" else None,
               "train.vtrace_rho_clip": ("train.advantage", "gae") if t.advantage == "gae" else None,
               "train.vtrace_c_clip": ("train.advantage", "gae") if t.advantage == "gae" else None,
               "train.prio_beta0": ("train.prio_alpha", "0") if t.prio_alpha == 0 else None,
               "policy.hidden_size": no_lstm, "policy.scan_unroll": no_lstm,
-              "policy.cnn_channels": mlp, "policy.cnn_kernels": mlp, "policy.cnn_strides": mlp}
+              "policy.cnn_channels": mlp, "policy.cnn_kernels": mlp, "policy.cnn_strides": mlp,
+              "vec.num_threads": python_env}
     given = {f"{section}.{key}" for section, keys in parse_flags(flags).items() for key in keys}
     lines = [f"{flag_of(key)} does nothing with {why[0]} {why[1]}" for key, why in unused.items()
              if why is not None and key in given]
