@@ -54,8 +54,8 @@ if COUNTDOWN not in gym.registry:
 
 class Misbatched(gym.vector.VectorWrapper):
     """A vector env whose batches do not fit, as ``broken`` says: its reset returns env 0's observation
-    alone ("observations"), its step one reward for all ("rewards"), or it declares uint8 observations
-    and returns floats ("pixels")."""
+    alone ("observations"), its step one reward for all ("rewards") or final observations of one number
+    ("final"), or it declares uint8 observations and returns floats ("pixels")."""
 
     def __init__(self, env, broken):
         super().__init__(env)
@@ -69,6 +69,8 @@ class Misbatched(gym.vector.VectorWrapper):
 
     def step(self, actions):
         obs, rewards, terminated, truncated, info = self.env.step(actions)
+        if self.broken == "final" and "final_obs" in info:
+            info["final_obs"] = np.array([o if o is None else o[:1] for o in info["final_obs"]], object)
         return obs, (rewards[0] if self.broken == "rewards" else rewards), terminated, truncated, info
 
 
@@ -153,7 +155,9 @@ def test_a_vector_env_of_ones_own_that_does_not_reset_in_the_same_step_is_refuse
     ("rewards", "step() returned rewards of shape () and dtype float64; jaxlab needs one number per env, shape (3,)"),
     ("pixels", "reset() returned observations of shape (3, 2) and dtype float64; jaxlab needs one observation per "
                "env, shape (3, 2) (3 x the shape of its single_observation_space Box(0, 255, (2,), uint8)), of a "
-               "dtype that casts to uint8")])
+               "dtype that casts to uint8"),
+    ("final", "step() returned info['final_obs'] rows of shape (1,) and dtype float64; jaxlab needs the shape (2,) "
+              "of its single_observation_space Box(-inf, inf, (2,), float64), of a dtype that casts to float32")])
 def test_a_vector_env_of_ones_own_whose_batches_do_not_fit_is_refused(broken, what):
     """One env's observation or one reward was broadcast over every row, floats cut into a uint8 Box's
     buffer (0.5 to 0): training on garbage with exit 0. A SyncVectorEnv's arrays always fit; a
@@ -161,7 +165,8 @@ def test_a_vector_env_of_ones_own_whose_batches_do_not_fit_is_refused(broken, wh
     with jaxlab.make(f"gymnasium:{OWN_VECTOR}", num_envs=3, broken=broken) as env:
         with pytest.raises(ValueError, match=re.escape(f"env 'gymnasium:{OWN_VECTOR}': its vector env's {what}")):
             env.reset()
-            env.step(np.zeros(3, np.int32))
+            for _ in range(5):  # Countdown's episodes end within 4 steps
+                env.step(np.zeros(3, np.int32))
 
 
 def test_gymnasium_statistics_are_per_episode_sums_of_rewards_and_steps():

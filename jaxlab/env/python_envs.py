@@ -530,7 +530,9 @@ class GymnasiumVecEnv(PythonVecEnv):
                 raise RuntimeError(f"env '{self.name}': the vector env ended episodes without final "
                                    "observations in its info; jaxlab needs autoreset_mode SAME_STEP")
             for row in np.flatnonzero(ended):
-                self.final_observations[row] = info["final_obs"][row]
+                final = info["final_obs"][row]
+                self._check_batch("step()", "info['final_obs'] rows", final, self.final_observations[row])
+                self.final_observations[row] = final
         return ended
 
     def check_api(self) -> None:
@@ -559,18 +561,22 @@ class GymnasiumVecEnv(PythonVecEnv):
                              "an episode's true end, and truncated, a time limit's cut)")
 
     def _check_batch(self, call: str, what: str, value, buffer: np.ndarray) -> None:
-        """ValueError when the batch ``value`` that the vector env's ``call`` returned is not of the shape
-        of ``buffer`` ([num_envs, ...]: numpy would broadcast one env's observation or one reward over every
-        row) or, for observations, of a dtype the buffer cannot hold by numpy's same_kind rule. A
-        SyncVectorEnv's arrays always fit; a VectorEnv of the user's own (vector_entry_point) may not."""
+        """ValueError when ``value``, what the vector env's ``call`` returned as ``what``, is not of the
+        shape of ``buffer`` ([num_envs, ...]: numpy would broadcast one env's observation or one reward
+        over every row; one row of final_observations for a final observation) or, for observations, of
+        a dtype the buffer cannot hold by numpy's same_kind rule. A SyncVectorEnv's arrays always fit; a
+        VectorEnv of the user's own (vector_entry_point) may not."""
         dtype = np.asarray(value).dtype
-        fits_dtype = what != "observations" or np.can_cast(dtype, buffer.dtype, "same_kind")
-        if np.shape(value) == buffer.shape and fits_dtype:
+        observations = what in ("observations", "info['final_obs'] rows")
+        if np.shape(value) == buffer.shape and (not observations or np.can_cast(dtype, buffer.dtype, "same_kind")):
             return
+        space = self._vec.single_observation_space
         if what == "observations":
-            space = self._vec.single_observation_space
             needs = (f"one observation per env, shape {buffer.shape} ({self.num_envs} x the shape of its "
                      f"single_observation_space {space}), of a dtype that casts to {buffer.dtype}")
+        elif observations:
+            needs = (f"the shape {buffer.shape} of its single_observation_space {space}, of a dtype that casts "
+                     f"to {buffer.dtype}")
         else:
             needs = f"one {'number' if what == 'rewards' else 'flag'} per env, shape {buffer.shape}"
         raise ValueError(f"env '{self.name}': its vector env's {call} returned {what} of shape {np.shape(value)} "
