@@ -1231,3 +1231,31 @@ def test_a_namespaced_python_envs_default_run_dir_is_one_folder_that_resume_late
     resumed = train("--resume", "latest", "--train.total-timesteps", "256")
     assert resumed.returncode == 0, resumed.stderr
     assert f"resumed from runs/{run_dir.name}/checkpoints/2 at update 2" in resumed.stderr
+
+
+def test_the_readmes_own_envs_work_as_it_says(tmp_path, monkeypatch):
+    """The README's module of a Gymnasium env and a PettingZoo parallel env of one's own (my_envs.py) is
+    what a new user copies: it must make, step and end episodes as the README's commands say."""
+    from pathlib import Path
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    block = readme.split("Your own envs, in a module on `PYTHONPATH`", 1)[1].split("```python\n", 1)[1]
+    (tmp_path / "my_envs.py").write_text(block.split("\n```", 1)[0])
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        with jaxlab.make("gymnasium:my_envs:Corridor-v0", num_envs=2) as env:
+            env.reset()
+            infos = [env.step(np.ones(2, np.int32))[4] for _ in range(8)]
+        assert infos[:7] == [{}] * 7 and infos[7] == {"episodes": 2, "episode_return": 1.0, "episode_length": 8.0}
+        with jaxlab.make("pettingzoo:my_envs", num_envs=2) as env:
+            env.reset()
+            infos = [env.step(np.ones(4, np.int32))[4] for _ in range(4)]
+        assert infos[:3] == [{}] * 3 and infos[3] == {"episodes": 4, "episode_return": 1.0, "episode_length": 4.0}
+        assert spaces_of("pettingzoo:my_envs").agents_per_env == 2
+        with jaxlab.make("pettingzoo:my_envs", num_envs=1) as env:  # truncated after 50 steps
+            env.reset()
+            truncations = [env.step(np.zeros(2, np.int32))[3].copy() for _ in range(50)]
+        assert not np.any(truncations[:49]) and truncations[49].all()
+    finally:
+        sys.modules.pop("my_envs", None)
+        gym.registry.pop("Corridor-v0", None)
