@@ -1259,3 +1259,45 @@ def test_the_readmes_own_envs_work_as_it_says(tmp_path, monkeypatch):
     finally:
         sys.modules.pop("my_envs", None)
         gym.registry.pop("Corridor-v0", None)
+
+
+class BinaryActions(Countdown):
+    """Countdown with MultiBinary(3) actions, which jaxlab does not take."""
+
+    action_space = gym.spaces.MultiBinary(3)
+
+    def __init__(self):
+        pass
+
+
+BINARY_ACTIONS = "JaxlabTest/BinaryActions-v0"
+if BINARY_ACTIONS not in gym.registry:
+    gym.register(BINARY_ACTIONS, entry_point=BinaryActions, disable_env_checker=True)
+
+
+def test_a_space_jaxlab_does_not_take_comes_with_a_recipe_that_works():
+    """'wrap the env (gymnasium.wrappers.FlattenObservation, ...) in your own module' left a Gymnasium user
+    to find out how a wrapped env becomes a name jaxlab trains. The message gives the registration; run
+    as written, it makes an env jaxlab takes."""
+    with pytest.raises(ValueError) as caught:
+        jaxlab.make("gymnasium:FrozenLake-v1")
+    message = str(caught.value)
+    assert message.startswith("env 'gymnasium:FrozenLake-v1' has observation space Discrete(16); jaxlab takes Box "
+                              "observations: register the env wrapped in a module of yours, e.g. ")
+    recipe = re.search(r"e\.g\. (gymnasium\.register\(.*\)), and train gymnasium:MODULE:Wrapped-v0$", message)[1]
+    try:
+        exec(recipe, {"gymnasium": gym})
+        with jaxlab.make("gymnasium:Wrapped-v0", num_envs=2) as env:
+            assert env.observation_space.shape == (16,) and env.reset().sum() == 2  # one-hot: the start cell
+    finally:
+        gym.registry.pop("Wrapped-v0", None)
+    with pytest.raises(ValueError, match=re.escape(
+            "has action space MultiBinary(3); jaxlab takes Discrete, 1-D MultiDiscrete and 1-D Box actions: give it "
+            "one with an ActionWrapper of yours; register the env wrapped in a module of yours, e.g. "
+            "gymnasium.register('Wrapped-v0', entry_point=lambda **kw: MyActionWrapper(gymnasium.make("
+            f"'{BINARY_ACTIONS}', **kw))), and train gymnasium:MODULE:Wrapped-v0")):
+        jaxlab.make(f"gymnasium:{BINARY_ACTIONS}")
+    from jaxlab.env.python_envs import _how_to_wrap
+
+    assert _how_to_wrap("pettingzoo:my_envs", "supersuit.flatten_v0") == (
+        "make your parallel_env() return the env wrapped, e.g. supersuit.flatten_v0(env)")

@@ -194,9 +194,9 @@ def _box_obs(space, name: str) -> Box:
     import gymnasium
 
     if not isinstance(space, gymnasium.spaces.Box):
-        raise ValueError(f"env {name!r} has observation space {space}; jaxlab takes Box observations: wrap "
-                         "the env (gymnasium.wrappers.FlattenObservation, or for PettingZoo "
-                         "supersuit.flatten_v0) in your own module")
+        wrapper = "gymnasium.wrappers.FlattenObservation" if name.startswith("gymnasium:") else "supersuit.flatten_v0"
+        raise ValueError(f"env {name!r} has observation space {space}; jaxlab takes Box observations: "
+                         f"{_how_to_wrap(name, wrapper)}")
     if 0 in space.shape:
         raise ValueError(f"env {name!r} has observation space {space}, of no values: jaxlab needs at least one "
                          "number per observation")
@@ -226,7 +226,18 @@ def _action(space, name: str) -> tuple:
     if isinstance(space, spaces.Box) and len(space.shape) == 1:
         return Box(tuple(float(x) for x in space.low), tuple(float(x) for x in space.high), tuple(space.shape)), None
     raise ValueError(f"env {name!r} has action space {space}; jaxlab takes Discrete, 1-D MultiDiscrete and "
-                     "1-D Box actions: wrap the env so that it has one of these")
+                     f"1-D Box actions: give it one with an ActionWrapper of yours; "
+                     f"{_how_to_wrap(name, 'MyActionWrapper')}")
+
+
+def _how_to_wrap(name: str, wrapper: str) -> str:
+    """How to train the env ``name`` wrapped in ``wrapper`` (a callable's name), in the words of a message:
+    for Gymnasium, an id registered in a module of the user's; for PettingZoo, their parallel_env()."""
+    prefix, target = _split(name)
+    if prefix == "pettingzoo":
+        return f"make your parallel_env() return the env wrapped, e.g. {wrapper}(env)"
+    return (f"register the env wrapped in a module of yours, e.g. gymnasium.register('Wrapped-v0', entry_point="
+            f"lambda **kw: {wrapper}(gymnasium.make({target!r}, **kw))), and train gymnasium:MODULE:Wrapped-v0")
 
 
 def _mask_width(action) -> int:
