@@ -23,15 +23,18 @@ constructor. Buffers, shapes and flags are those of jaxlab.env.vecenv (A = num_e
     action_mask        [A, sum(nvec)] bool (PettingZoo envs whose observations are Dicts with
                        "observation" and "action_mask", or whose infos hold "action_mask"), else None
     active             [A] bool, PettingZoo envs with more than one agent per env, else None: 0 while an
-                       agent whose episode ended waits for its env's reset (its rows: reward 0,
-                       terminal 1, an all-True mask row; not to be learned from), as C option agents_wait
+                       agent whose episode ended waits for its env's reset, or one of possible_agents
+                       not in env.agents waits for a step to add it (its rows: reward 0, terminal 1,
+                       an all-True mask row; not to be learned from), as C option agents_wait
 
 Rows are env-major: row e * agents_per_env + j is agent j of env e, j in the order of the env's
 possible_agents. Every env resets within the step in which its episode ends: Gymnasium's vector env
 is made with autoreset_mode SAME_STEP (the final observation comes in its info; NEXT_STEP vector envs
 are refused), a PettingZoo env is reset when no agent is left in ``env.agents``.
 Statistics are the adapter's own, per agent-episode: ``episode_return`` (sum of the agent's rewards)
-and ``episode_length`` (steps it acted), in the info format of the C envs.
+and ``episode_length`` (steps it acted), in the info format of the C envs. What an env returns is
+checked against what it declares and against the Gymnasium / ParallelEnv API (shapes, dtypes, the
+agent lists, the old gym and PettingZoo APIs): ValueError or RuntimeError naming the env and the fix.
 
 What the C envs have and these do not: env state in checkpoints (save_state raises EnvStateError:
 jaxlab cannot copy a Python object's state), threads (num_threads is accepted and ignored: the envs
