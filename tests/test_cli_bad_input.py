@@ -629,6 +629,16 @@ def test_network_flags_the_built_in_network_does_not_use_are_named(capsys):
     assert "does nothing" not in capsys.readouterr().err  # used: the LSTM is on
 
 
+def test_threads_given_for_a_python_env_are_named_as_doing_nothing(capsys):
+    """--vec.num-threads 4 with a Python env was taken in silence (its envs step in one thread)."""
+    pytest.importorskip("gymnasium")
+    assert cli.main(["config", "gymnasium:CartPole-v1", "--vec.num-threads", "4"]) == 0
+    assert ("jaxlab: warning: --vec.num-threads does nothing with env gymnasium:CartPole-v1, a Python env (its envs "
+            "step one after the other in one thread)") in capsys.readouterr().err
+    assert cli.main(["config", "cartpole", "--vec.num-threads", "2"]) == 0
+    assert "does nothing" not in capsys.readouterr().err  # a C env's threads
+
+
 def test_a_checkpoint_that_is_not_there_names_those_that_are(tmp_path, capsys):
     checkpoints = tmp_path / "run" / "checkpoints"
     for step in ("4", "12"):

@@ -351,6 +351,9 @@ def test_every_command_has_help(command):
     if command in ("train", "config", "bench"):
         assert "--preset NAME" in result.stdout and "--train.batch-size" in result.stdout
         assert "--device.precision" in result.stdout and "--checkpoint.interval" in result.stdout
+        # ENV named only C envs and headers: a Gymnasium or PettingZoo user found no word of their envs
+        assert "or a Python env: gymnasium:ID, gymnasium:MODULE:ID (an id MODULE registers) or pettingzoo:MODULE" \
+            in " ".join(result.stdout.split())
 
 
 def test_envs_shows_the_envs_named(capsys):

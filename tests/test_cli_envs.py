@@ -73,3 +73,20 @@ def test_envs_shows_the_agents_and_spaces_training_makes_naming_the_file(tmp_pat
     assert line.startswith(f"  observation Box(-inf, inf, (28,), float32) (from {tmp_path / 'drone.toml'}; default "
                            "Box(-inf, inf, (40,), float32))  action Box(-1, 1, (4,), float32), 16 agents per env "
                            f"(from {tmp_path / 'drone.toml'}; default 64)"), line
+
+
+def test_envs_shows_a_python_envs_spaces(capsys):
+    """`jaxlab envs gymnasium:CartPole-v1` said "no env 'gymnasium:CartPole-v1' among jaxlab's envs or on
+    the env path" (exit 2), though the name works with train, eval, bench and config: a user could not see
+    the spaces jaxlab reads from their env. A Python env named is made once and printed as a C env is."""
+    import pytest
+
+    pytest.importorskip("gymnasium")
+    assert main(["envs", "gymnasium:CartPole-v1", "pendulum"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("gymnasium:CartPole-v1: Gymnasium vector env CartPole-v1 (synchronous, same-step "
+                          "autoreset)\n  observation Box([-4.8")
+    assert "inf], (4,), float32)  action Discrete(2)\n  no --env parameters: a Python env takes its arguments" in out
+    assert "statistics: episode_return, episode_length\npendulum: " in out and "cartpole:" not in out
+    assert main(["envs", "gymnasium:CartPol-v1"]) == 2
+    assert "jaxlab envs: error: unknown Gymnasium env 'CartPol-v1'" in capsys.readouterr().err

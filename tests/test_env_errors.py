@@ -1,6 +1,7 @@
 """Bad input stops at the Python boundary with a clear exception, never a crash."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,16 @@ def test_unknown_env_suggests_the_headers_on_the_env_path(tmp_path, monkeypatch)
         jaxlab.make("dron")
     with pytest.raises(ValueError, match=r"Did you mean 'walker'\?"):
         jaxlab.make("walkr")
+
+
+def test_unknown_env_says_how_python_envs_are_named():
+    """A Gymnasium user's first try, `jaxlab train CartPole-v1` or MODULE:ID without the prefix, was told the
+    C envs' names and nothing of the gymnasium:/pettingzoo: prefixes."""
+    for name in ("CartPole-v1", "myenvs:Corridor-v0"):
+        with pytest.raises(ValueError, match=re.escape(
+                "A Gymnasium or PettingZoo env is named with its prefix: gymnasium:ID (gymnasium:MODULE:ID for an "
+                "id your module registers) or pettingzoo:MODULE.")):
+            jaxlab.make(name)
 
 
 def test_unknown_parameter_lists_the_valid_ones():

@@ -14,6 +14,7 @@ import pytest
 
 import jaxlab
 from jaxlab.config import ConfigError, load_config
+from jaxlab.config.memory import env_shape
 from jaxlab.env import spaces_of
 from jaxlab.env.python_envs import EnvStateError, GymnasiumVecEnv, PettingZooVecEnv
 from jaxlab.run.loop import train, train_loop
@@ -51,6 +52,41 @@ if COUNTDOWN not in gym.registry:
     gym.register(COUNTDOWN, entry_point=Countdown, max_episode_steps=4, disable_env_checker=True)
 
 
+class Misbatched(gym.vector.VectorWrapper):
+    """A vector env whose batches do not fit, as ``broken`` says: its reset returns env 0's observation
+    alone ("observations"), its step one reward for all ("rewards") or final observations of one number
+    ("final"), or it declares uint8 observations and returns floats ("pixels")."""
+
+    def __init__(self, env, broken):
+        super().__init__(env)
+        self.broken = broken
+        if broken == "pixels":
+            self.single_observation_space = gym.spaces.Box(0, 255, (2,), np.uint8)
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return (obs[0] if self.broken == "observations" else obs), info
+
+    def step(self, actions):
+        obs, rewards, terminated, truncated, info = self.env.step(actions)
+        if self.broken == "final" and "final_obs" in info:
+            info["final_obs"] = np.array([o if o is None else o[:1] for o in info["final_obs"]], object)
+        return obs, (rewards[0] if self.broken == "rewards" else rewards), terminated, truncated, info
+
+
+def own_vector_env(num_envs, autoreset_mode="SAME_STEP", broken=None):
+    """A vector env of the user's own (registered with only a vector_entry_point): here ``num_envs``
+    Countdown envs in a SyncVectorEnv that autoresets in ``autoreset_mode``, Misbatched if ``broken``."""
+    mode = gym.vector.AutoresetMode[autoreset_mode]
+    env = gym.vector.SyncVectorEnv([lambda: gym.make(COUNTDOWN)] * num_envs, autoreset_mode=mode)
+    return Misbatched(env, broken) if broken else env
+
+
+OWN_VECTOR = "JaxlabTest/OwnVector-v0"
+if OWN_VECTOR not in gym.registry:
+    gym.register(OWN_VECTOR, vector_entry_point=own_vector_env)
+
+
 def reference_steps(env_id, num_envs, seed, actions, **kwargs):
     """Steps ``num_envs`` single Gymnasium envs by hand (env i reset with seed + i, then reset without
     a seed when its episode ends, in the same step): per step the observations, rewards, raw
@@ -71,16 +107,19 @@ def reference_steps(env_id, num_envs, seed, actions, **kwargs):
     return np.array(obs), steps
 
 
-@pytest.mark.parametrize("env_id", ["CartPole-v1", COUNTDOWN])
+@pytest.mark.parametrize("env_id", ["CartPole-v1", COUNTDOWN, OWN_VECTOR])
 def test_gymnasium_steps_like_its_envs_stepped_by_hand(env_id):
     """Observations, rewards, flags and final observations equal single Gymnasium envs stepped by hand
-    with the same seeds and actions; terminated and truncated together (TimeLimit) is a terminal."""
+    with the same seeds and actions; terminated and truncated together (TimeLimit) is a terminal. A
+    vector env of one's own (OWN_VECTOR, of Countdowns: only a vector_entry_point, which make_vec's
+    sync mode cannot make) is stepped as it is."""
     num_envs, steps = 5, 120
     env = jaxlab.make(f"gymnasium:{env_id}", num_envs=num_envs, seed=7)
     rng = np.random.default_rng(0)
     actions = [env.action_space.sample(rng, num_envs) for _ in range(steps)]
-    shift = -1 if env_id == COUNTDOWN else 0  # Discrete(3, start=-1): jaxlab's action 0 is the env's -1
-    first, reference = reference_steps(env_id, num_envs, 7, [a + shift for a in actions])
+    single = COUNTDOWN if env_id == OWN_VECTOR else env_id
+    shift = -1 if single == COUNTDOWN else 0  # Discrete(3, start=-1): jaxlab's action 0 is the env's -1
+    first, reference = reference_steps(single, num_envs, 7, [a + shift for a in actions])
     both = 0
     with env:
         np.testing.assert_array_equal(env.reset(), first.astype(np.float32))
@@ -96,8 +135,38 @@ def test_gymnasium_steps_like_its_envs_stepped_by_hand(env_id):
             for i, final in ref["final"].items():
                 np.testing.assert_array_equal(env.final_observations[i], final.astype(np.float32))
             assert bool(info) == bool(ref["final"])
-    if env_id == COUNTDOWN:
+    if single == COUNTDOWN:
         assert both > 0  # the both-flags step was seen, and reported as a terminal
+
+
+def test_a_vector_env_of_ones_own_that_does_not_reset_in_the_same_step_is_refused():
+    with pytest.raises(ValueError, match=re.escape(
+            f"env 'gymnasium:{OWN_VECTOR}': the vector env autoresets in mode AutoresetMode.NEXT_STEP, jaxlab needs "
+            "SAME_STEP (a VectorEnv of your own: reset the envs whose episode ends inside step(), put their last "
+            "observations in info['final_obs'] and info['_final_obs'], and declare metadata = {'autoreset_mode': "
+            "gymnasium.vector.AutoresetMode.SAME_STEP})")):
+        jaxlab.make(f"gymnasium:{OWN_VECTOR}", autoreset_mode="NEXT_STEP")
+
+
+@pytest.mark.parametrize("broken, what", [
+    ("observations", "reset() returned observations of shape (2,) and dtype float64; jaxlab needs one observation "
+                     "per env, shape (3, 2) (3 x the shape of its single_observation_space Box(-inf, inf, (2,), "
+                     "float64)), of a dtype that casts to float32"),
+    ("rewards", "step() returned rewards of shape () and dtype float64; jaxlab needs one number per env, shape (3,)"),
+    ("pixels", "reset() returned observations of shape (3, 2) and dtype float64; jaxlab needs one observation per "
+               "env, shape (3, 2) (3 x the shape of its single_observation_space Box(0, 255, (2,), uint8)), of a "
+               "dtype that casts to uint8"),
+    ("final", "step() returned info['final_obs'] rows of shape (1,) and dtype float64; jaxlab needs the shape (2,) "
+              "of its single_observation_space Box(-inf, inf, (2,), float64), of a dtype that casts to float32")])
+def test_a_vector_env_of_ones_own_whose_batches_do_not_fit_is_refused(broken, what):
+    """One env's observation or one reward was broadcast over every row, floats cut into a uint8 Box's
+    buffer (0.5 to 0): training on garbage with exit 0. A SyncVectorEnv's arrays always fit; a
+    VectorEnv of one's own is checked."""
+    with jaxlab.make(f"gymnasium:{OWN_VECTOR}", num_envs=3, broken=broken) as env:
+        with pytest.raises(ValueError, match=re.escape(f"env 'gymnasium:{OWN_VECTOR}': its vector env's {what}")):
+            env.reset()
+            for _ in range(5):  # Countdown's episodes end within 4 steps
+                env.step(np.zeros(3, np.int32))
 
 
 def test_gymnasium_statistics_are_per_episode_sums_of_rewards_and_steps():
@@ -480,12 +549,13 @@ from pettingzoo import ParallelEnv
 class Misfit(ParallelEnv):
     metadata = {"name": "misfit_v0"}
 
-    def __init__(self, obs=(0.0, 0.0, 0.0), mask=(1, 1), reward=1.0, masked=False):
+    def __init__(self, obs=(0.0, 0.0, 0.0), mask=(1, 1), reward=1.0, masked=False, pixels=False):
         self.possible_agents = ["a", "b"]
         self.obs, self.mask, self.reward, self.masked = np.asarray(obs, np.float32), np.asarray(mask, np.int8), reward, masked
+        self.pixels = pixels  # declare Box(0, 255, (3,), uint8) (and still return float32 obs)
 
     def observation_space(self, agent):
-        box = spaces.Box(-1, 1, (3,), np.float32)
+        box = spaces.Box(0, 255, (3,), np.uint8) if self.pixels else spaces.Box(-1, 1, (3,), np.float32)
         return spaces.Dict({"observation": box, "action_mask": spaces.MultiBinary(2)}) if self.masked else box
 
     def action_space(self, agent):
@@ -517,10 +587,15 @@ parallel_env = Misfit
     ({"reward": np.array([1.0, 2.0])}, r"its reward array\(\[1., 2.\]\) has shape \(2,\); a ParallelEnv's "
                                        "reward is one number per agent"),
     ({"reward": None}, "its reward None is not a number; a ParallelEnv's reward is one number per agent"),
-    ({"reward": "1"}, "its reward '1' is not a number")])
+    ({"reward": "1"}, "its reward '1' is not a number"),
+    ({"pixels": True, "obs": [0.5, 1.0, 0.25]},
+     r"its observation array\(\[0.5 , 1. , 0.25\], dtype=float32\) has dtype float32, which the dtype uint8 of its "
+     r"declared observation space Box\(0, 255, \(3,\), uint8\) cannot hold \(a cast would cut 0.5 to 0\); make the "
+     "env return uint8 observations")])
 def test_pettingzoo_returns_that_do_not_fit_the_declared_spaces_are_refused(tmp_path, monkeypatch, kwargs, what):
     """A scalar or 1-element observation was broadcast over the row (training on garbage); a longer one,
-    a mask of the wrong width and an array reward gave numpy's errors, naming no env."""
+    a mask of the wrong width and an array reward gave numpy's errors, naming no env; float observations
+    of a uint8 Box were cut to whole numbers (0.5 to 0: the policy saw zeros)."""
     (tmp_path / "misfit_env.py").write_text(MISFIT_PZ)
     monkeypatch.syspath_prepend(str(tmp_path))
     message = "env 'pettingzoo:misfit_env' #0 agent 'a' at step 0: " + what
@@ -788,7 +863,8 @@ AGENT_LIST_PZ = MISFIT_PZ + '''
 
 class AgentList(Misfit):
     """Misfit whose step breaks the agent list as ``broken`` says: "kept" (agent b terminates but stays
-    in env.agents) or "unseen" (agent a goes on without an observation)."""
+    in env.agents) or "unseen" (agent a goes on without an observation); or what it returns:
+    "unrewarded" (no reward for agent a), "truncated_unseen" (agent b truncated without an observation)."""
 
     def __init__(self, broken):
         super().__init__()
@@ -798,6 +874,12 @@ class AgentList(Misfit):
         obs, rewards, terms, truncs, infos = super().step(actions)
         if self.broken == "kept":
             terms["b"] = True
+        elif self.broken == "unrewarded":  # no reward for agent a, which acted
+            rewards.pop("a")
+        elif self.broken == "truncated_unseen":  # agent b truncated without its last observation
+            truncs["b"] = True
+            self.agents.remove("b")
+            obs.pop("b")
         else:
             obs.pop("a")
         return obs, rewards, terms, truncs, infos
@@ -823,3 +905,399 @@ def test_a_pettingzoo_env_that_breaks_its_agent_list_is_refused(tmp_path, monkey
         with pytest.raises(RuntimeError, match=re.escape(f"env 'pettingzoo:agent_list_env' #0 at step 0 {what}")):
             env.step(np.zeros(2, np.int32))
     sys.modules.pop("agent_list_env", None)
+
+
+SHARED_AGENTS_PZ = MISFIT_PZ + '''
+
+class SharedAgents(Misfit):
+    """Misfit with a common bug: env.agents is possible_agents itself, and every agent ends in the
+    first step and is removed from it, so the next reset lists no agent."""
+
+    def reset(self, seed=None, options=None):
+        self.agents = self.possible_agents
+        return {a: self._obs() for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        obs, rewards, terms, truncs, infos = super().step(actions)
+        terms = {a: True for a in actions}
+        self.agents.clear()
+        return obs, rewards, terms, truncs, infos
+
+
+parallel_env = SharedAgents
+'''
+
+
+def test_a_pettingzoo_reset_that_lists_no_agent_is_refused(tmp_path, monkeypatch):
+    """A reset that left env.agents empty (here possible_agents emptied through a shared list) had every
+    later step reset the env again and step nothing: all rows waiting, no episode ever ended, and a
+    run trained on nothing with exit 0. It is an error naming the env, the step and the likely cause."""
+    (tmp_path / "shared_agents_env.py").write_text(SHARED_AGENTS_PZ)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with jaxlab.make("pettingzoo:shared_agents_env", num_envs=2) as env:
+        env.reset()
+        with pytest.raises(RuntimeError, match=re.escape(
+                "env 'pettingzoo:shared_agents_env' #0 at step 0: reset() left env.agents empty; its possible_agents "
+                "changed from ['a', 'b'] to []; a ParallelEnv's reset lists the agents of the new episode (a common "
+                "cause: self.agents = self.possible_agents without a copy")):
+            env.step(np.zeros(4, np.int32))
+    sys.modules.pop("shared_agents_env", None)
+
+
+RESET_AGENTS_PZ = MISFIT_PZ + '''
+
+class ResetAgents(Misfit):
+    """Misfit that breaks the ParallelEnv contract as ``broken`` says: its reset returns no observation
+    for agent b, which it lists ("unseen"), or an observation for agent c, not a possible agent
+    ("stranger"); or its step adds agent c to env.agents ("joins")."""
+
+    def __init__(self, broken):
+        super().__init__()
+        self.broken = broken
+
+    def reset(self, seed=None, options=None):
+        obs, infos = super().reset(seed, options)
+        if self.broken == "unseen":
+            obs.pop("b")
+        elif self.broken == "stranger":
+            obs["c"] = obs["a"]
+        return obs, infos
+
+    def step(self, actions):
+        if self.broken == "joins":
+            self.agents.append("c")
+        return super().step(actions)
+
+
+parallel_env = ResetAgents
+'''
+
+
+@pytest.mark.parametrize("broken, what", [
+    ("unseen", "reset() returned no observation for agent 'b', which is in env.agents; a ParallelEnv's reset "
+               "returns an observation for every agent of the new episode"),
+    ("stranger", "reset() names agent 'c', which is not in its possible_agents ['a', 'b'] (read when the env was "
+                 "made); a ParallelEnv lists every agent it may have in possible_agents"),
+    ("joins", "env.agents names agent 'c', which is not in its possible_agents ['a', 'b']")])
+def test_a_pettingzoo_env_whose_agents_and_observations_disagree_is_refused(tmp_path, monkeypatch, broken, what):
+    """A reset without an observation for an agent it lists left that agent's row holding the last
+    episode's observation (exit 0); an agent outside possible_agents in a reset's observations or in
+    env.agents was a bare KeyError."""
+    (tmp_path / "reset_agents_env.py").write_text(RESET_AGENTS_PZ)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    step = 1 if broken == "joins" else 0
+    message = re.escape(f"env 'pettingzoo:reset_agents_env' #0 at step {step}: {what}")
+    with jaxlab.make("pettingzoo:reset_agents_env", num_envs=1, broken=broken) as env:
+        with pytest.raises(RuntimeError, match=message):
+            env.reset()
+            env.step(np.zeros(2, np.int32))
+            env.step(np.zeros(2, np.int32))
+    if broken != "joins":  # before any training: spaces_of resets the env it makes
+        with pytest.raises(RuntimeError, match=message):
+            spaces_of("pettingzoo:reset_agents_env", broken=broken)
+    sys.modules.pop("reset_agents_env", None)
+
+
+OLD_API_PZ = MISFIT_PZ + '''
+
+class OldApi(Misfit):
+    """Misfit written for PettingZoo's older API as ``old`` says: its reset returns the observations
+    alone ("reset") or its step four values with dones ("step")."""
+
+    def __init__(self, old):
+        super().__init__()
+        self.old = old
+
+    def reset(self, seed=None, options=None):
+        obs, infos = super().reset(seed, options)
+        return obs if self.old == "reset" else (obs, infos)
+
+    def step(self, actions):
+        obs, rewards, terms, truncs, infos = super().step(actions)
+        return (obs, rewards, terms, infos) if self.old == "step" else (obs, rewards, terms, truncs, infos)
+
+
+parallel_env = OldApi
+'''
+
+
+@pytest.mark.parametrize("old, what", [
+    ("reset", r"its reset\(\) returned \{'a': array\(\[0., 0., 0.\], dtype=float32\), .* \(dict\), not the tuple "
+              r"\(observations, infos\) of a ParallelEnv; return those 2 dicts \(an env written for PettingZoo's "
+              r"older API returned the observations alone\)"),
+    ("step", r"its step\(\) returned a tuple of 4, not the tuple \(observations, rewards, terminations, truncations, "
+             r"infos\) of a ParallelEnv; return those 5 dicts \(an env written for PettingZoo's older API returned "
+             r"observations, rewards, dones, infos: dones is now terminations and truncations\)")])
+def test_a_pettingzoo_env_of_the_old_api_says_so(tmp_path, monkeypatch, old, what):
+    """A reset returning the observations alone unpacked a dict of two agents into its keys ('str' object
+    has no attribute 'get'); a step of four values was 'not enough values to unpack (expected 5, got 4)'."""
+    (tmp_path / "old_api_env.py").write_text(OLD_API_PZ)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match="env 'pettingzoo:old_api_env' #0: " + what):
+        with jaxlab.make("pettingzoo:old_api_env", num_envs=1, old=old) as env:  # made: reset once for masks
+            env.reset()
+            env.step(np.zeros(2, np.int32))
+    sys.modules.pop("old_api_env", None)
+
+
+class OldGym(Countdown):
+    """Countdown written for the old gym API as ``old`` says: its reset returns the observation alone
+    ("reset"), or its step four values with done ("step")."""
+
+    def __init__(self, old):
+        super().__init__()
+        self.old = old
+
+    def reset(self, seed=None, options=None):
+        obs, info = super().reset(seed=seed)
+        return obs if self.old == "reset" else (obs, info)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        if self.old == "step":
+            return obs, reward, terminated or truncated, info
+        return obs, reward, terminated, truncated, info
+
+
+OLD_GYM = "JaxlabTest/OldGym{}-v0"
+for _old in ("reset", "step"):
+    if OLD_GYM.format(_old) not in gym.registry:
+        gym.register(OLD_GYM.format(_old), entry_point=OldGym, kwargs={"old": _old}, max_episode_steps=4,
+                     disable_env_checker=True)
+
+
+@pytest.mark.parametrize("old, what", [
+    ("reset", r"its reset\(\) returned array\(\[0., 0.\]\) \(ndarray\), not the pair \(observation, info\) of "
+              r"Gymnasium's API; return obs, \{\} \(an env written for the old gym API returned the observation alone\)"),
+    ("step", r"its step\(\) returned a tuple of 4, not the 5 values \(observation, reward, terminated, truncated, "
+             r"info\) of Gymnasium's API \(an env written for the old gym API returned 4: obs, reward, done, info; "
+             r"done is now terminated")])
+def test_a_gymnasium_env_of_the_old_gym_api_says_so_before_training(old, what):
+    """The vector env's errors for such envs named neither the env nor the API: 'numpy.float64' object
+    has no attribute 'items' (reset), 'not enough values to unpack (expected 5, got 4)' (step, and only
+    once training had started). spaces_of, which every command calls first, tries one reset and step."""
+    name = "gymnasium:" + OLD_GYM.format(old)
+    with pytest.raises(ValueError, match=f"env '{name}': " + what):
+        spaces_of(name)
+    with pytest.raises(ConfigError, match=f"env '{name}': " + what):  # the CLI's check before anything: exit 2
+        env_shape(load_config(name)[0])
+
+
+SINGLETON_PZ = MISFIT_PZ + '''
+
+ONE = Misfit()
+
+
+def parallel_env(**kwargs):
+    return ONE  # a module-level instance: every env jaxlab makes would be this one object
+'''
+
+SINGLETON = "JaxlabTest/Singleton-v0"
+if SINGLETON not in gym.registry:
+    _one_countdown = Countdown()
+    gym.register(SINGLETON, entry_point=lambda: _one_countdown, disable_env_checker=True)
+
+
+def test_an_env_maker_returning_one_object_for_every_env_is_refused(tmp_path, monkeypatch):
+    """parallel_env() (or a Gymnasium entry point) returning one module-level instance gave every env the
+    same object, stepped once per env and step: garbage observations with exit 0. It is refused; and as
+    only several envs show it (the env made to read the spaces is one), the trainer's own envs failing
+    while made is one ConfigError line too (was a traceback)."""
+    from jaxlab.train.trainer import make_group_envs
+
+    (tmp_path / "singleton_env.py").write_text(SINGLETON_PZ)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name, maker in (("pettingzoo:singleton_env", "singleton_env.parallel_env()"),
+                        (f"gymnasium:{SINGLETON}", "its entry point")):
+        message = re.escape(f"env '{name}': {maker} returned the same env object for several of jaxlab's 2 envs, "
+                            "which would all step that one object; make a new env on every call")
+        with pytest.raises(ValueError, match=message):
+            jaxlab.make(name, num_envs=2)
+        spaces_of(name)  # one env: nothing to see
+        config = load_config(name, flags=["--vec.num-envs", "2"])[0]
+        with pytest.raises(ConfigError, match=message):
+            make_group_envs(config, 1)
+    sys.modules.pop("singleton_env", None)
+
+
+@pytest.mark.parametrize("broken, what", [
+    ("unrewarded", "env 'pettingzoo:agent_list_env' #0 agent 'a' at step 0: it acted, and its step returned no "
+                   "reward for it; a ParallelEnv's step returns a reward for every agent that acted (0 when it "
+                   "earned none)"),
+    ("truncated_unseen", "env 'pettingzoo:agent_list_env' #0 at step 0 truncated agent 'b' without its last "
+                         "observation, which jaxlab bootstraps the cut episode's value from")])
+def test_a_pettingzoo_step_leaving_out_what_an_agent_needs_is_refused(tmp_path, monkeypatch, broken, what):
+    """A reward left out for an agent that acted was read as 0, and an agent truncated without an
+    observation was bootstrapped from its previous one: both silent, exit 0."""
+    (tmp_path / "agent_list_env.py").write_text(AGENT_LIST_PZ)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with jaxlab.make("pettingzoo:agent_list_env", num_envs=1, broken=broken) as env:
+        env.reset()
+        with pytest.raises((ValueError, RuntimeError), match=re.escape(what)):
+            env.step(np.zeros(2, np.int32))
+    sys.modules.pop("agent_list_env", None)
+
+
+JOINER_PZ = MISFIT_PZ + '''
+
+class Joiner(Misfit):
+    """Misfit whose agent b is not in the episode at reset and joins it in the first step, with the
+    observation (0.5, 0.5, 0.5), or without one when ``silent``."""
+
+    def __init__(self, silent=False):
+        super().__init__()
+        self.silent = silent
+
+    def reset(self, seed=None, options=None):
+        self.agents = ["a"]
+        return {"a": self._obs()}, {"a": {}}
+
+    def step(self, actions):
+        obs, rewards, terms, truncs, infos = super().step(actions)
+        if "b" not in self.agents:
+            self.agents.append("b")
+            if not self.silent:
+                obs["b"] = np.full(3, 0.5, np.float32)
+        return obs, rewards, terms, truncs, infos
+
+
+parallel_env = Joiner
+'''
+
+
+def test_a_pettingzoo_agent_left_out_of_a_reset_waits(tmp_path, monkeypatch):
+    """An agent of possible_agents that a reset leaves out of env.agents was marked active after reset()
+    (the adapter's reset set every row active after the env's reset had cleared it), so the first step
+    counted it as an agent-episode of return 0 and length 1, and the learner took its row. It waits."""
+    (tmp_path / "joiner_env.py").write_text(JOINER_PZ)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with jaxlab.make("pettingzoo:joiner_env", num_envs=2) as env:
+        env.reset()
+        np.testing.assert_array_equal(env.active, [True, False, True, False])
+        info = env.step(np.zeros(4, np.int32))[4]
+        assert info == {}  # no episode ended: b only waited
+    sys.modules.pop("joiner_env", None)
+
+
+def test_a_pettingzoo_agent_joining_an_episode_acts_on_its_own_first_observation(tmp_path, monkeypatch):
+    """An agent of possible_agents added to env.agents by a step (not there at reset) had the observation
+    the step returned for it dropped, and acted in the next step on its row's old contents (zeros, or
+    another episode's). Its observation is written; a join without one is an error."""
+    (tmp_path / "joiner_env.py").write_text(JOINER_PZ)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with jaxlab.make("pettingzoo:joiner_env", num_envs=1) as env:
+        env.reset()
+        np.testing.assert_array_equal(env.active, [True, False])
+        env.step(np.zeros(2, np.int32))
+        np.testing.assert_array_equal(env.active, [True, True])
+        np.testing.assert_array_equal(env.observations[1], [0.5, 0.5, 0.5])
+        env.step(np.zeros(2, np.int32))
+        np.testing.assert_array_equal(env.rewards, [1.0, 1.0])  # b acted
+    with jaxlab.make("pettingzoo:joiner_env", num_envs=1, silent=True) as env:
+        env.reset()
+        with pytest.raises(RuntimeError, match=re.escape("env 'pettingzoo:joiner_env' #0 at step 0 added agent 'b' to "
+                                                         "env.agents without an observation for it")):
+            env.step(np.zeros(2, np.int32))
+    sys.modules.pop("joiner_env", None)
+
+
+def test_a_namespaced_python_envs_default_run_dir_is_one_folder_that_resume_latest_finds(tmp_path):
+    """A Python env id with '/' (gymnasium:MODULE:NS/ID, pettingzoo:butterfly/pistonball-v6) made the default
+    run dir nested, runs/gymnasium:MODULE:NS/ID-TIMESTAMP: `--resume latest` said no run of the env had
+    checkpoints and `jaxlab runs` listed none; and `jaxlab sweep` of any Python env refused its own default
+    study name ('--study ... must be letters, digits, ...'). Both now replace such characters with '_'."""
+    import os
+
+    from jaxlab.cli.common import folder_name
+
+    assert folder_name("pettingzoo:butterfly/pistonball-v6") == "pettingzoo_butterfly_pistonball-v6"
+    assert folder_name("cartpole") == "cartpole"
+    (tmp_path / "jaxlab_registers.py").write_text(REGISTERS)
+    name = "gymnasium:jaxlab_registers:JaxlabTest/FromModule-v0"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}  # this checkout's jaxlab first
+    sweep = subprocess.run([sys.executable, "-m", "jaxlab.cli", "sweep", "gymnasium:CartPole-v1", "--show"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert "jaxlab sweep: error: no study 'gymnasium_CartPole-v1-" in sweep.stderr, sweep.stderr  # its own name taken
+
+    def train(*args):
+        return subprocess.run([sys.executable, "-m", "jaxlab.cli", "train", name, *SMALL, *args], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=300)
+
+    first = train("--train.total-timesteps", "128")
+    assert first.returncode == 0, first.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert run_dir.name.startswith("gymnasium_jaxlab_registers_JaxlabTest_FromModule-v0-")
+    assert (run_dir / "checkpoints").is_dir()
+    resumed = train("--resume", "latest", "--train.total-timesteps", "256")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resumed from runs/{run_dir.name}/checkpoints/2 at update 2" in resumed.stderr
+
+
+def test_the_readmes_own_envs_work_as_it_says(tmp_path, monkeypatch):
+    """The README's module of a Gymnasium env and a PettingZoo parallel env of one's own (my_envs.py) is
+    what a new user copies: it must make, step and end episodes as the README's commands say."""
+    from pathlib import Path
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    block = readme.split("Your own envs, in a module on `PYTHONPATH`", 1)[1].split("```python\n", 1)[1]
+    (tmp_path / "my_envs.py").write_text(block.split("\n```", 1)[0])
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        with jaxlab.make("gymnasium:my_envs:Corridor-v0", num_envs=2) as env:
+            env.reset()
+            infos = [env.step(np.ones(2, np.int32))[4] for _ in range(8)]
+        assert infos[:7] == [{}] * 7 and infos[7] == {"episodes": 2, "episode_return": 1.0, "episode_length": 8.0}
+        with jaxlab.make("pettingzoo:my_envs", num_envs=2) as env:
+            env.reset()
+            infos = [env.step(np.ones(4, np.int32))[4] for _ in range(4)]
+        assert infos[:3] == [{}] * 3 and infos[3] == {"episodes": 4, "episode_return": 1.0, "episode_length": 4.0}
+        assert spaces_of("pettingzoo:my_envs").agents_per_env == 2
+        with jaxlab.make("pettingzoo:my_envs", num_envs=1) as env:  # truncated after 50 steps
+            env.reset()
+            truncations = [env.step(np.zeros(2, np.int32))[3].copy() for _ in range(50)]
+        assert not np.any(truncations[:49]) and truncations[49].all()
+    finally:
+        sys.modules.pop("my_envs", None)
+        gym.registry.pop("Corridor-v0", None)
+
+
+class BinaryActions(Countdown):
+    """Countdown with MultiBinary(3) actions, which jaxlab does not take."""
+
+    action_space = gym.spaces.MultiBinary(3)
+
+    def __init__(self):
+        pass
+
+
+BINARY_ACTIONS = "JaxlabTest/BinaryActions-v0"
+if BINARY_ACTIONS not in gym.registry:
+    gym.register(BINARY_ACTIONS, entry_point=BinaryActions, disable_env_checker=True)
+
+
+def test_a_space_jaxlab_does_not_take_comes_with_a_recipe_that_works():
+    """'wrap the env (gymnasium.wrappers.FlattenObservation, ...) in your own module' left a Gymnasium user
+    to find out how a wrapped env becomes a name jaxlab trains. The message gives the registration; run
+    as written, it makes an env jaxlab takes."""
+    with pytest.raises(ValueError) as caught:
+        jaxlab.make("gymnasium:FrozenLake-v1")
+    message = str(caught.value)
+    assert message.startswith("env 'gymnasium:FrozenLake-v1' has observation space Discrete(16); jaxlab takes Box "
+                              "observations: register the env wrapped in a module of yours, e.g. ")
+    recipe = re.search(r"e\.g\. (gymnasium\.register\(.*\)), and train gymnasium:MODULE:Wrapped-v0$", message)[1]
+    try:
+        exec(recipe, {"gymnasium": gym})
+        with jaxlab.make("gymnasium:Wrapped-v0", num_envs=2) as env:
+            assert env.observation_space.shape == (16,) and env.reset().sum() == 2  # one-hot: the start cell
+    finally:
+        gym.registry.pop("Wrapped-v0", None)
+    with pytest.raises(ValueError, match=re.escape(
+            "has action space MultiBinary(3); jaxlab takes Discrete, 1-D MultiDiscrete and 1-D Box actions: give it "
+            "one with an ActionWrapper of yours; register the env wrapped in a module of yours, e.g. "
+            "gymnasium.register('Wrapped-v0', entry_point=lambda **kw: MyActionWrapper(gymnasium.make("
+            f"'{BINARY_ACTIONS}', **kw))), and train gymnasium:MODULE:Wrapped-v0")):
+        jaxlab.make(f"gymnasium:{BINARY_ACTIONS}")
+    from jaxlab.env.python_envs import _how_to_wrap
+
+    assert _how_to_wrap("pettingzoo:my_envs", "supersuit.flatten_v0") == (
+        "make your parallel_env() return the env wrapped, e.g. supersuit.flatten_v0(env)")

@@ -4,6 +4,7 @@ flags, --resume), and one-line errors."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -43,6 +44,14 @@ def config_help() -> str:
             flag = f"--{section}.{name.replace('_', '-')}"
             lines.append(f"  {flag:<27} {text} (default {toml_value(default)})")
     return "\n".join(lines)
+
+
+def folder_name(env_name: str) -> str:
+    """``env_name`` as the start of a default folder name (runs/NAME-TIMESTAMP, a sweep's study): each
+    character other than letters, digits, '.', '_' and '-' becomes '_'. A Python env's name holds ':'
+    and may hold '/' (gymnasium:ALE/Pong-v5, pettingzoo:butterfly/pistonball-v6), which made the run dir
+    nested (runs/gymnasium:ALE/Pong-v5-...), out of reach of --resume latest and `jaxlab runs`."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", env_name)
 
 
 def required_env(args: argparse.Namespace) -> None:
@@ -92,8 +101,10 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """ENV, --preset and --config, shared by every command that resolves a config. ENV is optional to
     argparse (a missing one is None) so that `jaxlab train --resume RUN` can take the run's: a command
     that needs it calls required_env."""
-    parser.add_argument("env", metavar="ENV", nargs="?", help="an env name (see `jaxlab envs`), or the path of "
-                        "an env header (path/to/NAME.h: built on first use and cached)")
+    parser.add_argument("env", metavar="ENV", nargs="?", help="an env name (see `jaxlab envs`), the path of "
+                        "an env header (path/to/NAME.h: built on first use and cached), or a Python env: "
+                        "gymnasium:ID, gymnasium:MODULE:ID (an id MODULE registers) or pettingzoo:MODULE (a "
+                        "module with parallel_env())")
     parser.add_argument("--preset", default="auto", metavar="NAME",
                         help="presets, layered in order: a card (auto, the default: picked from the devices; "
                         "cpu, gpu, a100, h100) then workload sizes (heavy, beast), e.g. h100,heavy or heavy "
@@ -197,20 +208,25 @@ def unused_flags_warning(config, flags: list[str]) -> str | None:
     """The warning for keys that ``flags`` set and that ``config`` does not use, or None: [train]'s
     min_lr_ratio without an LR schedule, the V-trace clips with GAE advantages, prio_beta0 without
     prioritised sampling; the built-in network's hidden_size and scan_unroll without its LSTM, its
-    cnn_* keys with the mlp encoder (policy.module's own case: ignored_flags_warning); the wandb_* keys
+    cnn_* keys with the mlp encoder (policy.module's own case: ignored_flags_warning); vec.num_threads
+    with a Python env, whose envs step one after the other in the calling thread; the wandb_* keys
     without log.wandb (--log.wandb-project alone logs nothing to wandb)."""
     from jaxlab.config.layers import parse_flags
     from jaxlab.config.validate import flag_of
+    from jaxlab.env import is_python_env
 
     t, p = config.train, config.policy
     no_lstm = ("policy.lstm", "false") if not p.lstm and not p.module else None
     mlp = ("policy.encoder", "mlp") if p.encoder == "mlp" and not p.module else None
+    python_env = (("env", f"{config.env_name}, a Python env (its envs step one after the other in one thread)")
+                  if is_python_env(config.env_name) else None)
     unused = {"train.min_lr_ratio": ("train.anneal_lr", "none") if t.anneal_lr == "none" else None,
               "train.vtrace_rho_clip": ("train.advantage", "gae") if t.advantage == "gae" else None,
               "train.vtrace_c_clip": ("train.advantage", "gae") if t.advantage == "gae" else None,
               "train.prio_beta0": ("train.prio_alpha", "0") if t.prio_alpha == 0 else None,
               "policy.hidden_size": no_lstm, "policy.scan_unroll": no_lstm,
-              "policy.cnn_channels": mlp, "policy.cnn_kernels": mlp, "policy.cnn_strides": mlp}
+              "policy.cnn_channels": mlp, "policy.cnn_kernels": mlp, "policy.cnn_strides": mlp,
+              "vec.num_threads": python_env}
     no_wandb = None if config.log.wandb else ("log.wandb", "false")
     unused.update({f"log.wandb_{key}": no_wandb for key in ("project", "entity", "group", "tags", "init_timeout")})
     given = {f"{section}.{key}" for section, keys in parse_flags(flags).items() for key in keys}

@@ -15,10 +15,15 @@ def envs_command(args: argparse.Namespace) -> int:
     import difflib
 
     from jaxlab.config import ConfigError
-    from jaxlab.env import env_types, spaces_of
+    from jaxlab.env import env_types, is_python_env, spaces_of
     from jaxlab.env.library import LibraryError
     from jaxlab.env.sdk import BuildError, headers_on_path, misnamed_header_problem, misnamed_headers
 
+    python_names = [name for name in dict.fromkeys(args.names) if is_python_env(name)]
+    for name in python_names:
+        print_python_env(name)
+    if python_names and len(python_names) == len(set(args.names)):
+        return 0
     try:
         kinds = env_types(args.library)
     except (LibraryError, BuildError) as err:
@@ -27,7 +32,7 @@ def envs_command(args: argparse.Namespace) -> int:
     misnamed: dict = {}  # the headers it does not find (NAME.h with NAME not sdk.is_env_name), first folder first
     for header in misnamed_headers() if args.library is None else ():
         misnamed.setdefault(header.stem, header)
-    wanted = list(dict.fromkeys(args.names))
+    wanted = [name for name in dict.fromkeys(args.names) if name not in python_names]
     for name in wanted:
         if name in misnamed and name not in kinds:
             raise ConfigError(misnamed_header_problem(misnamed[name]))
@@ -92,6 +97,29 @@ def training_env_values(name: str, library: str | None) -> tuple[dict, dict]:
     config, sources = load_config(name, flags=["--env.library", str(library)] if library is not None else [])
     return config.env, {key: source for key, source in sources.items() if key.startswith("env.")
                         and source not in ("configs/default.toml", "header", "env path", "command line")}
+
+
+def print_python_env(name: str) -> None:
+    """Prints the Python env ``name`` (gymnasium:ID, pettingzoo:MODULE) as envs_command prints a C env:
+    the spaces jaxlab reads from one env made and reset (ConfigError, as for train, when it cannot be
+    made or what it returns does not fit), its options and statistics; it has no --env parameters."""
+    from jaxlab.config import ConfigError
+    from jaxlab.config.memory import checked_spaces
+    from jaxlab.env.python_envs import python_env_type
+
+    try:
+        kind = python_env_type(name)  # an unknown id or module, a missing package: its own message
+    except (ValueError, ImportError) as err:
+        raise ConfigError(str(err)) from None
+    spaces = checked_spaces(name)
+    agents = f", {spaces.agents_per_env} agents per env" if spaces.agents_per_env > 1 else ""
+    options = [o for o, on in (("mask", spaces.has_mask), ("agents_wait", spaces.agents_wait)) if on]
+    print(f"{name}: {kind.description}")
+    print(f"  observation {spaces.observation_space}  action {spaces.action_space}{agents}"
+          f"{'  options: ' + ', '.join(options) if options else ''}")
+    print("  no --env parameters: a Python env takes its arguments from jaxlab.make, or from an id or a "
+          "parallel_env() of yours that passes them")
+    print(f"  statistics: {', '.join(kind.log_names)}")
 
 
 #: `jaxlab train`'s options that `jaxlab config` does not take -> what to do instead.
@@ -210,8 +238,9 @@ def add_commands(add) -> None:
                "List the C environments (jaxlab's, or those of an env library or header; only the ENV names "
                "given, if any), their spaces, options, parameters (the values training uses: a value set by "
                "the env's config file, NAME.toml beside its header or configs/envs/NAME.toml, names that file "
-               "and the default) and statistics.", envs_command)
-    envs.add_argument("names", nargs="*", metavar="ENV", help="only these envs (default: all)")
+               "and the default) and statistics; a Python env named (gymnasium:ID, gymnasium:MODULE:ID, "
+               "pettingzoo:MODULE) is made once to show the spaces jaxlab reads from it.", envs_command)
+    envs.add_argument("names", nargs="*", metavar="ENV", help="only these envs (default: all C envs)")
     envs.add_argument("--library", metavar="LIB", help="an env library (.so from `jaxlab build-env`) or an env "
                       "header (.h, built on first use): list its envs instead of jaxlab's")
     add("config", "print the resolved config, where each value came from, and the sizes",

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from jaxlab.cli.common import LAYERS, cannot_write, resolve, whole_number
+from jaxlab.cli.common import LAYERS, cannot_write, folder_name, resolve, whole_number
 from jaxlab.sweep.study import shown_storage
 
 DEFAULT_ROOT = "runs/sweeps"  # --root: the folder of the study dirs
@@ -39,7 +39,7 @@ def sweep_command(args: argparse.Namespace) -> int:
         raise ConfigError(f"--parallel {args.parallel} must be at least 1")
     if args.trials is not None and args.trials < 0:
         raise ConfigError(f"--trials {args.trials} must be at least 0")
-    name = args.study or f"{args.env}-{time.strftime('%Y%m%d-%H%M%S')}"
+    name = args.study or f"{folder_name(args.env)}-{time.strftime('%Y%m%d-%H%M%S')}"
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
         raise ConfigError(f"--study {name!r} must be letters, digits, '.', '_' or '-' (it names a folder), "
                           "e.g. --study cartpole-lr")

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from jaxlab.cli.common import (LAYERS, cannot_write, check_saved_header, check_saved_module, empty_path_problem,
-                               env_name_of, fail, output_file_problem, resolve, unplayed_header_toml_warning, warn,
-                               whole_number)
+                               env_name_of, fail, folder_name, output_file_problem, resolve,
+                               unplayed_header_toml_warning, warn, whole_number)
 
 
 def train_command(args: argparse.Namespace) -> int:
@@ -172,7 +172,7 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
         run_dir = args.run_dir or str(resume_run_dir(resolved.resume))
     else:  # several processes: process 0's clock names the one run dir of them all
         stamp = distributed.from_process_0(time.strftime("%Y%m%d-%H%M%S"))
-        run_dir = args.run_dir or f"runs/{config.env_name}-{stamp}"
+        run_dir = args.run_dir or f"runs/{folder_name(config.env_name)}-{stamp}"
     new_run_dir = not Path(run_dir).exists()  # removed again if the run does not start (bad input)
     for directory in (Path(run_dir), Path(run_dir) / "checkpoints"):
         problem = cannot_write(directory)

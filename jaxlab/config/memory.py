@@ -98,22 +98,35 @@ class EnvShape:
 
 def env_shape(config: Config) -> EnvShape:
     """The shape of ``config``'s env with parameters ``config.env``, read from the C registry without
-    creating envs (jaxlab.env.spaces_of; a Python env is made once and closed); ConfigError for an env
-    parameter out of range or of the wrong type, and for whatever a Python env raises while it is made
-    (its own code, a missing dependency: named with the env)."""
+    creating envs (jaxlab.env.spaces_of; a Python env is made once and closed); ConfigError as
+    checked_spaces says."""
+    return EnvShape.of(checked_spaces(config.env_name, config.env_library or None, **config.env))
+
+
+def checked_spaces(name: str, library: str | None = None, **params):
+    """jaxlab.env.spaces_of(name, library, **params); ConfigError for an env parameter out of range or of
+    the wrong type, and for whatever a Python env raises while it is made (its own code, a missing
+    dependency: named with the env)."""
     from jaxlab.env import is_python_env, spaces_of
 
-    name = config.env_name
     try:
-        return EnvShape.of(spaces_of(name, library=config.env_library or None, **config.env))
+        return spaces_of(name, library=library, **params)
     except (ValueError, TypeError) as err:
-        if is_python_env(name) and name not in str(err):
-            raise ConfigError(f"env {name!r} failed while being made: {type(err).__name__}: {err}") from None
+        if is_python_env(name):
+            raise python_env_error(name, err) from None
         raise ConfigError(str(err)) from None
     except Exception as err:
         if not is_python_env(name):
             raise
-        raise ConfigError(f"env {name!r} failed while being made: {type(err).__name__}: {err}") from None
+        raise python_env_error(name, err) from None
+
+
+def python_env_error(name: str, err: Exception) -> ConfigError:
+    """The ConfigError for ``err``, raised while the Python env ``name`` was made (or first reset): its
+    message when it names the env (the adapters' own checks), else the env, the error's type and it."""
+    if name in str(err):
+        return ConfigError(str(err))
+    return ConfigError(f"env {name!r} failed while being made: {type(err).__name__}: {err}")
 
 
 def param_count(obs_size: int, hidden_size: int, head_size: int, lstm: bool = True, log_std: int = 0) -> int:

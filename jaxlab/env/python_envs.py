@@ -5,7 +5,8 @@
                                                            # MODULE.parallel_env(**kwargs), once per env
 
 The name is a prefix and what follows it: ``gymnasium:ID`` (any id gymnasium.make_vec takes, also
-"module:Id" ids that import their module first) or ``pettingzoo:MODULE`` (an importable module with a
+"module:Id" ids that import their module first; an id registered with only a vector_entry_point is
+made with it, and must autoreset SAME_STEP) or ``pettingzoo:MODULE`` (an importable module with a
 ``parallel_env(**kwargs)`` factory of a PettingZoo ParallelEnv: one of PettingZoo's or your own).
 Keyword arguments besides num_envs, seed, num_threads, library and mask_check go to the env's
 constructor. Buffers, shapes and flags are those of jaxlab.env.vecenv (A = num_envs * agents_per_env):
@@ -22,15 +23,18 @@ constructor. Buffers, shapes and flags are those of jaxlab.env.vecenv (A = num_e
     action_mask        [A, sum(nvec)] bool (PettingZoo envs whose observations are Dicts with
                        "observation" and "action_mask", or whose infos hold "action_mask"), else None
     active             [A] bool, PettingZoo envs with more than one agent per env, else None: 0 while an
-                       agent whose episode ended waits for its env's reset (its rows: reward 0,
-                       terminal 1, an all-True mask row; not to be learned from), as C option agents_wait
+                       agent whose episode ended waits for its env's reset, or one of possible_agents
+                       not in env.agents waits for a step to add it (its rows: reward 0, terminal 1,
+                       an all-True mask row; not to be learned from), as C option agents_wait
 
 Rows are env-major: row e * agents_per_env + j is agent j of env e, j in the order of the env's
 possible_agents. Every env resets within the step in which its episode ends: Gymnasium's vector env
 is made with autoreset_mode SAME_STEP (the final observation comes in its info; NEXT_STEP vector envs
 are refused), a PettingZoo env is reset when no agent is left in ``env.agents``.
 Statistics are the adapter's own, per agent-episode: ``episode_return`` (sum of the agent's rewards)
-and ``episode_length`` (steps it acted), in the info format of the C envs.
+and ``episode_length`` (steps it acted), in the info format of the C envs. What an env returns is
+checked against what it declares and against the Gymnasium / ParallelEnv API (shapes, dtypes, the
+agent lists, the old gym and PettingZoo APIs): ValueError or RuntimeError naming the env and the fix.
 
 What the C envs have and these do not: env state in checkpoints (save_state raises EnvStateError:
 jaxlab cannot copy a Python object's state), threads (num_threads is accepted and ignored: the envs
@@ -175,12 +179,13 @@ def python_env_type(name: str) -> PythonEnvType:
         if ":" in target:  # "module:Id": gymnasium.make imports the module, which registers Id; gym.spec does not
             _import_registering_module(name, module)
         try:
-            gym.spec(env_id)
+            spec = gym.spec(env_id)
         except gym.error.Error as err:
             where = f"module {module} registers no such id; " if module else ""
             raise ValueError(f"unknown Gymnasium env {target!r} ({err}); {where}list the ids with python -c "
                              "'import gymnasium; gymnasium.pprint_registry()'") from None
-        return PythonEnvType(name, f"Gymnasium vector env {target} (synchronous, same-step autoreset)")
+        how = "its vector_entry_point" if spec.entry_point is None else "synchronous, same-step autoreset"
+        return PythonEnvType(name, f"Gymnasium vector env {target} ({how})")
     _parallel_env_factory(name, target)
     return PythonEnvType(name, f"PettingZoo parallel env {target}")
 
@@ -192,9 +197,9 @@ def _box_obs(space, name: str) -> Box:
     import gymnasium
 
     if not isinstance(space, gymnasium.spaces.Box):
-        raise ValueError(f"env {name!r} has observation space {space}; jaxlab takes Box observations: wrap "
-                         "the env (gymnasium.wrappers.FlattenObservation, or for PettingZoo "
-                         "supersuit.flatten_v0) in your own module")
+        wrapper = "gymnasium.wrappers.FlattenObservation" if name.startswith("gymnasium:") else "supersuit.flatten_v0"
+        raise ValueError(f"env {name!r} has observation space {space}; jaxlab takes Box observations: "
+                         f"{_how_to_wrap(name, wrapper)}")
     if 0 in space.shape:
         raise ValueError(f"env {name!r} has observation space {space}, of no values: jaxlab needs at least one "
                          "number per observation")
@@ -224,7 +229,18 @@ def _action(space, name: str) -> tuple:
     if isinstance(space, spaces.Box) and len(space.shape) == 1:
         return Box(tuple(float(x) for x in space.low), tuple(float(x) for x in space.high), tuple(space.shape)), None
     raise ValueError(f"env {name!r} has action space {space}; jaxlab takes Discrete, 1-D MultiDiscrete and "
-                     "1-D Box actions: wrap the env so that it has one of these")
+                     f"1-D Box actions: give it one with an ActionWrapper of yours; "
+                     f"{_how_to_wrap(name, 'MyActionWrapper')}")
+
+
+def _how_to_wrap(name: str, wrapper: str) -> str:
+    """How to train the env ``name`` wrapped in ``wrapper`` (a callable's name), in the words of a message:
+    for Gymnasium, an id registered in a module of the user's; for PettingZoo, their parallel_env()."""
+    prefix, target = _split(name)
+    if prefix == "pettingzoo":
+        return f"make your parallel_env() return the env wrapped, e.g. {wrapper}(env)"
+    return (f"register the env wrapped in a module of yours, e.g. gymnasium.register('Wrapped-v0', entry_point="
+            f"lambda **kw: {wrapper}(gymnasium.make({target!r}, **kw))), and train gymnasium:MODULE:Wrapped-v0")
 
 
 def _mask_width(action) -> int:
@@ -279,12 +295,12 @@ class PythonVecEnv:
         _check_seed(seed, allow_none=True)
         with self._lock:
             self._check_open()
+            if self.active is not None:
+                self.active.fill(1)  # before _reset, which clears the rows of agents its reset leaves out
             self._reset(self.seed if seed is None and not self._started else seed)
             self._started = True
             for buffer in (self.rewards, self.terminals, self.truncations, self._returns, self._lengths):
                 buffer.fill(0)
-            if self.active is not None:
-                self.active.fill(1)
         return self.observations
 
     def step(self, actions=None):
@@ -481,12 +497,15 @@ class GymnasiumVecEnv(PythonVecEnv):
         kind = python_env_type(name)
         gym = _gymnasium(name)
         mode = gym.vector.AutoresetMode.SAME_STEP
-        self._vec = vec = gym.make_vec(env_id, num_envs=int(num_envs), vectorization_mode="sync",
-                                       vector_kwargs={"autoreset_mode": mode, "copy": False}, **kwargs)
+        self._vec = vec = _make_vector_env(gym, env_id, int(num_envs), kwargs)
         try:
             if vec.metadata.get("autoreset_mode") != mode:
                 raise ValueError(f"env {name!r}: the vector env autoresets in mode "
-                                 f"{vec.metadata.get('autoreset_mode')}, jaxlab needs SAME_STEP")
+                                 f"{vec.metadata.get('autoreset_mode')}, jaxlab needs SAME_STEP (a VectorEnv of your "
+                                 "own: reset the envs whose episode ends inside step(), put their last observations "
+                                 "in info['final_obs'] and info['_final_obs'], and declare metadata = "
+                                 "{'autoreset_mode': gymnasium.vector.AutoresetMode.SAME_STEP})")
+            _check_distinct([env.unwrapped for env in getattr(vec, "envs", ())], name, "its entry point")
             action, self._start = _action(vec.single_action_space, name)
             self.spaces = EnvSpaces(1, _box_obs(vec.single_observation_space, name), action, False, 0)
             self._setup(name, kind, num_envs, seed, mask_check)
@@ -501,6 +520,7 @@ class GymnasiumVecEnv(PythonVecEnv):
             if not _raised_by_vector_env(err):
                 raise
             raise self._misfit("reset()", err) from None
+        self._check_batch("reset()", "observations", obs, self.observations)
         self.observations[...] = obs
 
     def _step(self, actions: np.ndarray) -> np.ndarray:
@@ -510,6 +530,10 @@ class GymnasiumVecEnv(PythonVecEnv):
             if not _raised_by_vector_env(err):
                 raise
             raise self._misfit("step()", err) from None
+        for what, value, buffer in (("observations", obs, self.observations), ("rewards", rewards, self.rewards),
+                                    ("terminations", terminated, self.terminals),
+                                    ("truncations", truncated, self.truncations)):
+            self._check_batch("step()", what, value, buffer)
         self.observations[...] = obs
         self.rewards[...] = rewards
         self.terminals[...] = terminated
@@ -520,8 +544,57 @@ class GymnasiumVecEnv(PythonVecEnv):
                 raise RuntimeError(f"env '{self.name}': the vector env ended episodes without final "
                                    "observations in its info; jaxlab needs autoreset_mode SAME_STEP")
             for row in np.flatnonzero(ended):
-                self.final_observations[row] = info["final_obs"][row]
+                final = info["final_obs"][row]
+                self._check_batch("step()", "info['final_obs'] rows", final, self.final_observations[row])
+                self.final_observations[row] = final
         return ended
+
+    def check_api(self) -> None:
+        """ValueError when the first env, unwrapped, is written for the old gym API: its reset returns no
+        (observation, info) pair or its step (with a sampled action) no 5 values. The vector env's own
+        errors for such envs name neither ('not enough values to unpack', 'numpy.float32' object has no
+        attribute 'items'). Resets and steps that env once (spaces_of calls it on the env it makes to
+        read the spaces, before the first reset); a step that raises is left to the run."""
+        envs = getattr(self._vec, "envs", None)
+        if not envs:  # a VectorEnv of the user's own: its reset and step are the vector env's
+            return
+        env = envs[0].unwrapped
+        result = env.reset(seed=self.seed)
+        if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)):
+            raise ValueError(f"env '{self.name}': its reset() returned {_words(result)}, not the pair (observation, "
+                             "info) of Gymnasium's API; return obs, {} (an env written for the old gym API returned "
+                             "the observation alone)")
+        try:
+            result = env.step(env.action_space.sample())
+        except Exception:  # noqa: BLE001 (the env's own errors show where the run meets them)
+            return
+        if not (isinstance(result, tuple) and len(result) == 5):
+            raise ValueError(f"env '{self.name}': its step() returned {_words(result)}, not the 5 values "
+                             "(observation, reward, terminated, truncated, info) of Gymnasium's API (an env written "
+                             "for the old gym API returned 4: obs, reward, done, info; done is now terminated, "
+                             "an episode's true end, and truncated, a time limit's cut)")
+
+    def _check_batch(self, call: str, what: str, value, buffer: np.ndarray) -> None:
+        """ValueError when ``value``, what the vector env's ``call`` returned as ``what``, is not of the
+        shape of ``buffer`` ([num_envs, ...]: numpy would broadcast one env's observation or one reward
+        over every row; one row of final_observations for a final observation) or, for observations, of
+        a dtype the buffer cannot hold by numpy's same_kind rule. A SyncVectorEnv's arrays always fit; a
+        VectorEnv of the user's own (vector_entry_point) may not."""
+        dtype = np.asarray(value).dtype
+        observations = what in ("observations", "info['final_obs'] rows")
+        if np.shape(value) == buffer.shape and (not observations or np.can_cast(dtype, buffer.dtype, "same_kind")):
+            return
+        space = self._vec.single_observation_space
+        if what == "observations":
+            needs = (f"one observation per env, shape {buffer.shape} ({self.num_envs} x the shape of its "
+                     f"single_observation_space {space}), of a dtype that casts to {buffer.dtype}")
+        elif observations:
+            needs = (f"the shape {buffer.shape} of its single_observation_space {space}, of a dtype that casts "
+                     f"to {buffer.dtype}")
+        else:
+            needs = f"one {'number' if what == 'rewards' else 'flag'} per env, shape {buffer.shape}"
+        raise ValueError(f"env '{self.name}': its vector env's {call} returned {what} of shape {np.shape(value)} "
+                         f"and dtype {dtype}; jaxlab needs {needs}")
 
     def _misfit(self, call: str, err: Exception) -> ValueError:
         """The error for what the vector env could not put in its arrays (numpy's message alone names
@@ -535,6 +608,36 @@ class GymnasiumVecEnv(PythonVecEnv):
 
     def _close(self) -> None:
         self._vec.close()
+
+
+def _make_vector_env(gym, env_id: str, num_envs: int, kwargs: dict):
+    """The vector env of ``env_id``: a SyncVectorEnv of its envs with autoreset_mode SAME_STEP, or, for
+    an id registered with only a ``vector_entry_point`` (a gymnasium.vector.VectorEnv of the user's own,
+    which is its own vectoriser; python_env_type's description says which), that VectorEnv made with
+    ``kwargs``."""
+    spec = gym.spec(env_id.rpartition(":")[2])
+    if spec.entry_point is None:
+        return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs)
+    mode = gym.vector.AutoresetMode.SAME_STEP
+    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
+                        vector_kwargs={"autoreset_mode": mode, "copy": False}, **kwargs)
+
+
+def _check_distinct(envs: list, name: str, maker: str) -> None:
+    """ValueError when ``maker`` returned one env object more than once among ``envs`` (a module-level
+    instance returned by every call): each of jaxlab's envs would step that one object, several times
+    a step, with no error."""
+    if len({id(env) for env in envs}) < len(envs):
+        raise ValueError(f"env {name!r}: {maker} returned the same env object for several of jaxlab's "
+                         f"{len(envs)} envs, which would all step that one object; make a new env on every call "
+                         "(return MyEnv(**kwargs), not an instance made once)")
+
+
+def _words(result) -> str:
+    """What an env's reset or step returned, for a message: "a tuple of 4", or the value and its type."""
+    if isinstance(result, tuple):
+        return f"a tuple of {len(result)}"
+    return f"{short_repr(result)} ({type(result).__name__})"
 
 
 def _raised_by_vector_env(err: Exception) -> bool:
@@ -566,6 +669,28 @@ def _parallel_env(env, name: str, module: str):
                      f"not a PettingZoo ParallelEnv; make it return one ({hint})")
 
 
+NO_REWARD = object()  # what a ParallelEnv's step left out of its rewards for an agent that acted
+
+#: What a ParallelEnv's reset and step return, and what envs written for PettingZoo's older API returned.
+PARALLEL_API = {"reset": ("observations, infos", "the observations alone"),
+                "step": ("observations, rewards, terminations, truncations, infos",
+                         "observations, rewards, dones, infos: dones is now terminations and truncations")}
+
+
+def _returned(result, call: str, name: str, e: int) -> tuple:
+    """``result``, what a ParallelEnv's ``call`` ("reset" or "step") returned, when it is the tuple of
+    dicts of PettingZoo's API; ValueError naming the env and the old API it looks like otherwise (the
+    unpacking would fail with 'too many values to unpack', or an observation dict of two agents
+    unpack into its two keys)."""
+    fields, old = PARALLEL_API[call]
+    count = fields.count(",") + 1
+    if isinstance(result, tuple) and len(result) == count and isinstance(result[0], dict):
+        return result
+    raise ValueError(f"env '{name}' #{e}: its {call}() returned {_words(result)}, not the tuple ({fields}) of a "
+                     f"ParallelEnv; return those {count} dicts (an env written for PettingZoo's older API returned "
+                     f"{old})")
+
+
 class PettingZooVecEnv(PythonVecEnv):
     """``num_envs`` PettingZoo parallel envs from ``MODULE.parallel_env(**kwargs)``, stepped one after
     the other; env e is seeded with seed + e. Every agent of ``possible_agents`` has a row; all must
@@ -581,6 +706,7 @@ class PettingZooVecEnv(PythonVecEnv):
         try:
             for _ in range(int(num_envs)):
                 self._envs.append(_parallel_env(factory(**kwargs), name, module))
+            _check_distinct(self._envs, name, f"{module}.parallel_env()")
             self._describe(name, int(seed))
             self._setup(name, PythonEnvType(name, f"PettingZoo parallel env {module}"), num_envs, seed, mask_check)
         except BaseException:
@@ -613,7 +739,7 @@ class PettingZooVecEnv(PythonVecEnv):
         if not isinstance(action, Box):
             has_mask = self._dict_obs and "action_mask" in obs_spaces[0].spaces
             if not has_mask:  # masks in the infos show only there: look at one reset
-                _, infos = env.reset(seed=int(seed))
+                _, infos = _returned(env.reset(seed=int(seed)), "reset", name, 0)
                 has_mask = self._info_mask = any("action_mask" in (infos or {}).get(a, {}) for a in agents)
         width = _mask_width(action) if has_mask else 0
         self.spaces = EnvSpaces(len(agents), _box_obs(obs_space, name), action, has_mask, width,
@@ -635,6 +761,7 @@ class PettingZooVecEnv(PythonVecEnv):
             raise self._misfit(row, f"its observation {short_repr(observation)} has shape {np.shape(observation)}, "
                                     f"not the shape of its declared observation space {self._declared}; make the "
                                     "env return observations of that shape (or declare the space it returns)")
+        self._check_obs_dtype(row, observation)
         self.observations[row] = observation
         if self._info_mask:
             mask = (info or {}).get("action_mask")
@@ -642,6 +769,17 @@ class PettingZooVecEnv(PythonVecEnv):
                 self.action_mask[row] = True
             else:
                 self._write_mask(row, mask, "the 'action_mask' of its info")
+
+    def _check_obs_dtype(self, row: int, observation) -> None:
+        """ValueError when the observation buffer's dtype cannot hold the observation's values by numpy's
+        same_kind rule (Gymnasium's vector env refuses the same: floats for a uint8 Box); an assignment
+        would cast them unchecked (0.5 to 0)."""
+        dtype = np.asarray(observation).dtype
+        if not np.can_cast(dtype, self.observations.dtype, "same_kind"):
+            raise self._misfit(row, f"its observation {short_repr(observation)} has dtype {dtype}, which the "
+                                    f"dtype {self.observations.dtype} of its declared observation space "
+                                    f"{self._declared} cannot hold (a cast would cut 0.5 to 0); make the env "
+                                    f"return {self.observations.dtype} observations (or declare the space it returns)")
 
     def _write_mask(self, row: int, mask, where: str) -> None:
         if np.shape(mask) != (self.spaces.mask_width,):
@@ -656,12 +794,43 @@ class PettingZooVecEnv(PythonVecEnv):
         return ValueError(f"env '{self.name}' #{e} agent {self.agent_names[j]!r} at step {self._steps}: {what}")
 
     def _reset_env(self, e: int, seed: int | None) -> None:
-        observations, infos = self._envs[e].reset(seed=seed)
+        observations, infos = _returned(self._envs[e].reset(seed=seed), "reset", self.name, e)
+        self._check_reset_agents(e, observations)
         base = e * self.agents_per_env
         for agent, observation in observations.items():
             self._write(base + self._index[agent], observation, (infos or {}).get(agent))
         if self.active is not None:
             self.active[base:base + self.agents_per_env] = [a in self._envs[e].agents for a in self.agent_names]
+
+    def _check_reset_agents(self, e: int, observations: dict) -> None:
+        """RuntimeError when env #``e``'s reset left ``env.agents`` empty (jaxlab resets an env when its
+        last agent is gone, so such an env would be reset in every step and train nothing), named an agent
+        that is not in possible_agents, or returned no observation for an agent it lists (its row would
+        keep the last episode's)."""
+        env = self._envs[e]
+        if env.agents:
+            self._check_known(e, [*env.agents, *observations], "reset()")
+            missing = [agent for agent in env.agents if agent not in observations]
+            if missing:
+                raise RuntimeError(f"env '{self.name}' #{e} at step {self._steps}: reset() returned no observation "
+                                   f"for agent {missing[0]!r}, which is in env.agents; a ParallelEnv's reset returns "
+                                   "an observation for every agent of the new episode")
+            return
+        changed = (f"; its possible_agents changed from {list(self.agent_names)} to {short_repr(env.possible_agents)}"
+                   if tuple(env.possible_agents) != self.agent_names else "")
+        raise RuntimeError(f"env '{self.name}' #{e} at step {self._steps}: reset() left env.agents empty{changed}; a "
+                           "ParallelEnv's reset lists the agents of the new episode (a common cause: self.agents = "
+                           "self.possible_agents without a copy, so that removing an ended agent from env.agents "
+                           "removes it from possible_agents too; write self.agents = list(self.possible_agents))")
+
+    def _check_known(self, e: int, agents, call: str) -> None:
+        """RuntimeError naming the first of ``agents`` (what env #``e``'s ``call`` listed or returned) that
+        is not one of the possible_agents jaxlab gave rows to."""
+        for agent in agents:
+            if agent not in self._index:
+                raise RuntimeError(f"env '{self.name}' #{e} at step {self._steps}: {call} names agent {agent!r}, "
+                                   f"which is not in its possible_agents {list(self.agent_names)} (read when the env "
+                                   "was made); a ParallelEnv lists every agent it may have in possible_agents")
 
     def _reset(self, seed: int | None) -> None:
         for e in range(self.num_envs):
@@ -673,23 +842,32 @@ class PettingZooVecEnv(PythonVecEnv):
         for e, env in enumerate(self._envs):
             base = e * apa
             live = list(env.agents)
+            self._check_known(e, live, "env.agents")
             step = {agent: (int(actions[base + index[agent]]) if discrete else actions[base + index[agent]].copy())
                     for agent in live}
-            observations, rewards, terminations, truncations, infos = env.step(step)
+            returned = _returned(env.step(step), "step", self.name, e)
+            observations, rewards, terminations, truncations, infos = returned
             infos = infos or {}
             for j, agent in enumerate(self.agent_names):
                 row = base + j
-                if agent not in step:  # waiting for this env's reset (as C option agents_wait)
+                if agent not in step:  # waiting for this env's reset (as C option agents_wait), or joining
                     self.rewards[row], self.terminals[row], self.truncations[row] = 0.0, True, False
                     if self.action_mask is not None:
                         self.action_mask[row] = True
+                    if agent in env.agents:  # joins the episode now: acts from the next step on
+                        self._write_joining(e, row, agent, observations, infos)
                     continue
                 terminal = bool(terminations.get(agent, False))
                 self.terminals[row] = terminal
                 self.truncations[row] = bool(truncations.get(agent, False)) and not terminal
-                self.rewards[row] = self._reward(row, rewards.get(agent, 0.0))
+                self.rewards[row] = self._reward(row, rewards.get(agent, NO_REWARD))
                 ended = self.terminals[row] or self.truncations[row]
                 self._check_agent_list(e, agent, ended, agent in env.agents, agent in observations)
+                if self.truncations[row] and agent not in observations:
+                    raise RuntimeError(f"env '{self.name}' #{e} at step {self._steps} truncated agent {agent!r} "
+                                       "without its last observation, which jaxlab bootstraps the cut episode's "
+                                       "value from; a ParallelEnv's step returns an observation for every agent "
+                                       "that acted")
                 if agent in observations:
                     self._write(row, observations[agent], infos.get(agent))
                 if ended:
@@ -700,9 +878,23 @@ class PettingZooVecEnv(PythonVecEnv):
                 self.active[base:base + apa] = [a in env.agents for a in self.agent_names]
         return self.terminals | self.truncations
 
+    def _write_joining(self, e: int, row: int, agent: str, observations: dict, infos: dict) -> None:
+        """Writes the first observation of ``agent``, which env #``e`` added to env.agents in this step
+        (it acts from the next one); RuntimeError when the step returned none (its row would hold an
+        observation of another episode for the policy)."""
+        if agent not in observations:
+            raise RuntimeError(f"env '{self.name}' #{e} at step {self._steps} added agent {agent!r} to env.agents "
+                               "without an observation for it; a ParallelEnv's step returns an observation for "
+                               "every agent in env.agents after it")
+        self._write(row, observations[agent], infos.get(agent))
+
     def _reward(self, row: int, reward) -> float:
         """The reward the env returned for the agent of ``row``, checked: one real number (None, a string
-        or an array is a ValueError naming the env and the agent, not a NaN or a cast error)."""
+        or an array is a ValueError naming the env and the agent, not a NaN or a cast error; NO_REWARD,
+        none returned for an agent that acted, too: it is not read as 0)."""
+        if reward is NO_REWARD:
+            raise self._misfit(row, "it acted, and its step returned no reward for it; a ParallelEnv's step returns "
+                                    "a reward for every agent that acted (0 when it earned none)")
         if np.shape(reward) != ():
             raise self._misfit(row, f"its reward {short_repr(reward)} has shape {np.shape(reward)}; a "
                                     "ParallelEnv's reward is one number per agent")
@@ -755,5 +947,7 @@ def spaces_of(name: str, library=None, **params) -> EnvSpaces:
 
         return c_spaces_of(name, library=library, **params)
     with make_python_env(name, num_envs=1, library=library, **params) as env:
+        if isinstance(env, GymnasiumVecEnv):
+            env.check_api()
         env.reset()
         return env.spaces

@@ -215,6 +215,8 @@ def env_type(name: str, library: str | Path | None = None) -> EnvType:
             from jaxlab.env.sdk import env_path_problems
 
             hint += "".join(f" Note: {problem}." for problem in env_path_problems())
+            hint += (" A Gymnasium or PettingZoo env is named with its prefix: gymnasium:ID (gymnasium:MODULE:ID "
+                     "for an id your module registers) or pettingzoo:MODULE.")
         where = "known envs" if library is None else f"envs in {library}"
         raise ValueError(f"unknown env {name!r}; {where}: {', '.join(known)}.{hint}")
     return types[name]

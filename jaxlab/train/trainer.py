@@ -20,7 +20,9 @@ import jaxlab
 from jaxlab import config as config_lib
 from jaxlab.agent.custom import module_source
 from jaxlab.agent.distributions import ActionSpec
+from jaxlab.config.memory import python_env_error
 from jaxlab.config.validate import flag_value, shown_value
+from jaxlab.env import is_python_env
 from jaxlab.env.sdk import SOURCE_HASH_VERSION, source_hash
 from jaxlab.observe.device_memory import memory_fields
 from jaxlab.observe.records import json_safe
@@ -52,9 +54,13 @@ def make_group_envs(config: config_lib.Config, num_threads: int) -> list:
             envs.append(jaxlab.make(c.env_name, num_envs=size, seed=group_seed(c.train.seed, g),
                                     num_threads=min(num_threads, size),
                                     **config_lib.env_args(c)))
-    except BaseException:
+    except BaseException as err:
         for env in envs:
             env.close()
+        if is_python_env(c.env_name) and isinstance(err, Exception):
+            # the user's code, or an adapter's check that only many envs show (one env object returned for
+            # all): one error line (ConfigError, exit 2 in the CLI), as for the env made to read the spaces
+            raise python_env_error(c.env_name, err) from err
         raise
     return envs
 
