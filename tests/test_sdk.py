@@ -983,3 +983,18 @@ def test_a_reward_written_only_when_earned_is_zero_in_the_next_step(user_env, tm
             np.testing.assert_array_equal(rewards, terminals.astype(np.float32))
             going_on += int((~terminals).sum())
     assert going_on > 0  # steps that earned nothing came after ones that did
+
+
+@pytest.mark.parametrize("call", ["rand() % 2", "(int)(random() % 2)"])
+def test_a_header_calling_libcs_shared_random_functions_is_refused_naming_the_envs_own_stream(user_env, tmp_path,
+                                                                                             call):
+    """rand() compiled and trained: every env and thread drew from libc's one hidden state, so the env
+    ignored its seed, differed between thread counts and resumed from a checkpoint otherwise, with no
+    word. The build refuses a header that calls one of libc's shared random functions, naming the fix."""
+    header = stroll_variant(user_env, tmp_path, "dicey", "cenv_rng_below(&env->rng, 2)", call)
+    header.write_text(header.read_text().replace('#include "core.h"', '#include "core.h"\n#include <stdlib.h>', 1))
+    with pytest.raises(sdk.BuildError) as err:
+        sdk.build_library([header], tmp_path / "libdicey.so")
+    assert "poisoned" in str(err.value), str(err.value)
+    assert str(err.value).splitlines()[-1] == sdk.SHARED_RANDOM_HINT
+    assert "cenv_rng_below(&env->rng, n)" in sdk.SHARED_RANDOM_HINT
