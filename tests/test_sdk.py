@@ -998,3 +998,22 @@ def test_a_header_calling_libcs_shared_random_functions_is_refused_naming_the_en
     assert "poisoned" in str(err.value), str(err.value)
     assert str(err.value).splitlines()[-1] == sdk.SHARED_RANDOM_HINT
     assert "cenv_rng_below(&env->rng, n)" in sdk.SHARED_RANDOM_HINT
+
+
+def test_a_header_calling_a_function_of_an_unlinked_library_names_the_function_and_the_fix(user_env, tmp_path):
+    """A header that calls a graphics library's function (declared by its header, here by hand) compiles
+    and links (a shared library may leave symbols undefined), then failed to load with 'an env library is
+    a shared library built by `jaxlab build-env HEADER.h -o LIB.so`', which it was. The message names the
+    function and says an env may use libc, libm and pthreads alone."""
+    header = stroll_variant(user_env, tmp_path, "windowed", "static void stroll_init(", "void InitWindow(int w, int h, "
+                            "const char *title);\nstatic void stroll_init(")
+    header.write_text(header.read_text().replace("env->length = (int)params[0];",
+                                                 "env->length = (int)params[0];\n    if (env->length < 0) "
+                                                 "InitWindow(1, 1, \"x\");", 1))
+    with pytest.raises(jaxlab.env.library.LibraryError) as err:
+        jaxlab.make(str(header))
+    message = str(err.value)
+    assert "its env calls InitWindow, which no library jaxlab links provides (libc, libm and pthreads alone)" in message
+    assert "build-env HEADER.h -o LIB.so" not in message
+    result = jaxlab_cli("envs", "--library", str(header))
+    assert result.returncode == 2 and "its env calls InitWindow" in result.stderr, result.stderr
