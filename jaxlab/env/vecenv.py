@@ -236,9 +236,23 @@ class VecEnv:
                                  f"numbers (they are clipped to {self.action_space})")
             n = (self.action_space.n if isinstance(self.action_space, Discrete)
                  else self.action_space.nvec[comp.value])
+            if value.value == -1 and self._mask_row_is_empty(agent.value, comp.value):  # the policy's NO_ACTION
+                raise ValueError(f"{where} has action {int(value.value)}: its action mask row allows no action "
+                                 f"(all 0), so the policy had none to choose; the env '{self.name}' must leave "
+                                 f"every acting agent at least one legal action (with mask_check 'strict', the "
+                                 f"default, the step names such a row itself)")
             raise ValueError(f"{where} has action {int(value.value)}, out of range for "
                              f"{self.action_space}: it must be in [0, {n - 1}]")
         raise RuntimeError(f"cenv {what} failed ({rc}): {self._lib.cenv_error(self._handle).decode()}")
+
+    def _mask_row_is_empty(self, agent: int, component: int) -> bool:
+        """Whether ``agent``'s action mask allows nothing in ``component`` (its slice of the [A, sum(nvec)]
+        mask); False without a mask. A policy acts -1 there (jaxlab.agent.distributions.NO_ACTION)."""
+        if self.action_mask is None:
+            return False
+        nvec = [self.action_space.n] if isinstance(self.action_space, Discrete) else list(self.action_space.nvec)
+        start = int(sum(nvec[:component]))
+        return not self.action_mask[agent, start:start + int(nvec[component])].any()
 
     def render(self, index: int = 0) -> str | None:
         """A text frame of env ``index`` as its C render hook draws it, or None when the env has no
