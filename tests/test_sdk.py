@@ -996,7 +996,7 @@ def test_a_header_calling_libcs_shared_random_functions_is_refused_naming_the_en
     with pytest.raises(sdk.BuildError) as err:
         sdk.build_library([header], tmp_path / "libdicey.so")
     assert "poisoned" in str(err.value), str(err.value)
-    assert str(err.value).splitlines()[-1] == sdk.SHARED_RANDOM_HINT
+    assert sdk.SHARED_RANDOM_HINT in str(err.value).splitlines()[-2:]
     assert "cenv_rng_below(&env->rng, n)" in sdk.SHARED_RANDOM_HINT
 
 
@@ -1017,3 +1017,20 @@ def test_a_header_calling_a_function_of_an_unlinked_library_names_the_function_a
     assert "build-env HEADER.h -o LIB.so" not in message
     result = jaxlab_cli("envs", "--library", str(header))
     assert result.returncode == 2 and "its env calls InitWindow" in result.stderr, result.stderr
+
+
+def test_a_header_that_only_warns_is_told_that_jaxlab_makes_warnings_errors_and_how_to_build_anyway(user_env,
+                                                                                                   tmp_path):
+    """A header with an unused variable failed with the compiler's 'all warnings being treated as errors'
+    and nothing from jaxlab: the user saw no error of theirs and no word of the -Werror jaxlab adds. The
+    BuildError ends with a line saying so, with the fix and CENV_CFLAGS=-Wno-error; CENV_CFLAGS=-Wno-error
+    then builds it."""
+    header = stroll_variant(user_env, tmp_path, "loose", "env->length = (int)params[0];",
+                            "int unused_count;\n    env->length = (int)params[0];")
+    with pytest.raises(sdk.BuildError) as err:
+        sdk.build_library([header], tmp_path / "libloose.so")
+    assert "unused" in str(err.value) and str(err.value).splitlines()[-1] == sdk.WARNING_AS_ERROR_HINT
+    assert "CENV_CFLAGS=-Wno-error" in sdk.WARNING_AS_ERROR_HINT
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CENV_CFLAGS", "-Wno-error")
+        assert sdk.build_library([header], tmp_path / "libloose.so").is_file()

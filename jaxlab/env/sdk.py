@@ -158,6 +158,19 @@ SHARED_RANDOM_HINT = ("an env may not call libc's rand(), srand(), random() or d
                       "or cenv_rng_uniform(&env->rng, lo, hi) (cenv/rng.h, BUILD.md \"The env contract\")")
 
 
+WARNING_AS_ERROR_HINT = ("jaxlab builds env headers with -Wall -Wextra -Werror, so each warning above stops the "
+                         "build: fix what it names (CENV_CFLAGS=-Wno-error builds anyway, as warnings)")
+
+
+def _build_hints(messages: str) -> list[str]:
+    """Lines that explain what jaxlab itself adds to a failed build's compiler ``messages``: its poisoned
+    random functions, and warnings made errors (gcc marks them [-Werror=…], clang [-Werror,…])."""
+    hints = [SHARED_RANDOM_HINT] if "poisoned" in messages else []
+    if "[-Werror" in messages:
+        hints.append(WARNING_AS_ERROR_HINT)
+    return hints
+
+
 def _c_string(text: str) -> str:
     """``text`` as a C string literal."""
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
@@ -288,8 +301,8 @@ def build_library(headers: list[str | Path], output: str | Path, sanitize: bool 
         except builder.CompilerNotFound as err:
             raise BuildError(str(err)) from None
         except RuntimeError as err:
-            hint = f"\n{SHARED_RANDOM_HINT}" if "poisoned" in str(err) else ""
-            raise BuildError(f"{', '.join(map(str, headers))} does not compile:\n{err}{hint}") from None
+            hints = "".join(f"\n{hint}" for hint in _build_hints(str(err)))
+            raise BuildError(f"{', '.join(map(str, headers))} does not compile:\n{err}{hints}") from None
         try:
             (scratch / target.name).replace(target)
         except OSError as err:
