@@ -1034,3 +1034,19 @@ def test_a_header_that_only_warns_is_told_that_jaxlab_makes_warnings_errors_and_
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("CENV_CFLAGS", "-Wno-error")
         assert sdk.build_library([header], tmp_path / "libloose.so").is_file()
+
+
+def test_an_integer_parameter_beyond_a_c_int_is_refused_even_when_its_range_allows_it(user_env, tmp_path):
+    """An integer parameter declared up to INFINITY took max_steps=2**40: the env's `(int)params[1]` is
+    undefined beyond a C int and gave INT_MIN here, so every episode was truncated at its first step with
+    no word. A value of an integer parameter outside a C int's range is refused, naming the range."""
+    header = stroll_variant(user_env, tmp_path, "endless", '{"max_steps", 64, 1, 1e9, 1,',
+                            '{"max_steps", 64, 1, 1e300, 1,')
+    with pytest.raises(ValueError, match=r"endless' parameter max_steps=1099511627776 is out of range: it must be in "
+                                         r"\[1, 2147483647\] \(default 64; an integer parameter is a C int\)"):
+        jaxlab.make(str(header), max_steps=2**40)
+    with jaxlab.make(str(header), num_envs=1, max_steps=2**31 - 1) as env:  # the largest C int works
+        env.reset()
+        assert not env.step(np.ones(1, np.int32))[3].any()
+    result = jaxlab_cli("train", str(header), "--env.max-steps", str(2**40), "--run-dir", str(tmp_path / "run"))
+    assert result.returncode == 2 and "an integer parameter is a C int" in result.stderr, result.stderr

@@ -130,6 +130,9 @@ def _env_types(file: str | None) -> dict[str, EnvType]:
 
 #: Names no env parameter may have: jaxlab.make's own arguments, and the [env] keys that are not
 #: parameters (config.schema.ENV_KEYS): a parameter so named could never be set.
+#: The range of a C int: an integer parameter's value must lie in it, whatever its header's bounds (an env
+#: reads it with `(int)params[i]`, undefined for a double beyond it).
+INT_MIN, INT_MAX = -2**31, 2**31 - 1
 RESERVED_PARAM_NAMES = ("name", "num_envs", "seed", "num_threads", "library", "mask_check")
 _PARAM_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -263,12 +266,20 @@ def resolve_params(kind: EnvType, params: dict) -> list[float]:
 
 def out_of_range_problem(env: str, param: Param, value: int | float, source: str = "") -> str | None:
     """Why ``value`` of parameter ``param`` of env ``env`` cannot be taken (outside the range its header
-    declares), naming ``source`` (the file that set it) when given; None when it is in range."""
-    if param.low <= value <= param.high:
+    declares, or, for an integer parameter, outside a C int's range: the env converts it with `(int)`, which
+    is undefined beyond it and gave INT_MIN here), naming ``source`` (the file that set it) when given; None
+    when it is in range."""
+    low, high = param.low, param.high
+    if param.is_int:
+        low, high = max(low, INT_MIN), min(high, INT_MAX)
+    if low <= value <= high:
         return None
     where, fix = (f" in {source}", "; fix it there") if source else ("", "")
+    as_int = "; an integer parameter is a C int" if (low, high) != (param.low, param.high) else ""
+    low_text = f"{low:g}" if low == param.low else str(low)  # a C int's bound in full, not 2.14748e+09
+    high_text = f"{high:g}" if high == param.high else str(high)
     return (f"env '{env}' parameter {param.name}={value}{where} is out of range: it must be in "
-            f"[{param.low:g}, {param.high:g}] (default {param.default_value:g}){fix}")
+            f"[{low_text}, {high_text}] (default {param.default_value:g}{as_int}){fix}")
 
 
 def spaces_of(name: str, library: str | Path | None = None, **params) -> EnvSpaces:
