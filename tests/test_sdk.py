@@ -1050,3 +1050,18 @@ def test_an_integer_parameter_beyond_a_c_int_is_refused_even_when_its_range_allo
         assert not env.step(np.ones(1, np.int32))[3].any()
     result = jaxlab_cli("train", str(header), "--env.max-steps", str(2**40), "--run-dir", str(tmp_path / "run"))
     assert result.returncode == 2 and "an integer parameter is a C int" in result.stderr, result.stderr
+
+
+def test_spaces_that_a_parameter_makes_impossible_name_the_parameter_values(user_env, tmp_path):
+    """A spaces function whose agent count is a parameter (agents_per_env = (int)params[0]) with a range
+    that lets it be 0 was refused 'with the parameters given', which did not say which values those
+    were; the message now lists them, so the parameter at fault (and the range to fix) shows."""
+    header = stroll_variant(user_env, tmp_path, "crowd", "out->agents_per_env = 1;",
+                            "out->agents_per_env = (int)params[0] - 2;")
+    expect = "crowd_spaces() with the parameters given (length=2, max_steps=64, step_cost=0.01); fix that"
+    with pytest.raises(ValueError) as err:
+        jaxlab.env.spaces_of("crowd", library=str(header), length=2)
+    assert "declares agents_per_env = 0 (at least 1) in " + expect in str(err.value), str(err.value)
+    with pytest.raises(ValueError) as err:
+        jaxlab.make(str(header), length=2)
+    assert expect in str(err.value), str(err.value)

@@ -264,6 +264,14 @@ def resolve_params(kind: EnvType, params: dict) -> list[float]:
     return values
 
 
+def with_param_values(message: str, kind: EnvType, values: list[float]) -> str:
+    """The C library's ``message`` with "the parameters given" (its words for a spaces function that
+    declared something impossible) followed by the parameter ``values`` (resolve_params' vector), so
+    the user sees which value led there: "(n=0, speed=0.1)"."""
+    given = ", ".join(f"{p.name}={int(v) if p.is_int else v:g}" for p, v in zip(kind.params, values))
+    return message.replace("with the parameters given", f"with the parameters given ({given})", 1)
+
+
 def out_of_range_problem(env: str, param: Param, value: int | float, source: str = "") -> str | None:
     """Why ``value`` of parameter ``param`` of env ``env`` cannot be taken (outside the range its header
     declares, or, for an integer parameter, outside a C int's range: the env converts it with `(int)`, which
@@ -294,7 +302,7 @@ def spaces_of(name: str, library: str | Path | None = None, **params) -> EnvSpac
     err = ctypes.create_string_buffer(library_module.constant("ERROR_LEN"))
     handle = lib.cenv_describe(kind.index, c_params, len(values), err, len(err))
     if not handle:
-        raise ValueError(f"cannot describe env '{name}': {err.value.decode()}")
+        raise ValueError(f"cannot describe env '{name}': {with_param_values(err.value.decode(), kind, values)}")
     try:
         return describe_handle(lib, handle, kind)
     finally:

@@ -28,7 +28,7 @@ import numpy as np
 
 from jaxlab.env import library as libcenv
 from jaxlab.env.buffers import aligned_empty, allocate
-from jaxlab.env.registry import env_type, resolve_params
+from jaxlab.env.registry import env_type, resolve_params, with_param_values
 from jaxlab.env.spaces import Box, Discrete, describe_handle
 
 
@@ -72,7 +72,7 @@ class VecEnv:
         handle = lib.cenv_create(kind.index, self.num_envs, self.seed, c_params, len(values),
                                  self.num_threads, err, len(err))
         if not handle:
-            raise ValueError(f"cannot create env '{name}': {err.value.decode()}")
+            raise ValueError(f"cannot create env '{name}': {with_param_values(err.value.decode(), kind, values)}")
         self._handle = handle
         try:
             self._describe()
