@@ -1065,3 +1065,14 @@ def test_spaces_that_a_parameter_makes_impossible_name_the_parameter_values(user
     with pytest.raises(ValueError) as err:
         jaxlab.make(str(header), length=2)
     assert expect in str(err.value), str(err.value)
+
+
+def test_spaces_of_takes_a_header_path_as_make_does(user_env, tmp_path):
+    """jaxlab.make("path/NAME.h") creates the header's env, but jaxlab.env.spaces_of("path/NAME.h")
+    said "unknown env '/…/NAME.h'; known envs: cartpole, …" of a header that was there. Both now resolve
+    a header path the same way (registry.name_and_library)."""
+    header = stroll_variant(user_env, tmp_path, "pair", "out->agents_per_env = 1;", "out->agents_per_env = 2;")
+    spaces = jaxlab.env.spaces_of(str(header), length=3)
+    assert spaces.agents_per_env == 2 and spaces.action_space.n == 3
+    with jaxlab.make(str(header), num_envs=1, length=3) as env:
+        assert env.num_agents == spaces.agents_per_env and env.name == "pair"

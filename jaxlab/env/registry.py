@@ -290,11 +290,24 @@ def out_of_range_problem(env: str, param: Param, value: int | float, source: str
             f"[{low_text}, {high_text}] (default {param.default_value:g}{as_int}){fix}")
 
 
+def name_and_library(name: str, library: str | Path | None) -> tuple[str, str | Path | None]:
+    """``name`` and ``library`` as env_type takes them: the path of an env header ("~/my_envs/drone.h",
+    no library given) becomes its env's name and the header as library; anything else is unchanged."""
+    if library is not None or not str(name).endswith(".h"):
+        return name, library
+    from jaxlab.env.sdk import header_env
+
+    header = Path(name).expanduser()  # "~/my_envs/drone.h", as on the command line
+    return header_env(header), str(header)
+
+
 def spaces_of(name: str, library: str | Path | None = None, **params) -> EnvSpaces:
-    """The spaces of env ``name`` of ``library`` with env parameters ``params`` (defaults filled),
+    """The spaces of env ``name`` of ``library`` (or of the header whose path ``name`` is, as jaxlab.make
+    takes it) with env parameters ``params`` (defaults filled),
     without creating envs or threads: agents_per_env, observation_space, action_space, has_mask,
     mask_width (see EnvSpaces). Raises like ``jaxlab.make``: ValueError for an unknown env or a value
     out of range, TypeError for an unknown parameter or one of the wrong type."""
+    name, library = name_and_library(name, library)
     kind = env_type(name, library)
     values = resolve_params(kind, params)
     lib = load(kind.library)

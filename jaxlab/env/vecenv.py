@@ -28,7 +28,7 @@ import numpy as np
 
 from jaxlab.env import library as libcenv
 from jaxlab.env.buffers import aligned_empty, allocate
-from jaxlab.env.registry import env_type, resolve_params, with_param_values
+from jaxlab.env.registry import env_type, name_and_library, resolve_params, with_param_values
 from jaxlab.env.spaces import Box, Discrete, describe_handle
 
 
@@ -411,10 +411,6 @@ def make(name: str, num_envs: int = 1, seed: int = 0, num_threads: int = 1, libr
     if python_envs.is_python_env(name):
         return python_envs.make_python_env(name, num_envs=num_envs, seed=seed, num_threads=num_threads,
                                            library=library, mask_check=mask_check, **params)
-    if library is None and str(name).endswith(".h"):
-        from jaxlab.env.sdk import header_env
-
-        header = Path(name).expanduser()  # "~/my_envs/drone.h", as on the command line
-        library, name = str(header), header_env(header)
+    name, library = name_and_library(name, library)
     return VecEnv(name, num_envs=num_envs, seed=seed, num_threads=num_threads, library=library,
                   mask_check=mask_check, **params)
