@@ -995,9 +995,16 @@ def test_a_header_calling_libcs_shared_random_functions_is_refused_naming_the_en
     header.write_text(header.read_text().replace('#include "core.h"', '#include "core.h"\n#include <stdlib.h>', 1))
     with pytest.raises(sdk.BuildError) as err:
         sdk.build_library([header], tmp_path / "libdicey.so")
-    assert "poisoned" in str(err.value), str(err.value)
+    assert "_is_refused_in_env_headers_use_cenv_rng" in str(err.value), str(err.value)
     assert sdk.SHARED_RANDOM_HINT in str(err.value).splitlines()[-2:]
     assert "cenv_rng_below(&env->rng, n)" in sdk.SHARED_RANDOM_HINT
+
+
+def test_a_variable_named_like_a_libc_random_function_still_builds(user_env, tmp_path):
+    """The refusal of rand() and random() is of calls: a variable named `random` is no call of libc's."""
+    header = stroll_variant(user_env, tmp_path, "named", "env->position = cenv_rng_below(&env->rng, 2);",
+                            "int random = cenv_rng_below(&env->rng, 2);\n    env->position = random;")
+    assert sdk.build_library([header], tmp_path / "libnamed.so").is_file()
 
 
 def test_a_header_calling_a_function_of_an_unlinked_library_names_the_function_and_the_fix(user_env, tmp_path):
