@@ -1083,3 +1083,16 @@ def test_spaces_of_takes_a_header_path_as_make_does(user_env, tmp_path):
     assert spaces.agents_per_env == 2 and spaces.action_space.n == 3
     with jaxlab.make(str(header), num_envs=1, length=3) as env:
         assert env.num_agents == spaces.agents_per_env and env.name == "pair"
+
+
+def test_a_misspelt_cenv_env_option_is_named_with_the_options(user_env, tmp_path):
+    """CENV_ENV(..., agent_wait) (for agents_wait) failed with GCC's "expected ',' or '}' before
+    'CENV__MASK_agent_wait'" from inside core.h and a screen of errors that follow from it. The
+    BuildError ends with a line naming the word and the options CENV_ENV takes (read from core.h)."""
+    header = stroll_variant(user_env, tmp_path, "typo", "render,\n         pixels)", "render, agent_wait)")
+    with pytest.raises(sdk.BuildError) as err:
+        sdk.build_library([header], tmp_path / "libtypo.so")
+    last = str(err.value).splitlines()[-1]
+    assert last.startswith("CENV_ENV has no option 'agent_wait': its options are mask, "), last
+    assert {"agents_wait", "reset_agent", "error", "pixels"} <= set(sdk.cenv_env_options())
+    assert sdk.WARNING_AS_ERROR_HINT not in str(err.value)  # its warnings follow from the error

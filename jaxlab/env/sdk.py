@@ -165,11 +165,24 @@ WARNING_AS_ERROR_HINT = ("jaxlab builds env headers with -Wall -Wextra -Werror, 
                          "build: fix what it names (CENV_CFLAGS=-Wno-error builds anyway, as warnings)")
 
 
+def cenv_env_options() -> list[str]:
+    """The option words CENV_ENV takes (mask, reset_agent, …), read from the SDK's core.h, where each
+    has a CENV__INIT_<word> macro."""
+    words = re.findall(r"#define CENV__INIT_(\w+)\(", (include_dir() / "core.h").read_text())
+    return [w for w in words if w != "none"]
+
+
 def _build_hints(messages: str) -> list[str]:
     """Lines that explain what jaxlab itself adds to a failed build's compiler ``messages``: its refused
-    random functions, and warnings made errors (gcc marks them [-Werror=…], clang [-Werror,…])."""
+    random functions, an unknown CENV_ENV option word, and a build stopped by warnings alone, made errors
+    (gcc marks them [-Werror=…], clang [-Werror,…])."""
     hints = [SHARED_RANDOM_HINT] if REFUSED_CALL in messages else []
-    if "[-Werror" in messages:
+    unknown = sorted(set(re.findall(r"CENV__(?:MASK|WRAP|INIT)_(\w+)", messages)) - set(cenv_env_options()))
+    if unknown:  # CENV_ENV pastes each option word into a macro name: an unknown word is a syntax error
+        hints.append(f"CENV_ENV has no option {', '.join(map(repr, unknown))}: its options are "
+                     f"{', '.join(cenv_env_options())} (BUILD.md, \"The env contract\")")
+    errors = [line for line in messages.splitlines() if "error:" in line]
+    if errors and all("[-Werror" in line for line in errors):  # warnings alone stopped it
         hints.append(WARNING_AS_ERROR_HINT)
     return hints
 
