@@ -1096,3 +1096,20 @@ def test_a_misspelt_cenv_env_option_is_named_with_the_options(user_env, tmp_path
     assert last.startswith("CENV_ENV has no option 'agent_wait': its options are mask, "), last
     assert {"agents_wait", "reset_agent", "error", "pixels"} <= set(sdk.cenv_env_options())
     assert sdk.WARNING_AS_ERROR_HINT not in str(err.value)  # its warnings follow from the error
+
+
+def test_an_overrun_in_the_reset_agent_hook_names_the_hook_with_the_step(tmp_path):
+    """A reset_agent hook that wrote past its rows was reported 'in step 2' alone, so the user looked for
+    it in the step function, which was right; the hook runs in the same C call when agents end. The
+    message names the hook with the step when agents ended in it."""
+    import agent_ends
+    text = agent_ends.header("relay_respawn").replace(
+        "    env->alive[a] = 1;\n",
+        "    env->alive[a] = 1;\n    if (env->finished[a] > 0) env->rewards[env->agents] = 0.5f; /* past */\n")
+    (tmp_path / "relay_respawn.h").write_text(text)
+    with pytest.raises(jaxlab.sdk.OverrunError) as err:
+        jaxlab.sdk.check_overruns(str(tmp_path / "relay_respawn.h"), seeds=(0,), steps=10)
+    message = str(err.value)
+    assert "past the end of its reward rows" in message, message
+    assert ("in step 2 (its step, or its reset_agent hook, which ran in the same step for the agents that "
+            "ended)") in message, message
