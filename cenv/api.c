@@ -74,6 +74,7 @@ typedef struct {
     int64_t env;
     int ended;   /* what its step returned */
     int flagged; /* agents with a terminal or truncation flag (or the agent with both) */
+    int waiting_flagged; /* agents waiting for the env's reset (agents_wait) that its step flagged */
 } cenv_breach;
 
 typedef struct {
@@ -190,13 +191,14 @@ typedef struct {
     int chunk;
 } cenv_end_ctx;
 
-static int breach(cenv_vec *vec, int chunk, int kind, int64_t env, int ended, int flagged) {
+static int breach(cenv_vec *vec, int chunk, int kind, int64_t env, int ended, int flagged, int waiting_flagged) {
     cenv_breach *b = &vec->chunk_breach[chunk];
     if (b->kind == BREACH_NONE) {
         b->kind = kind;
         b->env = env;
         b->ended = ended;
         b->flagged = flagged;
+        b->waiting_flagged = waiting_flagged;
     }
     return 1;
 }
@@ -214,10 +216,11 @@ static int after_step(void *ctx, int64_t index, int ended) {
     int64_t a0 = index * apa;
     uint8_t *terminals = vec->terminals + a0, *truncations = vec->truncations + a0;
     uint8_t *active = vec->active == NULL ? NULL : vec->active + a0;
-    int flagged = 0, waiting = 0;
-    if (ended < 0) return breach(vec, end->chunk, BREACH_FAILED, index, ended, 0); /* the env says it broke */
+    int flagged = 0, waiting = 0, waiting_flagged = 0;
+    if (ended < 0) return breach(vec, end->chunk, BREACH_FAILED, index, ended, 0, 0); /* the env says it broke */
     for (int a = 0; a < apa; a++) {
         if (active != NULL && !active[a]) { /* waits for the env's reset: its rows are not the env's */
+            waiting_flagged += (terminals[a] | truncations[a]) != 0; /* cleared before the step: the env's */
             vec->rewards[a0 + a] = 0.0f;
             terminals[a] = 1;
             truncations[a] = 0;
@@ -226,13 +229,13 @@ static int after_step(void *ctx, int64_t index, int ended) {
             waiting++;
             continue;
         }
-        if (terminals[a] && truncations[a]) return breach(vec, end->chunk, BREACH_BOTH_FLAGS, index, ended, a);
+        if (terminals[a] && truncations[a]) return breach(vec, end->chunk, BREACH_BOTH_FLAGS, index, ended, a, 0);
         flagged += (terminals[a] | truncations[a]) != 0;
     }
-    if (flagged != ended) return breach(vec, end->chunk, BREACH_COUNT, index, ended, flagged);
+    if (flagged != ended) return breach(vec, end->chunk, BREACH_COUNT, index, ended, flagged, waiting_flagged);
     if (ended == 0) return 0;
     if (flagged + waiting < apa && spec->reset_agent == NULL && !spec->agents_wait)
-        return breach(vec, end->chunk, BREACH_PARTIAL_END, index, ended, flagged);
+        return breach(vec, end->chunk, BREACH_PARTIAL_END, index, ended, flagged, 0);
     if (vec->final_obs != NULL) {
         for (int a = 0; a < apa; a++) {
             if (active != NULL && !active[a]) continue;
@@ -821,6 +824,14 @@ static void describe_breach(cenv_vec *vec, const cenv_breach *b) {
                   "env '%s' #%lld broke the step contract at step %lld: agent %d (row %lld) has both "
                   "terminal and truncation set; an ending episode is one or the other (see BUILD.md)",
                   name, (long long)b->env, (long long)vec->steps, b->flagged, (long long)(b->env * apa + b->flagged));
+    } else if (b->kind == BREACH_COUNT && b->waiting_flagged > 0) {
+        set_error(vec->error, CENV_ERROR_LEN,
+                  "env '%s' #%lld broke the step contract at step %lld: its step returned %d but %d of its "
+                  "acting agents have a terminal or truncation flag, and %d of its agents that wait for the "
+                  "env's reset (option agents_wait) have one too: an agent that ended waits until every agent "
+                  "has ended; its step must neither end it again nor count it (skip waiting agents; see "
+                  "BUILD.md)",
+                  name, (long long)b->env, (long long)vec->steps, b->ended, b->flagged, b->waiting_flagged);
     } else if (b->kind == BREACH_COUNT) {
         set_error(vec->error, CENV_ERROR_LEN,
                   "env '%s' #%lld broke the step contract at step %lld: its step returned %d but %d of its "

@@ -90,3 +90,25 @@ def test_a_waiting_agent_survives_a_checkpoint(library):
             for x, y in zip(out_a[:4], out_b[:4]):
                 np.testing.assert_array_equal(x, y)
             np.testing.assert_array_equal(a.active, b.active)
+
+
+def test_a_step_that_ends_a_waiting_agent_again_is_told_so_not_only_that_its_count_differs(tmp_path):
+    """An agents_wait env whose step forgot to skip waiting agents (it flagged and counted them again) was
+    told 'its step returned 1 but 0 of its acting agents have a terminal or truncation flag': the flag it
+    set was on a waiting agent, which the message did not mention. It now says how many waiting agents
+    the step flagged and that a waiting agent must neither end again nor be counted."""
+    import agent_ends
+    text = agent_ends.header("relay_wait").replace(
+        "if (!env->alive[a]) continue;", "if (!env->alive[a]) { env->terminals[a] = 1; ended += 1; continue; }")
+    (tmp_path / "relay_wait.h").write_text(text)
+    library = str(agent_ends.build_library([tmp_path / "relay_wait.h"], tmp_path / "librelaywait.so"))
+    with jaxlab.make("relay_wait", num_envs=1, library=library) as env:
+        env.reset()
+        env.step(np.zeros(3, np.int32))
+        env.step(np.zeros(3, np.int32))  # agent 0 ends and waits
+        with pytest.raises(RuntimeError) as err:
+            env.step(np.zeros(3, np.int32))  # its step flags agent 0 again and counts it
+    message = str(err.value)
+    assert "its step returned 1 but 0 of its acting agents have a terminal or truncation flag" in message
+    assert "1 of its agents that wait for the env's reset (option agents_wait) have one too" in message
+    assert "its step must neither end it again nor count it" in message

@@ -229,6 +229,25 @@ def test_mask_check_off_steps_whatever_it_is_given(library):
     assert rewards == [0.0, 0.0, 1.0]  # illegal actions stepped (and not rewarded)
 
 
+def test_with_mask_check_off_the_policys_action_for_an_empty_mask_row_is_named_as_that(library):
+    """With mask_check off, an env whose mask row allowed nothing got the policy's action -1 (NO_ACTION)
+    for that agent, and the step said 'agent 0 has action -1, out of range for Discrete(3)', as if the
+    policy were broken. The message names the empty mask row as the cause."""
+    from jaxlab.agent.distributions import NO_ACTION
+    with jaxlab.make("gated", num_envs=1, library=library, closed=2, mask_check="off") as env:
+        env.reset()
+        env.step(np.zeros(1, np.int32))
+        env.step(np.ones(1, np.int32))
+        assert not env.action_mask.any()
+        with pytest.raises(ValueError) as caught:
+            env.step(np.full(1, NO_ACTION, np.int32))
+        message = str(caught.value)
+        assert message.startswith("agent 0 has action -1: its action mask row allows no action (all 0)"), message
+        assert "the env 'gated' must leave every acting agent at least one legal action" in message
+        with pytest.raises(ValueError, match=r"agent 0 has action 3, out of range for Discrete\(3\)"):
+            env.step(np.full(1, 3, np.int32))  # out of range, mask or not: the old message
+
+
 # `broken`: a step that returns a negative number says the env found itself broken; with the `error`
 # option its own message is the error (env 1 breaks at the tick given by set_state). `mute` does the
 # same without the option.

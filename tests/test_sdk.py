@@ -1069,3 +1069,133 @@ def test_every_form_that_names_a_header_reads_its_toml(user_env, tmp_path, capsy
     assert (f"jaxlab: warning: {beside} sets env.length = 10 (played: 12): eval plays the env parameters the "
             "checkpoint was trained with, not the file's; to play the file's, pass --env.length 10"
             ) in capsys.readouterr().err.splitlines()
+
+
+@pytest.mark.parametrize("call", ["rand() % 2", "(int)(random() % 2)"])
+def test_a_header_calling_libcs_shared_random_functions_is_refused_naming_the_envs_own_stream(user_env, tmp_path,
+                                                                                             call):
+    """rand() compiled and trained: every env and thread drew from libc's one hidden state, so the env
+    ignored its seed, differed between thread counts and resumed from a checkpoint otherwise, with no
+    word. The build refuses a header that calls one of libc's shared random functions, naming the fix."""
+    header = stroll_variant(user_env, tmp_path, "dicey", "cenv_rng_below(&env->rng, 2)", call)
+    header.write_text(header.read_text().replace('#include "core.h"', '#include "core.h"\n#include <stdlib.h>', 1))
+    with pytest.raises(sdk.BuildError) as err:
+        sdk.build_library([header], tmp_path / "libdicey.so")
+    assert "_is_refused_in_env_headers_use_cenv_rng" in str(err.value), str(err.value)
+    assert sdk.SHARED_RANDOM_HINT in str(err.value).splitlines()[-2:]
+    assert "cenv_rng_below(&env->rng, n)" in sdk.SHARED_RANDOM_HINT
+
+
+def test_a_variable_named_like_a_libc_random_function_still_builds(user_env, tmp_path):
+    """The refusal of rand() and random() is of calls: a variable named `random` is no call of libc's."""
+    header = stroll_variant(user_env, tmp_path, "named", "env->position = cenv_rng_below(&env->rng, 2);",
+                            "int random = cenv_rng_below(&env->rng, 2);\n    env->position = random;")
+    assert sdk.build_library([header], tmp_path / "libnamed.so").is_file()
+
+
+def test_a_header_calling_a_function_of_an_unlinked_library_names_the_function_and_the_fix(user_env, tmp_path):
+    """A header that calls a graphics library's function (declared by its header, here by hand) compiles
+    and links (a shared library may leave symbols undefined), then failed to load with 'an env library is
+    a shared library built by `jaxlab build-env HEADER.h -o LIB.so`', which it was. The message names the
+    function and says an env may use libc, libm and pthreads alone."""
+    header = stroll_variant(user_env, tmp_path, "windowed", "static void stroll_init(", "void InitWindow(int w, int h, "
+                            "const char *title);\nstatic void stroll_init(")
+    header.write_text(header.read_text().replace("env->length = (int)params[0];",
+                                                 "env->length = (int)params[0];\n    if (env->length < 0) "
+                                                 "InitWindow(1, 1, \"x\");", 1))
+    with pytest.raises(jaxlab.env.library.LibraryError) as err:
+        jaxlab.make(str(header))
+    message = str(err.value)
+    assert "its env calls InitWindow, which no library jaxlab links provides (libc, libm and pthreads alone)" in message
+    assert "build-env HEADER.h -o LIB.so" not in message
+    result = jaxlab_cli("envs", "--library", str(header))
+    assert result.returncode == 2 and "its env calls InitWindow" in result.stderr, result.stderr
+
+
+def test_a_header_that_only_warns_is_told_that_jaxlab_makes_warnings_errors_and_how_to_build_anyway(user_env,
+                                                                                                   tmp_path):
+    """A header with an unused variable failed with the compiler's 'all warnings being treated as errors'
+    and nothing from jaxlab: the user saw no error of theirs and no word of the -Werror jaxlab adds. The
+    BuildError ends with a line saying so, with the fix and CENV_CFLAGS=-Wno-error; CENV_CFLAGS=-Wno-error
+    then builds it."""
+    header = stroll_variant(user_env, tmp_path, "loose", "env->length = (int)params[0];",
+                            "int unused_count;\n    env->length = (int)params[0];")
+    with pytest.raises(sdk.BuildError) as err:
+        sdk.build_library([header], tmp_path / "libloose.so")
+    assert "unused" in str(err.value) and str(err.value).splitlines()[-1] == sdk.WARNING_AS_ERROR_HINT
+    assert "CENV_CFLAGS=-Wno-error" in sdk.WARNING_AS_ERROR_HINT
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CENV_CFLAGS", "-Wno-error")
+        assert sdk.build_library([header], tmp_path / "libloose.so").is_file()
+
+
+def test_an_integer_parameter_beyond_a_c_int_is_refused_even_when_its_range_allows_it(user_env, tmp_path):
+    """An integer parameter declared up to INFINITY took max_steps=2**40: the env's `(int)params[1]` is
+    undefined beyond a C int and gave INT_MIN here, so every episode was truncated at its first step with
+    no word. A value of an integer parameter outside a C int's range is refused, naming the range."""
+    header = stroll_variant(user_env, tmp_path, "endless", '{"max_steps", 64, 1, 1e9, 1,',
+                            '{"max_steps", 64, 1, 1e300, 1,')
+    with pytest.raises(ValueError, match=r"endless' parameter max_steps=1099511627776 is out of range: it must be in "
+                                         r"\[1, 2147483647\] \(default 64; an integer parameter is a C int\)"):
+        jaxlab.make(str(header), max_steps=2**40)
+    with jaxlab.make(str(header), num_envs=1, max_steps=2**31 - 1) as env:  # the largest C int works
+        env.reset()
+        assert not env.step(np.ones(1, np.int32))[3].any()
+    result = jaxlab_cli("train", str(header), "--env.max-steps", str(2**40), "--run-dir", str(tmp_path / "run"))
+    assert result.returncode == 2 and "an integer parameter is a C int" in result.stderr, result.stderr
+
+
+def test_spaces_that_a_parameter_makes_impossible_name_the_parameter_values(user_env, tmp_path):
+    """A spaces function whose agent count is a parameter (agents_per_env = (int)params[0]) with a range
+    that lets it be 0 was refused 'with the parameters given', which did not say which values those
+    were; the message now lists them, so the parameter at fault (and the range to fix) shows."""
+    header = stroll_variant(user_env, tmp_path, "crowd", "out->agents_per_env = 1;",
+                            "out->agents_per_env = (int)params[0] - 2;")
+    expect = "crowd_spaces() with the parameters given (length=2, max_steps=64, step_cost=0.01); fix that"
+    with pytest.raises(ValueError) as err:
+        jaxlab.env.spaces_of("crowd", library=str(header), length=2)
+    assert "declares agents_per_env = 0 (at least 1) in " + expect in str(err.value), str(err.value)
+    with pytest.raises(ValueError) as err:
+        jaxlab.make(str(header), length=2)
+    assert expect in str(err.value), str(err.value)
+
+
+def test_spaces_of_takes_a_header_path_as_make_does(user_env, tmp_path):
+    """jaxlab.make("path/NAME.h") creates the header's env, but jaxlab.env.spaces_of("path/NAME.h")
+    said "unknown env '/…/NAME.h'; known envs: cartpole, …" of a header that was there. Both now resolve
+    a header path the same way (registry.name_and_library)."""
+    header = stroll_variant(user_env, tmp_path, "pair", "out->agents_per_env = 1;", "out->agents_per_env = 2;")
+    spaces = jaxlab.env.spaces_of(str(header), length=3)
+    assert spaces.agents_per_env == 2 and spaces.action_space.n == 3
+    with jaxlab.make(str(header), num_envs=1, length=3) as env:
+        assert env.num_agents == spaces.agents_per_env and env.name == "pair"
+
+
+def test_a_misspelt_cenv_env_option_is_named_with_the_options(user_env, tmp_path):
+    """CENV_ENV(..., agent_wait) (for agents_wait) failed with GCC's "expected ',' or '}' before
+    'CENV__MASK_agent_wait'" from inside core.h and a screen of errors that follow from it. The
+    BuildError ends with a line naming the word and the options CENV_ENV takes (read from core.h)."""
+    header = stroll_variant(user_env, tmp_path, "typo", "render,\n         pixels)", "render, agent_wait)")
+    with pytest.raises(sdk.BuildError) as err:
+        sdk.build_library([header], tmp_path / "libtypo.so")
+    last = str(err.value).splitlines()[-1]
+    assert last.startswith("CENV_ENV has no option 'agent_wait': its options are mask, "), last
+    assert {"agents_wait", "reset_agent", "error", "pixels"} <= set(sdk.cenv_env_options())
+    assert sdk.WARNING_AS_ERROR_HINT not in str(err.value)  # its warnings follow from the error
+
+
+def test_an_overrun_in_the_reset_agent_hook_names_the_hook_with_the_step(tmp_path):
+    """A reset_agent hook that wrote past its rows was reported 'in step 2' alone, so the user looked for
+    it in the step function, which was right; the hook runs in the same C call when agents end. The
+    message names the hook with the step when agents ended in it."""
+    import agent_ends
+    text = agent_ends.header("relay_respawn").replace(
+        "    env->alive[a] = 1;\n",
+        "    env->alive[a] = 1;\n    if (env->finished[a] > 0) env->rewards[env->agents] = 0.5f; /* past */\n")
+    (tmp_path / "relay_respawn.h").write_text(text)
+    with pytest.raises(jaxlab.sdk.OverrunError) as err:
+        jaxlab.sdk.check_overruns(str(tmp_path / "relay_respawn.h"), seeds=(0,), steps=10)
+    message = str(err.value)
+    assert "past the end of its reward rows" in message, message
+    assert ("in step 2 (its step, or its reset_agent hook, which ran in the same step for the agents that "
+            "ended)") in message, message

@@ -19,6 +19,7 @@ import ctypes
 import functools
 import importlib.machinery
 import os
+import re
 from pathlib import Path
 
 ABI_VERSION = 5
@@ -103,6 +104,19 @@ def load(path: str | Path | None = None) -> ctypes.CDLL:
     return _load(None if path is None else str(Path(path).absolute()))
 
 
+def _unloadable(file: Path, err: OSError) -> str:
+    """Why the dynamic loader refused ``file``, with the fix. A library built from a header that calls a
+    function of a library jaxlab does not link (a graphics library's, say) builds, and fails here."""
+    missing = re.search(r"undefined symbol: (\S+)", str(err))
+    if missing:
+        return (f"cannot load env library {file}: its env calls {missing.group(1)}, which no library jaxlab links "
+                f"provides (libc, libm and pthreads alone); an env header may use only those: remove the call (a "
+                f"graphics library has no place in an env: draw its pictures in the `pixels` hook with the SDK's "
+                f"draw.h) and build it again")
+    return (f"cannot load env library {file}: {err}; an env library is a shared library built by "
+            "`jaxlab build-env HEADER.h -o LIB.so` (or give the env header NAME.h itself)")
+
+
 @functools.lru_cache(maxsize=None)
 def _load(path: str | None) -> ctypes.CDLL:
     builtin = path is None
@@ -118,8 +132,7 @@ def _load(path: str | None) -> ctypes.CDLL:
     try:
         lib = ctypes.CDLL(str(file))
     except OSError as err:
-        raise LibraryError(f"cannot load env library {file}: {err}; an env library is a shared library built by "
-                           "`jaxlab build-env HEADER.h -o LIB.so` (or give the env header NAME.h itself)") from None
+        raise LibraryError(_unloadable(file, err)) from None
     try:
         lib.cenv_abi_version.restype = c_int
         lib.cenv_abi_version.argtypes = []

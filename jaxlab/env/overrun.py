@@ -45,7 +45,7 @@ def check_overruns(env: str, seeds: tuple[int, ...] = (0, 1, 2), steps: int = 30
             _checked(vec, "its reset", vec.reset)
             for step in range(1, steps + 1):
                 actions = _random_actions(vec, rng)
-                _checked(vec, f"step {step}", lambda: vec.step(actions))
+                _checked(vec, lambda: _step_call(vec, step), lambda: vec.step(actions))
 
 
 def _guard_bytes(vec) -> int:
@@ -63,9 +63,22 @@ def _random_actions(vec, rng: np.random.Generator) -> np.ndarray:
     return vec.action_space.sample(rng, vec.num_agents)
 
 
-def _checked(vec, call: str, run) -> None:
-    """Runs ``run`` (a reset or step of ``vec``), then raises OverrunError when a guard changed; an error of
-    the call itself is raised after that check (an overrun explains it better)."""
+def _step_call(vec, step: int) -> str:
+    """What ran in step ``step`` of ``vec``, just stepped: the env's step, and when agents ended in it, the
+    hook the vectorized layer called for them in the same C call (an overrun there shows in this step)."""
+    ended = vec.terminals | vec.truncations
+    if vec.active is not None:
+        ended = ended & vec.active  # a waiting agent reports terminal 1 without ending again
+    if not ended.any():  # (an agent that ended and now waits is inactive: nothing ran for it)
+        return f"step {step}"
+    hook = "its reset_agent hook" if vec.kind.has("reset_agent") else "its reset"
+    return f"step {step} (its step, or {hook}, which ran in the same step for the agents that ended)"
+
+
+def _checked(vec, call, run) -> None:
+    """Runs ``run`` (a reset or step of ``vec``), then raises OverrunError when a guard changed, naming
+    ``call`` (a string, or a function giving one after the run); an error of the call itself is raised
+    after that check (an overrun explains it better)."""
     try:
         run()
     except (RuntimeError, ValueError) as err:
@@ -74,7 +87,7 @@ def _checked(vec, call: str, run) -> None:
         failure = None
     damage = damaged_guards(vec.buffers)
     if damage:
-        raise OverrunError(_overrun_message(vec, call, *damage[0])) from failure
+        raise OverrunError(_overrun_message(vec, call if isinstance(call, str) else call(), *damage[0])) from failure
     if failure is not None:
         raise failure
 

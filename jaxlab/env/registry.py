@@ -130,6 +130,9 @@ def _env_types(file: str | None) -> dict[str, EnvType]:
 
 #: Names no env parameter may have: jaxlab.make's own arguments, and the [env] keys that are not
 #: parameters (config.schema.ENV_KEYS): a parameter so named could never be set.
+#: The range of a C int: an integer parameter's value must lie in it, whatever its header's bounds (an env
+#: reads it with `(int)params[i]`, undefined for a double beyond it).
+INT_MIN, INT_MAX = -2**31, 2**31 - 1
 RESERVED_PARAM_NAMES = ("name", "num_envs", "seed", "num_threads", "library", "mask_check")
 _PARAM_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -263,21 +266,50 @@ def resolve_params(kind: EnvType, params: dict) -> list[float]:
     return values
 
 
+def with_param_values(message: str, kind: EnvType, values: list[float]) -> str:
+    """The C library's ``message`` with "the parameters given" (its words for a spaces function that
+    declared something impossible) followed by the parameter ``values`` (resolve_params' vector), so
+    the user sees which value led there: "(n=0, speed=0.1)"."""
+    given = ", ".join(f"{p.name}={int(v) if p.is_int else v:g}" for p, v in zip(kind.params, values))
+    return message.replace("with the parameters given", f"with the parameters given ({given})", 1)
+
+
 def out_of_range_problem(env: str, param: Param, value: int | float, source: str = "") -> str | None:
     """Why ``value`` of parameter ``param`` of env ``env`` cannot be taken (outside the range its header
-    declares), naming ``source`` (the file that set it) when given; None when it is in range."""
-    if param.low <= value <= param.high:
+    declares, or, for an integer parameter, outside a C int's range: the env converts it with `(int)`, which
+    is undefined beyond it and gave INT_MIN here), naming ``source`` (the file that set it) when given; None
+    when it is in range."""
+    low, high = param.low, param.high
+    if param.is_int:
+        low, high = max(low, INT_MIN), min(high, INT_MAX)
+    if low <= value <= high:
         return None
     where, fix = (f" in {source}", "; fix it there") if source else ("", "")
+    as_int = "; an integer parameter is a C int" if (low, high) != (param.low, param.high) else ""
+    low_text = f"{low:g}" if low == param.low else str(low)  # a C int's bound in full, not 2.14748e+09
+    high_text = f"{high:g}" if high == param.high else str(high)
     return (f"env '{env}' parameter {param.name}={value}{where} is out of range: it must be in "
-            f"[{param.low:g}, {param.high:g}] (default {param.default_value:g}){fix}")
+            f"[{low_text}, {high_text}] (default {param.default_value:g}{as_int}){fix}")
+
+
+def name_and_library(name: str, library: str | Path | None) -> tuple[str, str | Path | None]:
+    """``name`` and ``library`` as env_type takes them: the path of an env header ("~/my_envs/drone.h",
+    no library given) becomes its env's name and the header as library; anything else is unchanged."""
+    if library is not None or not str(name).endswith(".h"):
+        return name, library
+    from jaxlab.env.sdk import header_env
+
+    header = Path(name).expanduser()  # "~/my_envs/drone.h", as on the command line
+    return header_env(header), str(header)
 
 
 def spaces_of(name: str, library: str | Path | None = None, **params) -> EnvSpaces:
-    """The spaces of env ``name`` of ``library`` with env parameters ``params`` (defaults filled),
+    """The spaces of env ``name`` of ``library`` (or of the header whose path ``name`` is, as jaxlab.make
+    takes it) with env parameters ``params`` (defaults filled),
     without creating envs or threads: agents_per_env, observation_space, action_space, has_mask,
     mask_width (see EnvSpaces). Raises like ``jaxlab.make``: ValueError for an unknown env or a value
     out of range, TypeError for an unknown parameter or one of the wrong type."""
+    name, library = name_and_library(name, library)
     kind = env_type(name, library)
     values = resolve_params(kind, params)
     lib = load(kind.library)
@@ -285,7 +317,7 @@ def spaces_of(name: str, library: str | Path | None = None, **params) -> EnvSpac
     err = ctypes.create_string_buffer(library_module.constant("ERROR_LEN"))
     handle = lib.cenv_describe(kind.index, c_params, len(values), err, len(err))
     if not handle:
-        raise ValueError(f"cannot describe env '{name}': {err.value.decode()}")
+        raise ValueError(f"cannot describe env '{name}': {with_param_values(err.value.decode(), kind, values)}")
     try:
         return describe_handle(lib, handle, kind)
     finally:

@@ -28,7 +28,7 @@ import numpy as np
 
 from jaxlab.env import library as libcenv
 from jaxlab.env.buffers import aligned_empty, allocate
-from jaxlab.env.registry import env_type, resolve_params
+from jaxlab.env.registry import env_type, name_and_library, resolve_params, with_param_values
 from jaxlab.env.spaces import Box, Discrete, describe_handle
 
 
@@ -72,7 +72,7 @@ class VecEnv:
         handle = lib.cenv_create(kind.index, self.num_envs, self.seed, c_params, len(values),
                                  self.num_threads, err, len(err))
         if not handle:
-            raise ValueError(f"cannot create env '{name}': {err.value.decode()}")
+            raise ValueError(f"cannot create env '{name}': {with_param_values(err.value.decode(), kind, values)}")
         self._handle = handle
         try:
             self._describe()
@@ -236,9 +236,23 @@ class VecEnv:
                                  f"numbers (they are clipped to {self.action_space})")
             n = (self.action_space.n if isinstance(self.action_space, Discrete)
                  else self.action_space.nvec[comp.value])
+            if value.value == -1 and self._mask_row_is_empty(agent.value, comp.value):  # the policy's NO_ACTION
+                raise ValueError(f"{where} has action {int(value.value)}: its action mask row allows no action "
+                                 f"(all 0), so the policy had none to choose; the env '{self.name}' must leave "
+                                 f"every acting agent at least one legal action (with mask_check 'strict', the "
+                                 f"default, the step names such a row itself)")
             raise ValueError(f"{where} has action {int(value.value)}, out of range for "
                              f"{self.action_space}: it must be in [0, {n - 1}]")
         raise RuntimeError(f"cenv {what} failed ({rc}): {self._lib.cenv_error(self._handle).decode()}")
+
+    def _mask_row_is_empty(self, agent: int, component: int) -> bool:
+        """Whether ``agent``'s action mask allows nothing in ``component`` (its slice of the [A, sum(nvec)]
+        mask); False without a mask. A policy acts -1 there (jaxlab.agent.distributions.NO_ACTION)."""
+        if self.action_mask is None:
+            return False
+        nvec = [self.action_space.n] if isinstance(self.action_space, Discrete) else list(self.action_space.nvec)
+        start = int(sum(nvec[:component]))
+        return not self.action_mask[agent, start:start + int(nvec[component])].any()
 
     def render(self, index: int = 0) -> str | None:
         """A text frame of env ``index`` as its C render hook draws it, or None when the env has no
@@ -397,10 +411,6 @@ def make(name: str, num_envs: int = 1, seed: int = 0, num_threads: int = 1, libr
     if python_envs.is_python_env(name):
         return python_envs.make_python_env(name, num_envs=num_envs, seed=seed, num_threads=num_threads,
                                            library=library, mask_check=mask_check, **params)
-    if library is None and str(name).endswith(".h"):
-        from jaxlab.env.sdk import header_env
-
-        header = Path(name).expanduser()  # "~/my_envs/drone.h", as on the command line
-        library, name = str(header), header_env(header)
+    name, library = name_and_library(name, library)
     return VecEnv(name, num_envs=num_envs, seed=seed, num_threads=num_threads, library=library,
                   mask_check=mask_check, **params)
