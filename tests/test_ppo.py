@@ -125,6 +125,29 @@ def test_a_minibatch_of_one_sample_is_not_normalised():
         assert float(grad[0, 0]) == pytest.approx(-3.0)
 
 
+def test_a_minibatch_of_one_active_sample_among_waiting_ones_is_not_normalised():
+    # [T=2, B=2], only step 0 of sequence 0 acted (weight 1); the waiting steps' advantages (100, -50, 7)
+    # count for nothing. The guard counted 4 samples and normalised: (3 - 3) / (0 + 1e-8) = 0, no gradient.
+    # Counted by weight, the one active advantage, 3, is kept: policy max(-3 * 1.1, -3 * clip(1.1)) = -3.3
+    # over 1 active sample, and d policy / d new_logp = -3 * ratio = -3 at new_logp 0.
+    advantages = jnp.array([[3.0, 100.0], [-50.0, 7.0]])
+    one_active = jnp.array([[1, 0], [0, 0]], bool)
+
+    def policy_loss(new_logp, weights):
+        return ppo.ppo_loss(new_logp, jnp.zeros((2, 2)), jnp.zeros((2, 2)), jnp.zeros((2, 2)), jnp.zeros((2, 2)),
+                            advantages, jnp.zeros((2, 2)), clip_coef=0.2, vf_coef=0.5, vf_clip_coef=0.0,
+                            ent_coef=0.0, norm_adv=True, weights=weights).policy
+
+    assert float(policy_loss(jnp.full((2, 2), jnp.log(1.1)), one_active)) == pytest.approx(-3.3)
+    grad = jax.grad(policy_loss)(jnp.zeros((2, 2)), one_active)
+    np.testing.assert_allclose(np.asarray(grad), [[-3.0, 0.0], [0.0, 0.0]], rtol=1e-6)
+    # two active samples (3 and 100) are normalised over those two: mean 51.5, std 48.5, so -k and k with
+    # k = 48.5 / (48.5 + 1e-8); ratios 1.1 and 0.9: max(1.1k, 1.1k) and max(-0.9k, -0.9k), mean 0.1k
+    two_active = jnp.array([[1, 1], [0, 0]], bool)
+    new_logp = jnp.log(jnp.array([[1.1, 0.9], [1.0, 1.0]]))
+    assert float(policy_loss(new_logp, two_active)) == pytest.approx(0.1, rel=1e-5)
+
+
 def test_explained_variance():
     returns = jnp.array([1.0, 2.0, 3.0, 4.0])
     assert float(ppo.explained_variance(returns, returns)) == 1.0

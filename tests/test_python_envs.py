@@ -1301,3 +1301,123 @@ def test_a_space_jaxlab_does_not_take_comes_with_a_recipe_that_works():
 
     assert _how_to_wrap("pettingzoo:my_envs", "supersuit.flatten_v0") == (
         "make your parallel_env() return the env wrapped, e.g. supersuit.flatten_v0(env)")
+
+
+class Guarded(gym.Env):
+    """Actions Discrete(4) (MultiDiscrete([3, 4]) with multi=True) of which two per component are legal,
+    drawn at every reset and step and given as the "action_mask" of a Dict observation (the layout of
+    masked PettingZoo envs), whose "observation" is [the mask as floats..., t]. A legal action earns 1; an
+    illegal one -1, ends the episode and is counted in ``illegal`` (over all instances, as ``steps``).
+    Episodes end at step 6."""
+
+    illegal = steps = 0
+
+    def __init__(self, multi=False):
+        self.nvec = (3, 4) if multi else (4,)
+        self.action_space = gym.spaces.MultiDiscrete(self.nvec) if multi else gym.spaces.Discrete(4)
+        width = sum(self.nvec)
+        self.observation_space = gym.spaces.Dict({"observation": gym.spaces.Box(0, 6, (width + 1,), np.float32),
+                                                  "action_mask": gym.spaces.MultiBinary(width)})
+
+    def _obs(self):
+        self.mask = [np.isin(np.arange(n), self.np_random.choice(n, 2, replace=False)) for n in self.nvec]
+        flat = np.concatenate(self.mask).astype(np.int8)
+        return {"observation": np.append(flat, self.t).astype(np.float32), "action_mask": flat}
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        type(self).steps += 1
+        legal = all(m[a] for m, a in zip(self.mask, np.atleast_1d(action)))
+        type(self).illegal += not legal
+        return self._obs(), 1.0 if legal else -1.0, self.t == 6 or not legal, False, {}
+
+
+GUARDED = "JaxlabTest/Guarded-v0"
+if GUARDED not in gym.registry:
+    gym.register(GUARDED, entry_point=Guarded, disable_env_checker=True)
+
+
+@pytest.mark.parametrize("multi", [False, True])
+def test_a_gymnasium_dict_of_observation_and_action_mask_is_read_as_pettingzoos(multi):
+    """Such an env was refused, with a FlattenObservation recipe that would make the mask one more input
+    and drop the masking. Its "observation" fills observations and final_observations, its "action_mask"
+    the mask rows, checked strictly."""
+    from jaxlab.env.spaces import legal_argmax
+
+    width = 7 if multi else 4
+    with jaxlab.make(f"gymnasium:{GUARDED}", num_envs=3, multi=multi) as env:
+        assert env.kind.has("mask") and env.has_mask and env.observation_space.shape == (width + 1,)
+        obs = env.reset()
+        assert env.action_mask.shape == (3, width) and (obs[:, -1] == 0).all()
+        np.testing.assert_array_equal(env.action_mask, obs[:, :width] > 0)
+        for t in range(1, 7):
+            actions = legal_argmax(env.action_space, env.action_mask, np.ones((3, width)))
+            obs, rewards, terminals, *_ = env.step(actions)
+            np.testing.assert_array_equal(rewards, np.ones(3))
+            np.testing.assert_array_equal(env.action_mask, obs[:, :width] > 0)
+            assert terminals.all() == (t == 6) and (obs[:, -1] == t % 6).all()
+        np.testing.assert_array_equal(env.final_observations[:, -1], np.full(3, 6))
+        illegal = legal_argmax(env.action_space, ~env.action_mask, np.ones((3, width)))
+        with pytest.raises(ValueError, match=r"#0 agent 0 \(row 0\) at step 6: action \d( component 0)? is not "
+                                                   r"legal under its mask"):
+            env.step(illegal)
+    assert spaces_of(f"gymnasium:{GUARDED}", multi=multi).mask_width == width
+    with jaxlab.make(f"gymnasium:{GUARDED}", num_envs=3, multi=multi, mask_check="off") as env:
+        env.reset()
+        before = Guarded.illegal
+        _, rewards, terminals, *_ = env.step(legal_argmax(env.action_space, ~env.action_mask, np.ones((3, width))))
+        assert Guarded.illegal == before + 3 and (rewards == -1).all() and terminals.all()
+
+
+def test_training_on_a_masked_gymnasium_env_never_takes_an_illegal_action():
+    """With the mask check off, only the policy's masking keeps the env from illegal actions (half of them
+    are, at every step)."""
+    illegal, steps = Guarded.illegal, Guarded.steps  # also over the step of spaces_of's API check
+    config, _ = load_config(f"gymnasium:{GUARDED}", flags=[*SMALL, "--train.total-timesteps", "1024",
+                                                            "--env.mask-check", "off"])
+    records = train(config)
+    assert records[-1]["episodes"] > 0 and Guarded.steps - steps >= 1024
+    assert Guarded.illegal == illegal
+
+
+class MisMasked(gym.Env):
+    """A Dict observation space with "action_mask" that is not the layout jaxlab reads, as ``broken`` says."""
+
+    def __init__(self, broken):
+        box = gym.spaces.Box(0, 1, (2,), np.float32)
+        entries = {"observation": box, "action_mask": gym.spaces.MultiBinary(3)}
+        self.action_space = gym.spaces.Discrete(3)
+        if broken == "goal":
+            entries["goal"] = box
+        elif broken == "no observation":
+            entries["position"] = entries.pop("observation")
+        elif broken == "discrete":
+            entries["observation"] = gym.spaces.Discrete(5)
+        else:
+            self.action_space = gym.spaces.Box(-1, 1, (3,), np.float32)
+        self.observation_space = gym.spaces.Dict(entries)
+
+
+MIS_MASKED = "JaxlabTest/MisMasked-v0"
+if MIS_MASKED not in gym.registry:
+    gym.register(MIS_MASKED, entry_point=MisMasked, disable_env_checker=True)
+
+
+@pytest.mark.parametrize("broken, what", [
+    ("goal", r"with 'action_mask' and other entries \['goal'\]; jaxlab reads a Dict observation as \{'observation': "
+             r"a Box, 'action_mask': one entry per action\}.*drop the masking\): put the other observations into "
+             r"one Box under 'observation' with an ObservationWrapper of yours; register the env wrapped"),
+    ("no observation", r"with 'action_mask' and no 'observation' entry; jaxlab reads"),
+    ("discrete", r"whose 'observation' is Discrete\(5\), not a Box; jaxlab reads .*: make 'observation' a Box"),
+    ("continuous", r"has an 'action_mask' in its observation space .* and action space Box.*an action mask masks "
+                   r"Discrete or MultiDiscrete actions, not continuous ones: leave the mask out of the observations"),
+])
+def test_a_gymnasium_dict_with_an_action_mask_jaxlab_cannot_read_is_refused_without_a_flatten_recipe(broken, what):
+    with pytest.raises(ValueError, match=what) as caught:
+        jaxlab.make(f"gymnasium:{MIS_MASKED}", broken=broken)
+    assert "FlattenObservation" not in str(caught.value)

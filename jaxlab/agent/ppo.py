@@ -54,6 +54,16 @@ def _mean(x, weights):
     return (x * weights).sum() / jnp.maximum(weights.sum(), 1.0)
 
 
+def _normalised(advantages, weights):
+    """``advantages`` (any shape) less their mean, over their std, both over the entries that count (all,
+    or those of weight 1 in ``weights``, same shape); as they are when a single entry counts: it is its
+    own mean, and normalised it would be 0 (the count is traced: the active steps vary per minibatch)."""
+    mean = _mean(advantages, weights)
+    std = jnp.sqrt(_mean((advantages - mean) ** 2, weights))
+    count = advantages.size if weights is None else weights.sum()
+    return jnp.where(count > 1, (advantages - mean) / (std + 1e-8), advantages)
+
+
 def ppo_loss(new_logp, entropy, new_values, old_logp, old_values, advantages, returns, *, clip_coef: float,
              vf_coef: float, vf_clip_coef: float, ent_coef: float, norm_adv: bool, weights=None,
              adv_weights=None) -> LossTerms:
@@ -63,18 +73,17 @@ def ppo_loss(new_logp, entropy, new_values, old_logp, old_values, advantages, re
     value  = 0.5 * mean(max((V - R)^2, (V_old + clip(V - V_old, -vc, vc) - R)^2))  (unclipped if vc = 0)
     total  = policy + vf_coef * value - ent_coef * mean(entropy)
     With norm_adv the advantages are normalised over this minibatch first, unless it holds a single
-    sample (minibatch_size 1: bptt_horizon 1, one sequence), as Stable-Baselines3 does: its normalised
-    advantage would be 0 in every minibatch, and the policy would never learn. ``weights`` (same shape,
-    1.0 or 0.0): every mean, the normalisation's included, is over the entries of weight 1 only (the
-    steps in which an agent acted; see Segment.active). ``adv_weights`` [B] (the minibatch's B sequences,
+    sample that counts (minibatch_size 1: bptt_horizon 1, one sequence; or one step of weight 1 among
+    waiting agents' steps), as Stable-Baselines3 does for one sample: its normalised advantage would be
+    0, and the policy would learn nothing from it. ``weights`` (same shape, 1.0 or 0.0): every mean,
+    the normalisation's included, is over the entries of weight 1 only (the steps in which an agent
+    acted; see Segment.active). ``adv_weights`` [B] (the minibatch's B sequences,
     inputs [T, B]): prioritised sampling's importance weights, multiplying each sequence's advantages
     after the normalisation (as PufferLib 3 does).
     """
     w = None if weights is None else weights.astype(jnp.float32)
-    if norm_adv and advantages.size > 1:  # one sample is its own mean: normalised, it would always be 0
-        mean = _mean(advantages, w)
-        std = jnp.sqrt(_mean((advantages - mean) ** 2, w))
-        advantages = (advantages - mean) / (std + 1e-8)
+    if norm_adv:
+        advantages = _normalised(advantages, w)
     if adv_weights is not None:
         advantages = advantages * adv_weights
     log_ratio = new_logp - old_logp

@@ -20,8 +20,9 @@ constructor. Buffers, shapes and flags are those of jaxlab.env.vecenv (A = num_e
                        terminated and truncated (TimeLimit on the step the pole falls) is a terminal
     final_observations [A, *obs_shape]  rows whose episode ended in this step: the last observation of
                        that episode (observations already holds the next one's first)
-    action_mask        [A, sum(nvec)] bool (PettingZoo envs whose observations are Dicts with
-                       "observation" and "action_mask", or whose infos hold "action_mask"), else None
+    action_mask        [A, sum(nvec)] bool (envs of Discrete or MultiDiscrete actions whose observations
+                       are Dicts with "observation" and "action_mask", Gymnasium's or PettingZoo's, or
+                       PettingZoo envs whose infos hold "action_mask"), else None
     active             [A] bool, PettingZoo envs with more than one agent per env, else None: 0 while an
                        agent whose episode ended waits for its env's reset, or one of possible_agents
                        not in env.agents waits for a step to add it (its rows: reward 0, terminal 1,
@@ -243,6 +244,44 @@ def _how_to_wrap(name: str, wrapper: str) -> str:
             f"lambda **kw: {wrapper}(gymnasium.make({target!r}, **kw))), and train gymnasium:MODULE:Wrapped-v0")
 
 
+def _dict_observation(space) -> tuple:
+    """(the space of the observations, whether they come in a Dict, whether it holds "action_mask") of an
+    env's observation space: a Dict with an "observation" entry (the layout of masked PettingZoo envs,
+    {"observation": Box, "action_mask": one entry per action}) gives that entry's space."""
+    import gymnasium
+
+    if isinstance(space, gymnasium.spaces.Dict) and "observation" in space.spaces:
+        return space["observation"], True, "action_mask" in space.spaces
+    return space, False, False
+
+
+def _check_masked_dict(space, action, name: str) -> None:
+    """ValueError when a Gymnasium env's Dict observation space holds "action_mask" but is not the layout
+    jaxlab reads ({"observation": a Box, "action_mask"}, Discrete or MultiDiscrete actions): the flatten
+    recipe of _box_obs's refusal would make the mask one more input and drop the masking."""
+    import gymnasium
+
+    if not (isinstance(space, gymnasium.spaces.Dict) and "action_mask" in space.spaces):
+        return
+    layout = ("jaxlab reads a Dict observation as {'observation': a Box, 'action_mask': one entry per action}, "
+              "the layout of masked PettingZoo envs (flattening the Dict would make the mask an input and drop "
+              "the masking)")
+    others = sorted(set(space.spaces) - {"observation", "action_mask"})
+    if others or "observation" not in space.spaces:
+        what = f"other entries {others}" if "observation" in space.spaces else "no 'observation' entry"
+        raise ValueError(f"env {name!r} has observation space {space}, with 'action_mask' and {what}; {layout}: "
+                         f"put the other observations into one Box under 'observation' with an ObservationWrapper "
+                         f"of yours; {_how_to_wrap(name, 'MyObservationWrapper')}")
+    if not isinstance(space["observation"], gymnasium.spaces.Box):
+        raise ValueError(f"env {name!r} has observation space {space}, whose 'observation' is "
+                         f"{space['observation']}, not a Box; {layout}: make 'observation' a Box with an "
+                         f"ObservationWrapper of yours; {_how_to_wrap(name, 'MyObservationWrapper')}")
+    if isinstance(action, Box):
+        raise ValueError(f"env {name!r} has an 'action_mask' in its observation space {space} and action space "
+                         f"{action}; an action mask masks Discrete or MultiDiscrete actions, not continuous ones: "
+                         "leave the mask out of the observations")
+
+
 def _mask_width(action) -> int:
     return action.n if isinstance(action, Discrete) else sum(action.nvec) if isinstance(action, MultiDiscrete) else 0
 
@@ -412,6 +451,15 @@ class PythonVecEnv:
             return np.clip(self.actions, self._low, self._high)
         return self.actions + self._start if np.any(self._start) else self.actions
 
+    def _write_mask(self, row: int, mask, where: str) -> None:
+        """Writes the mask row [sum(nvec)] of ``row`` from ``mask``, what the env returned (``where``, for the
+        message); ValueError from ``_misfit(row, what)`` when its shape is not one entry per action."""
+        if np.shape(mask) != (self.spaces.mask_width,):
+            raise self._misfit(row, f"{where} {short_repr(mask)} has shape {np.shape(mask)}; its action space "
+                                    f"{self.action_space} needs a mask of shape ({self.spaces.mask_width},), one "
+                                    "entry per action")
+        self.action_mask[row] = np.asarray(mask).astype(bool)
+
     def render(self, index: int = 0) -> None:
         """None: Python envs have no text rendering in jaxlab."""
         return None
@@ -506,12 +554,45 @@ class GymnasiumVecEnv(PythonVecEnv):
                                  "in info['final_obs'] and info['_final_obs'], and declare metadata = "
                                  "{'autoreset_mode': gymnasium.vector.AutoresetMode.SAME_STEP})")
             _check_distinct([env.unwrapped for env in getattr(vec, "envs", ())], name, "its entry point")
-            action, self._start = _action(vec.single_action_space, name)
-            self.spaces = EnvSpaces(1, _box_obs(vec.single_observation_space, name), action, False, 0)
+            self.spaces = self._read_spaces(name)
             self._setup(name, kind, num_envs, seed, mask_check)
         except BaseException:
             vec.close()
             raise
+
+    def _read_spaces(self, name: str) -> EnvSpaces:
+        """The spaces of the vector env's single env: a Box observation space, or a Dict of "observation" (a
+        Box) and "action_mask" over Discrete or MultiDiscrete actions, read as PettingZoo's (``_masked``)."""
+        action, self._start = _action(self._vec.single_action_space, name)
+        declared = self._vec.single_observation_space
+        _check_masked_dict(declared, action, name)
+        obs_space, dict_obs, mask_entry = _dict_observation(declared)
+        self._masked = dict_obs and mask_entry  # the Dict other than {"observation", "action_mask"}: refused whole
+        self._declared = obs_space if self._masked else declared
+        width = _mask_width(action) if self._masked else 0
+        return EnvSpaces(1, _box_obs(self._declared, name), action, self._masked, width)
+
+    def _unpack(self, call: str, obs):
+        """The observations [num_envs, *obs_shape] in ``obs``, what the vector env's ``call`` returned; for a
+        masked env (a dict of batches), after writing the mask rows [num_envs, sum(nvec)] from its
+        "action_mask"."""
+        if not self._masked:
+            return obs
+        if not isinstance(obs, dict) or not {"observation", "action_mask"} <= obs.keys():
+            raise ValueError(f"env '{self.name}': its vector env's {call} returned observations {short_repr(obs)}, "
+                             "not a dict of 'observation' and 'action_mask' batches as its declared "
+                             f"single_observation_space {self._vec.single_observation_space} says")
+        masks = obs["action_mask"]
+        if np.ndim(masks) == 0 or len(masks) != self.num_envs:
+            raise ValueError(f"env '{self.name}': its vector env's {call} returned 'action_mask' {short_repr(masks)} "
+                             f"of shape {np.shape(masks)}; jaxlab needs one mask per env, {self.num_envs} rows")
+        for row in range(self.num_envs):
+            self._write_mask(row, masks[row], "its observation's 'action_mask'")
+        return obs["observation"]
+
+    def _misfit(self, row: int, what: str) -> ValueError:
+        """The error for what the env of ``row`` returned."""
+        return ValueError(f"env '{self.name}' #{row} at step {self._steps}: {what}")
 
     def _reset(self, seed: int | None) -> None:
         try:
@@ -519,7 +600,8 @@ class GymnasiumVecEnv(PythonVecEnv):
         except (ValueError, TypeError) as err:
             if not _raised_by_vector_env(err):
                 raise
-            raise self._misfit("reset()", err) from None
+            raise self._vector_misfit("reset()", err) from None
+        obs = self._unpack("reset()", obs)
         self._check_batch("reset()", "observations", obs, self.observations)
         self.observations[...] = obs
 
@@ -529,7 +611,8 @@ class GymnasiumVecEnv(PythonVecEnv):
         except (ValueError, TypeError) as err:
             if not _raised_by_vector_env(err):
                 raise
-            raise self._misfit("step()", err) from None
+            raise self._vector_misfit("step()", err) from None
+        obs = self._unpack("step()", obs)
         for what, value, buffer in (("observations", obs, self.observations), ("rewards", rewards, self.rewards),
                                     ("terminations", terminated, self.terminals),
                                     ("truncations", truncated, self.truncations)):
@@ -545,6 +628,8 @@ class GymnasiumVecEnv(PythonVecEnv):
                                    "observations in its info; jaxlab needs autoreset_mode SAME_STEP")
             for row in np.flatnonzero(ended):
                 final = info["final_obs"][row]
+                if self._masked and isinstance(final, dict):
+                    final = final.get("observation", final)
                 self._check_batch("step()", "info['final_obs'] rows", final, self.final_observations[row])
                 self.final_observations[row] = final
         return ended
@@ -553,8 +638,9 @@ class GymnasiumVecEnv(PythonVecEnv):
         """ValueError when the first env, unwrapped, is written for the old gym API: its reset returns no
         (observation, info) pair or its step (with a sampled action) no 5 values. The vector env's own
         errors for such envs name neither ('not enough values to unpack', 'numpy.float32' object has no
-        attribute 'items'). Resets and steps that env once (spaces_of calls it on the env it makes to
-        read the spaces, before the first reset); a step that raises is left to the run."""
+        attribute 'items'). Resets and steps that env once, with an action legal under the mask of a masked
+        env (spaces_of calls it on the env it makes to read the spaces, before the first reset); a step
+        that raises is left to the run."""
         envs = getattr(self._vec, "envs", None)
         if not envs:  # a VectorEnv of the user's own: its reset and step are the vector env's
             return
@@ -565,7 +651,7 @@ class GymnasiumVecEnv(PythonVecEnv):
                              "info) of Gymnasium's API; return obs, {} (an env written for the old gym API returned "
                              "the observation alone)")
         try:
-            result = env.step(env.action_space.sample())
+            result = env.step(_legal_sample(env.action_space, result[0]))
         except Exception:  # noqa: BLE001 (the env's own errors show where the run meets them)
             return
         if not (isinstance(result, tuple) and len(result) == 5):
@@ -596,18 +682,34 @@ class GymnasiumVecEnv(PythonVecEnv):
         raise ValueError(f"env '{self.name}': its vector env's {call} returned {what} of shape {np.shape(value)} "
                          f"and dtype {dtype}; jaxlab needs {needs}")
 
-    def _misfit(self, call: str, err: Exception) -> ValueError:
+    def _vector_misfit(self, call: str, err: Exception) -> ValueError:
         """The error for what the vector env could not put in its arrays (numpy's message alone names
         neither the env nor the space)."""
-        space = self._vec.single_observation_space
+        space, box = self._vec.single_observation_space, self._declared
         reward = " (or a reward that is not one number)" if call == "step()" else ""
+        mask = f" and 'action_mask' of shape ({self.spaces.mask_width},)" if self._masked else ""
         return ValueError(f"env '{self.name}': its {call} returned values that do not fit its declared "
                           f"observation_space {space}{reward}: Gymnasium's vector env says {type(err).__name__}: "
-                          f"{str(err).rstrip('.')}; make the env return observations of shape {space.shape} and dtype "
-                          f"{space.dtype} (or declare the space it returns)")
+                          f"{str(err).rstrip('.')}; make the env return observations of shape {box.shape} and dtype "
+                          f"{box.dtype}{mask} (or declare the space it returns)")
 
     def _close(self) -> None:
         self._vec.close()
+
+
+def _legal_sample(space, observation):
+    """A random action of the Gymnasium action ``space``, legal under ``observation``'s "action_mask" when
+    it is a dict with a mask of the space's width (Discrete or 1-D MultiDiscrete), for the env may punish an
+    illegal action; else any."""
+    import gymnasium
+
+    mask = observation.get("action_mask") if isinstance(observation, dict) else None
+    mask = None if mask is None else np.asarray(mask).astype(bool).astype(np.int8)
+    if isinstance(space, gymnasium.spaces.Discrete) and np.shape(mask) == (space.n,):
+        return space.sample(mask=mask)
+    if isinstance(space, gymnasium.spaces.MultiDiscrete) and np.shape(mask) == (int(np.sum(space.nvec)),):
+        return space.sample(mask=tuple(np.split(mask, np.cumsum(space.nvec)[:-1])))
+    return space.sample()
 
 
 def _make_vector_env(gym, env_id: str, num_envs: int, kwargs: dict):
@@ -714,8 +816,6 @@ class PettingZooVecEnv(PythonVecEnv):
             raise
 
     def _describe(self, name: str, seed: int) -> None:
-        import gymnasium
-
         env = self._envs[0]
         self.agent_names = agents = tuple(env.possible_agents)
         if not agents:
@@ -728,16 +828,13 @@ class PettingZooVecEnv(PythonVecEnv):
                     raise ValueError(f"env {name!r}: agent {agent!r} has {kind} space {space}, agent "
                                      f"{agents[0]!r} {spaces[0]}; jaxlab needs one space for all agents (pad "
                                      "them, e.g. with supersuit.pad_observations_v0 / pad_action_space_v0)")
-        obs_space = obs_spaces[0]
-        self._dict_obs = isinstance(obs_space, gymnasium.spaces.Dict) and "observation" in obs_space.spaces
-        if self._dict_obs:
-            obs_space = obs_space["observation"]
+        obs_space, self._dict_obs, mask_entry = _dict_observation(obs_spaces[0])
         self._declared = obs_space  # the env's own space, for the messages of _write
         action, self._start = _action(act_spaces[0], name)
         self._info_mask = False
         has_mask = False
         if not isinstance(action, Box):
-            has_mask = self._dict_obs and "action_mask" in obs_spaces[0].spaces
+            has_mask = mask_entry
             if not has_mask:  # masks in the infos show only there: look at one reset
                 _, infos = _returned(env.reset(seed=int(seed)), "reset", name, 0)
                 has_mask = self._info_mask = any("action_mask" in (infos or {}).get(a, {}) for a in agents)
@@ -780,13 +877,6 @@ class PettingZooVecEnv(PythonVecEnv):
                                     f"dtype {self.observations.dtype} of its declared observation space "
                                     f"{self._declared} cannot hold (a cast would cut 0.5 to 0); make the env "
                                     f"return {self.observations.dtype} observations (or declare the space it returns)")
-
-    def _write_mask(self, row: int, mask, where: str) -> None:
-        if np.shape(mask) != (self.spaces.mask_width,):
-            raise self._misfit(row, f"{where} {short_repr(mask)} has shape {np.shape(mask)}; its action space "
-                                    f"{self.action_space} needs a mask of shape ({self.spaces.mask_width},), one "
-                                    "entry per action")
-        self.action_mask[row] = np.asarray(mask).astype(bool)
 
     def _misfit(self, row: int, what: str) -> ValueError:
         """The error for what the env returned for the agent of ``row``."""
