@@ -670,3 +670,30 @@ def test_command_counts_take_what_config_integers_take(capsys):
     with pytest.raises(SystemExit):
         cli.main(["sweep", "cartpole", "--trials", "ten"])
     assert "argument --trials: 'ten' is not a whole number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, dest", [
+    (["train", "cartpole", "--run-dir=~/x"], "run_dir"),
+    (["train", "--resume=~/x"], "resume"),
+    (["train", "cartpole", "--config=~/x"], "config"),
+    (["train", "cartpole", "--profile=~/x"], "profile"),
+    (["eval", "--checkpoint=~/x"], "checkpoint"),
+    (["eval", "--checkpoint", "x", "--gif=~/x"], "gif"),
+    (["plot", "~/x"], "run_dirs"),
+    (["sweep", "cartpole", "--root=~/x"], "root"),
+    (["build-env", "h.h", "--output=~/x"], "output"),
+])
+def test_every_path_option_takes_a_tilde_as_the_home_folder(monkeypatch, tmp_path, argv, dest):
+    """--run-dir=~/x (the shell expands no ~ after '=', nor a quoted '~/x') was taken as a folder named '~'."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    value = getattr(cli.build_parser().parse_args(argv), dest)
+    assert (value[0] if isinstance(value, list) else value) == str(tmp_path / "x")
+
+
+def test_a_run_dir_written_with_a_tilde_is_in_the_home_folder(tmp_path, monkeypatch):
+    """`jaxlab train --run-dir=~/x` made ./~/x in the current folder."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["train", "cartpole", "--train.total-timesteps", "256", "--vec.num-envs", "16",
+                     "--log.dashboard", "none", "--run-dir=~/x"]) == 0
+    assert (tmp_path / "home" / "x" / "metrics.jsonl").is_file() and not (tmp_path / "~").exists()

@@ -97,6 +97,15 @@ def number(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number; write e.g. 1, 0.5 or 2e-1") from None
 
 
+def user_path(text: str) -> str:
+    """An argparse type for every path option: ``text`` with a leading ~ (or ~USER) made the home folder, as
+    the shell would. The shell expands no ~ after '=' (--run-dir=~/x) nor a quoted one ('~/x'), which made a
+    folder named '~' in the current one; other text ("latest", "") stays as it is."""
+    import os
+
+    return os.path.expanduser(text)
+
+
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """ENV, --preset and --config, shared by every command that resolves a config. ENV is optional to
     argparse (a missing one is None) so that `jaxlab train --resume RUN` can take the run's: a command
@@ -109,7 +118,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
                         help="presets, layered in order: a card (auto, the default: picked from the devices; "
                         "cpu, gpu, a100, h100) then workload sizes (heavy, beast), e.g. h100,heavy or heavy "
                         "(see `jaxlab presets`)")
-    parser.add_argument("--config", metavar="FILE", help="a TOML file layered over the env's defaults and preset")
+    parser.add_argument("--config", type=user_path, metavar="FILE", help="a TOML file layered over the env's defaults and preset")
 
 
 class Resolved(NamedTuple):
