@@ -697,3 +697,11 @@ def test_a_run_dir_written_with_a_tilde_is_in_the_home_folder(tmp_path, monkeypa
     assert cli.main(["train", "cartpole", "--train.total-timesteps", "256", "--vec.num-envs", "16",
                      "--log.dashboard", "none", "--run-dir=~/x"]) == 0
     assert (tmp_path / "home" / "x" / "metrics.jsonl").is_file() and not (tmp_path / "~").exists()
+
+
+def test_eval_names_the_gif_rate_it_cannot_read_with_an_example(tmp_path, capsys):
+    """--gif-fps x said only argparse's "invalid float value: 'x'"."""
+    with pytest.raises(SystemExit) as end:
+        cli.main(["eval", "cartpole", "--checkpoint", str(tmp_path / "none"), "--gif-fps", "x"])
+    assert end.value.code == 2
+    assert "argument --gif-fps: 'x' is not a number; write e.g. 1, 0.5 or 2e-1" in capsys.readouterr().err

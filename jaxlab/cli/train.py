@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from jaxlab.cli.common import (LAYERS, cannot_write, check_saved_header, check_saved_module, empty_path_problem,
-                               env_name_of, fail, folder_name, output_file_problem, resolve,
+                               env_name_of, fail, folder_name, number, output_file_problem, resolve,
                                unplayed_header_toml_warning, user_path, warn, whole_number)
 
 
@@ -615,4 +615,4 @@ def add_commands(add) -> None:
     evaluate.add_argument("--gif-size", metavar="WxH", help="picture size in pixels (default 480x240)")
     evaluate.add_argument("--gif-frames", type=whole_number, metavar="N", help="at most N pictures (default 500)")
     evaluate.add_argument("--gif-every", type=whole_number, metavar="K", help="draw every K-th step (default 1)")
-    evaluate.add_argument("--gif-fps", type=float, metavar="FPS", help="pictures per second of the GIF (default 25)")
+    evaluate.add_argument("--gif-fps", type=number, metavar="FPS", help="pictures per second of the GIF (default 25)")
