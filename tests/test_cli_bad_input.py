@@ -705,3 +705,22 @@ def test_eval_names_the_gif_rate_it_cannot_read_with_an_example(tmp_path, capsys
         cli.main(["eval", "cartpole", "--checkpoint", str(tmp_path / "none"), "--gif-fps", "x"])
     assert end.value.code == 2
     assert "argument --gif-fps: 'x' is not a number; write e.g. 1, 0.5 or 2e-1" in capsys.readouterr().err
+
+
+def test_a_memory_fraction_given_on_a_cpu_is_named_once_as_doing_nothing(capsys, no_xla_memory_env):
+    """--device.memory-fraction 0.3 on a CPU (it caps GPU memory) did nothing without a word."""
+    import jax
+
+    from jaxlab.cli.common import unused_flags_warning
+    from jaxlab.config import load_config
+
+    flags = ["--device.memory-fraction", "0.3"]
+    assert unused_flags_warning(load_config("cartpole", flags=flags)[0], flags, "gpu") is None
+    if jax.default_backend() != "cpu":
+        pytest.skip("JAX sees a GPU here")
+    assert cli.main(["config", "cartpole", *flags]) == 0
+    err = capsys.readouterr().err
+    assert err.count("--device.memory-fraction does nothing with JAX's devices cpu (it caps GPU memory)") == 1
+    assert len([line for line in err.splitlines() if "memory-fraction" in line]) == 1
+    assert cli.main(["config", "cartpole"]) == 0
+    assert "memory-fraction" not in capsys.readouterr().err
