@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jaxlab.cli.common import number
+from jaxlab.messages import install_extra
 from jaxlab.run.bench import at_least, positive_number
 
 DEFAULTS = {"drone": {"metric": "deliveries", "threshold": 1.0}}
@@ -463,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
                             Path(args.png or out / "curve.png"))
         say(f"curve: {png}")
     except ImportError:
-        say("no curve PNG: matplotlib is missing (pip install 'jaxlab[plot]')")
+        say(f"no curve PNG: matplotlib is missing ({install_extra('plot')})")
     say(f"table: {args.table or out / 'threshold.md'}; curves: {args.json or out / 'curves.json'}")
     return 1 if failed else 0
 

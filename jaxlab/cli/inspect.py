@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from jaxlab.cli.common import LAYERS, fail, output_file_problem, resolve, user_path, warn
+from jaxlab.messages import install_extra
 
 
 def envs_command(args: argparse.Namespace) -> int:
@@ -254,7 +255,7 @@ def add_commands(add) -> None:
     runs.add_argument("dir", nargs="?", default="runs", type=user_path, metavar="DIR", help="folder of run dirs (default runs)")
     plot = add("plot", "draw learning curves of runs into a PNG",
                "Draw a metric of several runs against agent-steps or wall time into a PNG (needs "
-               "matplotlib: pip install 'jaxlab[plot]').", plot_command)
+               f"matplotlib: {install_extra('plot')}).", plot_command)
     plot.add_argument("run_dirs", nargs="+", type=user_path, metavar="RUN_DIR", help="run dirs holding metrics.jsonl")
     plot.add_argument("--metric", default="episode_return", help="metrics.jsonl key (default episode_return)")
     plot.add_argument("--x", choices=("step", "time"), default="step", help="x axis: agent-steps or wall time")

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from jaxlab.cli.common import LAYERS, cannot_write, folder_name, resolve, user_path, whole_number
+from jaxlab.messages import install_extra
 from jaxlab.sweep.study import shown_storage
 
 DEFAULT_ROOT = "runs/sweeps"  # --root: the folder of the study dirs
@@ -31,7 +32,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     try:
         import optuna
     except ImportError:
-        raise ConfigError("jaxlab sweep needs Optuna; install it with pip install 'jaxlab[sweep]'") from None
+        raise ConfigError(f"jaxlab sweep needs Optuna; install it with {install_extra('sweep')}") from None
     from jaxlab.sweep import study as study_lib
 
     study_lib.quiet_optuna()

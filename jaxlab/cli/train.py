@@ -13,6 +13,7 @@ import numpy as np
 from jaxlab.cli.common import (LAYERS, cannot_write, check_saved_header, check_saved_module, empty_path_problem,
                                env_name_of, fail, folder_name, number, output_file_problem, resolve,
                                unplayed_header_toml_warning, user_path, warn, whole_number)
+from jaxlab.messages import install_extra
 
 
 def train_command(args: argparse.Namespace) -> int:
@@ -611,7 +612,7 @@ def add_commands(add) -> None:
                           "with a render hook: `jaxlab envs` lists their options)")
     evaluate.add_argument("--save-frames", type=user_path, metavar="FILE", help="write env 0's first episode as text to FILE")
     evaluate.add_argument("--gif", type=user_path, metavar="FILE", help="draw env 0's first episode (of its first agent) as an "
-                          "animated GIF (envs with a pixels hook; needs Pillow: pip install 'jaxlab[gif]')")
+                          f"animated GIF (envs with a pixels hook; needs Pillow: {install_extra('gif')})")
     evaluate.add_argument("--gif-size", metavar="WxH", help="picture size in pixels (default 480x240)")
     evaluate.add_argument("--gif-frames", type=whole_number, metavar="N", help="at most N pictures (default 500)")
     evaluate.add_argument("--gif-every", type=whole_number, metavar="K", help="draw every K-th step (default 1)")
