@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 
+from jaxlab.cli.common import number
 from jaxlab.run.bench import at_least, report_training, run_together, script_main
 from jaxlab.run.loop import train_loop
 from jaxlab.config import load_config
@@ -143,7 +144,7 @@ def scaling(env_name: str, agents: int, updates: int, flags: list[str], counts=(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", default="cartpole")
-    parser.add_argument("--threshold", type=float, default=475.0)
+    parser.add_argument("--threshold", type=number, default=475.0)
     parser.add_argument("--window", type=at_least(1), default=5, help="updates averaged for the threshold")
     parser.add_argument("--agents", type=at_least(1), default=4096, help="agents for the steady-SPS run")
     parser.add_argument("--updates", type=at_least(1), default=3, help="timed updates in the steady-SPS run")

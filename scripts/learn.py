@@ -49,7 +49,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jaxlab.run.bench import positive_number
+from jaxlab.cli.common import number
+from jaxlab.messages import install_extra
+from jaxlab.run.bench import at_least, positive_number
 
 DEFAULTS = {"drone": {"metric": "deliveries", "threshold": 1.0}}
 
@@ -359,14 +361,16 @@ def stop_all(processes: list[subprocess.Popen], grace: float = 30.0) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("env", help="an env name or header (as for `jaxlab train`)")
-    parser.add_argument("--seeds", type=int, default=3, help="number of seeds, 0 .. N-1 (default 3)")
-    parser.add_argument("--first-seed", type=int, default=0, help="first seed (default 0)")
+    parser.add_argument("--seeds", type=at_least(1), default=3, help="number of seeds, 0 .. N-1 (default 3)")
+    parser.add_argument("--first-seed", type=at_least(0), default=0, help="first seed (default 0)")
     parser.add_argument("--steps", type=positive_number, default=None,
                         help="env steps per seed, e.g. 20e6 (default: the env's config)")
     parser.add_argument("--metric", default=None, help="statistic to follow (default: drone deliveries, else episode_return)")
-    parser.add_argument("--threshold", type=float, default=None, help="value for the time-to-threshold table")
-    parser.add_argument("--window", type=int, default=5, help="updates with episodes averaged per point (default 5)")
-    parser.add_argument("--jobs", type=int, default=1, help="seeds trained at once (default 1: one after another)")
+    parser.add_argument("--threshold", type=number, default=None, help="value for the time-to-threshold table")
+    parser.add_argument("--window", type=at_least(1), default=5,
+                        help="updates with episodes averaged per point (default 5)")
+    parser.add_argument("--jobs", type=at_least(1), default=1,
+                        help="seeds trained at once (default 1: one after another)")
     parser.add_argument("--out", default=None, help="folder of the runs and outputs (default runs/learn-ENV)")
     parser.add_argument("--png", default=None, help="curve PNG (default OUT/curve.png)")
     parser.add_argument("--table", default=None, help="time-to-threshold table, markdown (default OUT/threshold.md)")
@@ -381,8 +385,6 @@ def main(argv: list[str] | None = None) -> int:
     defaults = DEFAULTS.get(name, {"metric": "episode_return", "threshold": None})
     metric = args.metric or defaults["metric"]
     threshold = args.threshold if args.threshold is not None else (defaults["threshold"] if args.metric is None else None)
-    if args.seeds < 1 or args.jobs < 1 or args.window < 1:
-        parser.error("--seeds, --jobs and --window must be at least 1")
     steps = None if args.steps is None else int(args.steps)
     if steps is not None and steps < 1:
         parser.error(f"--steps {args.steps:g} is less than one env step; give e.g. --steps 1e6")
@@ -462,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
                             Path(args.png or out / "curve.png"))
         say(f"curve: {png}")
     except ImportError:
-        say("no curve PNG: matplotlib is missing (pip install 'jaxlab[plot]')")
+        say(f"no curve PNG: matplotlib is missing ({install_extra('plot')})")
     say(f"table: {args.table or out / 'threshold.md'}; curves: {args.json or out / 'curves.json'}")
     return 1 if failed else 0
 

@@ -670,3 +670,57 @@ def test_command_counts_take_what_config_integers_take(capsys):
     with pytest.raises(SystemExit):
         cli.main(["sweep", "cartpole", "--trials", "ten"])
     assert "argument --trials: 'ten' is not a whole number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, dest", [
+    (["train", "cartpole", "--run-dir=~/x"], "run_dir"),
+    (["train", "--resume=~/x"], "resume"),
+    (["train", "cartpole", "--config=~/x"], "config"),
+    (["train", "cartpole", "--profile=~/x"], "profile"),
+    (["eval", "--checkpoint=~/x"], "checkpoint"),
+    (["eval", "--checkpoint", "x", "--gif=~/x"], "gif"),
+    (["plot", "~/x"], "run_dirs"),
+    (["sweep", "cartpole", "--root=~/x"], "root"),
+    (["build-env", "h.h", "--output=~/x"], "output"),
+])
+def test_every_path_option_takes_a_tilde_as_the_home_folder(monkeypatch, tmp_path, argv, dest):
+    """--run-dir=~/x (the shell expands no ~ after '=', nor a quoted '~/x') was taken as a folder named '~'."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    value = getattr(cli.build_parser().parse_args(argv), dest)
+    assert (value[0] if isinstance(value, list) else value) == str(tmp_path / "x")
+
+
+def test_a_run_dir_written_with_a_tilde_is_in_the_home_folder(tmp_path, monkeypatch):
+    """`jaxlab train --run-dir=~/x` made ./~/x in the current folder."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["train", "cartpole", "--train.total-timesteps", "256", "--vec.num-envs", "16",
+                     "--log.dashboard", "none", "--run-dir=~/x"]) == 0
+    assert (tmp_path / "home" / "x" / "metrics.jsonl").is_file() and not (tmp_path / "~").exists()
+
+
+def test_eval_names_the_gif_rate_it_cannot_read_with_an_example(tmp_path, capsys):
+    """--gif-fps x said only argparse's "invalid float value: 'x'"."""
+    with pytest.raises(SystemExit) as end:
+        cli.main(["eval", "cartpole", "--checkpoint", str(tmp_path / "none"), "--gif-fps", "x"])
+    assert end.value.code == 2
+    assert "argument --gif-fps: 'x' is not a number; write e.g. 1, 0.5 or 2e-1" in capsys.readouterr().err
+
+
+def test_a_memory_fraction_given_on_a_cpu_is_named_once_as_doing_nothing(capsys, no_xla_memory_env):
+    """--device.memory-fraction 0.3 on a CPU (it caps GPU memory) did nothing without a word."""
+    import jax
+
+    from jaxlab.cli.common import unused_flags_warning
+    from jaxlab.config import load_config
+
+    flags = ["--device.memory-fraction", "0.3"]
+    assert unused_flags_warning(load_config("cartpole", flags=flags)[0], flags, "gpu") is None
+    if jax.default_backend() != "cpu":
+        pytest.skip("JAX sees a GPU here")
+    assert cli.main(["config", "cartpole", *flags]) == 0
+    err = capsys.readouterr().err
+    assert err.count("--device.memory-fraction does nothing with JAX's devices cpu (it caps GPU memory)") == 1
+    assert len([line for line in err.splitlines() if "memory-fraction" in line]) == 1
+    assert cli.main(["config", "cartpole"]) == 0
+    assert "memory-fraction" not in capsys.readouterr().err

@@ -14,6 +14,7 @@ so the episode counts are equal exactly.
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -114,6 +115,27 @@ def test_device_count_is_checked_against_the_devices_and_the_envs():
     with pytest.raises(ConfigError, match=r"device.count=2 must divide the 1 sequences of a minibatch .*"
                                           r"--train.minibatch-size 32"):
         check_devices(config_with("--device.count", "2", "--train.minibatch-size", "16"), 1, available=2)
+
+
+@pytest.mark.parametrize("flags, processes", [
+    (["--device.count", "2", "--vec.num-envs", "6", "--vec.groups", "2", "--train.minibatch-size", "96"], 1),
+    (["--device.count", "4", "--vec.num-envs", "10", "--train.batch-size", "320", "--train.total-timesteps", "1e4"], 1),
+    (["--device.count", "4", "--vec.num-envs", "12", "--train.batch-size", "384", "--train.minibatch-size", "128",
+      "--train.total-timesteps", "1e4"], 2),
+])
+def test_the_num_envs_a_device_count_error_suggests_passes_every_size_check(monkeypatch, flags, processes):
+    """The --vec.num-envs that device.count's error suggested was refused in turn: 4 envs in 2 groups make a
+    batch of 64 that the minibatch of 96 does not divide; 8 envs a segment of 128 that the batch of 320 is no
+    multiple of; over 2 processes 4 envs, which 4 devices in each process cannot split."""
+    from jaxlab.config.validate import derive_sizes
+
+    monkeypatch.setattr(jax, "local_device_count", lambda: 4)
+    config = config_with(*flags)
+    with pytest.raises(ConfigError, match=r"must divide vec.num_envs") as refused:
+        derive_sizes(config, 1, processes=processes)
+    suggested = re.search(r"--vec.num-envs (\d+) or --device.count auto", str(refused.value)).group(1)
+    sizes = derive_sizes(config_with(*flags, "--vec.num-envs", suggested), 1, processes=processes)
+    assert sizes.devices == config.device.count
 
 
 def test_a_bad_device_count_exits_2_with_one_line():

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import jaxlab
+from jaxlab.messages import install_extra
 from process_output import output_of
 
 LAB = ["--vec.num-envs", "24", "--env.num-drones", "64"]
@@ -161,7 +162,7 @@ def test_gif_for_an_env_without_pictures_and_without_pillow_is_one_clear_line(tm
     result = jaxlab_cli("eval", "cartpole", "--checkpoint", str(tmp_path / "nowhere"), "--gif", str(tmp_path / "x.gif"),
                         PYTHONPATH=f"{blocker.parent}{os.pathsep}{Path(jaxlab.__file__).parents[1]}")
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert "writing a GIF needs Pillow" in result.stderr and "pip install 'jaxlab[gif]'" in result.stderr
+    assert "writing a GIF needs Pillow" in result.stderr and install_extra("gif") in result.stderr
     # a --gif-* option without --gif would be ignored: it is refused before anything is loaded
     result = jaxlab_cli("eval", "cartpole", "--checkpoint", str(tmp_path / "nowhere"), "--gif-size", "10x10")
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [

@@ -1,10 +1,13 @@
 """Preset selection from simulated device lists, platform checks and XLA memory options."""
 
+import re
+
 import numpy as np
 import pytest
 
 from jaxlab.config import ConfigError
 from jaxlab.config.presets import DeviceInfo, check_preset_fits, describe_presets, prepare_backend, select_preset
+from jaxlab.messages import install_extra
 
 GIB = 2**30
 
@@ -50,9 +53,9 @@ def test_a_gpu_preset_on_a_cpu_names_the_cuda_extra_and_the_gpu_jax_does_not_see
     assert str(raised.value) == ("preset 'h100' is for gpu/cuda devices but JAX sees only cpu devices here, though "
                                  "this machine has an NVIDIA GPU (driver 550.54) (JAX installed without its CUDA "
                                  "wheels); use --preset auto (it picks 'cpu' here), or for an NVIDIA GPU, install "
-                                 "JAX's CUDA wheels: pip install -e \".[cuda12]\" (then `jaxlab presets`)")
+                                 f"JAX's CUDA wheels: {install_extra('cuda12')} (then `jaxlab presets`)")
     with pytest.raises(ConfigError, match=r"is for gpu/cuda/rocm devices but JAX sees only cpu devices here; .*"
-                                          r"pip install -e \"\.\[cuda12\]\""):
+                                          + re.escape(install_extra("cuda12"))):
         check_preset_fits("gpu", cpu, present=lambda: None)
     with pytest.raises(ConfigError, match=r"preset 'cpu' is for cpu devices but JAX sees only gpu devices here; use "
                                           r"--preset auto \(it picks 'h100' here\), or JAX_PLATFORMS=cpu makes JAX "
@@ -94,7 +97,7 @@ def test_a_gpu_that_jax_does_not_see_is_named_with_the_fix():
     gpu = [DeviceInfo("gpu", "NVIDIA H100 80GB HBM3", 80 * 2**30)]
     message = unused_gpu_warning(cpu, present=lambda: "an NVIDIA GPU (driver 550.54.15)")
     assert message == ("this machine has an NVIDIA GPU (driver 550.54.15) but JAX sees only the CPU, so jaxlab runs "
-                       "on the CPU; install JAX's CUDA wheels: pip install -e \".[cuda12]\" (or pip install -U "
+                       f"on the CPU; install JAX's CUDA wheels: {install_extra('cuda12')} (or pip install -U "
                        "\"jax[cuda12]\"), then check with `jaxlab presets`")
     assert unused_gpu_warning(gpu, present=lambda: "an NVIDIA GPU") is None  # JAX uses it
     assert unused_gpu_warning(cpu, present=lambda: None) is None             # a CPU-only machine

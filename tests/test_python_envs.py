@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import gymnasium as gym
 import jax
@@ -347,13 +348,28 @@ class Blocker:
         return None
 
 
+def test_install_hints_name_an_extra_of_this_checkout():
+    """The hints said pip install 'jaxlab[EXTRA]', which PyPI answers with nothing (jaxlab is installed from its
+    checkout); each extra a message names is now installed from the checkout jaxlab runs from."""
+    import tomllib
+
+    from jaxlab.messages import install_extra
+
+    checkout = Path(jaxlab.__file__).resolve().parents[1]
+    extras = tomllib.loads((checkout / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for extra in ("gymnasium", "pettingzoo", "plot", "gif", "sweep", "wandb", "cuda12"):
+        assert extra in extras and install_extra(extra) == f'pip install -e "{checkout}[{extra}]"'
+
+
 @pytest.mark.parametrize("package, name", [("gymnasium", "gymnasium:CartPole-v1"),
                                            ("pettingzoo", "pettingzoo:pettingzoo.butterfly.pistonball_v6")])
 def test_a_missing_package_says_what_to_install(monkeypatch, package, name):
     for module in [m for m in sys.modules if m == package or m.startswith(package + ".")]:
         monkeypatch.delitem(sys.modules, module)
     monkeypatch.setattr(sys, "meta_path", [Blocker(package), *sys.meta_path])
-    fix = f"needs the {package} package, which is not installed; install it with pip install 'jaxlab\\[{package}\\]'"
+    checkout = Path(jaxlab.__file__).resolve().parents[1]  # not on PyPI: pip install 'jaxlab[X]' finds nothing
+    fix = re.escape(f'needs the {package} package, which is not installed; install it with pip install -e '
+                    f'"{checkout}[{package}]"')
     with pytest.raises(ImportError, match=fix):
         jaxlab.make(name)
     with pytest.raises(ConfigError, match=fix):

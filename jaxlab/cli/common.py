@@ -97,6 +97,15 @@ def number(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number; write e.g. 1, 0.5 or 2e-1") from None
 
 
+def user_path(text: str) -> str:
+    """An argparse type for every path option: ``text`` with a leading ~ (or ~USER) made the home folder, as
+    the shell would. The shell expands no ~ after '=' (--run-dir=~/x) nor a quoted one ('~/x'), which made a
+    folder named '~' in the current one; other text ("latest", "") stays as it is."""
+    import os
+
+    return os.path.expanduser(text)
+
+
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """ENV, --preset and --config, shared by every command that resolves a config. ENV is optional to
     argparse (a missing one is None) so that `jaxlab train --resume RUN` can take the run's: a command
@@ -109,7 +118,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
                         help="presets, layered in order: a card (auto, the default: picked from the devices; "
                         "cpu, gpu, a100, h100) then workload sizes (heavy, beast), e.g. h100,heavy or heavy "
                         "(see `jaxlab presets`)")
-    parser.add_argument("--config", metavar="FILE", help="a TOML file layered over the env's defaults and preset")
+    parser.add_argument("--config", type=user_path, metavar="FILE", help="a TOML file layered over the env's defaults and preset")
 
 
 class Resolved(NamedTuple):
@@ -204,13 +213,14 @@ def ignored_flags_warning(config, flags: list[str]) -> str | None:
             f"policy.module={module!r} (it replaces the built-in network{why}); drop {them}")
 
 
-def unused_flags_warning(config, flags: list[str]) -> str | None:
+def unused_flags_warning(config, flags: list[str], platform: str | None = None) -> str | None:
     """The warning for keys that ``flags`` set and that ``config`` does not use, or None: [train]'s
     min_lr_ratio without an LR schedule, the V-trace clips with GAE advantages, prio_beta0 without
     prioritised sampling; the built-in network's hidden_size and scan_unroll without its LSTM, its
     cnn_* keys with the mlp encoder (policy.module's own case: ignored_flags_warning); vec.num_threads
     with a Python env, whose envs step one after the other in the calling thread; the wandb_* keys
-    without log.wandb (--log.wandb-project alone logs nothing to wandb)."""
+    without log.wandb (--log.wandb-project alone logs nothing to wandb); device.memory_fraction when JAX's
+    devices are of ``platform`` cpu (it caps XLA's share of GPU memory)."""
     from jaxlab.config.layers import parse_flags
     from jaxlab.config.validate import flag_of
     from jaxlab.env import is_python_env
@@ -226,7 +236,8 @@ def unused_flags_warning(config, flags: list[str]) -> str | None:
               "train.prio_beta0": ("train.prio_alpha", "0") if t.prio_alpha == 0 else None,
               "policy.hidden_size": no_lstm, "policy.scan_unroll": no_lstm,
               "policy.cnn_channels": mlp, "policy.cnn_kernels": mlp, "policy.cnn_strides": mlp,
-              "vec.num_threads": python_env}
+              "vec.num_threads": python_env,
+              "device.memory_fraction": ("JAX's devices", "cpu (it caps GPU memory)") if platform == "cpu" else None}
     no_wandb = None if config.log.wandb else ("log.wandb", "false")
     unused.update({f"log.wandb_{key}": no_wandb for key in ("project", "entity", "group", "tags", "init_timeout")})
     given = {f"{section}.{key}" for section, keys in parse_flags(flags).items() for key in keys}
@@ -471,7 +482,7 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, update
         raise ConfigError(f"{err} (--resume {args.resume}: the values not given as flags are the ones the run "
                           "was saved with; a flag on this command overrides them)") from None
     for line in (ignored_flags_warning(config, args.flags),  # after the checks: a broken module's error comes alone
-                 unused_flags_warning(config, args.flags)):
+                 unused_flags_warning(config, args.flags, devices[0].platform if devices else None)):
         if line is not None:
             warn(line)
     return Resolved(config, sources, sizes, reason, backend, resume, tuple(changes), estimate, limit, resume_meta,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from jaxlab.cli.common import user_path
+
 
 def _sdk_errors(run):
     """Runs ``run`` with the SDK's errors turned into config errors (one line, exit 2)."""
@@ -67,12 +69,12 @@ def add_commands(add) -> None:
               "(params, statistics, render and pixels hooks) to turn into yours, and DIR/test_NAME.py (pytest).",
               new_env_command)
     new.add_argument("name", metavar="NAME", help="the env's name: a lower-case C identifier")
-    new.add_argument("dir", nargs="?", default=".", metavar="DIR", help="where to write (default .)")
+    new.add_argument("dir", nargs="?", default=".", type=user_path, metavar="DIR", help="where to write (default .)")
     build = add("build-env", "compile env headers into an env library", "Compile env headers (each ending "
                 "with CENV_ENV) into one env library that jaxlab loads with --env.library, with jaxlab's own "
                 "flags (warnings are errors). `jaxlab train HEADER.h` builds and caches one by itself.",
                 build_env_command)
-    build.add_argument("headers", nargs="+", metavar="HEADER.h", help="env headers")
-    build.add_argument("-o", "--output", metavar="LIB.so", help="the library to write (default libNAME.so)")
+    build.add_argument("headers", nargs="+", type=user_path, metavar="HEADER.h", help="env headers")
+    build.add_argument("-o", "--output", type=user_path, metavar="LIB.so", help="the library to write (default libNAME.so)")
     build.add_argument("--sanitize", action="store_true",
                        help="build with -fsanitize=address,undefined,float-cast-overflow")

@@ -11,7 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from jaxlab.cli.common import LAYERS, cannot_write, folder_name, resolve, whole_number
+from jaxlab.cli.common import LAYERS, cannot_write, folder_name, resolve, user_path, whole_number
+from jaxlab.messages import install_extra
 from jaxlab.sweep.study import shown_storage
 
 DEFAULT_ROOT = "runs/sweeps"  # --root: the folder of the study dirs
@@ -31,7 +32,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     try:
         import optuna
     except ImportError:
-        raise ConfigError("jaxlab sweep needs Optuna; install it with pip install 'jaxlab[sweep]'") from None
+        raise ConfigError(f"jaxlab sweep needs Optuna; install it with {install_extra('sweep')}") from None
     from jaxlab.sweep import study as study_lib
 
     study_lib.quiet_optuna()
@@ -274,7 +275,7 @@ def add_commands(add) -> None:
                 "format in README.md, 'Sweeps'); --preset, --config and flags set the fixed part of the "
                 f"config. Ctrl-C or SIGTERM stops every trial with a checkpoint; --study NAME resumes. {LAYERS}",
                 sweep_command, with_config=True)
-    sweep.add_argument("--sweep", metavar="FILE", help="search-space file (default configs/sweeps/ENV.toml)")
+    sweep.add_argument("--sweep", type=user_path, metavar="FILE", help="search-space file (default configs/sweeps/ENV.toml)")
     sweep.add_argument("--trials", type=whole_number, metavar="N", help="trials the study should hold when done, counting "
                        "those it has (default: the file's trials); 0 creates the study and runs nothing")
     sweep.add_argument("--parallel", type=whole_number, metavar="K", help="trials run at once on this "
@@ -284,7 +285,7 @@ def add_commands(add) -> None:
                        "(default ENV-TIMESTAMP)")
     sweep.add_argument("--storage", metavar="URL", help="postgresql://... or mysql+pymysql://... to share the "
                        "study between machines (default: the journal file runs/sweeps/STUDY/study.journal)")
-    sweep.add_argument("--root", default=DEFAULT_ROOT, metavar="DIR", help="folder of the study dirs "
+    sweep.add_argument("--root", default=DEFAULT_ROOT, type=user_path, metavar="DIR", help="folder of the study dirs "
                        "(default runs/sweeps)")
     sweep.add_argument("--seeds", type=whole_number, metavar="S", help="seeds per trial, averaged (default: the file's)")
     sweep.add_argument("--objective", metavar="WHAT", help="score, or score,cost: also minimise wall time "

@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 
 from jaxlab.cli.common import (LAYERS, cannot_write, check_saved_header, check_saved_module, empty_path_problem,
-                               env_name_of, fail, folder_name, output_file_problem, resolve,
-                               unplayed_header_toml_warning, warn, whole_number)
+                               env_name_of, fail, folder_name, number, output_file_problem, resolve,
+                               unplayed_header_toml_warning, user_path, warn, whole_number)
+from jaxlab.messages import install_extra
 
 
 def train_command(args: argparse.Namespace) -> int:
@@ -140,7 +141,7 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
 
         try:
             updates = "2:3" if args.profile_updates is None else args.profile_updates  # "" is refused, not the default
-            folder = Path(args.profile).expanduser()  # --profile=~/traces: the shell leaves that ~ alone
+            folder = Path(args.profile)  # ~ expanded by its argparse type (user_path)
             profile = ProfileUpdates(folder, *parse_updates(updates))
         except ValueError as err:
             print(f"jaxlab train: error: {err}", file=sys.stderr)
@@ -576,17 +577,17 @@ def add_commands(add) -> None:
     """Registers `jaxlab train` and `jaxlab eval` with ``add`` (see common.command_adder)."""
     train = add("train", "train a policy on an env", f"Train an LSTM-PPO policy on ENV. {LAYERS}",
                 train_command, with_config=True)
-    train.add_argument("--run-dir", metavar="DIR", help="where config.toml, metrics.jsonl and checkpoints/ "
+    train.add_argument("--run-dir", type=user_path, metavar="DIR", help="where config.toml, metrics.jsonl and checkpoints/ "
                        "go (default runs/ENV-TIMESTAMP; with --resume, the resumed run's dir; needed to resume a "
                        "checkpoint from a run's checkpoints-replaced/)")
     train.add_argument("--notes", metavar="TEXT", help="the run's hypothesis, saved as notes.md in the run dir "
                        "and shown by `jaxlab runs`")
-    train.add_argument("--resume", metavar="WHAT", help="continue a run: latest (the newest run of ENV "
+    train.add_argument("--resume", type=user_path, metavar="WHAT", help="continue a run: latest (the newest run of ENV "
                        "under runs/), a run dir, its checkpoints/ directory or one checkpoint directory (ENV may "
                        "then be left out: the run's); flags change allowed values")
     train.add_argument("--resume-any-env", action="store_true", help="resume even when the env's source (its "
                        "header or library) changed since the checkpoint")
-    train.add_argument("--profile", metavar="DIR", help="write a JAX profiler trace of some updates to DIR "
+    train.add_argument("--profile", type=user_path, metavar="DIR", help="write a JAX profiler trace of some updates to DIR "
                        "(TensorBoard's profile plugin or Perfetto open it; process 0's in a run over several processes)")
     train.add_argument("--profile-updates", metavar="A:B", help="the updates the trace covers, "
                        "counted from 1, both included (default 2:3: update 1 compiles)")
@@ -598,9 +599,9 @@ def add_commands(add) -> None:
     evaluate.add_argument("env", metavar="ENV", nargs="?", help="the checkpoint's env: its name, or the path of its "
                           "header (path/to/NAME.h: played from that source, e.g. after the header moved); left out: "
                           "the checkpoint's own (but for --checkpoint latest)")
-    evaluate.add_argument("--checkpoint", required=True, metavar="PATH",
+    evaluate.add_argument("--checkpoint", required=True, type=user_path, metavar="PATH",
                           help="a checkpoint directory, a run dir or its checkpoints/ (the newest good one), or latest")
-    evaluate.add_argument("--policy-module", metavar="FILE.py:CLASS", help="the run's policy.module file at its "
+    evaluate.add_argument("--policy-module", type=user_path, metavar="FILE.py:CLASS", help="the run's policy.module file at its "
                           "new path, when it moved since the run (the same class)")
     evaluate.add_argument("--episodes", type=whole_number, default=10, help="agent-episodes to play (default 10)")
     evaluate.add_argument("--deterministic", action="store_true", help="take the most likely action (default: sample)")
@@ -609,10 +610,10 @@ def add_commands(add) -> None:
                           help="seed of the new envs and of sampling (default 12345)")
     evaluate.add_argument("--render", action="store_true", help="print env 0's first episode as text (envs "
                           "with a render hook: `jaxlab envs` lists their options)")
-    evaluate.add_argument("--save-frames", metavar="FILE", help="write env 0's first episode as text to FILE")
-    evaluate.add_argument("--gif", metavar="FILE", help="draw env 0's first episode (of its first agent) as an "
-                          "animated GIF (envs with a pixels hook; needs Pillow: pip install 'jaxlab[gif]')")
+    evaluate.add_argument("--save-frames", type=user_path, metavar="FILE", help="write env 0's first episode as text to FILE")
+    evaluate.add_argument("--gif", type=user_path, metavar="FILE", help="draw env 0's first episode (of its first agent) as an "
+                          f"animated GIF (envs with a pixels hook; needs Pillow: {install_extra('gif')})")
     evaluate.add_argument("--gif-size", metavar="WxH", help="picture size in pixels (default 480x240)")
     evaluate.add_argument("--gif-frames", type=whole_number, metavar="N", help="at most N pictures (default 500)")
     evaluate.add_argument("--gif-every", type=whole_number, metavar="K", help="draw every K-th step (default 1)")
-    evaluate.add_argument("--gif-fps", type=float, metavar="FPS", help="pictures per second of the GIF (default 25)")
+    evaluate.add_argument("--gif-fps", type=number, metavar="FPS", help="pictures per second of the GIF (default 25)")

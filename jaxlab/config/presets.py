@@ -18,6 +18,7 @@ from pathlib import Path
 from jaxlab.config.layers import preset_names, read_preset
 from jaxlab.config.schema import ConfigError
 from jaxlab.config.validate import shown_value
+from jaxlab.messages import install_extra
 
 #: Device kinds (substrings of jax's device_kind, upper case) for the big-GPU presets, checked in order.
 KIND_PRESETS = (("H100", "h100"), ("H200", "h100"), ("H800", "h100"), ("A100", "a100"), ("A800", "a100"))
@@ -103,7 +104,7 @@ def check_preset_fits(name: str, devices: list[DeviceInfo], present=None) -> Non
     if platform == "cpu" and "cuda" in platforms:
         gpu = (present or nvidia_gpu_present)()
         seen += f", though this machine has {gpu} (JAX installed without its CUDA wheels)" if gpu else ""
-        fix = "for an NVIDIA GPU, install JAX's CUDA wheels: pip install -e \".[cuda12]\" (then `jaxlab presets`)"
+        fix = f"for an NVIDIA GPU, install JAX's CUDA wheels: {install_extra('cuda12')} (then `jaxlab presets`)"
     elif platforms == ["cpu"]:
         fix = "JAX_PLATFORMS=cpu makes JAX use the CPU"
     else:
@@ -168,7 +169,7 @@ def unused_gpu_warning(devices: list[DeviceInfo], present=nvidia_gpu_present) ->
     if gpu is None:
         return None
     return (f"this machine has {gpu} but JAX sees only the CPU, so jaxlab runs on the CPU; install JAX's CUDA "
-            "wheels: pip install -e \".[cuda12]\" (or pip install -U \"jax[cuda12]\"), then check with "
+            f"wheels: {install_extra('cuda12')} (or pip install -U \"jax[cuda12]\"), then check with "
             "`jaxlab presets`")
 
 

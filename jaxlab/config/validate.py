@@ -399,9 +399,10 @@ def check_devices(config: Config, agents_per_env: int, available: int | None = N
     if per_group % setting:
         where = f"vec.num_envs={v.num_envs:,} / vec.groups={v.groups}" if v.groups > 1 else \
             f"vec.num_envs={v.num_envs:,}"
-        fix = setting * max(1, per_group // setting) * v.groups
+        fix = num_envs_for_devices(config, agents_per_env, setting, processes)
+        suggestion = f"--vec.num-envs {fix} or " if fix is not None else ""
         raise ConfigError(f"device.count={setting} must divide {where} (each device steps whole envs of every "
-                          f"group); e.g. --vec.num-envs {fix} or --device.count auto")
+                          f"group); e.g. {suggestion}--device.count auto")
     devices = setting * processes
     if minibatch_agents % devices:
         what = f"device.count={setting}" + (f" x {processes} processes" if processes > 1 else "")
@@ -409,6 +410,31 @@ def check_devices(config: Config, agents_per_env: int, available: int | None = N
                           f"(train.minibatch_size={t.minibatch_size} / train.bptt_horizon={t.bptt_horizon}); "
                           f"e.g. --train.minibatch-size {devices * max(1, minibatch_agents // devices) * t.bptt_horizon}")
     return setting
+
+
+#: how many values of vec.num_envs on each side of the current one num_envs_for_devices tries at most
+DEVICE_NUM_ENVS_TRIES = 1000
+
+
+def num_envs_for_devices(config: Config, agents_per_env: int, count: int, processes: int) -> int | None:
+    """The vec.num_envs nearest the config's (below it first) that ``count`` devices in each of ``processes``
+    divide and that every size check (derive_sizes) takes: the minibatch must still divide the batch, the
+    batch fit in train.total_timesteps. None when none does (the minibatch's sequences do not divide by the
+    devices, which no vec.num_envs changes)."""
+    if (config.train.minibatch_size // config.train.bptt_horizon) % (count * processes):
+        return None
+    step = count * config.vec.groups * processes
+    below = range(config.vec.num_envs // step, max(0, config.vec.num_envs // step - DEVICE_NUM_ENVS_TRIES), -1)
+    above = range(config.vec.num_envs // step + 1, config.vec.num_envs // step + 1 + DEVICE_NUM_ENVS_TRIES)
+    for k in (*below, *above):
+        vec = replace(config.vec, num_envs=k * step)
+        candidate = replace(config, vec=vec, device=replace(config.device, count=1))  # count: checked above
+        try:
+            derive_sizes(candidate, agents_per_env, processes=processes)
+        except ConfigError:
+            continue
+        return k * step
+    return None
 
 
 def toml_value(value) -> str:

@@ -55,7 +55,7 @@ import numpy as np
 from jaxlab.env.spaces import Box, Discrete, EnvSpaces, MultiDiscrete
 from jaxlab.env.buffers import aligned_empty, allocate
 from jaxlab.env.vecenv import VecEnv
-from jaxlab.messages import short_repr
+from jaxlab.messages import install_extra, short_repr
 
 PREFIXES = ("gymnasium:", "pettingzoo:")
 #: Built-in C envs that step exactly like a Python env (tests/test_env_dynamics.py checks it): their
@@ -105,14 +105,14 @@ def _import_package(package: str, name: str):
         if err.name != package:
             raise
         raise ImportError(f"env {name!r} needs the {package} package, which is not installed; install it "
-                          f"with pip install 'jaxlab[{package}]'") from None
+                          f"with {install_extra(package)}") from None
 
 
 def _gymnasium(name: str):
     gym = _import_package("gymnasium", name)
     if not hasattr(gym.vector, "AutoresetMode"):
         raise ImportError(f"env {name!r} needs gymnasium >= 1.1 (its SAME_STEP autoreset mode), found "
-                          f"{gym.__version__}; upgrade with pip install 'jaxlab[gymnasium]'")
+                          f"{gym.__version__}; upgrade with {install_extra('gymnasium')}")
     return gym
 
 
@@ -136,7 +136,7 @@ def _parallel_env_factory(name: str, module_name: str):
         missing = err.name or ""
         if missing == "pettingzoo":
             raise ImportError(f"env {name!r} needs the pettingzoo package, which is not installed; install "
-                              "it with pip install 'jaxlab[pettingzoo]'") from None
+                              f"it with {install_extra('pettingzoo')}") from None
         if module_name == missing or module_name.startswith(missing + "."):
             raise ValueError(f"env {name!r}: no module named {missing!r}; check the module path (e.g. "
                              "pettingzoo:pettingzoo.butterfly.pistonball_v6) or put the directory that holds "

@@ -1,5 +1,5 @@
 """Animated GIFs of an env's pictures (frames from its C pixels hook, ``VecEnv.pixels``), assembled with
-Pillow, an optional extra: ``pip install 'jaxlab[gif]'``."""
+Pillow, an optional extra: ``pip install -e ".[gif]"`` in the jaxlab checkout."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-EXTRA = "pip install 'jaxlab[gif]'"
+from jaxlab.messages import install_extra
 
 
 class PillowMissing(ImportError):
@@ -19,8 +19,8 @@ def require_pillow():
     try:
         from PIL import Image
     except ImportError:
-        raise PillowMissing(f"writing a GIF needs Pillow, which is not installed; install the gif extra: {EXTRA} "
-                            "(or pip install pillow)") from None
+        raise PillowMissing("writing a GIF needs Pillow, which is not installed; install the gif extra: "
+                            f"{install_extra('gif')} (or pip install pillow)") from None
     return Image
 
 

@@ -1,11 +1,12 @@
 """Learning curves of several runs into one PNG (`jaxlab plot`). Needs matplotlib, an optional extra:
-pip install 'jaxlab[plot]'."""
+pip install -e ".[plot]" in the jaxlab checkout."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from jaxlab.observe.records import is_update_record, read_metrics
+from jaxlab.messages import install_extra
 
 X_AXES = {"step": ("global_step", "agent-steps"), "time": ("wall_time", "wall time (s)")}
 
@@ -91,7 +92,7 @@ def plot(run_dirs: list[Path], output: Path, metric: str = "episode_return", x: 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise PlotError("jaxlab plot needs matplotlib: pip install 'jaxlab[plot]'") from None
+        raise PlotError(f"jaxlab plot needs matplotlib: {install_extra('plot')}") from None
     figure, axes = plt.subplots(figsize=(8, 5), dpi=100)
     for label, xs, ys in lines:
         axes.plot(xs, ys, label=label, linewidth=1.5)

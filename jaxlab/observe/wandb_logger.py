@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from jaxlab.config import as_layer
+from jaxlab.messages import install_extra
 
 #: The WANDB_MODE values wandb accepts (another one fails wandb.init with a pydantic error); "dryrun" is
 #: an old name of offline.
@@ -65,7 +66,7 @@ class WandbLogger:
         try:
             import wandb
         except ImportError:
-            warn("log.wandb is on but wandb is not installed: pip install 'jaxlab[wandb]'; training goes on without it")
+            warn(f"log.wandb is on but wandb is not installed: {install_extra('wandb')}; training goes on without it")
             return
         except Exception as err:  # noqa: BLE001 - a broken install (protobuf too new: TypeError) must not stop the run
             warn(f"log.wandb is on but wandb fails to import ({type(err).__name__}: {str(err).splitlines()[0]}); "

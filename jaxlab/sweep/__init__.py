@@ -2,4 +2,4 @@
 ``study`` storage, sampler, pruner and the objective, ``trials`` the trial processes and their share
 of the machine, ``supervisor`` the loop that runs, prunes and stops them, ``results`` the table, the
 best config and the plots, ``child`` the launcher that ties a trial's life to its sweep. Optuna is
-imported only when a sweep runs (pip install 'jaxlab[sweep]')."""
+imported only when a sweep runs (pip install -e ".[sweep]" in the jaxlab checkout)."""

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from jaxlab.config import ConfigError
 from jaxlab.config.validate import shown_value
-from jaxlab.messages import short_repr
+from jaxlab.messages import install_extra, short_repr
 from jaxlab.observe.records import episode_statistics
 from jaxlab.sweep.space import SweepSpec
 
@@ -68,7 +68,7 @@ def storage_for(url: str | None, study_dir: Path):
         return _rdb_storage(url)
     except (ImportError, ModuleNotFoundError) as err:
         raise ConfigError(f"--storage {url.split('://')[0]}: its database driver is missing ({err}); "
-                          "pip install 'jaxlab[sweep]' (psycopg for PostgreSQL) or pymysql for MySQL") from None
+                          f"{install_extra('sweep')} (psycopg for PostgreSQL) or pymysql for MySQL") from None
     except optuna.exceptions.StorageInternalError as err:
         raise ConfigError(f"--storage: cannot use the database ({str(err).splitlines()[0]}); check the URL, "
                           "that the server runs and that the database exists") from None
