@@ -121,46 +121,50 @@ class RecordingEnv:
         return getattr(self._env, name)
 
 
+def cut_cartpole_segment(max_steps: int, lstm: str):
+    """One segment (horizon 8, raw observations) of cartpole cut at ``max_steps``, as numpy arrays; the final
+    observations its env wrote, [T, A, 4]; and the values numpy_values recomputes from the segment's
+    observations and those final observations, [T, A]."""
+    config = small_config("cartpole", "--env.max_steps", str(max_steps), "--policy.lstm", lstm,
+                          "--train.obs-norm", "false")
+    with Trainer(config) as trainer:
+        recording = RecordingEnv(trainer.env)
+        trainer.rollout.envs[0] = recording
+        segment, _ = trainer.rollout.collect(trainer.state.params)
+        segment, finals = jax.device_get(segment), np.asarray(recording.finals)
+        expected = numpy_values(trainer.state.params, np.asarray(segment.obs, np.float64), np.asarray(segment.resets),
+                                finals.astype(np.float64), lstm == "true")
+    return segment, finals, expected
+
+
 @pytest.mark.parametrize("lstm", ["true", "false"])
 def test_truncation_bootstrap_is_the_value_of_the_cut_observation(lstm):
     # Cartpole cut at 5 steps with horizon 8: every agent that survives is truncated at step 4, in the
     # middle of the segment, and its next observation already belongs to a new episode.
     # raw observations (obs_norm off): numpy_values recomputes the values from them
-    config = small_config("cartpole", "--env.max_steps", "5", "--policy.lstm", lstm, "--train.obs-norm", "false")
-    with Trainer(config) as trainer:
-        recording = RecordingEnv(trainer.env)
-        trainer.rollout.envs[0] = recording
-        segment, _ = trainer.rollout.collect(trainer.state.params)
-        truncated = np.asarray(segment.truncations)
-        assert truncated[4].sum() >= 6 and not np.delete(truncated, 4, axis=0).any()
-        # a truncation ends the episode for the carry too: it is zeroed before the next step
-        assert np.asarray(segment.resets)[5][truncated[4]].all()
-        boot = np.asarray(segment.bootstrap_values)
-        assert (np.delete(boot, 4, axis=0) == 0).all() and (boot[4][~truncated[4]] == 0).all()
-        expected = numpy_values(trainer.state.params, np.asarray(segment.obs, np.float64),
-                                np.asarray(segment.resets), np.asarray(recording.finals, np.float64), lstm == "true")
-        np.testing.assert_allclose(boot[4][truncated[4]], expected[4][truncated[4]], rtol=1e-4, atol=1e-6)
-        assert (np.abs(boot[4][truncated[4]]) > 1e-3).all()
-        # the final observation is not the observation after it (a new episode's first)
-        assert not np.allclose(recording.finals[4][truncated[4]], np.asarray(segment.obs[5])[truncated[4]])
+    segment, finals, expected = cut_cartpole_segment(5, lstm)
+    truncated = segment.truncations
+    assert truncated[4].sum() >= 6 and not np.delete(truncated, 4, axis=0).any()
+    # a truncation ends the episode for the carry too: it is zeroed before the next step
+    assert segment.resets[5][truncated[4]].all()
+    boot = segment.bootstrap_values
+    assert (np.delete(boot, 4, axis=0) == 0).all() and (boot[4][~truncated[4]] == 0).all()
+    np.testing.assert_allclose(boot[4][truncated[4]], expected[4][truncated[4]], rtol=1e-4, atol=1e-6)
+    assert (np.abs(boot[4][truncated[4]]) > 1e-3).all()
+    # the final observation is not the observation after it (a new episode's first)
+    assert not np.allclose(finals[4][truncated[4]], segment.obs[5][truncated[4]])
 
 
 @pytest.mark.parametrize("lstm", ["true", "false"])
 def test_a_truncation_at_the_last_step_of_a_batch_bootstraps_from_the_cut_observation(lstm):
     # cut at 8 steps with horizon 8: the truncation is in row T - 1, whose flags and bootstrap the batch's
     # finish call writes (not a step call of the next batch)
-    config = small_config("cartpole", "--env.max_steps", "8", "--policy.lstm", lstm, "--train.obs-norm", "false")
-    with Trainer(config) as trainer:
-        recording = RecordingEnv(trainer.env)
-        trainer.rollout.envs[0] = recording
-        segment, _ = trainer.rollout.collect(trainer.state.params)
-        truncated = np.asarray(segment.truncations)
-        assert truncated[7].sum() >= 6 and not truncated[:7].any()
-        boot = np.asarray(segment.bootstrap_values)
-        expected = numpy_values(trainer.state.params, np.asarray(segment.obs, np.float64),
-                                np.asarray(segment.resets), np.asarray(recording.finals, np.float64), lstm == "true")
-        np.testing.assert_allclose(boot[7][truncated[7]], expected[7][truncated[7]], rtol=1e-4, atol=1e-6)
-        assert (boot[:7] == 0).all() and (boot[7][truncated[7]] != 0).all()
+    segment, _, expected = cut_cartpole_segment(8, lstm)
+    truncated = segment.truncations
+    assert truncated[7].sum() >= 6 and not truncated[:7].any()
+    boot = segment.bootstrap_values
+    np.testing.assert_allclose(boot[7][truncated[7]], expected[7][truncated[7]], rtol=1e-4, atol=1e-6)
+    assert (boot[:7] == 0).all() and (boot[7][truncated[7]] != 0).all()
 
 
 def test_values_and_log_probs_in_the_segment_match_the_policy():
