@@ -251,6 +251,38 @@ def test_a_new_run_into_a_run_dir_that_holds_a_run_is_refused_and_changes_nothin
                                   "that run away first")  # not --resume, which refuses a run with no checkpoint
 
 
+def test_a_run_dir_holding_other_things_than_a_run_is_refused_unless_it_is_the_resumed_runs(tmp_path, capsys):
+    """`jaxlab train ENV --run-dir .` in a project (or --run-dir runs, a folder of runs) trained into it, its
+    metrics.jsonl and checkpoints/ among the project's files. Refused now with one line naming the folder and
+    a new one, before anything is written; an empty folder trains, and a run dir with a file of the user's
+    beside its run resumes."""
+    from jaxlab import cli
+
+    def train(run_dir, *flags):
+        return cli.main(["train", "cartpole", *SMALL, "--train.total-timesteps", "128", "--run-dir", str(run_dir),
+                         "--log.dashboard", "none", *flags])
+
+    project, runs = tmp_path / "project", tmp_path / "runs"
+    (project / "src").mkdir(parents=True)
+    (project / "pyproject.toml").write_text("[project]\n")
+    assert train(runs / "a") == 0
+    for folder in (project, runs):
+        before = sorted(p.relative_to(folder) for p in folder.rglob("*"))
+        capsys.readouterr()
+        assert train(folder) == 2
+        line = capsys.readouterr().err.strip()
+        shown = "pyproject.toml, src" if folder == project else "a"
+        assert line.startswith(f"jaxlab train: error: --run-dir {folder}: a folder that holds other things than a "
+                               f"run ({shown}), which the run's metrics.jsonl and checkpoints/ would be mixed with; "
+                               f"give a new (or empty) folder, e.g. --run-dir {folder}/cartpole-"), line
+        assert "\n" not in line and sorted(p.relative_to(folder) for p in folder.rglob("*")) == before
+    (runs / "a" / "curves.png").write_bytes(b"mine")  # the user's, beside the run: its own resume goes on
+    assert train(runs / "a", "--resume", str(runs / "a"), "--train.total-timesteps", "256") == 0
+    assert [r["update"] for r in read_metrics(runs / "a")] == [1, 2, 3, 4]
+    (tmp_path / "empty").mkdir()
+    assert train(tmp_path / "empty") == 0 and read_metrics(tmp_path / "empty")
+
+
 def test_a_resume_into_another_run_dir_that_holds_a_run_is_refused(tmp_path):
     """--resume A --run-dir B continues A's checkpoint in B: refused when B holds a run of its own (its
     metrics would be cut to A's update and its newer checkpoints moved aside), allowed into a new B,

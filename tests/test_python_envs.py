@@ -1437,3 +1437,79 @@ def test_a_gymnasium_dict_with_an_action_mask_jaxlab_cannot_read_is_refused_with
     with pytest.raises(ValueError, match=what) as caught:
         jaxlab.make(f"gymnasium:{MIS_MASKED}", broken=broken)
     assert "FlattenObservation" not in str(caught.value)
+
+
+MIS_MASKED_PZ = '''
+"""Two agents whose Dict observation space (or infos) hold an "action_mask" or an "observation" in a
+layout jaxlab cannot read, as ``broken`` says."""
+import numpy as np
+from gymnasium import spaces
+from pettingzoo import ParallelEnv
+
+
+class MisMasked(ParallelEnv):
+    metadata = {"name": "mismasked_v0"}
+
+    def __init__(self, broken):
+        self.possible_agents, self.broken = ["a", "b"], broken
+        box = spaces.Box(0, 1, (2,), np.float32)
+        self.entries = {"observation": box, "action_mask": spaces.MultiBinary(3)}
+        self.action = spaces.Discrete(3)
+        if broken in ("goal", "goal without a mask"):
+            self.entries["goal"] = box
+        if broken == "goal without a mask":
+            del self.entries["action_mask"]
+        elif broken == "no observation":
+            self.entries["position"] = self.entries.pop("observation")
+        elif broken == "discrete":
+            self.entries["observation"] = spaces.Discrete(5)
+        elif broken in ("continuous", "continuous with a mask in the infos"):
+            self.action = spaces.Box(-1, 1, (3,), np.float32)
+
+    def observation_space(self, agent):
+        if self.broken == "continuous with a mask in the infos":
+            return self.entries["observation"]
+        return spaces.Dict(self.entries)
+
+    def action_space(self, agent):
+        return self.action
+
+    def reset(self, seed=None, options=None):
+        self.agents = list(self.possible_agents)
+        observation = self.observation_space("a").sample()
+        mask = {"action_mask": np.ones(3, np.int8)} if self.broken == "continuous with a mask in the infos" else {}
+        return {a: observation for a in self.agents}, {a: dict(mask) for a in self.agents}
+
+    def step(self, actions):
+        return ({a: self.observation_space(a).sample() for a in actions}, {a: 0.0 for a in actions},
+                {a: False for a in actions}, {a: False for a in actions}, {a: {} for a in actions})
+
+
+parallel_env = MisMasked
+'''
+
+
+@pytest.mark.parametrize("broken, what", [
+    ("goal", r"with 'action_mask' and other entries \['goal'\]; jaxlab reads a Dict observation as \{'observation': "
+             r"a Box, 'action_mask': one entry per action\}.*drop the masking\): put the other observations into "
+             r"one Box under 'observation' with an ObservationWrapper of yours; make your parallel_env\(\) return"),
+    ("goal without a mask", r"with 'observation' and other entries \['goal'\]; jaxlab reads a Dict observation as "
+                            r"\{'observation': a Box, 'action_mask': one entry per action\}.*: put the other"),
+    ("no observation", r"with 'action_mask' and no 'observation' entry; jaxlab reads"),
+    ("discrete", r"whose 'observation' is Discrete\(5\), not a Box; jaxlab reads .*: make 'observation' a Box"),
+    ("continuous", r"has an 'action_mask' in its observation space .* and action space Box.*an action mask masks "
+                   r"Discrete or MultiDiscrete actions, not continuous ones: leave the mask out of the observations"),
+    ("continuous with a mask in the infos", r"has an 'action_mask' in the infos its reset returns and action space "
+                                            r"Box.*not continuous ones: leave the mask out of the infos"),
+])
+def test_a_pettingzoo_dict_or_mask_jaxlab_cannot_read_is_refused_as_gymnasiums(tmp_path, monkeypatch, broken, what):
+    """A mask over continuous actions was ignored and the entries beside "observation" were dropped, with no
+    word; the other layouts were refused as "not a Box" with a flatten recipe that drops the masking."""
+    (tmp_path / "mismasked_env.py").write_text(MIS_MASKED_PZ)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        with pytest.raises(ValueError, match="^env 'pettingzoo:mismasked_env' .*" + what) as caught:
+            jaxlab.make("pettingzoo:mismasked_env", broken=broken)
+        assert "flatten_v0" not in str(caught.value)
+    finally:
+        sys.modules.pop("mismasked_env", None)

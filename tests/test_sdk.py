@@ -173,6 +173,24 @@ def test_a_changed_sdk_api_c_rebuilds_a_cached_library(user_env, tmp_path, monke
     assert second != first and second.is_file()
 
 
+@pytest.mark.parametrize("change", ["generated source", "compile command"])
+def test_a_changed_build_recipe_rebuilds_a_cached_library(user_env, tmp_path, monkeypatch, change):
+    """A library is made of the header, the C file jaxlab generates around it and the command it compiles
+    that with: a jaxlab that generates or compiles otherwise must not load a library the old recipe built."""
+    header = stroll_with_an_include(user_env, tmp_path / "env")
+    first = sdk.cached_library(header)
+    if change == "generated source":
+        checks = sdk._log_field_checks
+        monkeypatch.setattr(sdk, "_log_field_checks", lambda *a: [*checks(*a), '_Static_assert(1, "a new check");'])
+    else:
+        builder = sdk._builder()
+        command = builder.compile_command
+        monkeypatch.setattr(builder, "compile_command", lambda *a, **k: [*command(*a, **k), "-DJAXLAB_NEW_RECIPE"])
+    monkeypatch.setattr(sdk, "_built", {})  # as the next process to use the header
+    second = sdk.cached_library(header)
+    assert second != first and second.is_file()
+
+
 def test_two_threads_building_one_header_at_once_both_get_a_working_library(user_env, tmp_path, monkeypatch):
     """Two threads of one process build the same header into a fresh cache at the same time: neither
     may write, move or load the other's half-built file (they shared one temporary name per process).

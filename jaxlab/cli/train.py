@@ -174,6 +174,10 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
     else:  # several processes: process 0's clock names the one run dir of them all
         stamp = distributed.from_process_0(time.strftime("%Y%m%d-%H%M%S"))
         run_dir = args.run_dir or f"runs/{folder_name(config.env_name)}-{stamp}"
+    problem = other_things_problem(Path(run_dir), resolved.resume, config.env_name)
+    if problem:  # before the write check, which makes RUN_DIR/checkpoints
+        print(f"jaxlab train: error: {problem}", file=sys.stderr)
+        return 2
     new_run_dir = not Path(run_dir).exists()  # removed again if the run does not start (bad input)
     for directory in (Path(run_dir), Path(run_dir) / "checkpoints"):
         problem = cannot_write(directory)
@@ -253,6 +257,25 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
     else:
         say(nothing_to_train(result.resumed_from, sizes))
     return 0
+
+
+def other_things_problem(run_dir: Path, resume: Path | None, env_name: str) -> str | None:
+    """Why the run cannot go into ``run_dir``, a folder that holds other things than a run's files (other
+    runs, a project: `--run-dir .`), which its metrics.jsonl and checkpoints/ would be mixed with; None for a
+    new or empty folder, a run dir (the refusal of an earlier run there is train_run's) and the run dir of
+    the checkpoint ``resume`` continues."""
+    from jaxlab.observe.records import other_entries
+    from jaxlab.run.resume import resume_run_dir
+
+    if resume is not None and resume_run_dir(resume).resolve() == run_dir.resolve():
+        return None
+    others = other_entries(run_dir)
+    if not others:
+        return None
+    shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+    new = run_dir / f"{folder_name(env_name)}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return (f"--run-dir {run_dir}: a folder that holds other things than a run ({shown}), which the run's "
+            f"metrics.jsonl and checkpoints/ would be mixed with; give a new (or empty) folder, e.g. --run-dir {new}")
 
 
 def final_return(result, run_dir: str) -> str:
@@ -579,7 +602,8 @@ def add_commands(add) -> None:
                 train_command, with_config=True)
     train.add_argument("--run-dir", type=user_path, metavar="DIR", help="where config.toml, metrics.jsonl and checkpoints/ "
                        "go (default runs/ENV-TIMESTAMP; with --resume, the resumed run's dir; needed to resume a "
-                       "checkpoint from a run's checkpoints-replaced/)")
+                       "checkpoint from a run's checkpoints-replaced/): a new or empty folder, or a run dir; one "
+                       "holding other things (other runs, a project) is refused")
     train.add_argument("--notes", metavar="TEXT", help="the run's hypothesis, saved as notes.md in the run dir "
                        "and shown by `jaxlab runs`")
     train.add_argument("--resume", type=user_path, metavar="WHAT", help="continue a run: latest (the newest run of ENV "

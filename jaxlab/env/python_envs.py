@@ -255,31 +255,43 @@ def _dict_observation(space) -> tuple:
     return space, False, False
 
 
-def _check_masked_dict(space, action, name: str) -> None:
-    """ValueError when a Gymnasium env's Dict observation space holds "action_mask" but is not the layout
-    jaxlab reads ({"observation": a Box, "action_mask"}, Discrete or MultiDiscrete actions): the flatten
-    recipe of _box_obs's refusal would make the mask one more input and drop the masking."""
+def _check_masked_dict(space, action, name: str, reads_observation_entry: bool = False) -> None:
+    """ValueError when an env's Dict observation space holds "action_mask" (or, with
+    ``reads_observation_entry``, as PettingZoo's adapter reads any Dict's, "observation") but is not the
+    layout jaxlab reads ({"observation": a Box[, "action_mask"]}, a mask over Discrete or MultiDiscrete
+    actions): the flatten recipe of _box_obs's refusal would make the mask one more input and drop the
+    masking, reading "observation" alone would drop the other entries, and a mask over continuous actions
+    would mask nothing."""
     import gymnasium
 
-    if not (isinstance(space, gymnasium.spaces.Dict) and "action_mask" in space.spaces):
+    if not isinstance(space, gymnasium.spaces.Dict):
+        return
+    entries = set(space.spaces)
+    if "action_mask" not in entries and not (reads_observation_entry and "observation" in entries):
         return
     layout = ("jaxlab reads a Dict observation as {'observation': a Box, 'action_mask': one entry per action}, "
-              "the layout of masked PettingZoo envs (flattening the Dict would make the mask an input and drop "
-              "the masking)")
-    others = sorted(set(space.spaces) - {"observation", "action_mask"})
-    if others or "observation" not in space.spaces:
-        what = f"other entries {others}" if "observation" in space.spaces else "no 'observation' entry"
-        raise ValueError(f"env {name!r} has observation space {space}, with 'action_mask' and {what}; {layout}: "
+              "the layout of masked PettingZoo envs")
+    if "action_mask" in entries:
+        layout += " (flattening the Dict would make the mask an input and drop the masking)"
+    others = sorted(entries - {"observation", "action_mask"})
+    if others or "observation" not in entries:
+        held = "'action_mask'" if "action_mask" in entries else "'observation'"
+        what = f"other entries {others}" if "observation" in entries else "no 'observation' entry"
+        raise ValueError(f"env {name!r} has observation space {space}, with {held} and {what}; {layout}: "
                          f"put the other observations into one Box under 'observation' with an ObservationWrapper "
                          f"of yours; {_how_to_wrap(name, 'MyObservationWrapper')}")
     if not isinstance(space["observation"], gymnasium.spaces.Box):
         raise ValueError(f"env {name!r} has observation space {space}, whose 'observation' is "
                          f"{space['observation']}, not a Box; {layout}: make 'observation' a Box with an "
                          f"ObservationWrapper of yours; {_how_to_wrap(name, 'MyObservationWrapper')}")
-    if isinstance(action, Box):
-        raise ValueError(f"env {name!r} has an 'action_mask' in its observation space {space} and action space "
-                         f"{action}; an action mask masks Discrete or MultiDiscrete actions, not continuous ones: "
-                         "leave the mask out of the observations")
+    if isinstance(action, Box) and "action_mask" in entries:
+        raise ValueError(_continuous_mask_problem(name, f"its observation space {space}", action, "observations"))
+
+
+def _continuous_mask_problem(name: str, where: str, action: Box, leave_out_of: str) -> str:
+    """The refusal of an "action_mask" (in ``where``) of an env whose ``action`` space is continuous."""
+    return (f"env {name!r} has an 'action_mask' in {where} and action space {action}; an action mask masks "
+            f"Discrete or MultiDiscrete actions, not continuous ones: leave the mask out of the {leave_out_of}")
 
 
 def _mask_width(action) -> int:
@@ -828,16 +840,16 @@ class PettingZooVecEnv(PythonVecEnv):
                     raise ValueError(f"env {name!r}: agent {agent!r} has {kind} space {space}, agent "
                                      f"{agents[0]!r} {spaces[0]}; jaxlab needs one space for all agents (pad "
                                      "them, e.g. with supersuit.pad_observations_v0 / pad_action_space_v0)")
-        obs_space, self._dict_obs, mask_entry = _dict_observation(obs_spaces[0])
-        self._declared = obs_space  # the env's own space, for the messages of _write
         action, self._start = _action(act_spaces[0], name)
+        _check_masked_dict(obs_spaces[0], action, name, reads_observation_entry=True)
+        obs_space, self._dict_obs, has_mask = _dict_observation(obs_spaces[0])
+        self._declared = obs_space  # the env's own space, for the messages of _write
         self._info_mask = False
-        has_mask = False
-        if not isinstance(action, Box):
-            has_mask = mask_entry
-            if not has_mask:  # masks in the infos show only there: look at one reset
-                _, infos = _returned(env.reset(seed=int(seed)), "reset", name, 0)
-                has_mask = self._info_mask = any("action_mask" in (infos or {}).get(a, {}) for a in agents)
+        if not has_mask:  # masks in the infos show only there: look at one reset
+            _, infos = _returned(env.reset(seed=int(seed)), "reset", name, 0)
+            has_mask = self._info_mask = any("action_mask" in (infos or {}).get(a, {}) for a in agents)
+            if has_mask and isinstance(action, Box):
+                raise ValueError(_continuous_mask_problem(name, "the infos its reset returns", action, "infos"))
         width = _mask_width(action) if has_mask else 0
         self.spaces = EnvSpaces(len(agents), _box_obs(obs_space, name), action, has_mask, width,
                                 agents_wait=len(agents) > 1)

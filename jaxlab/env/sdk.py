@@ -15,8 +15,9 @@ loads (no rebuild of jaxlab), the build cache, and the skeleton of a new env.
 
 The cache lives in $JAXLAB_CACHE_DIR, else $XDG_CACHE_HOME/jaxlab, else ~/.cache/jaxlab, under envs/;
 a library there is keyed by the contents of the header and of every file it includes, of the SDK's
-api.c (compiled into every library), the compiler (its --version), the flags and the C ABI version
-(and by the files' paths: a moved header is built again).
+api.c (compiled into every library), the compiler (its --version), the whole compile command (flags,
+$CENV_CFLAGS, link options), the C file jaxlab generates around the header (its refusal checks
+included) and the C ABI version (and by the files' paths: a moved header is built again).
 """
 
 from __future__ import annotations
@@ -458,7 +459,22 @@ def _digest(files: list[Path], *extra: str) -> str:
     return h.hexdigest()
 
 
-_built: dict[str, tuple[tuple[tuple[str, int], ...], Path]] = {}  # header -> (deps with mtimes, library)
+# header -> (deps with mtimes, compile recipe, library)
+_built: dict[str, tuple[tuple[tuple[str, int], ...], str, Path]] = {}
+
+
+def _compile_recipe() -> str:
+    """The command build_library compiles a library with (compiler, flags with $CENV_CFLAGS, link options),
+    with placeholders for the paths of one build."""
+    command = _builder().compile_command(Path("LIBRARY"), sources=[Path("SOURCE")], include=[include_dir()])
+    return shlex.join(command)
+
+
+def _generated_source(headers: list[Path]) -> str:
+    """The text of the C file build_library compiles for ``headers`` (see _translation_unit)."""
+    with _scratch(Path(tempfile.gettempdir()), "jaxlab-build-") as folder:
+        return _translation_unit(headers, folder).read_text()
+
 
 #: The file in a build's temporary folder that its build holds an exclusive flock on while it runs: the
 #: kernel lets go of it when the process ends, however it ends (SIGKILL too).
@@ -541,15 +557,17 @@ def cached_library(header: str | Path) -> Path:
     header = Path(header).expanduser().absolute()
     if not header.is_file():
         raise BuildError(missing_header_problem(header))
+    command = _compile_recipe()
     known = _built.get(str(header))
     if known is not None and all(Path(f).is_file() and Path(f).stat().st_mtime_ns == t for f, t in known[0]) \
-            and known[1].is_file():
-        return known[1]
+            and known[1] == command and known[2].is_file():
+        return known[2]
     # api.c is compiled into every env library (see _translation_unit) but no header includes it: a
     # jaxlab whose api.c changed within one ABI version must not reuse a library built from the old one
     deps = sorted({*dependencies(header), include_dir() / "api.c"})
-    key = _digest(deps, _compiler_identity(), " ".join(_builder().compile_flags()), f"ABI {ABI_VERSION}",
-                  *_SHARED_RANDOM_REFUSAL)
+    # the C file jaxlab generates around the header and the command it compiles it with are the rest of
+    # what the library is made of: a jaxlab that builds otherwise must not reuse one built the old way
+    key = _digest(deps, _compiler_identity(), command, _generated_source([header]), f"ABI {ABI_VERSION}")
     folder = cache_dir() / "envs" / f"{header.stem}-{key[:16]}"
     library = folder / f"lib{header.stem}.so"
     # the folders of builds killed before they could remove them (of any header): see _scratch
@@ -563,7 +581,7 @@ def cached_library(header: str | Path) -> Path:
             partial = scratch / library.name
             build_library([header], partial)
             partial.replace(library)
-    _built[str(header)] = (tuple((str(f), f.stat().st_mtime_ns) for f in deps), library)
+    _built[str(header)] = (tuple((str(f), f.stat().st_mtime_ns) for f in deps), command, library)
     return library
 
 

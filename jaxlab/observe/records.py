@@ -4,6 +4,7 @@ steps, SPS), and the table `jaxlab runs` prints from them."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import math
 import platform
@@ -210,6 +211,23 @@ def earlier_run(run_dir: Path) -> str | None:
         return f"checkpoints up to update {held[0].name}"
     metrics = run_dir / "metrics.jsonl"
     return "metrics.jsonl" if metrics.is_file() and metrics.stat().st_size > 0 else None
+
+
+#: The names a run writes in its run dir (`jaxlab sweep`'s train-output.log, wandb's folder, the write probe of
+#: `jaxlab train` and the temporary file of a resume's metrics cut included): anything else is not a run's.
+RUN_DIR_ENTRIES = ("config.toml", "metrics.jsonl", "metrics.jsonl.tmp", "summary.json", "run.json", "notes.md",
+                   "run.log", ".lock", ".write-test-*", "checkpoints", "checkpoints-replaced", "train-output.log",
+                   "wandb")
+
+
+def other_entries(run_dir: Path) -> list[str]:
+    """The names in ``run_dir`` that no run writes there (see RUN_DIR_ENTRIES), sorted; [] when it is no
+    folder (or cannot be read: the write check names why)."""
+    try:
+        names = [p.name for p in Path(run_dir).iterdir()]
+    except OSError:
+        return []
+    return sorted(n for n in names if not any(fnmatch.fnmatchcase(n, entry) for entry in RUN_DIR_ENTRIES))
 
 
 def is_run(path: Path) -> bool:
