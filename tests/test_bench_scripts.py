@@ -97,6 +97,15 @@ def test_bench_env_measures_only_the_envs_named():
     assert [line.split()[0] for line in result.stdout.splitlines()] == ["env", "cartpole", "per-call"]
 
 
+def test_learn_help_shows_its_two_line_example_as_a_shell_continuation():
+    """learn.py's docstring ended an example line with a lone backslash, which Python read as a line
+    continuation: --help printed `--threshold -200         --variant ...` as one line."""
+    result = subprocess.run([sys.executable, str(SCRIPTS / "learn.py"), "--help"], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "--threshold -200 \\\n        --variant" in result.stdout, result.stdout
+
+
 def test_bench_pufferlib_refuses_a_python_without_pufferlib_before_any_run(tmp_path):
     python = tmp_path / "python"
     python.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'pufferlib'\" >&2\nexit 1\n")
