@@ -87,11 +87,14 @@ def main() -> None:
     parser.add_argument("--seconds", type=positive_number, default=1.0, help="timing window per measurement")
     parser.add_argument("--agents", type=at_least(1), nargs="+", default=[1024, 16384])
     parser.add_argument("--threads", type=at_least(1), default=1, help="C threads per VecEnv")
-    parser.add_argument("--envs", nargs="+", default=list(env_types()))
+    parser.add_argument("--envs", nargs="+", help="envs to measure (default: every built-in env, then the drone "
+                        "swarm's figures, which --envs leaves out unless it names drone)")
     parser.add_argument("--sdk", action="store_true", help="compare each env built in-tree and built as a user's env")
     parser.add_argument("--drone", action="store_true", help="only the drone swarm's figures")
     parser.add_argument("--repeats", type=at_least(1), default=3, help="drone figures: best of this many measurements")
     args = parser.parse_args()
+    with_drone_figures = args.envs is None or "drone" in args.envs
+    args.envs = args.envs or list(env_types())
     for name in (n for n in args.envs if not is_python_env(n)):
         try:
             env_type(name)  # a built-in env or a header on the env path
@@ -113,7 +116,8 @@ def main() -> None:
         _, per_call = env_steps_per_second(name, apa, args.seconds)
         print(f"per-call overhead, {name} with 1 env ({apa} agent{'s' * (apa > 1)}): "
               f"{per_call * 1e6:.2f} us/step")
-    drone_figures(args.seconds, args.repeats)
+    if with_drone_figures:
+        drone_figures(args.seconds, args.repeats)
 
 
 if __name__ == "__main__":

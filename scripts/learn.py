@@ -6,7 +6,7 @@ time to a threshold, and the curves as JSON.
     python scripts/learn.py drone --seeds 2 --steps 20e6 --jobs 2
     python scripts/learn.py cartpole --metric episode_return --threshold 475 --flags --vec.num-envs 128
     python scripts/learn.py drone --runs-only --out runs/learn-drone     # re-plot finished runs
-    python scripts/learn.py pendulum --seeds 3 --threshold -200 \
+    python scripts/learn.py pendulum --seeds 3 --threshold -200 \\
         --variant "previous=--train.obs-norm false --train.reward-scale 0.1" --variant defaults=
 
 Each seed s runs `python -m jaxlab.cli train ENV --train.seed s --run-dir OUT/seed-s [--train.total-timesteps S]

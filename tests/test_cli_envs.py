@@ -90,3 +90,17 @@ def test_envs_shows_a_python_envs_spaces(capsys):
     assert "statistics: episode_return, episode_length\npendulum: " in out and "cartpole:" not in out
     assert main(["envs", "gymnasium:CartPol-v1"]) == 2
     assert "jaxlab envs: error: unknown Gymnasium env 'CartPol-v1'" in capsys.readouterr().err
+
+
+def test_an_unknown_names_error_names_an_env_path_entry_that_is_no_folder(tmp_path, monkeypatch, capsys):
+    """`jaxlab train zzz` named a JAXLAB_ENV_PATH entry that is no folder (where the user meant their
+    envs to be found), but `jaxlab envs zzz` did not: README says an unknown name's error names it."""
+    header = tmp_path / "walker.h"
+    header.write_text("/* a user's env */\n")
+    missing = tmp_path / "nope"
+    monkeypatch.setenv("JAXLAB_ENV_PATH", f"{missing}:{header}")
+    assert main(["envs", "zzz"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1
+    assert f"Note: JAXLAB_ENV_PATH holds {missing}, which is no folder (it does not exist)." in err
+    assert f"Note: JAXLAB_ENV_PATH holds {header}, a file: it takes folders" in err

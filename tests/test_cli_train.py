@@ -48,6 +48,24 @@ def test_help_describes_every_key():
     assert "--policy.lstm" in result.stdout and "(default true)" in result.stdout
 
 
+def test_help_lists_every_config_key_the_env_section_too():
+    """README says `jaxlab train --help` lists every config key with its description and default; the
+    [env] keys jaxlab reads itself (env.library, env.mask_check) were missing, as they are no section's
+    dataclass field. Each key of every section and of ENV_KEYS now has its line."""
+    from dataclasses import fields
+
+    from jaxlab.cli.common import config_help
+    from jaxlab.config import SECTIONS
+    from jaxlab.config.schema import ENV_KEYS
+
+    flags = [line.split()[0] for line in config_help().splitlines() if line.startswith("  --")]
+    wanted = [f"--env.{key}" for key in ENV_KEYS]
+    wanted += [f"--{section}.{field.name}" for section, cls in SECTIONS.items() for field in fields(cls)]
+    assert [flag for flag in wanted if flag.replace("_", "-") not in flags] == []
+    assert '  --env.mask-check            strict (refuse an action outside its mask, or a mask with none) or off ' \
+           '(default "strict")' in config_help().splitlines()
+
+
 def test_an_env_whose_episodes_outlast_an_update_trains_without_a_no_episode_warning(tmp_path):
     """pendulum's episodes last 200 steps, 12 updates of horizon 16: every run warned "no episode finished
     in update 1 …" though nothing was wrong. Said only after 1,000 steps per agent without an episode."""

@@ -33,11 +33,17 @@ def command_adder(commands):
 
 def config_help() -> str:
     """Every config key with its default (from configs/default.toml) and description, for --help."""
-    from jaxlab.config import SECTIONS, configs_dir, field_help, read_toml, toml_value
+    from jaxlab.config import SECTIONS, Config, configs_dir, field_help, read_toml, toml_value
+    from jaxlab.config.schema import ENV_KEYS
 
     defaults = read_toml(configs_dir() / "default.toml")
     lines = ["config flags (--section.key value; dashes or underscores; env defaults in configs/envs/):",
              "  --env.NAME VALUE            a parameter of the env (see `jaxlab envs`)"]
+    env_help = field_help(Config)  # the [env] keys jaxlab reads itself: "[env] KEY: what it does"
+    for key, field_name in ENV_KEYS.items():
+        text = env_help[field_name].removeprefix(f"[env] {key}: ")
+        flag = f"--env.{key.replace('_', '-')}"
+        lines.append(f"  {flag:<27} {text} (default {toml_value(getattr(Config, field_name))})")
     for section, cls in SECTIONS.items():
         for name, text in field_help(cls).items():
             default = defaults.get(section, {}).get(name, getattr(cls(), name))

@@ -18,7 +18,8 @@ def envs_command(args: argparse.Namespace) -> int:
     from jaxlab.config import ConfigError
     from jaxlab.env import env_types, is_python_env, spaces_of
     from jaxlab.env.library import LibraryError
-    from jaxlab.env.sdk import BuildError, headers_on_path, misnamed_header_problem, misnamed_headers
+    from jaxlab.env.sdk import (BuildError, env_path_problems, headers_on_path, misnamed_header_problem,
+                                misnamed_headers)
 
     python_names = [name for name in dict.fromkeys(args.names) if is_python_env(name)]
     for name in python_names:
@@ -42,7 +43,8 @@ def envs_command(args: argparse.Namespace) -> int:
             close = difflib.get_close_matches(name, known, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             where = f"in {args.library}" if args.library is not None else "among jaxlab's envs or on the env path"
-            raise ConfigError(f"no env {name!r} {where}; {hint}envs: {', '.join(known)}")
+            notes = "".join(f" Note: {problem}." for problem in env_path_problems()) if args.library is None else ""
+            raise ConfigError(f"no env {name!r} {where}; {hint}envs: {', '.join(known)}{notes}")
     if not wanted:
         for header in misnamed.values():
             warn(f"warning: {misnamed_header_problem(header)}")
