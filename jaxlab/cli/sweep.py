@@ -29,6 +29,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     from jaxlab.config import ConfigError
 
     check_other_tools_options(args.flags)
+    refuse_dist_flags(args.flags)
     try:
         import optuna
     except ImportError:
@@ -81,6 +82,18 @@ def check_other_tools_options(flags: list[str]) -> None:
             following = flags[i + 1] if i + 1 < len(flags) and not flags[i + 1].startswith("-") else "2"
             example = value or following
             raise ConfigError(f"unexpected argument {flag!r}; jaxlab sweep calls it --{ours}, e.g. --{ours} {example}")
+
+
+def refuse_dist_flags(flags: list[str]) -> None:
+    """ConfigError for a --dist.* flag among ``flags``: the sweep starts each run of a trial as one process, and
+    the base config's [dist] would reach the trials as a --config file's, which a run does not read."""
+    from jaxlab.config import ConfigError
+
+    for flag in flags:
+        if flag.startswith("--dist."):
+            raise ConfigError(f"unexpected argument {flag.partition('=')[0]!r}: jaxlab sweep starts each run of a "
+                              "trial as one process (--parallel K runs K side by side), so it takes no --dist.* "
+                              "flag; drop it")
 
 
 def prepare_and_run(args, name: str, storage, study_dir: Path, exists: bool, overrides: dict,
