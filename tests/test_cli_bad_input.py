@@ -481,6 +481,16 @@ def test_a_sweep_refuses_dist_flags_before_creating_its_study(tmp_path, capsys, 
     assert not (tmp_path / "d").exists()
 
 
+def test_sweep_help_lists_no_dist_flag_it_refuses(capsys):
+    """jaxlab sweep --help listed the --dist.* flags among its config flags, which the sweep refuses."""
+    for command, listed in (("sweep", False), ("train", True)):
+        with pytest.raises(SystemExit):
+            cli.main([command, "--help"])
+        text = capsys.readouterr().out
+        assert ("--dist.num-processes" in text) is listed, command
+        assert "--train.learning-rate" in text, command
+
+
 def test_a_study_resumed_with_another_space_is_refused_naming_the_command_that_resumes_it(tmp_path, capsys):
     """The refusal said 'or `jaxlab sweep ENV --study NAME` alone', placeholders the user had to fill in (and
     a study under --root needs --root too); it gives this study's command now."""

@@ -31,14 +31,17 @@ def command_adder(commands):
     return add
 
 
-def config_help() -> str:
-    """Every config key with its default (from configs/default.toml) and description, for --help."""
+def config_help(without: tuple[str, ...] = ()) -> str:
+    """Every config key with its default (from configs/default.toml) and description, for --help; none of the
+    sections named in ``without`` (jaxlab sweep refuses --dist.*)."""
     from jaxlab.config import SECTIONS, configs_dir, field_help, read_toml, toml_value
 
     defaults = read_toml(configs_dir() / "default.toml")
     lines = ["config flags (--section.key value; dashes or underscores; env defaults in configs/envs/):",
              "  --env.NAME VALUE            a parameter of the env (see `jaxlab envs`)"]
     for section, cls in SECTIONS.items():
+        if section in without:
+            continue
         for name, text in field_help(cls).items():
             default = defaults.get(section, {}).get(name, getattr(cls(), name))
             flag = f"--{section}.{name.replace('_', '-')}"

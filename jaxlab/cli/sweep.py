@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from jaxlab.cli.common import LAYERS, cannot_write, folder_name, resolve, user_path, whole_number
+from jaxlab.cli.common import LAYERS, cannot_write, config_help, folder_name, resolve, user_path, whole_number
 from jaxlab.messages import install_extra
 from jaxlab.sweep.study import shown_storage
 
@@ -288,6 +288,7 @@ def add_commands(add) -> None:
                 "format in README.md, 'Sweeps'); --preset, --config and flags set the fixed part of the "
                 f"config. Ctrl-C or SIGTERM stops every trial with a checkpoint; --study NAME resumes. {LAYERS}",
                 sweep_command, with_config=True)
+    sweep.epilog = config_help(without=("dist",))  # refuse_dist_flags
     sweep.add_argument("--sweep", type=user_path, metavar="FILE", help="search-space file (default configs/sweeps/ENV.toml)")
     sweep.add_argument("--trials", type=whole_number, metavar="N", help="trials the study should hold when done, counting "
                        "those it has (default: the file's trials); 0 creates the study and runs nothing")
