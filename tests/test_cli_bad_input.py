@@ -468,6 +468,29 @@ def test_another_sweep_tools_option_is_named_with_jaxlabs(tmp_path, capsys, give
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("given", [["--dist.num-processes", "2", "--dist.process-id", "0"],
+                                   ["--dist.coordinator=localhost:12345"]])
+def test_a_sweep_refuses_dist_flags_before_creating_its_study(tmp_path, capsys, given):
+    """--dist.* flags were taken into the study's base config, where each trial, given it as a --config file,
+    warned that its [dist] was not read and ran as one process: the flags did nothing but look accepted."""
+    assert cli.main(["sweep", "cartpole", "--root", str(tmp_path), "--study", "d", "--trials", "0", *given]) == 2
+    flag = given[0].partition("=")[0]
+    assert capsys.readouterr().err.splitlines() == [
+        f"jaxlab sweep: error: unexpected argument {flag!r}: jaxlab sweep starts each run of a trial as one "
+        "process (--parallel K runs K side by side), so it takes no --dist.* flag; drop it"]
+    assert not (tmp_path / "d").exists()
+
+
+def test_sweep_help_lists_no_dist_flag_it_refuses(capsys):
+    """jaxlab sweep --help listed the --dist.* flags among its config flags, which the sweep refuses."""
+    for command, listed in (("sweep", False), ("train", True)):
+        with pytest.raises(SystemExit):
+            cli.main([command, "--help"])
+        text = capsys.readouterr().out
+        assert ("--dist.num-processes" in text) is listed, command
+        assert "--train.learning-rate" in text, command
+
+
 def test_a_study_resumed_with_another_space_is_refused_naming_the_command_that_resumes_it(tmp_path, capsys):
     """The refusal said 'or `jaxlab sweep ENV --study NAME` alone', placeholders the user had to fill in (and
     a study under --root needs --root too); it gives this study's command now."""

@@ -80,6 +80,8 @@ def test_every_env_has_a_default_sweep_file_that_passes_the_checks():
     ({"env.max_step": {"low": 10, "high": 20}}, "cartpole has no parameter 'max_step'; did you mean 'env.max_steps'?"),
     ({"train.seed": {"low": 0, "high": 9}}, "'train.seed' cannot be searched: seeds are --seeds S"),
     ({"log.interval": {"low": 1.0, "high": 2.0}}, "'log.interval' cannot be searched: [log] is bookkeeping"),
+    ({"dist.num_processes": {"choices": [1, 2]}}, "'dist.num_processes' cannot be searched: [dist] says how a "
+                                                  "run's processes meet"),
     ({"train.gamma": {"low": 0.99, "high": 0.9}}, "low = 0.99 must be less than high = 0.9"),
     ({"train.learning_rate": {"low": 0.0, "high": 0.1, "log": True}}, "log = true needs low > 0 (low = 0.0)"),
     ({"train.update_epochs": {"low": 1.5, "high": 4}}, "low = 1.5 must be an integer (train.update_epochs is an "

@@ -31,8 +31,9 @@ def command_adder(commands):
     return add
 
 
-def config_help() -> str:
-    """Every config key with its default (from configs/default.toml) and description, for --help."""
+def config_help(without: tuple[str, ...] = ()) -> str:
+    """Every config key with its default (from configs/default.toml) and description, for --help; none of the
+    sections named in ``without`` (jaxlab sweep refuses --dist.*)."""
     from jaxlab.config import SECTIONS, Config, configs_dir, field_help, read_toml, toml_value
     from jaxlab.config.schema import ENV_KEYS
 
@@ -45,6 +46,8 @@ def config_help() -> str:
         flag = f"--env.{key.replace('_', '-')}"
         lines.append(f"  {flag:<27} {text} (default {toml_value(getattr(Config, field_name))})")
     for section, cls in SECTIONS.items():
+        if section in without:
+            continue
         for name, text in field_help(cls).items():
             default = defaults.get(section, {}).get(name, getattr(cls(), name))
             flag = f"--{section}.{name.replace('_', '-')}"

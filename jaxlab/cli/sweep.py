@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from jaxlab.cli.common import LAYERS, cannot_write, folder_name, resolve, user_path, whole_number
+from jaxlab.cli.common import LAYERS, cannot_write, config_help, folder_name, resolve, user_path, whole_number
 from jaxlab.messages import install_extra
 from jaxlab.sweep.study import shown_storage
 
@@ -29,6 +29,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     from jaxlab.config import ConfigError
 
     check_other_tools_options(args.flags)
+    refuse_dist_flags(args.flags)
     try:
         import optuna
     except ImportError:
@@ -81,6 +82,18 @@ def check_other_tools_options(flags: list[str]) -> None:
             following = flags[i + 1] if i + 1 < len(flags) and not flags[i + 1].startswith("-") else "2"
             example = value or following
             raise ConfigError(f"unexpected argument {flag!r}; jaxlab sweep calls it --{ours}, e.g. --{ours} {example}")
+
+
+def refuse_dist_flags(flags: list[str]) -> None:
+    """ConfigError for a --dist.* flag among ``flags``: the sweep starts each run of a trial as one process, and
+    the base config's [dist] would reach the trials as a --config file's, which a run does not read."""
+    from jaxlab.config import ConfigError
+
+    for flag in flags:
+        if flag.startswith("--dist."):
+            raise ConfigError(f"unexpected argument {flag.partition('=')[0]!r}: jaxlab sweep starts each run of a "
+                              "trial as one process (--parallel K runs K side by side), so it takes no --dist.* "
+                              "flag; drop it")
 
 
 def prepare_and_run(args, name: str, storage, study_dir: Path, exists: bool, overrides: dict,
@@ -275,6 +288,7 @@ def add_commands(add) -> None:
                 "format in README.md, 'Sweeps'); --preset, --config and flags set the fixed part of the "
                 f"config. Ctrl-C or SIGTERM stops every trial with a checkpoint; --study NAME resumes. {LAYERS}",
                 sweep_command, with_config=True)
+    sweep.epilog = config_help(without=("dist",))  # refuse_dist_flags
     sweep.add_argument("--sweep", type=user_path, metavar="FILE", help="search-space file (default configs/sweeps/ENV.toml)")
     sweep.add_argument("--trials", type=whole_number, metavar="N", help="trials the study should hold when done, counting "
                        "those it has (default: the file's trials); 0 creates the study and runs nothing")

@@ -44,6 +44,10 @@ NOT_SWEPT = {"train.seed": "seeds are --seeds S (each trial runs S seeds and ave
              "vec.num_threads": "the sweep sets it per trial from --parallel (it never changes results)",
              "device.memory_fraction": "the sweep sets it per trial from --parallel (about 0.9/K on a GPU)"}
 NOT_SWEPT_SECTIONS = ("checkpoint", "log")
+#: [dist] is read before a config loads and says how a run's processes meet: a trial's value would only make it
+#: wait for processes the sweep never starts.
+NOT_SWEPT_DIST = ("[dist] says how a run's processes meet, not a hyperparameter: the sweep starts each run of a "
+                  "trial as one process, which a searched process count or coordinator would only make fail")
 #: metrics.jsonl keys that a trainer writes for every env (the env's statistics come on top).
 TRAINER_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance",
                    "grad_norm", "sps")
@@ -319,6 +323,8 @@ def schema_type(name: str, env_name: str) -> type | str:
     full = f"{section}.{key}"
     if full in NOT_SWEPT:
         raise ConfigError(f"sweep key {full!r} cannot be searched: {NOT_SWEPT[full]}; remove it from the sweep file")
+    if section == "dist":
+        raise ConfigError(f"sweep key {full!r} cannot be searched: {NOT_SWEPT_DIST}; remove it from the sweep file")
     if section in NOT_SWEPT_SECTIONS:
         raise ConfigError(f"sweep key {full!r} cannot be searched: [{section}] is bookkeeping, not a hyperparameter; "
                           "set it with a flag (--{section}.KEY VALUE) for every trial instead")
