@@ -22,3 +22,9 @@ def install_extra(extra: str) -> str:
     if (checkout / "pyproject.toml").is_file():
         return f'pip install -e "{checkout}[{extra}]"'
     return f'pip install -e ".[{extra}]" (in the jaxlab checkout)'
+
+
+def counted(count: int, noun: str, nouns: str | None = None) -> str:
+    """``count`` and its noun, singular for one: counted(1, "update") is '1 update', counted(1_000, "update")
+    '1,000 updates', counted(2, "process", "processes") '2 processes' (``nouns``: the plural where "s" is not)."""
+    return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"

@@ -41,7 +41,7 @@ SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
     ("cards_vs_greedy.py", ["--steps", "nan"],
      "cards_vs_greedy.py: error: argument --steps: 'nan' is not a finite number > 0"),
     ("cards_vs_greedy.py", ["--", "--vec.num-envs", "8"],
-     "cards_vs_greedy.py: error: train.minibatch_size=256 must divide the batch of 128 (8 envs x 1 agents x horizon "
+     "cards_vs_greedy.py: error: train.minibatch_size=256 must divide the batch of 128 (8 envs x 1 agent x horizon "
      "16); e.g. --train.minibatch-size 128"),
     ("cards_vs_greedy.py", ["--", "--train.nope", "1"], "cards_vs_greedy.py: error: unknown config key 'train.nope'"),
     ("bench_env.py", ["--seconds", "0"], "bench_env.py: error: argument --seconds: '0' is not a finite number > 0"),

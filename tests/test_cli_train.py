@@ -15,7 +15,7 @@ def test_short_training_run_writes_its_run_dir(tmp_path):
     result = jaxlab("train", "cartpole", "--train.total-timesteps", "2048", "--vec.num-envs=8", "--train.minibatch-size", "64",
                     "--policy.hidden_size", "16", "--run-dir", str(run_dir))
     assert result.returncode == 0, result.stderr
-    assert "8 envs x 1 agents x horizon 16 = batch 128" in result.stdout
+    assert "8 envs x 1 agent x horizon 16 = batch 128" in result.stdout
     assert "update    16/16" in result.stdout
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(records) == 16 and records[-1]["global_step"] == 2048
@@ -94,5 +94,5 @@ def test_a_resume_that_ends_no_episode_reports_the_runs_last_return(tmp_path):
                     "--log.dashboard", "none")
     assert result.returncode == 0, result.stderr
     last = result.stdout.strip().splitlines()[-1]
-    assert (f"final mean return {ended[0]['episode_return']:.2f}, logged at update 13 (the 1 update(s) of this "
+    assert (f"final mean return {ended[0]['episode_return']:.2f}, logged at update 13 (the 1 update of this "
             "resume ended no episode)") in last, last

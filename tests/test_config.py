@@ -107,7 +107,7 @@ def test_bad_flags(flags, message):
     (["--train.total-timesteps", "1000"], r"total_timesteps=1,000 is less than one batch of 1,024"),
     # a batch_size given is kept by fewer envs (more segments of fewer agents): lower it instead
     (["--train.total-timesteps", "1500", "--train.batch-size", "2048"],
-     r"^train.total_timesteps=1,500 is less than one batch of 2,048 \(64 envs x 1 agents x horizon 16 x 2 segments\); "
+     r"^train.total_timesteps=1,500 is less than one batch of 2,048 \(64 envs x 1 agent x horizon 16 x 2 segments\); "
      r"raise it to at least 2048 or lower train.batch_size, e.g. --train.batch-size auto \(one segment: 1,024\)$"),
     (["--train.total-timesteps", "1000", "--train.batch-size", "2048"],
      r"total_timesteps=1,000 .* raise it to at least 2048 or use fewer envs and --train.batch-size auto$"),
@@ -343,7 +343,7 @@ def test_auto_batch_is_agents_times_horizon_and_a_multiple_collects_several_segm
 
 @pytest.mark.parametrize("flags, message", [
     (["--train.batch-size", "1500"], r"train.batch_size=1,500 must be a positive multiple of 1,024 \(64 envs x "
-     r"1 agents x horizon 16\); use auto or e.g. --train.batch-size 1024"),
+     r"1 agent x horizon 16\); use auto or e.g. --train.batch-size 1024"),
     (["--train.batch-size", "-1"], r"train.batch_size=-1 must be a positive multiple of 1,024"),
     (["--device.precision", "fp8"], r'device.precision="fp8" is not known; use one of float32, bfloat16'),
     (["--device.precision", "bfloat"], r'did you mean "bfloat16"\?'),
@@ -509,3 +509,12 @@ def test_booleans_take_on_and_off_as_mask_check_does(word, value):
                                                "--train.anneal-lr", word])
     assert config.train.norm_adv is value and config.log.wandb is value
     assert config.train.anneal_lr == ("linear" if value else "none")
+
+
+def test_derived_sizes_of_one_say_the_singular():
+    """describe() wrote every count plural: a run of one env, one agent and one update was headed
+    '1 envs x 1 agents ...; 1 updates'. Counts of one take the singular noun."""
+    config, _ = load_config("target", flags=["--vec.num-envs", "1", "--train.minibatch-size", "16",
+                                             "--train.total-timesteps", "16"])
+    assert derive_sizes(config, agents_per_env=1).describe() == (
+        "1 env x 1 agent x horizon 16 = batch 16; 1 minibatch of 16; 1 update for 16 steps")

@@ -13,7 +13,7 @@ import numpy as np
 from jaxlab.cli.common import (LAYERS, cannot_write, check_saved_header, check_saved_module, empty_path_problem,
                                env_name_of, fail, folder_name, number, output_file_problem, resolve,
                                unplayed_header_toml_warning, user_path, warn, whole_number)
-from jaxlab.messages import install_extra
+from jaxlab.messages import counted, install_extra
 
 
 def train_command(args: argparse.Namespace) -> int:
@@ -191,7 +191,7 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
     for change in resolved.changes:
         say(f"resume: applying the changed {change}")
     if sizes.num_updates < 10:
-        say(f"note: only {sizes.num_updates} update(s) of {sizes.batch_size:,} steps; PPO needs tens of "
+        say(f"note: only {counted(sizes.num_updates, 'update')} of {sizes.batch_size:,} steps; PPO needs tens of "
             f"updates: raise --train.total-timesteps (e.g. {50 * sizes.batch_size}) or use fewer envs")
     from jaxlab import checkpoint
     from jaxlab.config.memory import out_of_memory_message
@@ -291,7 +291,7 @@ def final_return(result, run_dir: str) -> str:
     if result.resumed_from is None:
         return "no episode return was logged"
     found = last_return(read_metrics(Path(run_dir)))
-    stretch = f"the {len(result.records)} update(s) of this resume ended no episode"
+    stretch = f"the {counted(len(result.records), 'update')} of this resume ended no episode"
     if found is None:
         return f"no episode return was logged in the run ({stretch})"
     return f"final mean return {found[1]:.2f}, logged at update {found[0]} ({stretch})"
@@ -307,9 +307,9 @@ def nothing_to_train(resumed_from: Path, sizes) -> str:
     if at <= sizes.num_updates:
         return (f"nothing to train: the checkpoint is at update {at} of {sizes.num_updates}; raise "
                 "--train.total-timesteps to continue")
-    return (f"nothing to train: the checkpoint is at update {at}, past the {sizes.num_updates} updates of "
-            f"train.total_timesteps {sizes.total_timesteps:,}; to continue, raise --train.total-timesteps above "
-            f"{at * sizes.batch_size:,}")
+    return (f"nothing to train: the checkpoint is at update {at}, past the {counted(sizes.num_updates, 'update')} "
+            f"of train.total_timesteps {sizes.total_timesteps:,}; to continue, raise --train.total-timesteps "
+            f"above {at * sizes.batch_size:,}")
 
 
 def quiet(*args, **kwargs) -> None:

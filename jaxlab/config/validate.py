@@ -11,6 +11,7 @@ from jaxlab.config.schema import (ACTIVATIONS, ADVANTAGES, DASHBOARDS, ENCODERS,
                                   PRECISIONS, SCHEDULES, SECTIONS, Config, ConfigError, PolicyModuleError)
 from jaxlab.config.threads import resolve_threads
 from jaxlab.env.library import constant
+from jaxlab.messages import counted
 
 
 @dataclass(frozen=True)
@@ -39,10 +40,11 @@ class Sizes:
         and each process's share follows ('; per process: 32 envs, batch 512, minibatches of 512')."""
         segments = f" x {self.segments} segments" if self.segments > 1 else ""
         in_all = f"in all over {self.processes} processes: " if self.processes > 1 else ""
-        return (f"{in_all}{self.num_envs:,} envs x {self.agents_per_env:,} agents x horizon {self.horizon}{segments} = "
+        return (f"{in_all}{counted(self.num_envs, 'env')} x {counted(self.agents_per_env, 'agent')} x horizon "
+                f"{self.horizon}{segments} = "
                 f"batch {self.batch_size:,}; {self.num_minibatches} minibatch{'es' * (self.num_minibatches > 1)} "
                 f"of {self.minibatch_size:,}; "
-                f"{self.num_updates:,} updates for {_steps(self.total_timesteps)} steps"
+                f"{counted(self.num_updates, 'update')} for {_steps(self.total_timesteps)} steps"
                 + (f" ({self.num_updates * self.batch_size:,} trained: whole batches)"
                    if self.num_updates * self.batch_size != self.total_timesteps else "")
                 + self.per_process()
@@ -276,7 +278,7 @@ def derive_sizes(config: Config, agents_per_env: int, updates: int | None = None
                           f"slice of the envs); e.g. --vec.groups {fix}")
     agents = v.num_envs * agents_per_env
     segment = agents * t.bptt_horizon
-    shape = f"{v.num_envs:,} envs x {agents_per_env} agents x horizon {t.bptt_horizon}"
+    shape = f"{counted(v.num_envs, 'env')} x {counted(agents_per_env, 'agent')} x horizon {t.bptt_horizon}"
     if t.batch_size == "auto":
         batch = segment
     else:

@@ -24,6 +24,7 @@ from jaxlab.config.memory import python_env_error
 from jaxlab.config.validate import flag_value, shown_value
 from jaxlab.env import is_python_env
 from jaxlab.env.sdk import SOURCE_HASH_VERSION, source_hash
+from jaxlab.messages import counted
 from jaxlab.observe.device_memory import memory_fields
 from jaxlab.observe.records import json_safe
 from jaxlab.train.learner import METRICS, TrainState, lr_schedule, make_optimizer, make_update
@@ -619,7 +620,7 @@ def check_processes(meta: dict, path: Path, processes: int, count=None) -> None:
         return
 
     def plural(n):
-        return "1 process" if n == 1 else f"{n} processes"
+        return counted(n, "process", "processes")
 
     origin = count.origin() if count is not None else ""
     raise config_lib.ConfigError(f"cannot resume: checkpoint {path} was written by a run of {plural(saved)}, "
