@@ -26,8 +26,8 @@ smoothed per-seed curves: step, wall time, value), and `learn.log` (what was pri
 Variants: each `--variant NAME=FLAGS` (repeatable; FLAGS may be empty, meaning the config as it is) is a
 curve of its own, its config flags after `--flags`. Its runs go to OUT/NAME/seed-s; the PNG draws every
 variant's mean and band in its own colour, `threshold.md` starts with a comparison table (per variant:
-seeds, final value mean ± 95% CI, seeds that reached the threshold, median steps and wall time to it)
-followed by each variant's per-seed table, and `curves.json` holds {"variants": {NAME: {"flags",
+seeds, final value mean ± 95% CI (none for one seed), seeds that reached the threshold, median steps and wall
+time to it) followed by each variant's per-seed table, and `curves.json` holds {"variants": {NAME: {"flags",
 "curves"}}}. Without --variant there is one curve and the layout above (OUT/seed-s).
 
 Defaults per env (`DEFAULTS`): drone: metric deliveries, threshold 1 delivery per episode; any other
@@ -226,6 +226,16 @@ def threshold_table(curves: list[Curve], metric: str, threshold: float | None) -
     return "\n".join(lines) + "\n"
 
 
+def mean_and_interval(finals: list[float]) -> str:
+    """'2.000 ± 12.706': the mean of ``finals`` (one value per seed) and the half width of its 95% interval
+    (Student t); one seed has no spread to give, so it is its value and 'no CI (1 seed)'."""
+    mean = sum(finals) / len(finals)
+    if len(finals) == 1:
+        return f"{mean:.3f}, no CI (1 seed)"
+    std = math.sqrt(sum((v - mean) ** 2 for v in finals) / (len(finals) - 1))
+    return f"{mean:.3f} ± {t_quantile_975(len(finals) - 1) * std / math.sqrt(len(finals)):.3f}"
+
+
 def comparison_table(groups: dict[str, list[Curve]], metric: str, threshold: float | None) -> str:
     """Markdown: per variant, its seeds, the final smoothed value (mean ± 95% CI across seeds, Student t),
     how many seeds reached the threshold and the median step and wall time at which they did."""
@@ -236,11 +246,6 @@ def comparison_table(groups: dict[str, list[Curve]], metric: str, threshold: flo
         if not finals:
             lines.append(f"| {name} | {len(curves)} | - | - | - | - |")
             continue
-        mean = sum(finals) / len(finals)
-        half = 0.0
-        if len(finals) > 1:
-            std = math.sqrt(sum((v - mean) ** 2 for v in finals) / (len(finals) - 1))
-            half = t_quantile_975(len(finals) - 1) * std / math.sqrt(len(finals))
         hits = [h for h in (first_reach(c, threshold) for c in curves) if h is not None]
         if threshold is None:
             reached, steps, seconds = "-", "-", "-"
@@ -248,7 +253,7 @@ def comparison_table(groups: dict[str, list[Curve]], metric: str, threshold: flo
             reached = f"{len(hits)}/{len(curves)}"
             steps = f"{sorted(s for s, _ in hits)[len(hits) // 2]:,}" if hits else "-"
             seconds = f"{sorted(t for _, t in hits)[len(hits) // 2]:.0f} s" if hits else "-"
-        lines.append(f"| {name} | {len(finals)} | {mean:.3f} ± {half:.3f} | {reached} | {steps} | {seconds} |")
+        lines.append(f"| {name} | {len(finals)} | {mean_and_interval(finals)} | {reached} | {steps} | {seconds} |")
     return "\n".join(lines) + "\n"
 
 

@@ -93,7 +93,8 @@ def test_variants_parse_and_compare_by_hand():
     table = learn.comparison_table({"fast": a, "slow": b}, "x", 1.0)
     # fast: finals 1 and 3, mean 2, sample std sqrt 2, half width 12.706 * sqrt 2 / sqrt 2; both reach 1 at step 200
     assert "| fast | 2 | 2.000 ± 12.706 | 2/2 | 200 | 4 s |" in table
-    assert "| slow | 1 | 0.500 ± 0.000 | 0/1 | - | - |" in table
+    # slow: one seed has no spread: it said "± 0.000", a CI of zero width
+    assert "| slow | 1 | 0.500, no CI (1 seed) | 0/1 | - | - |" in table
 
 
 def test_two_variants_each_get_their_runs_a_curve_and_a_row(tmp_path):
