@@ -359,7 +359,10 @@ def test_trials_0_creates_the_study_and_says_it_ran_nothing_and_a_negative_count
     pytest.importorskip("optuna")
     root = tmp_path / "sweeps"
     assert cli.main(["sweep", "cartpole", "--root", str(root), "--study", "n", "--trials", "-1"]) == 2
-    assert "--trials -1 must be at least 0" in capsys.readouterr().err
+    err = capsys.readouterr().err  # it gave no example value, as the other refusals do
+    assert "--trials -1 must be at least 0 (0 creates the study and runs nothing), e.g. --trials 20" in err
+    assert cli.main(["sweep", "cartpole", "--root", str(root), "--study", "n", "--parallel", "0"]) == 2
+    assert "--parallel 0 must be at least 1, e.g. --parallel 1" in capsys.readouterr().err
     assert not (root / "n").exists()
     assert cli.main(["sweep", "cartpole", "--root", str(root), "--study", "z", "--trials", "0"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (

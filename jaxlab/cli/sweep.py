@@ -38,9 +38,10 @@ def sweep_command(args: argparse.Namespace) -> int:
 
     study_lib.quiet_optuna()
     if args.parallel is not None and args.parallel < 1:
-        raise ConfigError(f"--parallel {args.parallel} must be at least 1")
+        raise ConfigError(f"--parallel {args.parallel} must be at least 1, e.g. --parallel 1")
     if args.trials is not None and args.trials < 0:
-        raise ConfigError(f"--trials {args.trials} must be at least 0")
+        raise ConfigError(f"--trials {args.trials} must be at least 0 (0 creates the study and runs nothing), "
+                          "e.g. --trials 20")
     name = args.study or f"{folder_name(args.env)}-{time.strftime('%Y%m%d-%H%M%S')}"
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
         raise ConfigError(f"--study {name!r} must be letters, digits, '.', '_' or '-' (it names a folder), "
