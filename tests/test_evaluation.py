@@ -267,7 +267,8 @@ def test_eval_plays_a_policy_on_other_env_parameters(tmp_path, capsys):
      r"the action from Discrete\(4\) to Discrete\(6\), which the policy was not trained on; eval takes env "
      r"parameters that keep the observation and action shapes \(see `jaxlab envs`\)"),
     (["--env.dealy", "9"], r"unknown config key 'env.dealy'; did you mean 'env.delay'\?"),
-    (["--env.zzz", "9"], r"unknown config key 'env.zzz'; valid keys: num_cues, delay, mask_check"),
+    (["--env.zzz", "9"], r"unknown config key 'env.zzz'; memory's parameters: num_cues, delay \(eval also takes "
+                         r"--env.mask-check\)$"),  # mask_check was listed as one of memory's parameters
     (["--env.library", "x.h"], r"--env.library: eval plays the checkpoint's env; to play it from another source, "
                                r"give its header as ENV"),
     (["--env.delay", "-1"], r"env 'memory' parameter delay=-1 is out of range: it must be in \[0, 1e\+06\]"),

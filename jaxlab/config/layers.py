@@ -228,16 +228,18 @@ PUFFERLIB_SECTIONS = {
 }
 
 
-def unknown_key_error(section: str, key: str, known, env_name: str = "", source: str = "") -> ConfigError:
+def unknown_key_error(section: str, key: str, known, env_name: str = "", source: str = "",
+                      listing: str = "") -> ConfigError:
     """The error for key ``section.key`` that is none of ``known``: the close name, or the key of another
-    section it means, or the names ``known`` (for [env], of the env ``env_name``); a ``source`` other than
-    the command line (a --config file, a preset) is named after the key."""
+    section it means, or the names ``known`` (for [env], of the env ``env_name``), or ``listing`` in their
+    stead where given; a ``source`` other than the command line (a --config file, a preset) is named after
+    the key."""
     from jaxlab.env.python_envs import is_python_env
 
     close = close_names(key, list(known))
     elsewhere = _key_elsewhere(key, section)
     hint = (f"; did you mean '{section}.{close[0]}'?" if close else f"; did you mean '{elsewhere}'?" if elsewhere
-            else f"; valid keys: {', '.join(known)}")
+            else f"; {listing or 'valid keys: ' + ', '.join(known)}")
     if key == "device" and not close:  # PufferLib's train.device
         hint = ("; jaxlab trains on the devices JAX sees: pick them with --preset (see `jaxlab presets`) and "
                 "--device.count")

@@ -98,7 +98,10 @@ def with_env_params(config, params: dict):
             raise ConfigError("--env.library: eval plays the checkpoint's env; to play it from another source, give "
                               "its header as ENV (jaxlab eval path/to/NAME.h --checkpoint ...)")
         if key not in (*names, "mask_check"):
-            raise unknown_key_error("env", key, [*names, "mask_check"], config.env_name)
+            listing = (f"{config.env_name}'s parameters: {', '.join(names)}" if names
+                       else f"{config.env_name} has no parameters")
+            raise unknown_key_error("env", key, [*names, "mask_check"], config.env_name,
+                                    listing=f"{listing} (eval also takes --env.mask-check)")
     played = with_layer(config, {"env": params}, "command line")
     (trained_obs, trained_action), (played_obs, played_action) = policy_spaces(config), policy_spaces(played)
     changes = [f"the observation from {trained_obs} to {played_obs}"] if trained_obs != played_obs else []
