@@ -369,3 +369,16 @@ def test_the_done_line_of_an_env_without_episode_return(library, tmp_path):
     assert last.startswith("done: 128 steps in ") and "no episode return was logged" in last, result.stdout
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert all(r["episodes"] > 0 and r["episode_length"] == 3.0 for r in records)  # episodes did end
+
+
+def test_the_readmes_stepping_snippet_prints_the_episodes_that_end(capsys):
+    """README's first snippet under 'Stepping environments from Python' printed nothing: it stepped target
+    100 times, and target's episodes last 128 steps, so its `if info: print(...)` never ran. Run as
+    written, it prints the episodes that ended (every one of the 4,096 agents' at once, twice in 300 steps)."""
+    from pathlib import Path
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme.split("## Stepping environments from Python", 1)[1]
+    exec(compile(section.split("```python\n", 1)[1].split("\n```", 1)[0], "README.md", "exec"), {})
+    printed = capsys.readouterr().out.splitlines()
+    assert printed and all(line.startswith("4096 ") for line in printed), printed
