@@ -580,6 +580,28 @@ def test_sigterm_saves_and_exits_0_with_nothing_left_running(tmp_path):
         os.killpg(process.pid, 0)  # no process of its session is left
 
 
+SIGTERM_AT_EXIT = """
+import atexit, os, signal, sys, time
+atexit.register(lambda: (os.kill(os.getpid(), signal.SIGTERM), time.sleep(30)))  # runs last, after JAX's
+from jaxlab.launch import main
+sys.argv = ["jaxlab", *sys.argv[1:]]
+sys.exit(main())
+"""
+
+
+def test_a_sigterm_after_the_done_line_during_shutdown_exits_0(tmp_path):
+    """A SIGTERM in the second or so of Python's shutdown after a run's "done" line, once StopSignals'
+    handlers are gone, met the default handler: exit 143 (-15 here) for a run that had ended and saved,
+    where README says 0. It now ends the process with the command's status."""
+    run = tmp_path / "run"
+    result = subprocess.run([sys.executable, "-c", SIGTERM_AT_EXIT, "train", "cartpole", *SMALL,
+                             "--train.total-timesteps", "256", "--run-dir", str(run)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "done: 256 steps" in result.stdout
+    assert checkpoint.verify(checkpoint.step_dirs(run / "checkpoints")[0])
+
+
 def test_a_second_ctrl_c_interrupts_at_once_and_the_run_resumes_from_what_was_saved(tmp_path, monkeypatch, capfd):
     """Ctrl-C twice: the first asks for a graceful stop, the second, before that stop is done, interrupts
     at once: exit 130 with one line, no traceback, no thread of Orbax's left, and the checkpoints saved

@@ -53,13 +53,34 @@ def end_at_once(code: int) -> int:
     under that thread, and the process died of SIGSEGV (exit 139) after its last line, not with 130."""
     if not _interrupted[0]:
         return code
+    _flush_outputs()
+    os._exit(code)
+
+
+def end_on_late_sigterm(code: int) -> None:
+    """After the command returned ``code``: a SIGTERM during Python's shutdown ends the process at once with
+    ``code``, its output flushed. StopSignals' handlers are gone by then, and JAX's clean-up takes most of a
+    second after a run's "done" line: the default handler made a SIGTERM there exit 143 although the run
+    had ended and saved (README: 0 for SIGTERM). Only the clean-up is cut short, as that handler cut it.
+    Does nothing outside the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def end(signum, frame) -> None:
+        _flush_outputs()
+        os._exit(code)
+
+    signal.signal(signal.SIGTERM, end)
+
+
+def _flush_outputs() -> None:
+    """Flushes sys.stdout and sys.stderr; a closed or broken stream is not an error here."""
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None:
                 stream.flush()
         except (OSError, ValueError):
             pass
-    os._exit(code)
 
 
 class StopSignals:
