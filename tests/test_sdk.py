@@ -410,6 +410,30 @@ def trained(user_env, tmp_path):
     return header, run
 
 
+def test_a_resume_refused_for_a_value_of_the_headers_toml_names_that_file_not_a_flag(trained):
+    """env.length set in the NAME.toml beside the header (no flag given) differs from the checkpoint's: the
+    refusal names the file's line and the saved value's flag, not flags the user never gave; nothing saved
+    is touched. A flag given as well is still called a flag."""
+    header, run = trained
+    saved = checkpoint.step_dirs(run / "checkpoints")
+    beside = header.with_suffix(".toml")
+    beside.write_text("[env]\nlength = 5\n")
+    try:
+        for command in (["train", str(header), "--resume", str(run)], ["train", "--resume", str(run)],
+                        ["train", "stroll", "--env.library", str(header), "--resume", str(run)]):
+            refused = jaxlab_cli(*command)
+            assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+            assert f"edit or remove the env.length line of {beside}, or give --env.length 8" in refused.stderr
+            assert "flags" not in refused.stderr and refused.stderr.count("\n") == 1, refused.stderr
+        both = jaxlab_cli("train", str(header), "--resume", str(run), "--env.max-steps", "9")
+        assert both.returncode == 2, both.stderr
+        assert (f"leave those flags out, edit or remove the env.length line of {beside}, or give --env.length 8 "
+                "--env.max-steps 64") in both.stderr, both.stderr
+    finally:
+        beside.unlink()
+    assert checkpoint.step_dirs(run / "checkpoints") == saved
+
+
 def test_a_moved_header_resumes_and_evaluates_from_its_new_path(trained, tmp_path):
     """Moving the env's folder is no edit: resume from the new path takes the checkpoint; the old
     path, now missing, is reported with the way to pass the new one, and eval uses a header ENV."""

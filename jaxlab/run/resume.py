@@ -30,10 +30,11 @@ def resume_config(checkpoint_path: Path, config_file=None, flags=None,
 
     meta = checkpoint.read_meta(checkpoint_path) if meta is None else meta
     saved = config_lib.config_from_toml(meta["config"], library=flags_library(flags, config_file))
-    config, _ = config_lib.load_config(saved.env_name, config_file=config_file, flags=flags, preset=None,
-                                       extra_layers=[(f"checkpoint {checkpoint_path}", config_lib.as_layer(saved))])
+    config, sources = config_lib.load_config(saved.env_name, config_file=config_file, flags=flags, preset=None,
+                                             extra_layers=[(f"checkpoint {checkpoint_path}",
+                                                            config_lib.as_layer(saved))])
     config = dataclasses.replace(config, preset=saved.preset, dist=dist_from_flags(flags or []))
-    return config, check_compatible(saved, config)
+    return config, check_compatible(saved, config, sources)
 
 
 def find_checkpoint(target: str, env_name: str, runs_root: Path = Path("runs"), flag: str = "--resume") -> Path:

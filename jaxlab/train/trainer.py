@@ -708,10 +708,26 @@ def _flag_setting(key: str, value) -> str:
     return f"--{key.replace('_', '-')} {shlex.quote(flag_value(value))}"
 
 
-def check_compatible(saved: config_lib.Config, new: config_lib.Config) -> list[str]:
+def _keep_saved_values(refused: list[tuple[str, Any, Any]], sources: dict[str, str] | None) -> str:
+    """How to resume with the checkpoint's values of ``refused`` ((key, saved, new) changes): leave the flags
+    out, edit the config file that set a value (``sources``: load_config's, key -> the layer that set it; a key
+    it lacks, or no ``sources``, counts as a flag), or give the saved values as flags."""
+    origins = {key: (sources or {}).get(key, "command line") for key, _, _ in refused}
+    ways = ["leave those flags out"] if "command line" in origins.values() else []
+    files = {origin for origin in origins.values() if origin != "command line"}
+    ways += [f"edit or remove the {'/'.join(k for k, o in origins.items() if o == file)} line of {file}"
+             for file in sorted(files)]
+    saved_flags = " ".join(_flag_setting(k, old) for k, old, _ in refused if old is not None)
+    return ", ".join(ways) + (f", or give {saved_flags}" if ways else f"give {saved_flags}")
+
+
+def check_compatible(saved: config_lib.Config, new: config_lib.Config,
+                     sources: dict[str, str] | None = None) -> list[str]:
     """ConfigError naming every change a checkpoint's arrays cannot take (another env, env params,
     agent count or network; a policy.module file moved elsewhere is the same network); otherwise the
-    allowed changes, as lines "key: old -> new"."""
+    allowed changes, as lines "key: old -> new". ``sources`` (load_config's, key -> the layer that set it)
+    lets the error name a config file that set a refused value (a NAME.toml beside the header) instead
+    of a flag."""
     from jaxlab.agent.custom import missing_file_words, moved_module
 
     changes = config_changes(saved, new)
@@ -725,10 +741,9 @@ def check_compatible(saved: config_lib.Config, new: config_lib.Config) -> list[s
                or (c[0] == "train.reward_scale" and (c[1] == "auto") != (c[2] == "auto"))]  # the return stats
     if refused:
         detail = "; ".join(f"{k} was {shown_value(old)}, now {shown_value(new_value)}" for k, old, new_value in refused)
-        saved_flags = " ".join(_flag_setting(k, old) for k, old, _ in refused if old is not None)
         raise config_lib.ConfigError(f"cannot resume: the checkpoint was trained with another "
                                      f"{'/'.join(k for k, _, _ in refused)} ({detail}); resume with the "
-                                     f"checkpoint's values (leave those flags out, or give {saved_flags}) or "
+                                     f"checkpoint's values ({_keep_saved_values(refused, sources)}) or "
                                      f"start a new run (without --resume, in a new --run-dir)")
     return [f"{k}: {shown_value(old)} -> {shown_value(now)}{CHANGE_NOTES.get(k, '')}" for k, old, now in changes]
 
