@@ -237,6 +237,23 @@ def test_prioritised_sampling_weights_the_advantages_in_the_policy_loss():
     assert abs(metrics["policy_loss"]) > 1e-2
 
 
+def test_the_logged_policy_metrics_average_over_the_steps_agents_acted_in_not_over_minibatches():
+    # A = 4 agents in 2 minibatches of 2; only agent 0 acts, in one step (the others wait: Segment.active 0).
+    # Uniform logits over 2 actions: entropy ln 2 in every step; rollout log-prob 0 against log 0.5: ratio 0.5,
+    # approx_kl (0.5 - 1) - ln 0.5 = ln 2 - 0.5, clipped (|0.5 - 1| > 0.2). The minibatch without agent 0 has no
+    # active step (its means are 0): averaging the two minibatches' means would log half of each.
+    segment = constant_value_segment(REWARDS)
+    active = np.zeros((3, 4), bool)
+    active[1, 0] = True
+    segment = segment._replace(logp=jnp.zeros_like(segment.logp), active=jnp.asarray(active))
+    metrics = frozen_update_metrics(segment, update_epochs=1)
+    assert metrics["entropy"] == pytest.approx(math.log(2), rel=1e-5)
+    assert metrics["approx_kl"] == pytest.approx(math.log(2) - 0.5, rel=1e-5)
+    assert metrics["clip_fraction"] == pytest.approx(1.0)
+    every_step = frozen_update_metrics(segment._replace(active=None), update_epochs=1)
+    assert every_step["entropy"] == pytest.approx(math.log(2), rel=1e-5)  # no active: every step counts
+
+
 # ---- the loss falls on a fixed batch -------------------------------------------------------------
 
 def synthetic_segment(T: int, A: int, obs_size: int, seed: int) -> Segment:

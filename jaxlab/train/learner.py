@@ -99,6 +99,29 @@ def _take_agents(tree, index):
     return seg._replace(**time_major)
 
 
+#: The metrics that are means over a minibatch's active steps (ppo_loss's weights): averaged over the
+#: update's minibatches by those steps' counts.
+LOSS_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+
+
+def active_rows(mb: Segment) -> jax.Array:
+    """The number of steps of minibatch ``mb`` (fields [T, A, ...]) in which an agent acted: its
+    Segment.active's count, or all T * A steps when it has none."""
+    if mb.active is None:
+        return jnp.asarray(mb.rewards.size, jnp.float32)
+    return mb.active.astype(jnp.float32).sum()
+
+
+def mean_over_minibatches(metrics: dict, rows: jax.Array) -> dict:
+    """The update's metrics from each minibatch's (``metrics``: name -> [epochs, minibatches]; ``rows``
+    [epochs, minibatches]: each one's active steps, active_rows): LOSS_METRICS averaged over the active
+    steps of them all (a minibatch in which no agent acted, whose means are 0, counts for nothing; one
+    with few active steps counts as few), the others (grad_norm, learning_rate) plain means over the steps."""
+    total = jnp.maximum(rows.sum(), 1.0)
+    return {name: (values * rows).sum() / total if name in LOSS_METRICS else jnp.mean(values)
+            for name, values in metrics.items()}
+
+
 def make_update(policy, spec: distributions.ActionSpec, optimizer: optax.GradientTransformation,
                 schedule: Callable, *, num_minibatches: int, update_epochs: int, gamma: float, lam: float,
                 reward_scale: float,
@@ -139,7 +162,7 @@ def make_update(policy, spec: distributions.ActionSpec, optimizer: optax.Gradien
                        "approx_kl": terms.approx_kl, "clip_fraction": terms.clip_fraction,
                        "grad_norm": global_norm(grads), "learning_rate": schedule(state.step)}
             estimates = estimator.observe(estimates, index, logp - mb.logp)
-            return (TrainState(params, opt_state, state.step + 1), estimates), metrics
+            return (TrainState(params, opt_state, state.step + 1), estimates), (metrics, active_rows(mb))
 
         def epoch(carry, epoch_key):
             order = jax.random.permutation(epoch_key, num_agents).reshape(num_minibatches, per_minibatch)
@@ -147,8 +170,8 @@ def make_update(policy, spec: distributions.ActionSpec, optimizer: optax.Gradien
             return jax.lax.scan(minibatch, carry, (order, keys))
 
         start = estimator.start(segment)
-        (state, _), metrics = jax.lax.scan(epoch, (state, start), jax.random.split(key, update_epochs))
-        metrics = jax.tree.map(jnp.mean, metrics)
+        (state, _), (metrics, rows) = jax.lax.scan(epoch, (state, start), jax.random.split(key, update_epochs))
+        metrics = mean_over_minibatches(metrics, rows)
         metrics["explained_variance"] = ppo.explained_variance(segment.values, start.returns, segment.active)
         return state, metrics
 
