@@ -25,6 +25,7 @@ from jaxlab.cli.common import number
 from jaxlab.run.bench import at_least, report_training, run_together, script_main
 from jaxlab.run.loop import train_loop
 from jaxlab.config import load_config
+from jaxlab.messages import counted
 from jaxlab.train.trainer import Trainer
 
 
@@ -67,7 +68,7 @@ def run_to_threshold(env: str, threshold: float, window: int, flags: list[str]) 
         else:  # it was printed as 0
             print("  steady SPS: none (the run stopped after its first update, which compiles)")
         if hook.reached:
-            print(f"  mean return {hook.reached[2]:.1f} >= {threshold} over the last {window} updates after "
+            print(f"  mean return {hook.reached[2]:.1f} >= {threshold} over the last {counted(window, 'update')} after "
                   f"{hook.reached[0]:.1f} s and {hook.reached[1]:,} steps")
         else:
             print(f"  threshold {threshold} not reached in {trainer.global_step:,} steps ({elapsed:.1f} s); "

@@ -192,7 +192,7 @@ def test_bench_train_prints_no_steady_sps_for_a_threshold_run_of_one_update():
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "  steady SPS: none (the run stopped after its first update, which compiles)\n" in result.stdout
-    assert ">= -inf over the last 1 updates after " in result.stdout and " SPS over 1 updates " in result.stdout
+    assert ">= -inf over the last 1 update after " in result.stdout and " SPS over 1 update " in result.stdout
 
 
 def test_a_benchmark_script_stopped_by_ctrl_c_is_one_line_and_exit_130(capsys):

@@ -366,7 +366,7 @@ def test_trials_0_creates_the_study_and_says_it_ran_nothing_and_a_negative_count
     assert not (root / "n").exists()
     assert cli.main(["sweep", "cartpole", "--root", str(root), "--study", "z", "--trials", "0"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
-        f"done: nothing to run: the study holds 0 trial(s) and --trials is 0; add trials with "
+        f"done: nothing to run: the study holds 0 trials and --trials is 0; add trials with "
         f"`jaxlab sweep cartpole --study z --root {root} --trials N` (N above 0)")
     assert (root / "z" / "study.journal").is_file()
 
@@ -384,7 +384,7 @@ def test_a_sweep_whose_every_trial_failed_before_it_ran_exits_1_saying_so(tmp_pa
     assert captured.out.count("failed before it ran: train.minibatch_size=") == 2
     assert captured.out.count("must be a multiple of train.bptt_horizon") == 2
     assert captured.err.strip().splitlines() == [
-        "all 2 trial(s) of this sweep failed before they ran (2 fail in the study): their values broke a config "
+        "all 2 trials of this sweep failed before they ran (2 fail in the study): their values broke a config "
         "rule (errors above); change the sweep file's ranges so that they fit together, and start a new --study"]
 
 
@@ -401,7 +401,7 @@ def test_parallel_above_the_runs_to_do_says_so_and_warns_of_no_core_sharing_that
                      "--trials", "1", "--parallel", str(parallel)]) == 1
     captured = capsys.readouterr()
     assert captured.err.splitlines()[0] == (f"jaxlab sweep: --parallel {parallel}, but this sweep has at most 1 "
-                                            f"run(s) to do: 1 of its {parallel} slots will run, each with its "
+                                            f"run to do: 1 of its {parallel} slots will run, each with its "
                                             f"1/{parallel} share of the machine; --parallel 1 gives each run more")
     assert "share cores" not in captured.err
 
@@ -556,7 +556,7 @@ def test_more_parallel_trials_than_cpu_cores_is_one_warning_line(tmp_path, capsy
     if jax.default_backend() != "cpu":
         pytest.skip("a GPU backend: trials share its memory, not pinned cores")
     assert capsys.readouterr().err.splitlines() == [
-        "jaxlab sweep: warning: --parallel 2 on 1 usable CPU core(s): the trials will share cores (each pinned to "
+        "jaxlab sweep: warning: --parallel 2 on 1 usable CPU core: the trials will share cores (each pinned to "
         "one, round-robin), each slower; --parallel 1 gives each trial a core of its own"]
 
 
@@ -572,7 +572,7 @@ def test_a_study_resumed_with_only_another_seeds_count_says_so(tmp_path, capsys)
     capsys.readouterr()
     assert cli.main([*study, "--seeds", "2"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "jaxlab sweep: error: study 'r' was created with 1 seed(s) per trial, not 2 (--seeds 2): its trials' scores "
+        "jaxlab sweep: error: study 'r' was created with 1 seed per trial, not 2 (--seeds 2): its trials' scores "
         "must average as many seeds; resume it with --seeds 1, or start a new --study")
     assert (root / "r" / "study.journal").is_file()
     assert cli.main([*study, "--seeds", "1"]) == 0  # its own count (and space) resumes it

@@ -223,8 +223,8 @@ def test_bench_prints_env_and_training_figures():
             "first update and --updates 1 more") in result.stderr
     # JAX runs on the CPU here: no line about GPU memory (it said "GPU memory allocated on demand")
     assert result.stdout.splitlines()[0] == "device preset cpu (JAX sees only CPU devices)", result.stdout
-    assert "env cartpole: 8 agents, 1 C thread(s):" in result.stdout and "M agent-steps/s" in result.stdout
-    assert "steady" in result.stdout and "SPS over 1 updates" in result.stdout
+    assert "env cartpole: 8 agents, 1 C thread:" in result.stdout and "M agent-steps/s" in result.stdout
+    assert "steady" in result.stdout and "SPS over 1 update (" in result.stdout
     # the update's FLOPs by the 6N rule: 6 x params x batch (8 envs x horizon 16) x update_epochs (2)
     params = int(re.search(r"([\d,]+) params", result.stdout).group(1).replace(",", ""))
     gflop = float(re.search(r"update: ([\d.,]+) GFLOP each by the 6N rule, [\d.,]+ GFLOP/s achieved",
@@ -246,7 +246,7 @@ def test_bench_neither_refuses_nor_silently_ignores_a_total_it_does_not_use(tmp_
     out, err = capsys.readouterr()
     assert err == ("jaxlab: warning: jaxlab bench ignores train.total_timesteps=0 (from --train.total-timesteps): "
                    "its run is the first update and --updates 1 more\n")
-    assert "SPS over 1 updates" in out
+    assert "SPS over 1 update (" in out
 
     import jaxlab.run.bench as bench  # the rest: only the warning, not the figures
 
@@ -297,7 +297,7 @@ def test_bench_steps_an_env_given_as_a_header_path():
     result = jaxlab("bench", str(header), "--updates", "1", "--seconds", "0.05", "--vec.num-envs", "8",
                     "--train.minibatch-size", "64", "--policy.hidden-size", "16")
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
-    assert "env corridor: 8 agents, 1 C thread(s):" in result.stdout and "train corridor: " in result.stdout
+    assert "env corridor: 8 agents, 1 C thread:" in result.stdout and "train corridor: " in result.stdout
 
 
 @pytest.mark.parametrize("flags, message", [

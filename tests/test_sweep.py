@@ -262,6 +262,6 @@ def test_a_sweep_whose_every_trial_failed_exits_1_and_names_their_output(tmp_pat
     assert result.returncode == 1, result.stdout + result.stderr
     assert "trial 0 failed: seed 0: no episode_return in the last 25% of the run" in result.stdout
     assert result.stderr.strip().splitlines()[-1] == (
-        "all 1 trial(s) of this sweep failed (1 fail in the study; errors above); each run's output is in "
+        "the 1 trial of this sweep failed (1 fail in the study; errors above); each run's output is in "
         "train-output.log in its run dir, e.g. sweeps/f/trial-0-seed-0/train-output.log")
     assert (root / "f" / "trial-0-seed-0" / "train-output.log").is_file()

@@ -527,7 +527,7 @@ def test_a_trial_continued_on_other_cpu_cores_than_it_started_on_is_warned_of(tm
     monkeypatch.setattr(supervisor, "start", lambda *args: None)  # no process: only what the sweep says
     sweep.launch(trial, trial.runs[0], Slot(0, (0,), 1, None))
     warning = [line for line in said if line.startswith("warning: trial 0 started on")]
-    assert warning == ([f"warning: trial 0 started on {first_cores} CPU core(s) and continues on 1: XLA's results "
+    assert warning == ([f"warning: trial 0 started on {first_cores} CPU cores and continues on 1: XLA's results "
                         "depend on the cores it sees, so `--show`'s command will not reproduce this trial exactly; "
                         "continue a study with the --parallel it started with"] if warned else [])
     assert study.trials[0].user_attrs["cpu_cores"] == first_cores  # what --show pins its command to

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from jaxlab.cli.common import LAYERS, fail, output_file_problem, resolve, user_path, warn
-from jaxlab.messages import install_extra
+from jaxlab.messages import counted, install_extra
 
 
 def envs_command(args: argparse.Namespace) -> int:
@@ -163,7 +163,8 @@ def config_command(args: argparse.Namespace) -> int:
     print(f"# memory: {resolved.memory.describe()}; {resolved.memory_limit.describe()}")
     threads = resolved.sizes
     if resolved.config.vec.num_threads == "auto":
-        print(f"# vec.num_threads auto: {threads.num_threads} C thread(s) per group ({threads.threads_reason})")
+        print(f"# vec.num_threads auto: {counted(threads.num_threads, 'C thread')} per group "
+              f"({threads.threads_reason})")
     section = ""
     for line in to_toml(resolved.config).splitlines():
         if line.startswith("["):

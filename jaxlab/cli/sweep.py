@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from jaxlab.cli.common import LAYERS, cannot_write, config_help, folder_name, resolve, user_path, whole_number
-from jaxlab.messages import install_extra
+from jaxlab.messages import counted, install_extra
 from jaxlab.sweep.study import shown_storage
 
 DEFAULT_ROOT = "runs/sweeps"  # --root: the folder of the study dirs
@@ -166,17 +166,18 @@ def run_sweep(args, study, storage, spec, base_toml: str, study_dir: Path, platf
     slots = plan_slots(parallel, on_gpu, usable_cores(), base_threads)
     used = min(parallel, todo) if todo else parallel  # runs fill the slots from the first
     if used < parallel:  # the split stays K ways: a resumed trial keeps the share it started with
-        print(f"jaxlab sweep: --parallel {parallel}, but this sweep has at most {used} run(s) to do: {used} of "
+        print(f"jaxlab sweep: --parallel {parallel}, but this sweep has at most {counted(used, 'run')} to do: "
+              f"{used} of "
               f"its {parallel} slots will run, each with its 1/{parallel} share of the machine; "
               f"--parallel {used} gives each run more", file=sys.stderr, flush=True)
     if not on_gpu and used > len(usable_cores()):
-        print(f"jaxlab sweep: warning: --parallel {parallel} on {len(usable_cores())} usable CPU core(s): the "
+        print(f"jaxlab sweep: warning: --parallel {parallel} on {counted(len(usable_cores()), 'usable CPU core')}: the "
               "trials will share cores (each pinned to one, round-robin), each slower; --parallel "
               f"{len(usable_cores())} gives each trial a core of its own", file=sys.stderr, flush=True)
     held = len(study.get_trials(deepcopy=False))
     print(f"sweep {study.study_name} ({'resumed' if existed else 'new'}): {args.env}, {target} trials "
           f"({held} in the study), {parallel} at a time ({'; '.join(s.describe() for s in slots)}); "
-          f"{spec.seeds} seed(s) per trial; {spec.sampler} sampler, "
+          f"{counted(spec.seeds, 'seed')} per trial; {spec.sampler} sampler, "
           f"{'no' if spec.multi_objective or spec.pruner == 'none' else spec.pruner} pruner; "
           f"{'maximise' if spec.direction == 'maximize' else 'minimise'} {spec.metric} (mean over the last "
           f"{spec.average_last:.0%} of each run){' and minimise wall time' if spec.multi_objective else ''}",
@@ -217,17 +218,22 @@ def runs_to_do(study, target: int, seeds: int) -> int:
     return seeds * (max(0, target - asked) + running)
 
 
+def all_trials(count: int) -> str:
+    """'the 1 trial' or 'all 3 trials', for a line about every trial of a sweep."""
+    return "the 1 trial" if count == 1 else f"all {counted(count, 'trial')}"
+
+
 def all_failed(summary: str, failed: list) -> str:
     """The last line of a sweep whose every trial failed (``failed``: their FrozenTrials): where their
     errors and output are."""
     dirs = [Path(d) for t in failed for d in t.user_attrs.get("run_dirs", [])]
     if not dirs:
-        return (f"all {len(failed)} trial(s) of this sweep failed before they ran ({summary} in the study): their "
+        return (f"{all_trials(len(failed))} of this sweep failed before they ran ({summary} in the study): their "
                 "values broke a config rule (errors above); change the sweep file's ranges so that they fit "
                 "together, and start a new --study")
     logs = [d / "train-output.log" for d in dirs]
     log = next((f for f in logs if f.is_file()), logs[0])
-    return (f"all {len(failed)} trial(s) of this sweep failed ({summary} in the study; errors above); each run's "
+    return (f"{all_trials(len(failed))} of this sweep failed ({summary} in the study; errors above); each run's "
             f"output is in train-output.log in its run dir, e.g. {os.path.relpath(log)}")
 
 
@@ -251,7 +257,7 @@ def stopped_line(stopped: str, summary: str, cut_short: list[str], again: str, u
 def nothing_to_run(held: int, summary: str, target: int, again: str) -> str:
     """The last line of a sweep whose study held --trials N trials already (N = 0 creates the study, or
     checks a resumed one, and runs nothing): how to add trials."""
-    line = (f"done: nothing to run: the study holds {held} trial(s){f' ({summary})' if summary else ''} and "
+    line = (f"done: nothing to run: the study holds {counted(held, 'trial')}{f' ({summary})' if summary else ''} and "
             f"--trials is {target}; add trials with `{again} --trials N` (N above {held})")
     return line + (f"; results: `{again} --show`" if held else "")
 

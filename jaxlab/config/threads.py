@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import os
 
+from jaxlab.messages import counted
+
 MIN_AGENTS_PER_THREAD = 1024
 CPU_PRESETS = ("cpu", "none")  # presets under which JAX computes on the CPU (none: the Python API's)
 
@@ -40,7 +42,7 @@ def auto_threads(envs_per_group: int, agents_per_env: int, groups: int, cores: i
     agents = envs_per_group * agents_per_env
     by_work = max(1, agents // MIN_AGENTS_PER_THREAD)
     threads = max(1, min(spare, by_work, envs_per_group, max_chunks))
-    why = (f"{cores} usable core(s){', half left to XLA (groups overlap on the CPU)' if shared else ''}; "
+    why = (f"{counted(cores, 'usable core')}{', half left to XLA (groups overlap on the CPU)' if shared else ''}; "
            f"{agents:,} agents per group, at least {MIN_AGENTS_PER_THREAD:,} per thread")
     return threads, why
 

@@ -16,6 +16,7 @@ from jaxlab.env import is_python_env, spaces_of
 from jaxlab.env.library import constant
 from jaxlab.env.python_envs import C_TWINS
 from jaxlab.env.spaces import legal_argmax
+from jaxlab.messages import counted
 
 
 def env_steps_per_second(name: str, agents: int, seconds: float, threads: int = 1,
@@ -60,7 +61,8 @@ def report_env(name: str, agents: int, seconds: float, num_threads: int = 1, par
         lines = []
         for threads in sorted({1, num_threads}):
             sps, per_call = env_steps_per_second(name, agents, seconds, threads, params, library)
-            lines.append(f"env {name}: {agents:,} agents, {threads} C thread(s): {sps / 1e6:,.2f}M agent-steps/s, "
+            lines.append(f"env {name}: {agents:,} agents, {counted(threads, 'C thread')}: "
+                         f"{sps / 1e6:,.2f}M agent-steps/s, "
                          f"{per_call * 1e6:,.1f} us per step call (random actions)")
         return lines
     sps, per_call = env_steps_per_second(name, agents, seconds, 1, params)
@@ -140,7 +142,7 @@ def report_training(config, updates: int) -> str:
     return (f"train {config.env_name}: {result['sizes'].describe()}; {result['num_params']:,} params, "
             f"lstm={config.policy.lstm}, precision {config.device.precision}\n"
             f"  first update (compiles included) {result['first_update_s']:.2f} s; steady "
-            f"{result['sps']:,.0f} SPS over {updates} updates ({split} of {result['elapsed_s']:.2f} s)\n"
+            f"{result['sps']:,.0f} SPS over {counted(updates, 'update')} ({split} of {result['elapsed_s']:.2f} s)\n"
             f"  update: {flops / 1e9:,.2f} GFLOP each by the 6N rule, {achieved:,.1f} GFLOP/s achieved "
             f"({learn_per_update:.3f} s per update)")
 

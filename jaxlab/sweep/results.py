@@ -9,6 +9,7 @@ import warnings
 from pathlib import Path
 
 from jaxlab.config import config_from_toml, to_toml
+from jaxlab.messages import counted
 from jaxlab.sweep.space import SweepSpec, apply_params
 
 SHOWN = 10
@@ -40,8 +41,8 @@ def best_config_text(trial, spec: SweepSpec, base_toml: str, study_name: str) ->
     config = apply_params(base, dict(trial.params), seed=seed)
     score = trial.values[0]
     header = (f"# trial {trial.number} of sweep {study_name}: {spec.metric} {score:.6g} (mean over the last "
-              f"{spec.average_last:.0%} of the run's steps, over {len(trial.user_attrs.get('seeds', [seed]))} "
-              f"seed(s)); train.seed is its first seed\n")
+              f"{spec.average_last:.0%} of the run's steps, over "
+              f"{counted(len(trial.user_attrs.get('seeds', [seed])), 'seed')}); train.seed is its first seed\n")
     return header + to_toml(config)
 
 
@@ -62,7 +63,7 @@ def show(study, spec: SweepSpec, base_toml: str, study_dir: Path, env_name: str,
     states = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     lines = [f"study {study.study_name}: {total} trials" + (f" ({states})" if states else "")
              + f"; {spec.metric} = mean over the last {spec.average_last:.0%} of each run, over "
-             f"{spec.seeds} seed(s)"]
+             f"{counted(spec.seeds, 'seed')}"]
     best = ranked(study, spec)
     if not best:
         lines.append(f"no complete trial yet; run `{again}`")

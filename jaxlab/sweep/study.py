@@ -22,7 +22,7 @@ from pathlib import Path
 
 from jaxlab.config import ConfigError
 from jaxlab.config.validate import shown_value
-from jaxlab.messages import install_extra, short_repr
+from jaxlab.messages import counted, install_extra, short_repr
 from jaxlab.observe.records import episode_statistics
 from jaxlab.sweep.space import SweepSpec
 
@@ -210,7 +210,8 @@ def check_same(name: str, spec: SweepSpec, stored: SweepSpec, base_toml: str | N
                               f"(or `{again}` alone), or start a new --study")
         if f.name == "seeds":  # a trial's score is the mean over its seeds: one study, one count
             given = f"--seeds {spec.seeds}" if "seeds" in spec.flags else f"seeds = {spec.seeds} in {spec.source}"
-            raise ConfigError(f"study {name!r} was created with {stored.seeds} seed(s) per trial, not {spec.seeds} "
+            raise ConfigError(f"study {name!r} was created with {counted(stored.seeds, 'seed')} per trial, "
+                              f"not {spec.seeds} "
                               f"({given}): its trials' scores must average as many seeds; resume it with --seeds "
                               f"{stored.seeds}, or start a new --study")
         if f.name in spec.flags:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jaxlab.config import Config, ConfigError
+from jaxlab.messages import counted
 from jaxlab.observe.records import interrupted_at_once
 from jaxlab.sweep import study as study_lib
 from jaxlab.sweep.space import SweepSpec, apply_params, check_config
@@ -277,7 +278,8 @@ class Sweep:
         how = "resumes" if seed_run.resume else "starts"
         self.say(f"trial {run.number} seed {seed_run.seed} {how} on {slot.describe()}: {describe_params(run.params)}")
         if first is not None and first != cores and slot.memory_fraction is None:
-            self.say(f"warning: trial {run.number} started on {first} CPU core(s) and continues on {cores}: XLA's "
+            self.say(f"warning: trial {run.number} started on {counted(first, 'CPU core')} and continues on "
+                     f"{cores}: XLA's "
                      "results depend on the cores it sees, so `--show`'s command will not reproduce this trial "
                      "exactly; continue a study with the --parallel it started with")
 
@@ -452,7 +454,8 @@ class Sweep:
                     while stops.pending:
                         sig = stops.pending.pop(0)
                         if not stopping:
-                            self.say(f"{signal.Signals(sig).name}: stopping {len(self.running())} running trial(s); "
+                            running = counted(len(self.running()), "running trial")
+                            self.say(f"{signal.Signals(sig).name}: stopping {running}; "
                                      "each finishes its update and saves a checkpoint")
                         stopping = True
                         for _, seed_run in self.running():

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jaxlab.config.presets import MEMORY_ENV_VARS  # XLA's memory variables (set in the sweep process too)
+from jaxlab.messages import counted
 
 CPU_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads={threads}"
 
@@ -44,7 +45,7 @@ class Slot:
 
     def describe(self) -> str:
         if self.memory_fraction is not None:
-            return f"{self.memory_fraction:.0%} of GPU memory, {self.num_threads} C thread(s)"
+            return f"{self.memory_fraction:.0%} of GPU memory, {counted(self.num_threads, 'C thread')}"
         return f"cores {','.join(map(str, self.cores))}" if self.cores else "all cores"
 
 
