@@ -174,6 +174,8 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
     else:  # several processes: process 0's clock names the one run dir of them all
         stamp = distributed.from_process_0(time.strftime("%Y%m%d-%H%M%S"))
         run_dir = args.run_dir or f"runs/{folder_name(config.env_name)}-{stamp}"
+    from jaxlab.run.loop import other_things_problem
+
     problem = other_things_problem(Path(run_dir), resolved.resume, config.env_name)
     if problem:  # before the write check, which makes RUN_DIR/checkpoints
         print(f"jaxlab train: error: {problem}", file=sys.stderr)
@@ -257,25 +259,6 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
     else:
         say(nothing_to_train(result.resumed_from, sizes))
     return 0
-
-
-def other_things_problem(run_dir: Path, resume: Path | None, env_name: str) -> str | None:
-    """Why the run cannot go into ``run_dir``, a folder that holds other things than a run's files (other
-    runs, a project: `--run-dir .`), which its metrics.jsonl and checkpoints/ would be mixed with; None for a
-    new or empty folder, a run dir (the refusal of an earlier run there is train_run's) and the run dir of
-    the checkpoint ``resume`` continues."""
-    from jaxlab.observe.records import other_entries
-    from jaxlab.run.resume import resume_run_dir
-
-    if resume is not None and resume_run_dir(resume).resolve() == run_dir.resolve():
-        return None
-    others = other_entries(run_dir)
-    if not others:
-        return None
-    shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
-    new = run_dir / f"{folder_name(env_name)}-{time.strftime('%Y%m%d-%H%M%S')}"
-    return (f"--run-dir {run_dir}: a folder that holds other things than a run ({shown}), which the run's "
-            f"metrics.jsonl and checkpoints/ would be mixed with; give a new (or empty) folder, e.g. --run-dir {new}")
 
 
 def final_return(result, run_dir: str) -> str:
