@@ -417,12 +417,12 @@ def eval_command(args: argparse.Namespace) -> int:
     of env 0 as text (the env's render hook), --gif draws it as an animated GIF (its pixels hook)."""
     from jaxlab.agent.custom import missing_file_words, moved_module
     from jaxlab.checkpoint import read_meta
-    from jaxlab.config import ConfigError, config_from_toml, memory
+    from jaxlab.config import ConfigError, config_from_toml, memory, presets
     from jaxlab.config.layers import repeated_flags
     from jaxlab.env.python_envs import is_python_env
     from jaxlab.env.spaces import Box
     from jaxlab.run.resume import find_checkpoint, newest_usable
-    from jaxlab.train.evaluation import load_trainer, play, with_env_params, with_module
+    from jaxlab.train.evaluation import load_trainer, play, settings_for_here, with_env_params, with_module
 
     overrides = eval_env_flags(args.flags)
     for line in repeated_flags(args.flags):
@@ -490,6 +490,7 @@ def eval_command(args: argparse.Namespace) -> int:
         if library is None:
             check_saved_header(meta, "eval", f"--checkpoint {args.checkpoint}")
         saved_config = config_from_toml(meta["config"], library=library)
+        presets.prepare_backend(saved_config.device.memory_fraction)  # before JAX starts, as train --resume does
         played = with_env_params(saved_config, overrides)  # refused before anything is built
         unplayed = unplayed_header_toml_warning(played)
         if unplayed is not None:
@@ -505,7 +506,9 @@ def eval_command(args: argparse.Namespace) -> int:
                                   f"({saved or 'none: the built-in network'}) at a new path: it must name the same "
                                   "class in a file of the same contents (or the saved file must be gone)")
         played = with_module(played, args.policy_module)  # the module checked: the estimate builds it
-        memory.check_play_fits(played, memory.env_shape(played), num_envs, memory.current_limit())
+        limit = memory.current_limit()  # JAX starts here
+        here = settings_for_here(played, warn_once)  # the config load_trainer builds (its device count)
+        memory.check_play_fits(here, memory.env_shape(here), num_envs, limit)
         return load_trainer(checkpoint, warn=warn_once, library=library, module=args.policy_module)
 
     path, trainer = newest_usable(find_checkpoint(args.checkpoint, name, flag="--checkpoint"), load, warn)
