@@ -201,7 +201,7 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
     from jaxlab.run.loop import train_run
     from jaxlab.train.rollout import EnvStepError
 
-    observers = RunObservers(config, sizes, run_dir) if primary else None
+    observers = RunObservers(config, sizes, run_dir, stop) if primary else None
     try:
         result = train_run(config, run_dir, resume=resolved.resume, on_log=observers, warn=warn if primary else quiet,
                            notes=args.notes, on_start=observers.start if observers else None,
@@ -322,8 +322,8 @@ class RunObservers:
     """The on_log of `jaxlab train`: warnings (jaxlab.alerts), the terminal reporter and wandb. An error
     in a reporter or logger is reported once and that one is dropped; training goes on."""
 
-    def __init__(self, config, sizes, run_dir: str):
-        self.config, self.sizes, self.run_dir = config, sizes, run_dir
+    def __init__(self, config, sizes, run_dir: str, stop=None):
+        self.config, self.sizes, self.run_dir, self.stop = config, sizes, run_dir, stop  # stop: StopSignals
         self.outputs: list = []
         self.reporter = None
         self.alerts = None
@@ -341,6 +341,8 @@ class RunObservers:
         self.alerts = Alerts(self.sizes.segments * self.sizes.horizon)  # each agent's steps per update
         self.reporter = make_reporter(self.config.log.dashboard, info, self.config.log.interval)
         self.outputs = [("terminal", self.reporter.update)]
+        if self.stop is not None and hasattr(self.reporter, "say_status"):  # the live dashboard: a stop signal's
+            self.stop.say_through(self.reporter.say_status)  # line is its last line, not written across it
         if self.config.log.wandb:
             from jaxlab.observe.wandb_logger import WandbLogger
 
