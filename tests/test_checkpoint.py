@@ -896,12 +896,23 @@ def test_bad_input_refused_once_the_run_dir_exists_leaves_no_run_dir(tmp_path):
     with pytest.raises(ConfigError, match="is not a metric of this run"):
         train_run(small_config(2, "--checkpoint.best-metric", "episode_retrn"), kept)
     assert sorted(p.name for p in kept.iterdir()) == [".lock", "checkpoints", "run.log"]
-    (kept / "notes.txt").write_text("mine")
+    (kept / "run.log").write_text("mine")  # a run.log with lines in it is not the attempt's: kept
     with pytest.raises(ConfigError, match="is not a metric of this run"):
         train_run(small_config(2, "--checkpoint.best-metric", "episode_retrn"), kept, remove_if_not_started=True)
-    assert sorted(p.name for p in kept.iterdir()) == ["notes.txt"]  # the rest was the attempt's (all empty)
+    assert sorted(p.name for p in kept.iterdir()) == ["run.log"]  # the rest was the attempt's (all empty)
     result = train_run(small_config(2), tmp_path / "ran", remove_if_not_started=True)
     assert result.checkpoint is not None and (tmp_path / "ran" / "metrics.jsonl").is_file()
+
+
+def test_train_run_refuses_a_run_dir_holding_other_things_than_a_run_and_writes_nothing(tmp_path):
+    """As `jaxlab train --run-dir` does: a user's notes.txt (or a project, other runs) in run_dir would be mixed
+    with the run's metrics.jsonl and checkpoints/; train_run refused nothing there and trained into it."""
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match=r"run_dir .*: a folder that holds other things than a run \(notes.txt\)"
+                                          r".*give a new \(or empty\) folder, e\.g\. run_dir "):
+        train_run(small_config(2), tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+    assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
 def test_a_run_refused_for_a_run_dir_in_use_leaves_the_other_runs_lock_and_files(tmp_path):

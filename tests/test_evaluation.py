@@ -205,6 +205,39 @@ def test_eval_refuses_more_envs_than_the_memory_check_allows_naming_the_most_tha
                      "--episodes", "2"]) == 0
 
 
+def test_eval_counts_the_trainer_it_loads_with_the_runs_vec_num_envs(tmp_path, capsys, monkeypatch):
+    """eval loads a Trainer built with the saved run's vec.num_envs (its envs, segment buffers, optimizer),
+    whatever --num-envs plays; the memory check counted only the play, so a run of many envs passed it
+    where the same policy of a run of few envs needed exactly as much."""
+    from jaxlab import cli
+    from jaxlab.config import memory
+
+    with trainer_for("cartpole") as few:  # 8 envs
+        config = few.config
+    with trainer_for("cartpole", "--vec.num-envs", "512", "--train.total-timesteps", "4096") as many:
+        many.save_checkpoint(tmp_path / "ck")
+    est = memory.play_estimate(config, memory.env_shape(config), 2)
+    limit = memory.MemoryLimit(device=None, host=est.device_total + est.host_total)  # what 8 envs' run needs
+    monkeypatch.setattr(memory, "current_limit", lambda: limit)
+    assert cli.main(["eval", "cartpole", "--checkpoint", str(tmp_path / "ck"), "--num-envs", "2",
+                     "--episodes", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jaxlab eval: error: --num-envs 2 needs about ") and "trainer segment" in err, err
+
+
+def test_eval_applies_the_runs_memory_fraction_before_jax_starts_as_train_does(tmp_path, capsys, monkeypatch):
+    """train caps JAX's GPU memory at device.memory_fraction before JAX starts; eval never did."""
+    from jaxlab import cli
+    from jaxlab.config import presets
+
+    with trainer_for("cartpole", "--device.memory-fraction", "0.25") as trainer:
+        trainer.save_checkpoint(tmp_path / "ck")
+    fractions = []
+    monkeypatch.setattr(presets, "prepare_backend", fractions.append)
+    assert cli.main(["eval", "cartpole", "--checkpoint", str(tmp_path / "ck"), "--episodes", "2"]) == 0
+    assert fractions == [0.25]
+
+
 def test_eval_latest_passes_over_a_damaged_newest_checkpoint(tmp_path, monkeypatch, capsys):
     """--checkpoint latest falls back like a run dir does, instead of stopping at its damaged newest."""
     from jaxlab import cli

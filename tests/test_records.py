@@ -446,6 +446,36 @@ def test_a_rich_dashboard_forced_onto_a_file_ends_its_last_draw_with_a_newline()
     assert stream.getvalue().endswith("\ndone\n") and "update 10/10" in stream.getvalue()
 
 
+def test_a_stop_signals_line_is_the_dashboards_last_line_and_stays_after_redraws(capfd):
+    """With the live dashboard, "SIGINT: finishing ..." went to stderr at the end of the dashboard's last line
+    (the cursor stays there between draws) and the next redraw wiped it. It is drawn as the dashboard's last
+    line, at once and in every draw after; before the first draw, and once closed, it goes to stderr."""
+    import signal
+
+    from rich.console import Console
+
+    from jaxlab.run.signals import StopSignals
+
+    console = Console(file=io.StringIO(), record=True, width=140, force_terminal=True)
+    seconds = [100.0]
+    dashboard = RichDashboard(INFO, console=console, now=lambda: seconds[0])
+    line = "SIGINT: finishing this update, then saving a checkpoint; Ctrl-C again to stop at once"
+    with StopSignals() as stop:
+        stop.say_through(dashboard.say_status)
+        dashboard.update(record(1))
+        draws = dashboard.draws
+        signal.raise_signal(signal.SIGINT)
+        assert stop.received == "SIGINT" and dashboard.draws == draws + 1  # drawn at once
+        seconds[0] += 1.0
+        dashboard.update(record(2))  # a redraw keeps it
+        dashboard.close()
+    assert capfd.readouterr().err == ""  # not written across the dashboard
+    frames = console.file.getvalue().split("41,730 params")  # one per draw
+    assert len(frames) == 5 and line not in frames[1] and all(line in frame for frame in frames[2:])  # + stop()
+    assert line in console.export_text().splitlines()  # a line of its own
+    assert not dashboard.say_status("after the end")  # closed: the caller prints it
+
+
 def test_a_warning_before_the_first_update_is_not_lost_when_the_run_ends_there(capsys):
     """The rich dashboard shows warnings in its panel, drawn from the first update on: a run that failed
     before it (a warning from wandb, then an error) showed neither the panel nor the warning."""

@@ -174,6 +174,8 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
     else:  # several processes: process 0's clock names the one run dir of them all
         stamp = distributed.from_process_0(time.strftime("%Y%m%d-%H%M%S"))
         run_dir = args.run_dir or f"runs/{folder_name(config.env_name)}-{stamp}"
+    from jaxlab.run.loop import other_things_problem
+
     problem = other_things_problem(Path(run_dir), resolved.resume, config.env_name)
     if problem:  # before the write check, which makes RUN_DIR/checkpoints
         print(f"jaxlab train: error: {problem}", file=sys.stderr)
@@ -199,7 +201,7 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
     from jaxlab.run.loop import train_run
     from jaxlab.train.rollout import EnvStepError
 
-    observers = RunObservers(config, sizes, run_dir) if primary else None
+    observers = RunObservers(config, sizes, run_dir, stop) if primary else None
     try:
         result = train_run(config, run_dir, resume=resolved.resume, on_log=observers, warn=warn if primary else quiet,
                            notes=args.notes, on_start=observers.start if observers else None,
@@ -257,25 +259,6 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
     else:
         say(nothing_to_train(result.resumed_from, sizes))
     return 0
-
-
-def other_things_problem(run_dir: Path, resume: Path | None, env_name: str) -> str | None:
-    """Why the run cannot go into ``run_dir``, a folder that holds other things than a run's files (other
-    runs, a project: `--run-dir .`), which its metrics.jsonl and checkpoints/ would be mixed with; None for a
-    new or empty folder, a run dir (the refusal of an earlier run there is train_run's) and the run dir of
-    the checkpoint ``resume`` continues."""
-    from jaxlab.observe.records import other_entries
-    from jaxlab.run.resume import resume_run_dir
-
-    if resume is not None and resume_run_dir(resume).resolve() == run_dir.resolve():
-        return None
-    others = other_entries(run_dir)
-    if not others:
-        return None
-    shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
-    new = run_dir / f"{folder_name(env_name)}-{time.strftime('%Y%m%d-%H%M%S')}"
-    return (f"--run-dir {run_dir}: a folder that holds other things than a run ({shown}), which the run's "
-            f"metrics.jsonl and checkpoints/ would be mixed with; give a new (or empty) folder, e.g. --run-dir {new}")
 
 
 def final_return(result, run_dir: str) -> str:
@@ -339,8 +322,8 @@ class RunObservers:
     """The on_log of `jaxlab train`: warnings (jaxlab.alerts), the terminal reporter and wandb. An error
     in a reporter or logger is reported once and that one is dropped; training goes on."""
 
-    def __init__(self, config, sizes, run_dir: str):
-        self.config, self.sizes, self.run_dir = config, sizes, run_dir
+    def __init__(self, config, sizes, run_dir: str, stop=None):
+        self.config, self.sizes, self.run_dir, self.stop = config, sizes, run_dir, stop  # stop: StopSignals
         self.outputs: list = []
         self.reporter = None
         self.alerts = None
@@ -358,6 +341,8 @@ class RunObservers:
         self.alerts = Alerts(self.sizes.segments * self.sizes.horizon)  # each agent's steps per update
         self.reporter = make_reporter(self.config.log.dashboard, info, self.config.log.interval)
         self.outputs = [("terminal", self.reporter.update)]
+        if self.stop is not None and hasattr(self.reporter, "say_status"):  # the live dashboard: a stop signal's
+            self.stop.say_through(self.reporter.say_status)  # line is its last line, not written across it
         if self.config.log.wandb:
             from jaxlab.observe.wandb_logger import WandbLogger
 
@@ -434,12 +419,12 @@ def eval_command(args: argparse.Namespace) -> int:
     of env 0 as text (the env's render hook), --gif draws it as an animated GIF (its pixels hook)."""
     from jaxlab.agent.custom import missing_file_words, moved_module
     from jaxlab.checkpoint import read_meta
-    from jaxlab.config import ConfigError, config_from_toml, memory
+    from jaxlab.config import ConfigError, config_from_toml, memory, presets
     from jaxlab.config.layers import repeated_flags
     from jaxlab.env.python_envs import is_python_env
     from jaxlab.env.spaces import Box
     from jaxlab.run.resume import find_checkpoint, newest_usable
-    from jaxlab.train.evaluation import load_trainer, play, with_env_params, with_module
+    from jaxlab.train.evaluation import load_trainer, play, settings_for_here, with_env_params, with_module
 
     overrides = eval_env_flags(args.flags)
     for line in repeated_flags(args.flags):
@@ -507,6 +492,7 @@ def eval_command(args: argparse.Namespace) -> int:
         if library is None:
             check_saved_header(meta, "eval", f"--checkpoint {args.checkpoint}")
         saved_config = config_from_toml(meta["config"], library=library)
+        presets.prepare_backend(saved_config.device.memory_fraction)  # before JAX starts, as train --resume does
         played = with_env_params(saved_config, overrides)  # refused before anything is built
         unplayed = unplayed_header_toml_warning(played)
         if unplayed is not None:
@@ -522,7 +508,9 @@ def eval_command(args: argparse.Namespace) -> int:
                                   f"({saved or 'none: the built-in network'}) at a new path: it must name the same "
                                   "class in a file of the same contents (or the saved file must be gone)")
         played = with_module(played, args.policy_module)  # the module checked: the estimate builds it
-        memory.check_play_fits(played, memory.env_shape(played), num_envs, memory.current_limit())
+        limit = memory.current_limit()  # JAX starts here
+        here = settings_for_here(played, warn_once)  # the config load_trainer builds (its device count)
+        memory.check_play_fits(here, memory.env_shape(here), num_envs, limit)
         return load_trainer(checkpoint, warn=warn_once, library=library, module=args.policy_module)
 
     path, trainer = newest_usable(find_checkpoint(args.checkpoint, name, flag="--checkpoint"), load, warn)

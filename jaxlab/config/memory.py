@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 from jaxlab.config.presets import MEMORY_FRACTION_VARS
 from jaxlab.config.schema import Config, ConfigError, PolicyModuleError
-from jaxlab.config.validate import Sizes, flag_of
+from jaxlab.config.validate import Sizes, derive_sizes, flag_of
 
 SAFETY = 1.5
 FLOAT = 4  # bytes of a float32 (params, optimizer state, values, activations) and of an int32 action
@@ -504,15 +504,32 @@ def play_estimate(config: Config, shape: EnvShape, num_envs: int) -> MemoryEstim
     (jaxlab.train.evaluation.play: one step at a time), A = num_envs x agents per env: device {params
     4 P, play step: per agent the observations in the env's dtype and normalised (O x 4), the carry in
     and out (2 C x 4), the activations of one forward pass (K x 4, a bound: nothing is kept for a
-    backward pass) and the step's one-step segment twice}; host {env (as estimate's), play: a copy of
-    the observations and the running return, length and count (3 x 8)}."""
+    backward pass) and the step's one-step segment twice} and the loaded trainer's (loaded_trainer_terms);
+    host {env (as estimate's), play: a copy of the observations and the running return, length and count
+    (3 x 8)} and the trainer's envs."""
     network = network_size(config.policy, shape)
     agents = num_envs * shape.agents_per_env
     per_agent = (shape.obs_size * (shape.obs_itemsize + FLOAT) + 2 * network.carry * FLOAT + network.kept * FLOAT
                  + 2 * _segment_sample_bytes(shape))
-    return MemoryEstimate(device={"params": network.params * FLOAT, "play step": agents * per_agent},
+    trainer_device, trainer_host = loaded_trainer_terms(config, shape)
+    return MemoryEstimate(device={"params": network.params * FLOAT, "play step": agents * per_agent,
+                                  **trainer_device},
                           host={"env": _env_bytes(shape, agents),
-                                "play": agents * (shape.obs_size * shape.obs_itemsize + 3 * 8)})
+                                "play": agents * (shape.obs_size * shape.obs_itemsize + 3 * 8), **trainer_host})
+
+
+def loaded_trainer_terms(config: Config, shape: EnvShape) -> tuple[dict, dict]:
+    """(device, host) bytes of what the Trainer that `jaxlab eval` loads allocates besides its params, built
+    with the saved run's vec.num_envs whatever --num-envs plays: device {trainer optimizer 8 P, trainer
+    segment: its rollout's segment buffers B x per-sample bytes (sharded as estimate's) and the carries of
+    its A agents, A x C x 4}; host {trainer envs: the envs of its A agents (as estimate's env)}."""
+    sizes = derive_sizes(config, shape.agents_per_env)
+    network = network_size(config.policy, shape)
+    shares = max(1, sizes.devices) * sizes.processes
+    segment = -(-sizes.batch_size * _segment_sample_bytes(shape) // shares)
+    return ({"trainer optimizer": 2 * network.params * FLOAT,
+             "trainer segment": segment + sizes.num_agents * network.carry * FLOAT},
+            {"trainer envs": _env_bytes(shape, sizes.num_agents)})
 
 
 def check_play_fits(config: Config, shape: EnvShape, num_envs: int, limit: MemoryLimit) -> MemoryEstimate:
@@ -531,7 +548,8 @@ def check_play_fits(config: Config, shape: EnvShape, num_envs: int, limit: Memor
         middle = (low + high + 1) // 2
         low, high = (middle, high) if shortfall(play_estimate(config, shape, middle), limit) is None else \
             (low, middle - 1)
-    fix = f"play on fewer envs, e.g. --num-envs {low}" if low else "no number of envs fits"
+    fix = f"play on fewer envs, e.g. --num-envs {low}" if low else \
+        f"no number of envs fits (the trainer eval loads holds the run's vec.num_envs {config.vec.num_envs} envs)"
     verb = "is available" if where == "host" else "is its limit"
     raise ConfigError(f"--num-envs {num_envs} needs about {format_bytes(need)} of {place} but {format_bytes(have)} "
                       f"{verb} ({est.describe()}); most of it is {term} ({format_bytes(est.term_bytes(term))}): {fix}")

@@ -50,8 +50,9 @@ def eta(record: dict, info: RunInfo) -> float:
     return (info.total_steps - done) / record["sps"] if record["sps"] > 0 else float("inf")
 
 
-def render(record: dict, info: RunInfo, warnings: list[str], start: str | None = None):
-    """The dashboard for the latest record as a rich renderable (``start``: start_line's words)."""
+def render(record: dict, info: RunInfo, warnings: list[str], start: str | None = None, status: str | None = None):
+    """The dashboard for the latest record as a rich renderable (``start``: start_line's words; ``status``:
+    a line about the run's end, such as a stop signal's, drawn last)."""
     from rich.columns import Columns
     from rich.console import Group
     from rich.progress_bar import ProgressBar
@@ -80,6 +81,7 @@ def render(record: dict, info: RunInfo, warnings: list[str], start: str | None =
     parts = [head] + ([Text(start, style="dim")] if start else []) + [progress]
     parts += ([Text(memory)] if memory else []) + [columns]
     parts += [Text(f"warning: {w}", style="yellow") for w in warnings]
+    parts += [Text(status, style="bold")] if status else []
     return Group(*parts)
 
 
@@ -165,6 +167,9 @@ class RichDashboard:
         self.last_draw = -float("inf")
         self.draws = 0
         self.dirty = False  # a record or warning arrived since the last draw
+        self.status: str | None = None  # a stop signal's line (say_status), drawn last
+        self._drawing = False  # a draw is writing (a signal handler's say_status may come in the middle of it)
+        self._draw_again = False
         self.live = Live(console=self.console, auto_refresh=False, transient=False)
         self.live.start()
 
@@ -182,13 +187,34 @@ class RichDashboard:
         if self.record is not None:
             self._draw(self.now())
 
+    def say_status(self, line: str) -> bool:
+        """Shows ``line`` (a stop signal's "SIGINT: finishing ...") as the dashboard's last line from now on,
+        drawn at once (a signal handler calls it, between any two lines of the run); False when the dashboard
+        is not drawn (before the first update, or closed): the caller prints it itself."""
+        if self.record is None or not self.live.is_started:
+            return False
+        self.status = line
+        if self._drawing:  # the handler interrupted a draw: that draw draws once more when it ends
+            self._draw_again = True
+        else:
+            self._draw(self.now())
+        return True
+
     def _draw(self, now: float) -> None:
         if self.record is None:
             return
-        self.last_draw = now
-        self.draws += 1
-        self.dirty = False
-        self.live.update(render(self.record, self.info, self.warnings, self.start), refresh=True)
+        self._drawing = True
+        try:
+            self._draw_again = True
+            while self._draw_again:
+                self._draw_again = False
+                self.last_draw = now
+                self.draws += 1
+                self.dirty = False
+                self.live.update(render(self.record, self.info, self.warnings, self.start, self.status),
+                                 refresh=True)
+        finally:
+            self._drawing = False
 
     def close(self) -> None:
         if self.live.is_started:

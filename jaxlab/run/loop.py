@@ -170,6 +170,28 @@ class SaveCheckpoints:
             raise checkpoint.CheckpointError(others_say(failed_checkpoint, saves.last_good))
 
 
+def other_things_problem(run_dir: Path, resume: Path | None, env_name: str, named: str = "--run-dir") -> str | None:
+    """Why the run cannot go into ``run_dir``, a folder that holds other things than a run's files (other
+    runs, a project: `--run-dir .`), which its metrics.jsonl and checkpoints/ would be mixed with; None for a
+    new or empty folder, a run dir (refuse_an_earlier_run refuses an earlier run there) and the run dir of
+    the checkpoint ``resume`` continues. ``named``: what the message calls the folder (the CLI's flag, or
+    train_run's argument)."""
+    import time
+
+    from jaxlab.cli.common import folder_name
+    from jaxlab.observe.records import other_entries
+
+    if resume is not None and resume_run_dir(Path(resume)).resolve() == run_dir.resolve():
+        return None
+    others = other_entries(run_dir)
+    if not others:
+        return None
+    shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+    new = run_dir / f"{folder_name(env_name)}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return (f"{named} {run_dir}: a folder that holds other things than a run ({shown}), which the run's "
+            f"metrics.jsonl and checkpoints/ would be mixed with; give a new (or empty) folder, e.g. {named} {new}")
+
+
 def refuse_an_earlier_run(run_dir: Path) -> None:
     """ConfigError when ``run_dir`` already holds a run's checkpoints or metrics: a new run there would
     mix its records into that run's and its checkpoint pruning would delete that run's checkpoints. Only a
@@ -251,7 +273,8 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
               resume_any_env: bool = False, profile=None, stop: StopSignals | None = None,
               remove_if_not_started: bool = False) -> RunResult:
     """Trains ``config`` to its last update in ``run_dir`` with checkpoints; see the module docstring.
-    Without ``resume``, ``run_dir`` must not hold a run already (ConfigError). Holds the run dir's lock
+    Without ``resume``, ``run_dir`` must not hold a run already, and no ``run_dir`` may hold other things
+    than a run's files (a user's files, other runs; see other_things_problem) (ConfigError). Holds the run dir's lock
     for the whole run (RunDirInUse when another process holds it), sends library log lines (absl,
     Orbax) to RUN_DIR/run.log, writes config.toml and run.json (and notes.md from ``notes``) once the
     trainer is built and any resume has loaded, and summary.json at the end (see
@@ -284,6 +307,9 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
     primary = is_primary()
     lock = RunDirLock(run_dir) if primary else nullcontext()
     logs = library_logs_to(run_dir / "run.log") if primary else nullcontext()
+    problem = other_things_problem(run_dir, resume, config.env_name, named="run_dir")
+    if problem:  # its metrics.jsonl and checkpoints/ would be mixed with them (as `jaxlab train` refuses)
+        raise config_lib.ConfigError(problem)
     if resume is None or resume_run_dir(Path(resume)).resolve() != run_dir.resolve():
         refuse_an_earlier_run(run_dir)  # a resume into another run dir starts that dir's records
     unstarted = RemovedIfNotStarted(run_dir, remove_if_not_started and primary)

@@ -11,6 +11,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 #: the standard output streams by name: their file descriptors
@@ -104,6 +105,7 @@ class StopSignals:
         self._streams: dict = {}  # name: the stream a BrokenPipeGuard of ours replaced
         self._run_log: Path | None = None
         self._notes: list[str] = []  # lines for the run's log that came before log_to
+        self._say_through: Callable[[str], bool] | None = None  # say_through's
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
@@ -124,8 +126,22 @@ class StopSignals:
             raise KeyboardInterrupt
         if self.received is None:
             again = "; Ctrl-C again to stop at once" if signum == signal.SIGINT else ""
-            _say(f"{signal.Signals(signum).name}: finishing this update, then saving a checkpoint{again}\n")
+            self._say_stop(f"{signal.Signals(signum).name}: finishing this update, then saving a checkpoint{again}")
         self.received = signal.Signals(signum).name
+
+    def say_through(self, show: Callable[[str], bool] | None) -> None:
+        """Where the first signal's line goes: ``show(line)`` (the live dashboard's say_status, which keeps it
+        on a line of its own: written to stderr it joined the end of the dashboard's last line and the next
+        redraw wiped it), which returns False when it cannot show it; None: stderr again."""
+        self._say_through = show
+
+    def _say_stop(self, line: str) -> None:
+        try:
+            shown = self._say_through is not None and self._say_through(line)
+        except Exception:  # noqa: BLE001 - the line must not be lost to a dashboard's error
+            shown = False
+        if not shown:
+            _say(f"{line}\n")
 
     def pipe_broke(self, name: str) -> None:
         """Stream ``name`` ("stdout" or "stderr") found its pipe's reader gone: see the class docstring."""
