@@ -1224,7 +1224,7 @@ def test_a_namespaced_python_envs_default_run_dir_is_one_folder_that_resume_late
     study name ('--study ... must be letters, digits, ...'). Both now replace such characters with '_'."""
     import os
 
-    from jaxlab.cli.common import folder_name
+    from jaxlab.observe.records import folder_name
 
     assert folder_name("pettingzoo:butterfly/pistonball-v6") == "pettingzoo_butterfly_pistonball-v6"
     assert folder_name("cartpole") == "cartpole"

@@ -4,7 +4,6 @@ flags, --resume), and one-line errors."""
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -53,14 +52,6 @@ def config_help(without: tuple[str, ...] = ()) -> str:
             flag = f"--{section}.{name.replace('_', '-')}"
             lines.append(f"  {flag:<27} {text} (default {toml_value(default)})")
     return "\n".join(lines)
-
-
-def folder_name(env_name: str) -> str:
-    """``env_name`` as the start of a default folder name (runs/NAME-TIMESTAMP, a sweep's study): each
-    character other than letters, digits, '.', '_' and '-' becomes '_'. A Python env's name holds ':'
-    and may hold '/' (gymnasium:ALE/Pong-v5, pettingzoo:butterfly/pistonball-v6), which made the run dir
-    nested (runs/gymnasium:ALE/Pong-v5-...), out of reach of --resume latest and `jaxlab runs`."""
-    return re.sub(r"[^A-Za-z0-9._-]", "_", env_name)
 
 
 def required_env(args: argparse.Namespace) -> None:

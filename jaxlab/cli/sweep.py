@@ -11,7 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from jaxlab.cli.common import LAYERS, cannot_write, config_help, folder_name, resolve, user_path, whole_number
+from jaxlab.cli.common import LAYERS, cannot_write, config_help, resolve, user_path, whole_number
+from jaxlab.observe.records import folder_name
 from jaxlab.messages import counted, install_extra
 from jaxlab.sweep.study import shown_storage
 

@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 
 from jaxlab.cli.common import (LAYERS, cannot_write, check_saved_header, check_saved_module, empty_path_problem,
-                               env_name_of, fail, folder_name, number, output_file_problem, resolve,
+                               env_name_of, fail, number, output_file_problem, resolve,
                                unplayed_header_toml_warning, user_path, warn, whole_number)
+from jaxlab.observe.records import folder_name
 from jaxlab.messages import counted, install_extra
 
 

@@ -8,6 +8,7 @@ import fnmatch
 import json
 import math
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -211,6 +212,14 @@ def earlier_run(run_dir: Path) -> str | None:
         return f"checkpoints up to update {held[0].name}"
     metrics = run_dir / "metrics.jsonl"
     return "metrics.jsonl" if metrics.is_file() and metrics.stat().st_size > 0 else None
+
+
+def folder_name(env_name: str) -> str:
+    """``env_name`` as the start of a default folder name (runs/NAME-TIMESTAMP, a sweep's study): each
+    character other than letters, digits, '.', '_' and '-' becomes '_'. A Python env's name holds ':'
+    and may hold '/' (gymnasium:ALE/Pong-v5, pettingzoo:butterfly/pistonball-v6), which made the run dir
+    nested (runs/gymnasium:ALE/Pong-v5-...), out of reach of --resume latest and `jaxlab runs`."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", env_name)
 
 
 #: The names a run writes in its run dir (`jaxlab sweep`'s train-output.log, wandb's folder, the write probe of

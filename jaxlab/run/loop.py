@@ -178,7 +178,7 @@ def other_things_problem(run_dir: Path, resume: Path | None, env_name: str, name
     train_run's argument)."""
     import time
 
-    from jaxlab.cli.common import folder_name
+    from jaxlab.observe.records import folder_name
     from jaxlab.observe.records import other_entries
 
     if resume is not None and resume_run_dir(Path(resume)).resolve() == run_dir.resolve():
