@@ -118,7 +118,8 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
                         help="presets, layered in order: a card (auto, the default: picked from the devices; "
                         "cpu, gpu, a100, h100) then workload sizes (heavy, beast), e.g. h100,heavy or heavy "
                         "(see `jaxlab presets`)")
-    parser.add_argument("--config", type=user_path, metavar="FILE", help="a TOML file layered over the env's defaults and preset")
+    parser.add_argument("--config", type=user_path, metavar="FILE",
+                        help="a TOML file layered over the env's defaults and preset")
 
 
 class Resolved(NamedTuple):

@@ -245,7 +245,8 @@ def add_commands(add) -> None:
                "and the default) and statistics; a Python env named (gymnasium:ID, gymnasium:MODULE:ID, "
                "pettingzoo:MODULE) is made once to show the spaces jaxlab reads from it.", envs_command)
     envs.add_argument("names", nargs="*", metavar="ENV", help="only these envs (default: all C envs)")
-    envs.add_argument("--library", type=user_path, metavar="LIB", help="an env library (.so from `jaxlab build-env`) or an env "
+    envs.add_argument("--library", type=user_path, metavar="LIB",
+                      help="an env library (.so from `jaxlab build-env`) or an env "
                       "header (.h, built on first use): list its envs instead of jaxlab's")
     add("config", "print the resolved config, where each value came from, and the sizes",
         f"Print the resolved config of ENV as TOML (usable with --config), each value commented "
@@ -255,14 +256,16 @@ def add_commands(add) -> None:
     runs = add("runs", "list runs with env, steps, SPS, final and best return and notes",
                "Print a table of the run dirs under DIR: env, steps, SPS, final and best episode return, "
                "status and the first line of notes.md.", runs_command)
-    runs.add_argument("dir", nargs="?", default="runs", type=user_path, metavar="DIR", help="folder of run dirs (default runs)")
+    runs.add_argument("dir", nargs="?", default="runs", type=user_path, metavar="DIR",
+                      help="folder of run dirs (default runs)")
     plot = add("plot", "draw learning curves of runs into a PNG",
                "Draw a metric of several runs against agent-steps or wall time into a PNG (needs "
                f"matplotlib: {install_extra('plot')}).", plot_command)
     plot.add_argument("run_dirs", nargs="+", type=user_path, metavar="RUN_DIR", help="run dirs holding metrics.jsonl")
     plot.add_argument("--metric", default="episode_return", help="metrics.jsonl key (default episode_return)")
     plot.add_argument("--x", choices=("step", "time"), default="step", help="x axis: agent-steps or wall time")
-    plot.add_argument("-o", "--output", default="curves.png", type=user_path, metavar="PNG", help="output file (default curves.png)")
+    plot.add_argument("-o", "--output", default="curves.png", type=user_path, metavar="PNG",
+                      help="output file (default curves.png)")
     add("presets", "list the accelerator presets and the one auto picks here",
         "List the presets in configs/presets/ and the one `--preset auto` picks on this machine.",
         presets_command)

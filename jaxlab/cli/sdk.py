@@ -75,6 +75,7 @@ def add_commands(add) -> None:
                 "flags (warnings are errors). `jaxlab train HEADER.h` builds and caches one by itself.",
                 build_env_command)
     build.add_argument("headers", nargs="+", type=user_path, metavar="HEADER.h", help="env headers")
-    build.add_argument("-o", "--output", type=user_path, metavar="LIB.so", help="the library to write (default libNAME.so)")
+    build.add_argument("-o", "--output", type=user_path, metavar="LIB.so",
+                       help="the library to write (default libNAME.so)")
     build.add_argument("--sanitize", action="store_true",
                        help="build with -fsanitize=address,undefined,float-cast-overflow")

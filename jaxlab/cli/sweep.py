@@ -297,7 +297,8 @@ def add_commands(add) -> None:
                 f"config. Ctrl-C or SIGTERM stops every trial with a checkpoint; --study NAME resumes. {LAYERS}",
                 sweep_command, with_config=True)
     sweep.epilog = config_help(without=("dist",))  # refuse_dist_flags
-    sweep.add_argument("--sweep", type=user_path, metavar="FILE", help="search-space file (default configs/sweeps/ENV.toml)")
+    sweep.add_argument("--sweep", type=user_path, metavar="FILE",
+                       help="search-space file (default configs/sweeps/ENV.toml)")
     sweep.add_argument("--trials", type=whole_number, metavar="N", help="trials the study should hold when done, counting "
                        "those it has (default: the file's trials); 0 creates the study and runs nothing")
     sweep.add_argument("--parallel", type=whole_number, metavar="K", help="trials run at once on this "

@@ -589,7 +589,8 @@ def add_commands(add) -> None:
     """Registers `jaxlab train` and `jaxlab eval` with ``add`` (see common.command_adder)."""
     train = add("train", "train a policy on an env", f"Train an LSTM-PPO policy on ENV. {LAYERS}",
                 train_command, with_config=True)
-    train.add_argument("--run-dir", type=user_path, metavar="DIR", help="where config.toml, metrics.jsonl and checkpoints/ "
+    train.add_argument("--run-dir", type=user_path, metavar="DIR",
+                       help="where config.toml, metrics.jsonl and checkpoints/ "
                        "go (default runs/ENV-TIMESTAMP; with --resume, the resumed run's dir; needed to resume a "
                        "checkpoint from a run's checkpoints-replaced/): a new or empty folder, or a run dir; one "
                        "holding other things (other runs, a project) is refused")
@@ -600,7 +601,8 @@ def add_commands(add) -> None:
                        "then be left out: the run's); flags change allowed values")
     train.add_argument("--resume-any-env", action="store_true", help="resume even when the env's source (its "
                        "header or library) changed since the checkpoint")
-    train.add_argument("--profile", type=user_path, metavar="DIR", help="write a JAX profiler trace of some updates to DIR "
+    train.add_argument("--profile", type=user_path, metavar="DIR",
+                       help="write a JAX profiler trace of some updates to DIR "
                        "(TensorBoard's profile plugin or Perfetto open it; process 0's in a run over several processes)")
     train.add_argument("--profile-updates", metavar="A:B", help="the updates the trace covers, "
                        "counted from 1, both included (default 2:3: update 1 compiles)")
@@ -614,7 +616,8 @@ def add_commands(add) -> None:
                           "the checkpoint's own (but for --checkpoint latest)")
     evaluate.add_argument("--checkpoint", required=True, type=user_path, metavar="PATH",
                           help="a checkpoint directory, a run dir or its checkpoints/ (the newest good one), or latest")
-    evaluate.add_argument("--policy-module", type=user_path, metavar="FILE.py:CLASS", help="the run's policy.module file at its "
+    evaluate.add_argument("--policy-module", type=user_path, metavar="FILE.py:CLASS",
+                          help="the run's policy.module file at its "
                           "new path, when it moved since the run (the same class)")
     evaluate.add_argument("--episodes", type=whole_number, default=10, help="agent-episodes to play (default 10)")
     evaluate.add_argument("--deterministic", action="store_true", help="take the most likely action (default: sample)")
@@ -623,8 +626,10 @@ def add_commands(add) -> None:
                           help="seed of the new envs and of sampling (default 12345)")
     evaluate.add_argument("--render", action="store_true", help="print env 0's first episode as text (envs "
                           "with a render hook: `jaxlab envs` lists their options)")
-    evaluate.add_argument("--save-frames", type=user_path, metavar="FILE", help="write env 0's first episode as text to FILE")
-    evaluate.add_argument("--gif", type=user_path, metavar="FILE", help="draw env 0's first episode (of its first agent) as an "
+    evaluate.add_argument("--save-frames", type=user_path, metavar="FILE",
+                          help="write env 0's first episode as text to FILE")
+    evaluate.add_argument("--gif", type=user_path, metavar="FILE",
+                          help="draw env 0's first episode (of its first agent) as an "
                           f"animated GIF (envs with a pixels hook; needs Pillow: {install_extra('gif')})")
     evaluate.add_argument("--gif-size", metavar="WxH", help="picture size in pixels (default 480x240)")
     evaluate.add_argument("--gif-frames", type=whole_number, metavar="N", help="at most N pictures (default 500)")

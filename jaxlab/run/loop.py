@@ -170,7 +170,8 @@ class SaveCheckpoints:
             raise checkpoint.CheckpointError(others_say(failed_checkpoint, saves.last_good))
 
 
-def other_things_problem(run_dir: Path, resume: Path | None, env_name: str, named: str = "--run-dir") -> str | None:
+def other_things_problem(run_dir: Path, resume: Path | None, env_name: str,
+                         named: str = "--run-dir") -> str | None:
     """Why the run cannot go into ``run_dir``, a folder that holds other things than a run's files (other
     runs, a project: `--run-dir .`), which its metrics.jsonl and checkpoints/ would be mixed with; None for a
     new or empty folder, a run dir (refuse_an_earlier_run refuses an earlier run there) and the run dir of
