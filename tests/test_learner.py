@@ -254,6 +254,21 @@ def test_the_logged_policy_metrics_average_over_the_steps_agents_acted_in_not_ov
     assert every_step["entropy"] == pytest.approx(math.log(2), rel=1e-5)  # no active: every step counts
 
 
+def test_the_logged_grad_norm_is_the_mean_over_the_minibatches_in_which_an_agent_acted():
+    # A = 4 agents in 2 minibatches of 2; only agent 0 acts, in step 1. The loss's only parameter is the value v
+    # (0): its gradient is vf_coef * mean over active steps of (v - R) = -0.5 R[1, 0]. Agent 0's GAE (values 1,
+    # next value 1, gamma 0.9, lambda 0.8; deltas r - 0.1 = 0.9, 0.4, 1.9): A[1] = 0.4 + 0.72 * 1.9 = 1.768,
+    # R[1] = 2.768, so grad_norm 1.384. The other minibatch has no active step (gradient 0): a plain mean of
+    # the two minibatches would log 0.692.
+    segment = constant_value_segment(REWARDS)
+    active = np.zeros((3, 4), bool)
+    active[1, 0] = True
+    metrics = frozen_update_metrics(segment._replace(active=jnp.asarray(active)), update_epochs=1)
+    assert metrics["grad_norm"] == pytest.approx(0.5 * 2.768, rel=1e-5)
+    nobody = frozen_update_metrics(segment._replace(active=jnp.zeros((3, 4), bool)), update_epochs=1)
+    assert nobody["grad_norm"] == 0.0
+
+
 # ---- the loss falls on a fixed batch -------------------------------------------------------------
 
 def synthetic_segment(T: int, A: int, obs_size: int, seed: int) -> Segment:

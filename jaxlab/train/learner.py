@@ -116,10 +116,19 @@ def mean_over_minibatches(metrics: dict, rows: jax.Array) -> dict:
     """The update's metrics from each minibatch's (``metrics``: name -> [epochs, minibatches]; ``rows``
     [epochs, minibatches]: each one's active steps, active_rows): LOSS_METRICS averaged over the active
     steps of them all (a minibatch in which no agent acted, whose means are 0, counts for nothing; one
-    with few active steps counts as few), the others (grad_norm, learning_rate) plain means over the steps."""
+    with few active steps counts as few), grad_norm over the minibatches with an active step (a gradient's
+    norm is no mean over steps; one of no active step is 0), learning_rate a plain mean."""
     total = jnp.maximum(rows.sum(), 1.0)
-    return {name: (values * rows).sum() / total if name in LOSS_METRICS else jnp.mean(values)
-            for name, values in metrics.items()}
+    acted = (rows > 0).astype(jnp.float32)
+
+    def mean(name, values):
+        if name in LOSS_METRICS:
+            return (values * rows).sum() / total
+        if name == "grad_norm":
+            return (values * acted).sum() / jnp.maximum(acted.sum(), 1.0)
+        return jnp.mean(values)
+
+    return {name: mean(name, values) for name, values in metrics.items()}
 
 
 def make_update(policy, spec: distributions.ActionSpec, optimizer: optax.GradientTransformation,
