@@ -948,6 +948,25 @@ def test_the_default_best_metric_on_an_env_without_it_is_a_warning():
         check_best_metric("scor", names, said.append)
 
 
+def test_a_best_metric_that_never_changes_is_a_warning_at_the_end_of_the_run(tmp_path):
+    """In cards self play (zero-sum between two seats of one policy) episode_return is 0 in every update, so
+    every checkpoint tied on the default best_metric and the one kept as the best was arbitrary, silently. A
+    run whose best metric changes (cartpole's return) says nothing of it."""
+    config, _ = load_config("cards", flags=["--env.opponent", "self", *SMALL, "--train.total-timesteps", "1024"])
+    said = []
+    result = train_run(config, tmp_path / "self_play", warn=said.append)
+    ranked = [r["episode_return"] for r in result.records if r.get("episode_return") is not None]
+    assert len(ranked) >= 2 and set(ranked) == {0.0}
+    assert [line for line in said if "best_metric" in line] == [
+        f"checkpoint.best_metric episode_return was 0 in all {len(ranked)} updates that logged it, so every "
+        "checkpoint tied and the one kept as the best is arbitrary (a zero-sum self-play game's episode_return is "
+        "always 0); pick a metric that ranks the policy with --checkpoint.best-metric NAME, or \"\" for none"]
+    said.clear()
+    result = train_run(small_config(6), tmp_path / "cartpole", warn=said.append)
+    assert len({r["episode_return"] for r in result.records if r.get("episode_return") is not None}) > 1
+    assert not [line for line in said if "best_metric" in line]
+
+
 def save_all(directory, metrics, best_metric="episode_return", first=1, keep=1):
     """Saves a tiny checkpoint per value of ``metrics`` (updates first, first + 1, ...) through the run's
     RunCheckpoints, then closes; returns the updates left on disk."""

@@ -15,6 +15,7 @@ is returned in result.unsaved, to be written elsewhere.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -123,10 +124,13 @@ class SaveCheckpoints:
     def __init__(self, saves: checkpoint.RunCheckpoints, stop: StopSignals, best_metric: str, result: RunResult):
         self.saves, self.stop, self.best_metric, self.result = saves, stop, best_metric, result
         self.best = None
+        self.ranked_updates = 0  # the updates whose record held a finite best metric
+        self.ranked_values: set[float] = set()  # their values, at most two kept: enough to tell whether it changed
 
     def __call__(self, trainer, record) -> bool:
         if record.get(self.best_metric) is not None:
             self.best = record[self.best_metric]
+            self._rank(self.best)
         last = trainer.update_index == trainer.sizes.num_updates
         stop, due = any_process(self.stop.received is not None, self.saves.due(trainer.update_index))
         if stop or last or due:
@@ -134,6 +138,24 @@ class SaveCheckpoints:
             self.saves.save(trainer.update_index, trainer.checkpoint_state(), trainer.checkpoint_meta(), self.best)
         self.result.stopped = self.stop.received or ("a signal to another process" if stop else None)
         return stop
+
+    def _rank(self, value) -> None:
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            self.ranked_updates += 1
+            if len(self.ranked_values) < 2:
+                self.ranked_values.add(float(value))
+
+    def unchanging_best_metric(self) -> str | None:
+        """A warning when the best metric had the same value in every update (two or more) that logged it,
+        as a zero-sum self-play game's episode_return does (always 0): every checkpoint ties, so the one
+        kept as the best is arbitrary; else None."""
+        if self.ranked_updates < 2 or len(self.ranked_values) != 1:
+            return None
+        (value,) = self.ranked_values
+        return (f"checkpoint.best_metric {self.best_metric} was {value:g} in all {self.ranked_updates} updates "
+                f"that logged it, so every checkpoint tied and the one kept as the best is arbitrary (a zero-sum "
+                f"self-play game's episode_return is always 0); pick a metric that ranks the policy with "
+                f"--checkpoint.best-metric NAME, or \"\" for none")
 
     def _previous_write_in_every_process(self) -> None:
         """Finishes the previous save in every process, agreeing on each step with the other processes
@@ -349,8 +371,11 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
                 trainer_hook(trainer, saves)
             hooks = [log_to(result.records.append)] + ([log_to(on_log)] if on_log is not None else [])
             hooks += [profile] if profile is not None else []
-            hooks += [NonfiniteStop(result), SaveCheckpoints(saves, stop, best_metric, result)]
+            saving = SaveCheckpoints(saves, stop, best_metric, result)
+            hooks += [NonfiniteStop(result), saving]
             train_loop(trainer, hooks)
+            if primary and (unchanging := saving.unchanging_best_metric()):
+                warn(unchanging)
             result.checkpoint = saves.finish()
         except checkpoint.CheckpointError as err:
             result.error = str(err)
