@@ -9,6 +9,7 @@ import threading
 
 import pytest
 
+from jaxlab.observe import dashboard
 from jaxlab.observe.alerts import Alerts
 from jaxlab.observe.dashboard import PlainReporter, RichDashboard, RunInfo, make_reporter
 from jaxlab.observe.records import read_metrics, run_rows, summarize
@@ -71,6 +72,28 @@ def test_non_terminal_output_gets_plain_lines():
     assert len(lines) == 4  # wall times 2 (first), 8, 14 (every 5 s) and the last update at 20
     assert lines[-1].startswith("update    10/10  step     10,240    20.0s        512 SPS  episode_return 100.00")
     assert "[env 10% policy 30% host-device 10% learn 40% other 10%]" in lines[-1]
+
+
+def test_plain_lines_show_every_episode_statistic_within_120_columns():
+    # cards logs 7 statistics: the plain line showed episode_return and episode_length and left out the rest
+    names = ("episode_return", "episode_length", "win_rate", "draw_rate", "game_length", "illegal_attempts",
+             "first_win_rate")
+    info = RunInfo("cards", 41_730, "cpu:cpu", "cpu", "runs/x", num_updates=10, total_steps=10_240, stat_names=names)
+    values = {"win_rate": 0.75, "draw_rate": 0.125, "game_length": 24.5, "illegal_attempts": 0.0,
+              "first_win_rate": 0.5}
+    stream = io.StringIO()
+    reporter = PlainReporter(info, stream=stream)
+    reporter.update(record(10, **values))
+    reporter.update(record(10, **{name: None for name in names}, episodes=0))  # no episode ended: one line
+    main, *rest, quiet = stream.getvalue().splitlines()
+    assert "episode_return 100.00  episode_length 100.00  entropy" in main
+    assert rest == ["  win_rate 0.75  draw_rate 0.12  game_length 24.50  illegal_attempts 0.00  first_win_rate 0.50"]
+    assert "no episode ended" in quiet
+    long_names = tuple(f"statistic_number_{i}" for i in range(12))
+    info.stat_names = ("episode_return", "episode_length", *long_names)
+    lines = dashboard.plain_lines(record(10, **{name: 1.0 for name in long_names}), info)
+    assert len(lines) > 2 and all(len(line) <= 120 and line.startswith("  statistic_number_") for line in lines[1:])
+    assert " ".join(lines[1:]).split() == [word for name in long_names for word in (name, "1.00")]
 
 
 def test_alerts_say_each_warning_once():

@@ -115,9 +115,20 @@ def plain_memory(record: dict) -> str:
     return f"{record['device_memory_gib']:.1f} GiB (peak {record['device_memory_peak_gib']:.1f}{of})"
 
 
+#: The env's episode statistics that plain_line shows; plain_lines puts the others on lines of their own.
+PLAIN_LINE_STATS = 2
+#: The widest line plain_lines packs the other statistics into (columns).
+PLAIN_WIDTH = 120
+
+
+def plain_statistics(record: dict, names) -> list[str]:
+    """"name value" of each of the episode statistics ``names`` that ``record`` has a value of."""
+    return [f"{name} {record[name]:.2f}" for name in names if record.get(name) is not None]
+
+
 def plain_line(record: dict, info: RunInfo) -> str:
-    """One line per report: progress, SPS, episode statistics, losses and the time split."""
-    episode = "  ".join(f"{name} {record[name]:.2f}" for name in info.stat_names[:2] if record.get(name) is not None)
+    """One line per report: progress, SPS, the first episode statistics, losses and the time split."""
+    episode = "  ".join(plain_statistics(record, info.stat_names[:PLAIN_LINE_STATS]))
     split = " ".join(f"{name.split()[0]} {percent:.0f}%" for name, _, percent in time_split(record))
     memory = f"  mem {plain_memory(record)}" if "device_memory_gib" in record else ""
     return (f"update {record['update']:>5}/{info.num_updates}  step {record['global_step']:>10,}  "
@@ -126,8 +137,27 @@ def plain_line(record: dict, info: RunInfo) -> str:
             f"[{split}]{memory}")
 
 
+def packed(items: list[str], indent: str, width: int) -> list[str]:
+    """``items`` two spaces apart on lines of at most ``width`` columns (an item wider than that alone on
+    its line), each line starting with ``indent``; no line when there are no items."""
+    lines: list[str] = []
+    for item in items:
+        if lines and len(lines[-1]) + 2 + len(item) <= width:
+            lines[-1] += "  " + item
+        else:
+            lines.append(indent + item)
+    return lines
+
+
+def plain_lines(record: dict, info: RunInfo) -> list[str]:
+    """A report: plain_line, then the env's other episode statistics (after the first PLAIN_LINE_STATS; an env
+    such as cards logs 7) on indented lines of at most PLAIN_WIDTH columns, when the update ended episodes."""
+    rest = plain_statistics(record, info.stat_names[PLAIN_LINE_STATS:])
+    return [plain_line(record, info)] + packed(rest, "  ", PLAIN_WIDTH)
+
+
 class PlainReporter:
-    """Plain lines to ``stream``: at most one per ``interval`` seconds, and the last update."""
+    """Plain reports (plain_lines) to ``stream``: at most one per ``interval`` seconds, and the last update."""
 
     def __init__(self, info: RunInfo, interval: float = 1.0, stream=None):
         self.info, self.interval, self.stream = info, interval, stream or sys.stdout
@@ -140,7 +170,7 @@ class PlainReporter:
         if record["update"] < self.info.num_updates and record["wall_time"] - self.last < self.interval:
             return
         self.last = record["wall_time"]
-        print(plain_line(record, self.info), file=self.stream, flush=True)
+        print("\n".join(plain_lines(record, self.info)), file=self.stream, flush=True)
 
     def warn(self, message: str) -> None:
         print(f"warning: {message}", file=sys.stderr, flush=True)
