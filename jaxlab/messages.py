@@ -24,7 +24,13 @@ def install_extra(extra: str) -> str:
     return f'pip install -e ".[{extra}]" (in the jaxlab checkout)'
 
 
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """The noun for ``count`` of it, without the count (before a list of them): plural(1, "line") is 'line',
+    plural(2, "line") 'lines', plural(2, "process", "processes") 'processes' (``nouns``: as counted's)."""
+    return noun if count == 1 else nouns or noun + "s"
+
+
 def counted(count: int, noun: str, nouns: str | None = None) -> str:
     """``count`` and its noun, singular for one: counted(1, "update") is '1 update', counted(1_000, "update")
     '1,000 updates', counted(2, "process", "processes") '2 processes' (``nouns``: the plural where "s" is not)."""
-    return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"
+    return f"{count:,} {plural(count, noun, nouns)}"

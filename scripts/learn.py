@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jaxlab.cli.common import number
-from jaxlab.messages import install_extra
+from jaxlab.messages import counted, install_extra
 from jaxlab.run.bench import at_least, positive_number
 
 DEFAULTS = {"drone": {"metric": "deliveries", "threshold": 1.0}}
@@ -363,6 +363,16 @@ def stop_all(processes: list[subprocess.Popen], grace: float = 30.0) -> None:
             process.wait()
 
 
+def plan_line(name: str, seeds: int, variants: int, steps: int | None, jobs: int, metric: str, window: int,
+              out: Path) -> str:
+    """The line learn.py starts training with: ``seeds`` per variant (``variants``: 0 without --variant),
+    ``steps`` each (None: the config's), ``jobs`` at a time, following ``metric`` smoothed over ``window``."""
+    times = f" x {counted(variants, 'variant')}" if variants else ""
+    each = "the config" if steps is None else f"{steps:,}"
+    return (f"learn.py {name}: {counted(seeds, 'seed')}{times}, {each} steps each, {jobs} at a time, following "
+            f"{metric} (smoothed over {counted(window, 'update')}); runs in {out}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("env", help="an env name or header (as for `jaxlab train`)")
@@ -424,9 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM unwinds like Ctrl-C does, so run_seeds stops its training processes on the way out
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     if not args.runs_only:
-        say(f"learn.py {name}: {len(seeds)} seed(s){f' x {len(plan)} variants' if variants else ''}, "
-            f"{'the config' if steps is None else f'{steps:,}'} steps each, {args.jobs} at a time, following "
-            f"{metric} (smoothed over {args.window} updates); runs in {out}")
+        say(plan_line(name, len(seeds), len(variants), steps, args.jobs, metric, args.window, out))
         for variant, folder, flags in plan:
             if variant:
                 say(f"variant {variant}: {shlex.join(flags) or '(the config as it is)'}")

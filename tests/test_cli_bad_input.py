@@ -107,7 +107,10 @@ def test_damaged_records_are_read_around_not_a_traceback(tmp_path, capsys):
     write_run(tmp_path / "edited", [good[0], "garbage not json", good[1]], notes=b"", summary={"final": 5})
     write_run(tmp_path / "latin", good, notes=b"caf\xe9 au lait\n")
     assert [r["update"] for r in read_metrics(tmp_path / "killed")] == [1, 2]
-    assert "killed/metrics.jsonl: line(s) 3 are not JSON records" in capsys.readouterr().err
+    assert "killed/metrics.jsonl: line 3 is not a JSON record (a run killed" in capsys.readouterr().err
+    write_run(tmp_path / "torn", [good[0], *["{"] * 7, good[1]])
+    assert [r["update"] for r in read_metrics(tmp_path / "torn")] == [1, 2]
+    assert "torn/metrics.jsonl: lines 2, 3, 4, 5, 6 and 2 more are not JSON records" in capsys.readouterr().err
     rows = {r["path"].rsplit("/", 1)[1]: r for r in run_rows(tmp_path)}
     assert rows["killed"]["final_return"] == 20.0 and rows["killed"]["status"] == "running or killed"
     assert rows["edited"]["notes"] == "" and rows["edited"]["final_return"] is None

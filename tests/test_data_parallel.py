@@ -593,9 +593,18 @@ def test_processes_given_other_flags_are_refused_before_training(tmp_path):
     for _, err in outputs:
         assert "Traceback" not in err
         error = err.splitlines()[-1]  # process 1 says first that it joins the coordinator
-        assert error.startswith("jaxlab train: error: process(es) 1 resolved another config than process 0 (in "
+        assert error.startswith("jaxlab train: error: process 1 resolved another config than process 0 (in "
                                 "process 1: train.learning_rate) from other flags")
     assert not (run / "metrics.jsonl").exists()
+
+
+def test_the_differing_config_message_names_one_process_or_several():
+    from jaxlab.cli.train import differing_config_message
+
+    assert differing_config_message({1: ["train.learning_rate"]}).startswith(
+        "process 1 resolved another config than process 0 (in process 1: train.learning_rate) from other flags")
+    assert differing_config_message({1: ["a"], 3: ["b"]}).startswith(
+        "processes 1, 3 resolved another config than process 0 (in process 1: a; in process 3: b)")
 
 
 def test_two_processes_on_one_host_are_refused_when_together_they_need_more_than_its_memory(tmp_path):

@@ -82,6 +82,15 @@ def test_two_seeds_train_and_the_curve_table_and_json_are_written(tmp_path):
     assert json.loads((out / "curves.json").read_text()) == curves
 
 
+def test_the_plan_line_counts_seeds_variants_and_updates_in_words():
+    assert learn.plan_line("cartpole", 1, 0, 6144, 2, "episode_return", 1, Path("out")) == (
+        "learn.py cartpole: 1 seed, 6,144 steps each, 2 at a time, following episode_return (smoothed over 1 update); "
+        "runs in out")
+    assert learn.plan_line("cards", 3, 1, None, 1, "win_rate", 20, Path("o")).startswith(
+        "learn.py cards: 3 seeds x 1 variant, the config steps each, 1 at a time, following win_rate (smoothed over "
+        "20 updates)")
+
+
 def test_variants_parse_and_compare_by_hand():
     assert learn.parse_variants(["previous=--train.obs-norm false --train.reward-scale 0.1", "defaults="]) == {
         "previous": ["--train.obs-norm", "false", "--train.reward-scale", "0.1"], "defaults": []}

@@ -192,7 +192,8 @@ def test_a_card_and_a_workload_size_combine_in_order():
 
 
 @pytest.mark.parametrize("value, message", [
-    ("heavy,h100", r"the card preset 'h100' must come before the workload preset\(s\) heavy; write --preset h100,heavy"),
+    ("heavy,h100", r"the card preset 'h100' must come before the workload preset heavy; write --preset h100,heavy"),
+    ("heavy,beast,h100", r"must come before the workload presets heavy, beast; write --preset h100,heavy,beast"),
     ("h100,a100", r"names 2 card presets \(h100, a100\)"),
     ("cpu,heavy,beast", r"names 2 workload sizes \(heavy, beast\); name at most one, after the card, e.g. --preset "
                         r"cpu,beast"),

@@ -14,7 +14,7 @@ from jaxlab.cli.common import (LAYERS, cannot_write, check_saved_header, check_s
                                env_name_of, fail, number, output_file_problem, resolve,
                                unplayed_header_toml_warning, user_path, warn, whole_number)
 from jaxlab.observe.records import folder_name
-from jaxlab.messages import counted, install_extra
+from jaxlab.messages import counted, install_extra, plural
 
 
 def train_command(args: argparse.Namespace) -> int:
@@ -83,7 +83,8 @@ def differing_config_message(differ: dict[int, list[str]]) -> str:
     """The refusal of a run whose processes resolved other configs than process 0 (``differ``: {process:
     the keys that differ}, from jaxlab.run.distributed.keys_that_differ)."""
     where = "; ".join(f"in process {p}: {', '.join(keys)}" for p, keys in differ.items())
-    return (f"process(es) {', '.join(map(str, differ))} resolved another config than process 0 ({where}) from other "
+    processes = f"{plural(len(differ), 'process', 'processes')} {', '.join(map(str, differ))}"
+    return (f"{processes} resolved another config than process 0 ({where}) from other "
             "flags, --config file, env file or preset; give every process the same command but --dist.process-id, "
             "and compare with `jaxlab config ENV ...` in each")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from jaxlab.config.layers import preset_names, read_preset
 from jaxlab.config.schema import ConfigError
 from jaxlab.config.validate import shown_value
-from jaxlab.messages import install_extra
+from jaxlab.messages import install_extra, plural
 
 #: Device kinds (substrings of jax's device_kind, upper case) for the big-GPU presets, checked in order.
 KIND_PRESETS = (("H100", "h100"), ("H200", "h100"), ("H800", "h100"), ("A100", "a100"), ("A800", "a100"))
@@ -77,7 +77,8 @@ def split_presets(value: str) -> tuple[str, list[str]]:
         if axis == "card":
             if workloads:
                 raise ConfigError(f"--preset {value}: the card preset {name!r} must come before the workload "
-                                  f"preset(s) {', '.join(workloads)}; write --preset {','.join([name, *workloads])}")
+                                  f"{plural(len(workloads), 'preset')} {', '.join(workloads)}; write --preset "
+                                  f"{','.join([name, *workloads])}")
             cards.append(name)
         else:
             workloads.append(name)

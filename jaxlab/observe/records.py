@@ -17,6 +17,7 @@ import tomllib
 from pathlib import Path
 
 import jaxlab
+from jaxlab.messages import plural
 
 
 def git_revision(where: Path) -> str | None:
@@ -161,8 +162,10 @@ def metric_lines(path: Path) -> list[tuple[str, dict]]:
         else:
             bad.append(number)
     if bad:
-        print(f"warning: {path}: line(s) {', '.join(map(str, bad[:5]))}{' …' if len(bad) > 5 else ''} "
-              f"are not JSON records (a run killed while writing?); left out", file=sys.stderr)
+        more = f" and {len(bad) - 5:,} more" if len(bad) > 5 else ""
+        are = "is not a JSON record" if len(bad) == 1 else "are not JSON records"
+        print(f"warning: {path}: {plural(len(bad), 'line')} {', '.join(map(str, bad[:5]))}{more} {are} (a run "
+              "killed while writing?); left out", file=sys.stderr)
     return kept
 
 
