@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -255,6 +256,26 @@ def test_plot_tells_runs_of_the_same_folder_name_apart(tmp_path):
     assert [label for label, _, _ in curves([*runs, other], "episode_return", "step")] == \
         ["s1/trial-0-seed-0", "s2/trial-0-seed-0", "solo"]
     assert [label for label, _, _ in curves([other, other], "episode_return", "step")] == ["solo", "solo"]
+
+
+def test_plot_draws_a_run_given_twice_once_and_says_so(tmp_path, monkeypatch):
+    """`jaxlab plot a a` drew run a twice, two lines of one label on top of each other."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.axes
+
+    from jaxlab.observe.plot import plot
+
+    drawn = []
+    draw = matplotlib.axes.Axes.plot
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", lambda axes, *args, **kw: drawn.append(kw["label"]) or
+                        draw(axes, *args, **kw))
+    a = write_run(tmp_path, "a", "cartpole", [10.0, 50.0])
+    b = write_run(tmp_path, "b", "cartpole", [5.0, 45.0])
+    said = []
+    plot([a, b, a, Path(f"{a}/../a/")], tmp_path / "curves.png", warn=said.append)
+    assert drawn == ["a", "b"]
+    assert said == [f"{a} is given twice: it has one line in the plot",
+                    f"{a} is given twice (as {a}/../a): it has one line in the plot"]
 
 
 def test_short_run_leaves_metrics_summary_run_info_and_notes(tmp_path):

@@ -45,6 +45,20 @@ def run_labels(run_dirs: list[Path]) -> list[str]:
             depths[i] += 1
 
 
+def distinct_runs(run_dirs: list[Path], warn=None) -> list[Path]:
+    """``run_dirs`` without repeats of a run (one folder, however it is written: runs/a, ./runs/a/, a link to
+    it), each kept where it first comes; ``warn`` (if given) is called with a line per repeat."""
+    first: dict[Path, Path] = {}
+    for run in run_dirs:
+        where = Path(run).resolve()
+        if where not in first:
+            first[where] = run
+        elif warn is not None:
+            written = "" if str(run) == str(first[where]) else f" (as {run})"
+            warn(f"{first[where]} is given twice{written}: it has one line in the plot")
+    return list(first.values())
+
+
 def curves(run_dirs: list[Path], metric: str, x: str) -> list[tuple[str, list[float], list[float]]]:
     """(label, xs, ys) per run: the updates where ``metric`` has a value."""
     key = X_AXES[x][0]
@@ -80,8 +94,9 @@ def no_values_message(run_dirs: list[Path], metric: str) -> str:
 def plot(run_dirs: list[Path], output: Path, metric: str = "episode_return", x: str = "step",
          warn=None) -> Path:
     """Draws ``metric`` of every run against steps or wall time into the PNG ``output``. A run with no
-    value of ``metric`` gets no line, and ``warn`` (if given) is called with one line naming it."""
-    lines = curves(run_dirs, metric, x)
+    value of ``metric`` gets no line, and ``warn`` (if given) is called with one line naming it; a run given
+    twice is drawn once, with a line to ``warn`` (distinct_runs)."""
+    lines = curves(distinct_runs(run_dirs, warn), metric, x)
     if warn is not None:
         for label, xs, _ in lines:
             if not xs:
