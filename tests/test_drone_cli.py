@@ -120,6 +120,28 @@ def test_eval_draws_an_episode_as_a_gif(tmp_path, env_name):
         assert min(near(frames, (0xca, 0x98, 0x65))) > 50            # the pole
 
 
+def test_identical_pictures_in_a_row_are_one_gif_frame_and_eval_says_how_many_frames(tmp_path):
+    """Pillow writes identical pictures in a row as one frame shown longer: eval said '5 pictures ... in x.gif'
+    of a GIF of 3 frames. frame_count reads the frames back and eval's line names them when fewer."""
+    pytest.importorskip("PIL")
+    from PIL import Image
+
+    from jaxlab.cli.train import picture_line
+    from jaxlab.observe.gif import frame_count, write_gif
+
+    still, moved = np.zeros((4, 6, 3), np.uint8), np.full((4, 6, 3), 200, np.uint8)
+    path = write_gif([still, still, still, moved, still], tmp_path / "x.gif", fps=25)
+    assert frame_count(path) == 3
+    with Image.open(path) as image:
+        assert image.info["duration"] == 120  # the three still pictures, 40 ms each
+    assert frame_count(write_gif([still, moved, still], tmp_path / "y.gif")) == 3
+    assert picture_line(5, 3, (6, 4), "x.gif") == ("  5 pictures of env 0's first episode (6x4) in x.gif, as 3 GIF "
+                                                   "frames (identical pictures in a row are one frame, shown as long "
+                                                   "as they all were)")
+    assert picture_line(3, 3, (6, 4), "y.gif") == "  3 pictures of env 0's first episode (6x4) in y.gif"
+    assert picture_line(1, 1, (6, 4), "z.gif") == "  1 picture of env 0's first episode (6x4) in z.gif"
+
+
 def test_eval_render_prints_the_actions_the_env_applied(tmp_path):
     """`jaxlab eval drone --render` printed the sampled actions as drawn, past [-1, 1]; the env clips them, and
     the frames now show the clipped actions it applied."""

@@ -582,8 +582,20 @@ def eval_command(args: argparse.Namespace) -> int:
     if args.save_frames:
         print(f"  {len(frames)} frames of env 0's first episode in {args.save_frames}")
     if args.gif:
-        print(f"  {len(pictures)} pictures of env 0's first episode ({size[0]}x{size[1]}) in {args.gif}")
+        from jaxlab.observe.gif import frame_count
+
+        print(picture_line(len(pictures), frame_count(args.gif), size, args.gif))
     return 0
+
+
+def picture_line(pictures: int, frames: int, size: tuple[int, int], path: str) -> str:
+    """eval's line on its GIF at ``path``: ``pictures`` of ``size`` (width, height) drawn, and, when fewer,
+    the ``frames`` the GIF holds (identical pictures in a row are one frame)."""
+    line = f"  {counted(pictures, 'picture')} of env 0's first episode ({size[0]}x{size[1]}) in {path}"
+    if frames < pictures:
+        line += (f", as {counted(frames, 'GIF frame')} (identical pictures in a row are one frame, shown as long as "
+                 "they all were)")
+    return line
 
 
 def add_commands(add) -> None:

@@ -44,3 +44,12 @@ def write_gif(frames: list[np.ndarray], path: str | Path, fps: float = 25.0) -> 
     path = Path(path)
     images[0].save(path, save_all=True, append_images=images[1:], duration=delay, loop=0)
     return path
+
+
+def frame_count(path: str | Path) -> int:
+    """The frames of the GIF at ``path``: fewer than the pictures write_gif was given when some in a row
+    were identical, since Pillow writes those as one frame shown as long as they all were (an episode's
+    still start, or its end standing still). PillowMissing without Pillow."""
+    Image = require_pillow()
+    with Image.open(path) as image:
+        return image.n_frames
