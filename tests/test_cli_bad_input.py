@@ -487,6 +487,26 @@ def test_a_sweep_refuses_dist_flags_before_creating_its_study(tmp_path, capsys, 
     assert not (tmp_path / "d").exists()
 
 
+def test_a_sweep_refuses_a_config_file_with_a_dist_table_before_creating_its_study(tmp_path, capsys):
+    """A --config file's [dist] went into the study's base config like the --dist.* flags did: every trial warned
+    that it was not read and ran as one process. Refused at the start, as the flags are; a file without
+    [dist] (or with an empty one) is taken."""
+    file = tmp_path / "base.toml"
+    file.write_text('[train]\nlearning_rate = 0.001\n\n[dist]\nnum_processes = 2\ncoordinator = "localhost:1234"\n')
+    assert cli.main(["sweep", "cartpole", "--root", str(tmp_path), "--study", "d", "--trials", "0", "--config",
+                     str(file)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"jaxlab sweep: error: --config {file} has a [dist] table (num_processes, coordinator): jaxlab sweep starts "
+        "each run of a trial as one process (--parallel K runs K side by side), so every trial would ignore it; "
+        "remove [dist] from the file, or sweep with a copy without it"]
+    assert not (tmp_path / "d").exists()
+    pytest.importorskip("optuna")
+    file.write_text("[train]\nlearning_rate = 0.001\n\n[dist]\n")
+    assert cli.main(["sweep", "cartpole", "--root", str(tmp_path), "--study", "e", "--trials", "0", "--config",
+                     str(file)]) == 0
+    assert (tmp_path / "e" / "base.toml").is_file()
+
+
 def test_sweep_help_lists_no_dist_flag_it_refuses(capsys):
     """jaxlab sweep --help listed the --dist.* flags among its config flags, which the sweep refuses."""
     for command, listed in (("sweep", False), ("train", True)):

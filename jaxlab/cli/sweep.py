@@ -31,6 +31,7 @@ def sweep_command(args: argparse.Namespace) -> int:
 
     check_other_tools_options(args.flags)
     refuse_dist_flags(args.flags)
+    refuse_dist_in_config_file(args.config)
     try:
         import optuna
     except ImportError:
@@ -96,6 +97,25 @@ def refuse_dist_flags(flags: list[str]) -> None:
             raise ConfigError(f"unexpected argument {flag.partition('=')[0]!r}: jaxlab sweep starts each run of a "
                               "trial as one process (--parallel K runs K side by side), so it takes no --dist.* "
                               "flag; drop it")
+
+
+def refuse_dist_in_config_file(config_file: str | None) -> None:
+    """ConfigError for a [dist] table with keys in the --config file ``config_file``, as refuse_dist_flags for
+    the flags: it would reach every trial in the study's base config, and each would warn that it is not
+    read. A file that cannot be read is left to the config's own checks, which name what is wrong."""
+    from jaxlab.config import ConfigError
+    from jaxlab.config.layers import read_toml
+
+    if not config_file:
+        return
+    try:
+        dist = read_toml(Path(config_file)).get("dist")
+    except ConfigError:
+        return
+    if isinstance(dist, dict) and dist:
+        raise ConfigError(f"--config {config_file} has a [dist] table ({', '.join(dist)}): jaxlab sweep starts each "
+                          "run of a trial as one process (--parallel K runs K side by side), so every trial would "
+                          "ignore it; remove [dist] from the file, or sweep with a copy without it")
 
 
 def prepare_and_run(args, name: str, storage, study_dir: Path, exists: bool, overrides: dict,
