@@ -121,6 +121,16 @@ class RecordingEnv:
         return getattr(self._env, name)
 
 
+@pytest.fixture
+def device_memory(monkeypatch):
+    """The rollout's host-to-device copies made real copies, as on an accelerator: on the CPU jax.device_put
+    may alias a 64-byte-aligned numpy buffer (the env's are page-aligned) even with may_alias=False, and an
+    aliased final-observation buffer would hide a rollout that forgot to copy it after a truncation."""
+    from jaxlab.train import rollout
+
+    monkeypatch.setattr(rollout, "to_device", lambda array: jax.device_put(np.array(array, copy=True)))
+
+
 def cut_cartpole_segment(max_steps: int, lstm: str):
     """One segment (horizon 8, raw observations) of cartpole cut at ``max_steps``, as numpy arrays; the final
     observations its env wrote, [T, A, 4]; and the values numpy_values recomputes from the segment's
@@ -138,7 +148,7 @@ def cut_cartpole_segment(max_steps: int, lstm: str):
 
 
 @pytest.mark.parametrize("lstm", ["true", "false"])
-def test_truncation_bootstrap_is_the_value_of_the_cut_observation(lstm):
+def test_truncation_bootstrap_is_the_value_of_the_cut_observation(lstm, device_memory):
     # Cartpole cut at 5 steps with horizon 8: every agent that survives is truncated at step 4, in the
     # middle of the segment, and its next observation already belongs to a new episode.
     # raw observations (obs_norm off): numpy_values recomputes the values from them
@@ -156,7 +166,7 @@ def test_truncation_bootstrap_is_the_value_of_the_cut_observation(lstm):
 
 
 @pytest.mark.parametrize("lstm", ["true", "false"])
-def test_a_truncation_at_the_last_step_of_a_batch_bootstraps_from_the_cut_observation(lstm):
+def test_a_truncation_at_the_last_step_of_a_batch_bootstraps_from_the_cut_observation(lstm, device_memory):
     # cut at 8 steps with horizon 8: the truncation is in row T - 1, whose flags and bootstrap the batch's
     # finish call writes (not a step call of the next batch)
     segment, _, expected = cut_cartpole_segment(8, lstm)

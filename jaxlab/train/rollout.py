@@ -231,15 +231,16 @@ class Rollout:
         size = self.group_size
         self.carries = [jax.tree.map(lambda x, g=g: x[g * size:(g + 1) * size], carry) for g in range(len(self.envs))]
 
-    def _inputs(self, g: int) -> tuple[np.ndarray, jax.Array]:
+    def _inputs(self, g: int, ended: bool = True) -> tuple[np.ndarray, jax.Array]:
         """Group g's last outputs block (the host array itself: the jitted step's call transfers it,
         one transfer, on jit's C++ path, which costs less than a device_put of its own; the env does
         not step again before the step's action, and with it the whole step, is ready) and its final
-        observations on the device (copied only after a truncation)."""
+        observations on the device (copied only after a truncation). ``ended`` False: the last step
+        ended no episode (its info was empty), so no agent was truncated and the flags are not read."""
         env = self.envs[g]
         tic = time.perf_counter()
         packed = env.buffers.outputs
-        if env.truncations.any():
+        if ended and env.truncations.any():
             self._final[g] = to_device(env.final_observations)
         self.timing["copy"] += time.perf_counter() - tic
         return packed, self._final[g]
@@ -308,7 +309,9 @@ class Rollout:
                 info = self._env_step(g, actions[g])
                 if info:
                     infos.append(info)
-                inputs[g] = self._inputs(g)
+                # an empty info: no agent-episode ended (every env's step says so: VecEnv.step), so none
+                # was truncated; reading the flags after a large policy call costs a cache refill
+                inputs[g] = self._inputs(g, ended=bool(info))
                 if self.overlap and t + 1 < T:
                     dispatch(g, t + 1)  # runs on the device while the next group steps in C
         self.step_count += T
