@@ -220,3 +220,38 @@ def test_a_compiler_stopped_by_a_signal_is_an_interrupt_not_a_compile_error(tmp_
                         lambda *a, **k: subprocess.CompletedProcess([], 1, "", "error: this is not C"))
     with pytest.raises(RuntimeError, match="compiling cenv failed"):
         cenv_build.build(tmp_path / "x.so", verbose=False)
+
+
+#: Every env header jaxlab ships: the built-in envs that setup.py compiles into jaxlab/_cenv (through
+#: cenv/registry.h, without the SDK's refusal checks) and the example envs.
+BUILT_IN_HEADERS = sorted((ROOT / "cenv" / "envs").glob("*.h"))
+SHIPPED_HEADERS = BUILT_IN_HEADERS + sorted((ROOT / "examples" / "envs").glob("*.h"))
+
+
+def test_every_built_in_env_the_registry_includes_is_a_header_checked_below():
+    included = re.findall(r'^#include "envs/(\w+\.h)"', (ROOT / "cenv" / "registry.h").read_text(), re.MULTILINE)
+    assert included and set(included) == {h.name for h in BUILT_IN_HEADERS}
+
+
+@pytest.mark.parametrize("header", SHIPPED_HEADERS, ids=lambda h: f"{h.parent.parent.name}/{h.parent.name}/{h.name}")
+def test_every_shipped_env_header_passes_the_sdks_build_checks(header, tmp_path):
+    """The SDK refuses a header whose Log has a field that is not a float, or that calls libc's rand()
+    (jaxlab.env.sdk: _log_field_checks, SHARED_RANDOM_FUNCTIONS), but setup.py builds the built-in envs
+    without those checks: a built-in env could use either unseen. Each shipped header is built here as
+    the SDK builds a user's (`jaxlab build-env`), checks included."""
+    from jaxlab.env import sdk
+
+    assert sdk.build_library([header], tmp_path / f"lib{header.stem}.so").is_file()
+
+
+def test_the_sdks_build_checks_refuse_a_built_in_header_calling_rand(tmp_path):
+    """The check above can fail: a copy of a built-in header that calls rand() is refused."""
+    from jaxlab.env import sdk
+
+    text = (ROOT / "cenv" / "envs" / "memory.h").read_text().replace('#include "../core.h"',
+                                                                    f'#include "{ROOT / "cenv" / "core.h"}"')
+    assert "cenv_rng_below(&env->rng, " in text
+    header = tmp_path / "memory.h"
+    header.write_text(text.replace("cenv_rng_below(&env->rng, ", "rand() % (", 1))
+    with pytest.raises(sdk.BuildError, match=sdk.REFUSED_CALL):
+        sdk.build_library([header], tmp_path / "libmemory.so")

@@ -731,12 +731,29 @@ def test_command_counts_take_what_config_integers_take(capsys):
     (["plot", "~/x"], "run_dirs"),
     (["sweep", "cartpole", "--root=~/x"], "root"),
     (["build-env", "h.h", "--output=~/x"], "output"),
+    (["train", "~/x"], "env"),  # the ENV of train, config, bench and sweep: a header's path (NAME.h)
+    (["eval", "~/x", "--checkpoint", "run"], "env"),
+    (["envs", "~/x"], "names"),
 ])
 def test_every_path_option_takes_a_tilde_as_the_home_folder(monkeypatch, tmp_path, argv, dest):
     """--run-dir=~/x (the shell expands no ~ after '=', nor a quoted '~/x') was taken as a folder named '~'."""
     monkeypatch.setenv("HOME", str(tmp_path))
     value = getattr(cli.build_parser().parse_args(argv), dest)
     assert (value[0] if isinstance(value, list) else value) == str(tmp_path / "x")
+
+
+@pytest.mark.parametrize("command", [["train", "--resume", "latest"], ["eval", "--checkpoint", "latest"]])
+def test_a_header_env_written_with_a_tilde_is_read_from_the_home_folder(tmp_path, monkeypatch, capsys, command):
+    """`jaxlab train '~/envs/walker.h' --resume latest` (a quoted ~, or ENV after '=' in a script) said
+    'env header ~/envs/walker.h does not exist': the ENV of train and eval was the one path argument
+    whose ~ was not the home folder. It is now, so the header's env is found (here: no run of it yet)."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["new-env", "walker", str(tmp_path / "home" / "envs")]) == 0
+    capsys.readouterr()
+    assert cli.main([command[0], "~/envs/walker.h", *command[1:]]) == 2
+    err = capsys.readouterr().err
+    assert "no run of walker" in err and "does not exist" not in err, err
 
 
 def test_a_run_dir_written_with_a_tilde_is_in_the_home_folder(tmp_path, monkeypatch):

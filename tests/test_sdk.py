@@ -2,6 +2,7 @@
 training from the header on the command line, a checkpoint and a bit-exact resume, evaluation with a
 render; the build cache; and every bad input of the SDK with its one clear line."""
 
+import ctypes
 import os
 import re
 import shutil
@@ -912,9 +913,72 @@ def test_an_env_writing_outside_its_rows_is_named_by_the_overrun_check(user_env,
     assert expect in str(err.value), str(err.value)
 
 
+@pytest.mark.parametrize("wrong, right, expect", [
+    ("int move = env->actions[0] - 1;",
+     "if (env->actions[0] > 1) env->actions[0] = 1; /* clamped in place */\n    int move = env->actions[0] - 1;",
+     "wrote into its actions (actions[0], int32 [1]) in step "),
+    ("int move = env->actions[0] - 1;", "int move = env->actions[0] - 1;\n    env->actions[1] = 0;",
+     "wrote 1 int32 value (4 bytes) past the end of its action rows (actions: 1 agent int32) in step 1"),
+])
+def test_an_env_writing_into_its_actions_is_named_by_the_overrun_check(user_env, tmp_path, wrong, right, expect):
+    """The overrun check guarded only the buffers of the step's outputs: an env that clamped its action in
+    place, or wrote past its action row, changed the trainer's input (in a vector, the next env's action)
+    and passed. It now checks that the actions are as given after each call, with guards around them."""
+    header = stroll_variant(user_env, tmp_path, "clamping", wrong, right)
+    with pytest.raises(jaxlab.sdk.OverrunError) as err:
+        jaxlab.sdk.check_overruns(str(header), seeds=(0,), settings=[{}])
+    assert str(err.value).startswith("env 'clamping' (seed 0, alone in its vector) "), str(err.value)
+    assert expect in str(err.value), str(err.value)
+
+
+def test_a_write_past_the_final_observation_rows_is_named_by_the_overrun_check(user_env, monkeypatch):
+    """The final observations (a buffer of their own, which the C side fills when an episode ends) had no
+    guards: a write one row past them went unseen. An env header cannot reach that buffer itself (api.c
+    copies the rows), so the C side's write is played here: one byte past the end after each step."""
+    real_step = jaxlab.env.vecenv.VecEnv.step
+
+    def step_writing_past_the_final_observations(vec, actions=None):
+        result = real_step(vec, actions)
+        final = vec.final_observations
+        ctypes.memset(final.ctypes.data + final.nbytes, 0, 1)  # into the guard: no numpy view reaches it
+        return result
+
+    monkeypatch.setattr(jaxlab.env.vecenv.VecEnv, "step", step_writing_past_the_final_observations)
+    with pytest.raises(jaxlab.sdk.OverrunError) as err:
+        jaxlab.sdk.check_overruns(str(user_env / "stroll.h"), seeds=(0,), steps=5, settings=[{}])
+    assert ("wrote 1 float32 value (1 byte) past the end of its final observation rows (final_observations: "
+            "1 agent x 2 float32) in step 1") in str(err.value), str(err.value)
+
+
+def test_an_overrun_only_at_a_parameters_end_of_range_is_named_with_the_value(user_env, tmp_path):
+    """check_overruns stepped an env with its default parameters alone: a header that wrote past its rows
+    only for the shortest corridor (length=2) passed. It now steps each parameter at both ends of its
+    declared range too (parameter_extremes), and the message names the value."""
+    header = stroll_variant(user_env, tmp_path, "narrow", "stroll_observe(env);\n    if (!env->terminals[0]",
+                            "stroll_observe(env);\n    if (env->length == 2) env->observations[2] = 0.25f;\n"
+                            "    if (!env->terminals[0]")
+    jaxlab.sdk.check_overruns(str(header), seeds=(0,), steps=20, settings=[{}])  # the defaults alone pass
+    assert {"length": 2} in jaxlab.sdk.parameter_extremes(str(header))
+    with pytest.raises(jaxlab.sdk.OverrunError) as err:
+        jaxlab.sdk.check_overruns(str(header), seeds=(0,), steps=20)
+    assert str(err.value).startswith("env 'narrow' (seed 0, alone in its vector, length=2) wrote 1 float32 value "
+                                     "(4 bytes) past the end of its observation rows"), str(err.value)
+
+
+def test_parameter_extremes_move_one_parameter_at_a_time_and_keep_the_given_ones(user_env):
+    header = str(user_env / "stroll.h")
+    assert jaxlab.sdk.parameter_extremes(header, max_steps=10) == [
+        {"max_steps": 10}, {"max_steps": 10, "length": 2}, {"max_steps": 10, "length": 1000},
+        {"max_steps": 10, "step_cost": 0.0}, {"max_steps": 10, "step_cost": 1.0}]
+
+
+#: Parameters held for the overrun check of an env: cards' test hook `fault` plants a mask bug at its ends.
+HELD = {str(EXAMPLES / "cards.h"): {"fault": 0}}
+
+
 @pytest.mark.parametrize("env", [*jaxlab.env.env_types(), str(EXAMPLES / "drone.h"), str(EXAMPLES / "cards.h")])
 def test_the_built_in_and_example_envs_write_only_their_own_rows(env):
-    jaxlab.sdk.check_overruns(env, seeds=(0,), steps=200)
+    jaxlab.sdk.check_overruns(env, seeds=(0,), steps=200, **HELD.get(env, {}))
 
 
 def test_the_tests_new_env_writes_catch_an_env_writing_past_its_rows(user_env, tmp_path):
@@ -1241,3 +1305,79 @@ def test_an_overrun_in_the_reset_agent_hook_names_the_hook_with_the_step(tmp_pat
     assert "past the end of its reward rows" in message, message
     assert ("in step 2 (its step, or its reset_agent hook, which ran in the same step for the agents that "
             "ended)") in message, message
+
+
+def check_env(capsys, *args) -> tuple[int, list[str], str]:
+    """`jaxlab check-env ARGS` in this process: (exit status, its stdout lines, its stderr)."""
+    from jaxlab.cli import main
+
+    code = main(["check-env", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out.splitlines(), err
+
+
+QUICK = ["--seeds", "1", "--steps", "30", "--no-sanitize"]
+
+
+def test_check_env_passes_a_good_header_with_a_line_per_check(user_env, capsys):
+    """There was no `jaxlab` command for the SDK's checks (the overrun check was Python alone): check-env
+    builds the header, checks its registry and runs check_overruns, a PASS line each."""
+    code, lines, err = check_env(capsys, user_env / "stroll.h", *QUICK)
+    assert code == 0, lines + [err]
+    assert [line.split()[:2] for line in lines[:4]] == [["PASS", "build"], ["PASS", "registry"],
+                                                       ["PASS", "overruns"], ["SKIP", "sanitizers"]], lines
+    assert lines[-1] == f"check-env {user_env / 'stroll.h'}: every check passed"
+
+
+@pytest.mark.parametrize("name, old, new, failed, expect", [
+    ("clamping", "int move = env->actions[0] - 1;",
+     "if (env->actions[0] > 1) env->actions[0] = 1;\n    int move = env->actions[0] - 1;",
+     "overruns", "env 'clamping' (seed 0, alone in its vector) wrote into its actions (actions[0], int32 [1])"),
+    ("narrow", "stroll_observe(env);\n    if (!env->terminals[0]",
+     "stroll_observe(env);\n    if (env->length == 2) env->observations[2] = 0.25f;\n    if (!env->terminals[0]",
+     "overruns", "env 'narrow' (seed 0, alone in its vector, length=2) wrote 1 float32 value (4 bytes) past the end"),
+    ("dicey", "cenv_rng_below(&env->rng, 2)", "rand() % 2", "build", "_is_refused_in_env_headers_use_cenv_rng"),
+    ("counted", "float reached_goal;", "int reached_goal;", "build", "CountedLog.reached_goal is not a float"),
+])
+def test_check_env_fails_a_broken_header_naming_the_check_and_exits_1(user_env, tmp_path, capsys, name, old, new,
+                                                                      failed, expect):
+    header = stroll_variant(user_env, tmp_path, name, old, new)
+    if name == "dicey":
+        header.write_text(header.read_text().replace('#include "core.h"', '#include "core.h"\n#include <stdlib.h>', 1))
+    code, lines, err = check_env(capsys, header, *QUICK)
+    output = "\n".join(lines)
+    assert code == 1 and err == "", output + err
+    assert f"FAIL  {failed:<10}  " in output and expect in output, output
+    if failed == "build":
+        assert "SKIP  registry    (not run: the build check failed)" in output, output
+    assert lines[-1] == f"check-env {header}: 1 of 4 checks failed", output
+
+
+def test_check_env_runs_the_header_under_the_sanitizers(user_env, tmp_path, capsys):
+    """A signed overflow passes the release build and the overrun check (it wraps); the sanitizer check
+    steps the header with the SDK's C driver under UBSan, which stops at it."""
+    header = stroll_variant(user_env, tmp_path, "wrapping", "env->tick += 1;",
+                            "env->tick += 1;\n    env->episode_return += 0.0f * (float)(env->tick + 2147483647);")
+    code, lines, err = check_env(capsys, header, "--seeds", "1", "--steps", "30")
+    output = "\n".join(lines)
+    assert code == 1, output + err
+    assert "PASS  overruns" in output and "FAIL  sanitizers  the sanitizer run of " in output, output
+    assert "runtime error: signed integer overflow" in output, output
+    code, lines, err = check_env(capsys, user_env / "stroll.h", "--seeds", "1", "--steps", "30")
+    assert code == 0 and "PASS  sanitizers" in "\n".join(lines), lines + [err]
+
+
+@pytest.mark.parametrize("args, expect", [
+    (["{dir}/strol.h"], "env header {dir}/strol.h does not exist; did you mean {dir}/stroll.h?"),
+    (["{dir}/test_stroll.py"], "{dir}/test_stroll.py is not an env header file (NAME.h)"),
+    (["{tmp}/plain.h"], "{tmp}/plain.h defines no env: an env header ends with CENV_ENV("),
+    (["{dir}/stroll.h", "--param", "length"], "--param 'length' is not NAME=VALUE; e.g. --param length=4"),
+    (["{dir}/stroll.h", "--param", "lenth=3"], "--param: env 'stroll' has no parameter 'lenth'"),
+    (["{dir}/stroll.h", "--steps", "0"], "--steps 0 must be at least 1"),
+])
+def test_check_env_refuses_bad_input_with_one_line_and_exit_2(user_env, tmp_path, capsys, args, expect):
+    (tmp_path / "plain.h").write_text("/* no env here */\n")
+    code, _, err = check_env(capsys, *[a.format(dir=user_env, tmp=tmp_path) for a in args], "--no-sanitize")
+    assert code == 2, err
+    assert err.startswith(f"jaxlab check-env: error: {expect.format(dir=user_env, tmp=tmp_path)}"), err
+    assert err.count("\n") == 1, err

@@ -59,5 +59,6 @@ def test_render_and_pixels_draw_the_agent_and_the_goal():
 
 def test_it_writes_only_its_own_rows_of_each_buffer():
     """In a vector an env's rows lie before the next env's: a write past them (an index off by one) lands
-    there without a word. This steps the env alone with guard bytes around each buffer it writes."""
+    there without a word. This steps the env alone with guard bytes around each buffer it writes and its
+    actions (which it must only read), with its default parameters and each at either end of its range."""
     check_overruns(str(HEADER))

@@ -1,6 +1,6 @@
 """The `jaxlab` command: one module per command family (train.py: train/eval; inspect.py: envs, config,
-presets, runs, plot; bench.py: bench; sdk.py: sdk, new-env, build-env; sweep.py: sweep), common.py for
-what they share."""
+presets, runs, plot; bench.py: bench; sdk.py: sdk, new-env, build-env, check-env; sweep.py: sweep),
+common.py for what they share."""
 
 from __future__ import annotations
 

@@ -110,8 +110,9 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """ENV, --preset and --config, shared by every command that resolves a config. ENV is optional to
     argparse (a missing one is None) so that `jaxlab train --resume RUN` can take the run's: a command
     that needs it calls required_env."""
-    parser.add_argument("env", metavar="ENV", nargs="?", help="an env name (see `jaxlab envs`), the path of "
-                        "an env header (path/to/NAME.h: built on first use and cached), or a Python env: "
+    parser.add_argument("env", metavar="ENV", nargs="?", type=user_path,
+                        help="an env name (see `jaxlab envs`), the path of "
+                        "an env header (path/to/NAME.h or ~/NAME.h: built on first use and cached), or a Python env: "
                         "gymnasium:ID, gymnasium:MODULE:ID (an id MODULE registers) or pettingzoo:MODULE (a "
                         "module with parallel_env())")
     parser.add_argument("--preset", default="auto", metavar="NAME",

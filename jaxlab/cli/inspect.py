@@ -244,7 +244,8 @@ def add_commands(add) -> None:
                "the env's config file, NAME.toml beside its header or configs/envs/NAME.toml, names that file "
                "and the default) and statistics; a Python env named (gymnasium:ID, gymnasium:MODULE:ID, "
                "pettingzoo:MODULE) is made once to show the spaces jaxlab reads from it.", envs_command)
-    envs.add_argument("names", nargs="*", metavar="ENV", help="only these envs (default: all C envs)")
+    envs.add_argument("names", nargs="*", metavar="ENV", type=user_path,
+                      help="only these envs (default: all C envs)")
     envs.add_argument("--library", type=user_path, metavar="LIB",
                       help="an env library (.so from `jaxlab build-env`) or an env "
                       "header (.h, built on first use): list its envs instead of jaxlab's")

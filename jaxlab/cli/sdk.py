@@ -1,11 +1,13 @@
-"""Bringing your own env: `jaxlab sdk --include`, `jaxlab new-env NAME [DIR]`, `jaxlab build-env HEADER.h`."""
+"""Bringing your own env: `jaxlab sdk --include`, `jaxlab new-env NAME [DIR]`, `jaxlab build-env HEADER.h`,
+`jaxlab check-env HEADER.h`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from jaxlab.cli.common import user_path
+from jaxlab.cli.common import user_path, whole_number
 
 
 def _sdk_errors(run):
@@ -39,6 +41,7 @@ def new_env_command(args: argparse.Namespace) -> int:
     print(f"wrote {header} and {test}\n"
           f"  try it:   jaxlab train {header} --train.total-timesteps 100_000\n"
           f"  test it:  python -m pytest {test}\n"
+          f"  check it: jaxlab check-env {header}\n"
           f"  build it: jaxlab build-env {header} -o lib{args.name}.so")
     return 0
 
@@ -59,8 +62,160 @@ def build_env_command(args: argparse.Namespace) -> int:
     return 0
 
 
+class CheckFailed(Exception):
+    """A check of `jaxlab check-env` that failed; the message says what it found."""
+
+
+#: What each check of `jaxlab check-env` checks, as its PASS line says.
+CHECKS = {
+    "build": "compiles with jaxlab's flags (warnings are errors), its Log fields are floats, no libc rand()",
+    "registry": "its parameter table, statistic names and spaces (default parameters) are valid",
+    "overruns": "writes only its own rows of each buffer and never its actions, at each parameter's ends",
+    "sanitizers": "stepped (1 and 3 threads), saved, loaded and drawn under AddressSanitizer and UBSan",
+}
+
+
+def check_env_command(args: argparse.Namespace) -> int:
+    """Runs the SDK's checks on an env header (see CHECKS), one PASS / FAIL / SKIP line each; 1 when one
+    failed, 2 for bad input (no header, no env in it, a bad --param)."""
+    from jaxlab.env.sdk import header_envs
+
+    from jaxlab.config import ConfigError
+
+    for option, value in (("--seeds", args.seeds), ("--steps", args.steps)):
+        if value < 1:
+            raise ConfigError(f"{option} {value} must be at least 1; e.g. {option} 3")
+    header = Path(args.header)
+    names = _sdk_errors(lambda: _envs_to_check(header, header_envs))
+    held = _held_params(args.param)
+    state = {"names": names}
+    outcomes = [_run_check(name, check, args, header, held, state) for name, check in (
+        ("build", _check_build), ("registry", _check_registry), ("overruns", _check_overruns),
+        ("sanitizers", _check_sanitizers))]
+    failed = outcomes.count("FAIL")
+    verdict = f"{failed} of {len(outcomes)} checks failed" if failed else "every check passed"
+    print(f"check-env {header}: {verdict}")
+    return 1 if failed else 0
+
+
+def _envs_to_check(header: Path, header_envs) -> list[str]:
+    """The envs ``header`` defines; BuildError (bad input) for a missing file, another file than a .h or a
+    header without CENV_ENV."""
+    from jaxlab.env.sdk import BuildError, missing_header_problem
+
+    if header.suffix == ".h" and not header.exists():
+        raise BuildError(missing_header_problem(header))
+    if header.suffix != ".h" or not header.is_file():
+        raise BuildError(f"{header} is not an env header file (NAME.h); create one with `jaxlab new-env NAME`")
+    names = header_envs(header)
+    if not names:
+        raise BuildError(f"{header} defines no env: an env header ends with CENV_ENV(name, Type, TypeLog, "
+                         "\"description\", ...) (see `jaxlab new-env`)")
+    return names
+
+
+def _held_params(pairs: list[str]) -> dict:
+    """--param NAME=VALUE as {NAME: VALUE} (a number, or a value's name as the parameter's help gives it);
+    ConfigError for one without '='."""
+    from jaxlab.config import ConfigError
+
+    held = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or not name.strip() or not text.strip():
+            raise ConfigError(f"--param {pair!r} is not NAME=VALUE; e.g. --param length=4")
+        held[name.strip()] = _number_or_text(text.strip())
+    return held
+
+
+def _number_or_text(text: str):
+    """``text`` as an int, else a float, else itself (the name of a parameter's value)."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _run_check(name: str, check, args, header: Path, held: dict, state: dict) -> str:
+    """Runs ``check`` (skipped when the build or registry check failed: the others need the library) and
+    prints its line; returns "PASS", "FAIL" or "SKIP"."""
+    if state.get("failed"):
+        outcome, detail = "SKIP", f"(not run: the {state['failed']} check failed)"
+    else:
+        try:
+            detail = check(args, header, held, state) or CHECKS[name]
+            outcome = "SKIP" if detail.startswith("(") else "PASS"
+        except CheckFailed as failure:
+            outcome, detail = "FAIL", str(failure)
+            if name in ("build", "registry"):
+                state["failed"] = name
+    lines = detail.splitlines() or [""]
+    print(f"{outcome}  {name:<10}  {lines[0]}" + "".join(f"\n{'':16}{line}" for line in lines[1:]), flush=True)
+    return outcome
+
+
+def _check_build(args, header: Path, held: dict, state: dict) -> None:
+    from jaxlab.env.sdk import BuildError, cached_library
+
+    try:
+        state["library"] = str(cached_library(header))
+    except BuildError as err:
+        raise CheckFailed(str(err)) from None
+
+
+def _check_registry(args, header: Path, held: dict, state: dict) -> None:
+    """The library's env types (jaxlab refuses a bad parameter table or statistic names as it loads
+    them) and each env's spaces with its default parameters; then ``held`` against its parameters
+    (ConfigError: bad input)."""
+    from jaxlab.config import ConfigError
+    from jaxlab.env.library import LibraryError
+    from jaxlab.env.registry import env_types, resolve_params, spaces_of
+
+    try:
+        kinds = env_types(state["library"])
+        for name in state["names"]:
+            spaces_of(name, state["library"])
+    except (LibraryError, ValueError) as err:
+        raise CheckFailed(str(err)) from None
+    for name in state["names"]:
+        try:
+            resolve_params(kinds[name], held)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"--param: {err}") from None
+
+
+def _check_overruns(args, header: Path, held: dict, state: dict) -> None:
+    from jaxlab.env.overrun import OverrunError, check_overruns
+
+    for name in state["names"]:
+        try:
+            check_overruns(name, seeds=tuple(range(args.seeds)), steps=args.steps, library=state["library"],
+                           **held)
+        except OverrunError as err:
+            raise CheckFailed(str(err)) from None
+        except (RuntimeError, ValueError) as err:
+            raise CheckFailed(f"env '{name}' failed while checked (not an overrun): {err}") from None
+
+
+def _check_sanitizers(args, header: Path, held: dict, state: dict) -> str | None:
+    from jaxlab.env.sdk import BuildError, run_under_sanitizers
+
+    if args.no_sanitize:
+        return "(--no-sanitize)"
+    try:
+        run = run_under_sanitizers(header)
+    except BuildError as err:
+        raise CheckFailed(str(err)) from None
+    if run.returncode != 0:
+        tail = (run.stdout + run.stderr).strip().splitlines()[-20:]
+        raise CheckFailed("\n".join([f"the sanitizer run of {header} failed (exit {run.returncode}):", *tail]))
+    return None
+
+
 def add_commands(add) -> None:
-    """Registers `jaxlab sdk`, `jaxlab new-env` and `jaxlab build-env` with ``add``."""
+    """Registers `jaxlab sdk`, `jaxlab new-env`, `jaxlab build-env` and `jaxlab check-env` with ``add``."""
     sdk = add("sdk", "where the env SDK's headers are", "Print the folder of the env SDK's headers (core.h, "
               "rng.h, draw.h, api.h) for -I, or with --cflags the flags jaxlab compiles envs with.", sdk_command)
     sdk.add_argument("--include", action="store_true", help="print the header folder (the default)")
@@ -79,3 +234,19 @@ def add_commands(add) -> None:
                        help="the library to write (default libNAME.so)")
     build.add_argument("--sanitize", action="store_true",
                        help="build with -fsanitize=address,undefined,float-cast-overflow")
+    check = add("check-env", "run the SDK's checks on an env header", "Run the env SDK's checks on an env header, "
+                "one PASS, FAIL or SKIP line each: build (jaxlab's flags, warnings as errors, float Log fields, "
+                "no libc rand()), registry (parameter table, statistic names, spaces), overruns "
+                "(jaxlab.sdk.check_overruns: guard bytes around every buffer, the actions never written, with "
+                "each parameter at both ends of its range) and sanitizers (the header stepped by the SDK's C "
+                "driver under AddressSanitizer and UBSan). When the build or registry check fails, the others "
+                "are skipped. Exit 1 when a check failed, 2 for bad input.", check_env_command)
+    check.add_argument("header", type=user_path, metavar="HEADER.h", help="the env header to check")
+    check.add_argument("--seeds", type=whole_number, default=3, metavar="N",
+                       help="seeds of the overrun check, 0..N-1 (default 3)")
+    check.add_argument("--steps", type=whole_number, default=300, metavar="N",
+                       help="steps per seed and parameter setting of the overrun check (default 300)")
+    check.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                       help="hold an env parameter at VALUE in the overrun check (the others still go to both "
+                       "ends of their ranges); repeat for more")
+    check.add_argument("--no-sanitize", action="store_true", help="skip the sanitizer check")

@@ -624,7 +624,8 @@ def add_commands(add) -> None:
                    "envs and print mean ± std of return and length and the env's statistics.", eval_command)
     evaluate.set_defaults(takes_flags="env")  # --env.KEY VALUE flags only (eval_env_flags)
     evaluate.epilog = EVAL_ENV_FLAGS
-    evaluate.add_argument("env", metavar="ENV", nargs="?", help="the checkpoint's env: its name, or the path of its "
+    evaluate.add_argument("env", metavar="ENV", nargs="?", type=user_path,
+                          help="the checkpoint's env: its name, or the path of its "
                           "header (path/to/NAME.h: played from that source, e.g. after the header moved); left out: "
                           "the checkpoint's own (but for --checkpoint latest)")
     evaluate.add_argument("--checkpoint", required=True, type=user_path, metavar="PATH",

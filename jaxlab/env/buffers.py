@@ -52,13 +52,15 @@ class StepBuffers:
     final_observations: np.ndarray
     actions: np.ndarray
     guard: int = 0                     # bytes of canary before and after each block (see allocate)
+    apart: tuple[tuple[str, np.ndarray, int], ...] = ()  # guarded buffers outside ``outputs``: (name,
+    #                                    uint8 [bytes] holding it and its guards, its byte offset there)
 
 
 def allocate(num_agents: int, obs_shape: tuple[int, ...], obs_dtype, action_shape: tuple[int, ...], action_dtype,
              mask_width: int = 0, with_active: bool = False, guard: int = 0) -> StepBuffers:
     """Zeroed buffers for ``num_agents`` agents (mask rows all legal, every agent active). ``guard``: bytes
-    of canary (see guard_pattern) before and after each block of ``outputs``, which no write may touch
-    (see damaged_guards)."""
+    of canary (see guard_pattern) before and after each block of ``outputs`` and around the final
+    observations and the actions, which no write may touch (see damaged_guards)."""
     A = num_agents
     specs = [("observations", (A, *obs_shape), np.dtype(obs_dtype).name), ("rewards", (A,), "float32"),
              ("terminals", (A,), "bool"), ("truncations", (A,), "bool")]
@@ -81,12 +83,24 @@ def allocate(num_agents: int, obs_shape: tuple[int, ...], obs_dtype, action_shap
         views["action_mask"].fill(1)
     if with_active:
         views["active"].fill(1)
-    final = aligned_empty((A, *obs_shape), obs_dtype)
-    final.fill(0)
-    actions = aligned_empty((A, *action_shape), action_dtype)
-    actions.fill(0)
+    final, final_raw = _guarded_zeros((A, *obs_shape), obs_dtype, guard)
+    actions, actions_raw = _guarded_zeros((A, *action_shape), action_dtype, guard)
+    apart = (("final_observations", *final_raw), ("actions", *actions_raw)) if guard else ()
     return StepBuffers(outputs, tuple(layout), views["observations"], views["rewards"], views["terminals"],
-                       views["truncations"], views.get("action_mask"), views.get("active"), final, actions, guard)
+                       views["truncations"], views.get("action_mask"), views.get("active"), final, actions, guard,
+                       apart)
+
+
+def _guarded_zeros(shape: tuple[int, ...], dtype, guard: int) -> tuple[np.ndarray, tuple[np.ndarray, int]]:
+    """A zeroed page-aligned array of ``shape`` (a buffer of its own, like the final observations), with
+    ``guard`` bytes of canary before and after it when ``guard``: (the array, (uint8 [bytes] holding it and
+    its guards, the array's byte offset there))."""
+    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+    start = -(-guard // PAGE) * PAGE  # the array stays page-aligned
+    raw = aligned_empty((start + nbytes + guard,), np.uint8)
+    raw[:] = guard_pattern(raw.size) if guard else 0
+    raw[start:start + nbytes] = 0
+    return raw[start:start + nbytes].view(dtype).reshape(shape), (raw, start)
 
 
 def guard_pattern(size: int) -> np.ndarray:
@@ -96,21 +110,31 @@ def guard_pattern(size: int) -> np.ndarray:
 
 
 def damaged_guards(buffers: StepBuffers) -> list[tuple[str, int, int]]:
-    """The guard bytes (see allocate's ``guard``) that something wrote over: (block name, bytes written
-    before the block's start, bytes written past its end), to the farthest changed byte of its guards,
-    for each block whose guards changed. Empty when every guard is whole (or there are none)."""
-    outputs, guard = buffers.outputs, buffers.guard
-    changed = outputs != guard_pattern(outputs.size)
+    """The guard bytes (see allocate's ``guard``) that something wrote over: (buffer name, bytes written
+    before its start, bytes written past its end), to the farthest changed byte of its guards, for each
+    block of ``outputs`` and each buffer apart (final_observations, actions) whose guards changed. Empty
+    when every guard is whole (or there are none)."""
+    guard = buffers.guard
+    written = buffers.outputs != guard_pattern(buffers.outputs.size)
+    spans = [(name, written, start, math.prod(shape) * np.dtype(dtype).itemsize)
+             for name, start, shape, dtype in buffers.layout]
+    spans += [(name, raw != guard_pattern(raw.size), start, raw.size - start - guard)
+              for name, raw, start in buffers.apart]
     damage = []
-    for name, start, shape, dtype in buffers.layout:
-        end = start + math.prod(shape) * np.dtype(dtype).itemsize
-        before = np.flatnonzero(changed[max(start - guard, 0):start])
-        after = np.flatnonzero(changed[end:end + guard])
-        reach_before = min(start, guard) - int(before[0]) if before.size else 0
-        reach_after = int(after[-1]) + 1 if after.size else 0
-        if reach_before or reach_after:
-            damage.append((name, reach_before, reach_after))
+    for name, changed, start, nbytes in spans:
+        reach = _guard_reach(changed, start, start + nbytes, guard)
+        if any(reach):
+            damage.append((name, *reach))
     return damage
+
+
+def _guard_reach(changed: np.ndarray, start: int, end: int, guard: int) -> tuple[int, int]:
+    """How far something wrote over the guards of the buffer at bytes [start, end) (``changed``: bool
+    [bytes], which bytes differ from the canary): (bytes before ``start``, bytes past ``end``), to the
+    farthest changed byte."""
+    before = np.flatnonzero(changed[max(start - guard, 0):start])
+    after = np.flatnonzero(changed[end:end + guard])
+    return (min(start, guard) - int(before[0]) if before.size else 0, int(after[-1]) + 1 if after.size else 0)
 
 
 def decode(packed, layout: tuple[Block, ...]) -> dict:

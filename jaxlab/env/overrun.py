@@ -1,11 +1,14 @@
 """The overrun check of an env (`jaxlab.sdk.check_overruns`, run by the tests `jaxlab new-env` writes): does
-its C code write only its own rows of the buffers it is handed?
+its C code write only its own rows of the buffers it is handed, and never into its actions?
 
 In a vector, env i's rows lie right before env i+1's: an env that writes past its observation rows (an
 index off by one, a wrong row size) writes into the next env's, and the last env's lands past the buffer,
 where neither a test of values nor the sanitizer build sees it. The check steps each env alone (a vector of
-one env) with guard bytes of canary (jaxlab.env.buffers.guard_pattern) before and after each buffer it
-writes, and names the first write it finds on them.
+one env) with guard bytes of canary (jaxlab.env.buffers.guard_pattern) before and after each buffer the C
+side writes (the final observations included) and around the actions, and names the first write it finds
+on them, or in the actions (the trainer's input, which the C side only reads). It does so with the env's
+default parameters and with each parameter at either end of its declared range (parameter_extremes): an
+index that overruns only for a short corridor or many agents shows too.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from jaxlab.env.spaces import Box, legal_argmax
 
 #: What each block of a step's outputs holds, per agent row, as an overrun message names it.
 ROWS = {"observations": "observation", "rewards": "reward", "terminals": "terminal flag",
-        "truncations": "truncation flag", "action_mask": "action mask", "active": "active flag"}
+        "truncations": "truncation flag", "action_mask": "action mask", "active": "active flag",
+        "final_observations": "final observation", "actions": "action"}
 
 
 class OverrunError(AssertionError):
@@ -28,24 +32,50 @@ class OverrunError(AssertionError):
 
 
 def check_overruns(env: str, seeds: tuple[int, ...] = (0, 1, 2), steps: int = 300, library: str | None = None,
-                   **params) -> None:
+                   settings: list[dict] | None = None, **params) -> None:
     """Steps the C env ``env`` (a name, or a header "path/NAME.h", as jaxlab.make takes it) alone in a vector,
-    once per seed in ``seeds``: a reset, then ``steps`` steps of random legal actions, with guard bytes
-    before and after each buffer it writes (observations, rewards, terminals, truncations, action_mask,
-    active: the rows of its agents_per_env agents). OverrunError at the first call after which a guard
-    byte changed; the env's own errors (a broken step contract) come through as they are."""
+    once per seed in ``seeds`` and parameter setting: a reset, then ``steps`` steps of random legal actions,
+    with guard bytes before and after each buffer the C side writes (observations, rewards, terminals,
+    truncations, action_mask, active: the rows of its agents_per_env agents; final_observations) and the
+    actions. ``settings``: the env parameters to step it with, each a dict (the rest at their defaults);
+    None: ``params``, then each declared parameter at the low and at the high end of its range
+    (parameter_extremes). OverrunError at the first call after which a guard byte or an action changed; the
+    env's own errors (a broken step contract, a value it refuses) come through as they are."""
     from jaxlab.env.vecenv import VecEnv, make
 
-    for seed in seeds:
-        with make(env, num_envs=1, seed=seed, library=library, **params) as vec:
-            if not isinstance(vec, VecEnv):
-                raise ValueError(f"{env!r} is a Python env: the overrun check is for C envs")
-            vec.guard_buffers(_guard_bytes(vec))
-            rng = np.random.default_rng(seed)
-            _checked(vec, "its reset", vec.reset)
-            for step in range(1, steps + 1):
-                actions = _random_actions(vec, rng)
-                _checked(vec, lambda: _step_call(vec, step), lambda: vec.step(actions))
+    for setting in parameter_extremes(env, library, **params) if settings is None else settings:
+        for seed in seeds:
+            with make(env, num_envs=1, seed=seed, library=library, **setting) as vec:
+                if not isinstance(vec, VecEnv):
+                    raise ValueError(f"{env!r} is a Python env: the overrun check is for C envs")
+                _check_one(vec, seed, steps)
+
+
+def parameter_extremes(env: str, library: str | None = None, **params) -> list[dict]:
+    """The parameter settings check_overruns steps ``env`` with by default: ``params`` (the rest at their
+    defaults), then each other declared parameter at the low and at the high end of its range (one
+    parameter moved at a time, the others as in ``params``), each setting once."""
+    from jaxlab.env.registry import env_type, name_and_library
+
+    settings = [dict(params)]
+    for param in env_type(*name_and_library(env, library)).params:
+        if param.name in params:
+            continue
+        for end in (param.low, param.high):
+            value = int(end) if param.is_int else end
+            if value != param.default and {**params, param.name: value} not in settings:
+                settings.append({**params, param.name: value})
+    return settings
+
+
+def _check_one(vec, seed: int, steps: int) -> None:
+    """The check of one vector of one env (see check_overruns): its reset, then ``steps`` steps."""
+    vec.guard_buffers(_guard_bytes(vec))
+    rng = np.random.default_rng(seed)
+    _checked(vec, "its reset", vec.reset, vec.actions.copy())
+    for step in range(1, steps + 1):
+        actions = _random_actions(vec, rng)
+        _checked(vec, lambda: _step_call(vec, step), lambda: vec.step(actions), actions)
 
 
 def _guard_bytes(vec) -> int:
@@ -75,10 +105,11 @@ def _step_call(vec, step: int) -> str:
     return f"step {step} (its step, or {hook}, which ran in the same step for the agents that ended)"
 
 
-def _checked(vec, call, run) -> None:
-    """Runs ``run`` (a reset or step of ``vec``), then raises OverrunError when a guard changed, naming
-    ``call`` (a string, or a function giving one after the run); an error of the call itself is raised
-    after that check (an overrun explains it better)."""
+def _checked(vec, call, run, actions: np.ndarray) -> None:
+    """Runs ``run`` (a reset or step of ``vec``), then raises OverrunError when a guard changed or the
+    actions buffer no longer holds ``actions`` (what the call was given: [A] or [A, k]), naming ``call``
+    (a string, or a function giving one after the run); an error of the call itself is raised after that
+    check (an overrun explains it better)."""
     try:
         run()
     except (RuntimeError, ValueError) as err:
@@ -87,21 +118,48 @@ def _checked(vec, call, run) -> None:
         failure = None
     damage = damaged_guards(vec.buffers)
     if damage:
-        raise OverrunError(_overrun_message(vec, call if isinstance(call, str) else call(), *damage[0])) from failure
+        raise OverrunError(_overrun_message(vec, _call_name(call), *damage[0])) from failure
+    written = np.flatnonzero(vec.actions.view(np.uint8) != np.ascontiguousarray(actions).view(np.uint8))
+    if written.size:
+        raise OverrunError(_action_write_message(vec, _call_name(call), written)) from failure
     if failure is not None:
         raise failure
+
+
+def _call_name(call) -> str:
+    """``call`` as a string (``call`` may be a function giving one)."""
+    return call if isinstance(call, str) else call()
+
+
+def _who(vec) -> str:
+    """The env of ``vec`` as an overrun message names it: its name, seed, and parameters not at their
+    defaults."""
+    moved = [f"{p.name}={vec.params[p.name]}" for p in vec.kind.params if vec.params[p.name] != p.default]
+    return f"env '{vec.name}' (seed {vec.seed}, alone in its vector{''.join(', ' + m for m in moved)})"
+
+
+def _action_write_message(vec, call: str, written: np.ndarray) -> str:
+    """What the env ``vec`` wrote into its actions in ``call`` (``written``: the byte offsets that changed,
+    ascending), and the fix."""
+    itemsize = vec.actions.dtype.itemsize
+    first, last = int(written[0]) // itemsize, int(written[-1]) // itemsize
+    where = f"actions[{first}]" if first == last else f"actions[{first} .. {last}] (flat)"
+    return (f"{_who(vec)} wrote into its actions ({where}, {vec.actions.dtype.name} {list(vec.actions.shape)}) "
+            f"in {call}: the actions are the trainer's input, which the env only reads (the trainer reuses the "
+            f"buffer); keep what you change in the env's own state instead of writing env->actions")
 
 
 def _overrun_message(vec, call: str, block: str, before: int, after: int) -> str:
     """What the env ``vec`` wrote outside its rows of ``block`` in ``call`` (``before`` / ``after``: bytes
     written before the block's start / past its end), and the fix."""
-    shape, dtype = next((shape, np.dtype(dtype)) for name, _, shape, dtype in vec.buffers.layout if name == block)
+    array = getattr(vec.buffers, block)
+    shape, dtype = array.shape, array.dtype
     reach, where = (after, "past the end") if after else (before, "before the start")
     values = -(-reach // dtype.itemsize)
     row = math.prod(shape[1:])
     rows = f"{vec.agents_per_env} agent{'s' * (vec.agents_per_env > 1)} x {row}" if row > 1 else \
         f"{vec.agents_per_env} agent{'s' * (vec.agents_per_env > 1)}"
-    return (f"env '{vec.name}' (seed {vec.seed}, alone in its vector) wrote {values} {dtype.name} "
-            f"value{'s' * (values > 1)} ({reach} bytes) {where} of its {ROWS[block]} rows ({block}: {rows} "
-            f"{dtype.name}) in {call}: in a vector that lands in another env's rows; write only "
-            f"{block}[0 .. {vec.agents_per_env * row}) (check the indices and row sizes against its spaces)")
+    return (f"{_who(vec)} wrote {values} {dtype.name} value{'s' * (values > 1)} ({reach} "
+            f"byte{'s' * (reach > 1)}) {where} of its {ROWS[block]} rows ({block}: {rows} {dtype.name}) in "
+            f"{call}: in a vector that lands in another env's rows; write only {block}[0 .. "
+            f"{vec.agents_per_env * row}) (check the indices and row sizes against its spaces)")

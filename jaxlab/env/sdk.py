@@ -327,6 +327,32 @@ def build_library(headers: list[str | Path], output: str | Path, sanitize: bool 
     return output
 
 
+#: The sanitizers' settings for the smoke run (a leak is a failure; the report names the line).
+SANITIZER_ENVIRONMENT = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0", "UBSAN_OPTIONS": "print_stacktrace=1"}
+
+
+def run_under_sanitizers(header: str | Path, timeout_s: float = 600) -> subprocess.CompletedProcess:
+    """Builds ``header`` as build_library does (its refusal checks included) with cenv/tests/smoke.c, the
+    SDK's C driver, under AddressSanitizer and UBSan (build_library's sanitize flags), and runs it: every
+    env of the header with its default parameters, stepped with 1 and 3 threads and compared, its states
+    saved and loaded, its pictures drawn. The finished run (returncode 0: no failure and no sanitizer
+    report; its stdout has a line "NAME N episodes, ok" per env). BuildError when it does not compile."""
+    header = Path(header).expanduser().absolute()
+    builder = _builder()
+    with _scratch(Path(tempfile.gettempdir()), "jaxlab-sanitize-") as folder:
+        source = _translation_unit([header], folder)
+        try:
+            binary = builder.build(folder / "smoke", sanitize=True, shared=False,
+                                   sources=[source, include_dir() / "tests" / "smoke.c"], include=[include_dir()],
+                                   verbose=False)
+        except builder.CompilerNotFound as err:
+            raise BuildError(str(err)) from None
+        except RuntimeError as err:
+            raise BuildError(f"{header} does not compile with the sanitizers:\n{err}") from None
+        return subprocess.run([str(binary)], capture_output=True, text=True, errors="replace", timeout=timeout_s,
+                              env={**os.environ, **SANITIZER_ENVIRONMENT})
+
+
 def _unwritable(output: Path, err: OSError) -> BuildError:
     """The error for a library that cannot be written where ``output`` says (``err``: why)."""
     blocker = next((folder for folder in Path(output).parents if folder.is_file()), None)

@@ -118,7 +118,8 @@ class VecEnv:
     def guard_buffers(self, guard: int) -> None:
         """Test hook (the overrun check, jaxlab.env.overrun): hands the envs new zeroed buffers with
         ``guard`` bytes of canary before and after each block of ``outputs`` (observations, rewards, flags,
-        mask, active), which jaxlab.env.buffers.damaged_guards(self.buffers) checks. Reset afterwards."""
+        mask, active), the final observations and the actions, which
+        jaxlab.env.buffers.damaged_guards(self.buffers) checks. Reset afterwards."""
         self._allocate(guard)
 
     def track_episodes(self) -> None:
