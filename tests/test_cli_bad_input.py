@@ -688,6 +688,25 @@ def test_threads_given_for_a_python_env_are_named_as_doing_nothing(capsys):
     assert "does nothing" not in capsys.readouterr().err  # a C env's threads
 
 
+def test_keys_a_config_file_sets_that_the_config_does_not_use_are_named_with_the_file(tmp_path, capsys):
+    """min_lr_ratio = 0.3 with anneal_lr = "none" in a --config file did nothing without a word, while
+    --train.min-lr-ratio 0.3 got a warning. A file's key now warns too, naming the file and its line; one at
+    the value the layers under the file give (a run dir's config.toml records every key) stays quiet."""
+    from jaxlab.config import load_config, to_toml
+
+    mine = tmp_path / "mine.toml"
+    mine.write_text('[train]\nanneal_lr = "none"\nmin_lr_ratio = 0.3\n[policy]\nlstm = false\nhidden_size = 64\n')
+    assert cli.main(["config", "cartpole", "--config", str(mine), "--train.prio-beta0", "0.5"]) == 0
+    assert (f"jaxlab: warning: train.min_lr_ratio = 0.3 in {mine} does nothing with train.anneal_lr none; "
+            "--train.prio-beta0 does nothing with train.prio_alpha 0; "
+            f"policy.hidden_size = 64 in {mine} does nothing with policy.lstm false; "
+            f"remove those lines from {mine}\n") in capsys.readouterr().err
+    saved = tmp_path / "config.toml"  # pendulum.toml's hidden_size = 64 without the LSTM: the file chose neither
+    saved.write_text(to_toml(load_config("pendulum", flags=["--train.anneal-lr", "none"])[0]))
+    assert cli.main(["config", "pendulum", "--config", str(saved)]) == 0
+    assert "does nothing" not in capsys.readouterr().err
+
+
 def test_a_checkpoint_that_is_not_there_names_those_that_are(tmp_path, capsys):
     checkpoints = tmp_path / "run" / "checkpoints"
     for step in ("4", "12"):

@@ -178,14 +178,20 @@ def test_a_preset_line_in_a_config_file_is_named_as_not_applied(tmp_path, capsys
 def test_a_card_preset_file_given_as_config_names_its_agents_as_not_applied(tmp_path, capsys):
     """configs/presets/gpu.toml given as --config applied its keys but not its [preset] agents = 1024 (the table a
     --config file does not read), silently: the run kept the env file's 64 envs under the preset's minibatch."""
+    import jax
+
     from jaxlab import cli
     from jaxlab.config import configs_dir
 
     gpu = configs_dir() / "presets" / "gpu.toml"
     assert cli.main(["config", "cartpole", "--config", str(gpu), "--train.minibatch-size", "256"]) == 0
-    assert capsys.readouterr().err == (
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == (
         f"jaxlab: warning: [preset] agents = 1024 in --config {gpu} is not applied (it is a preset file's table, and "
-        "vec.num_envs stays as set without it): presets come from --preset only; pass --preset gpu\n")
+        "vec.num_envs stays as set without it): presets come from --preset only; pass --preset gpu")
+    on_cpu = [f"jaxlab: warning: device.memory_fraction = 0.3 in {gpu} does nothing with JAX's devices cpu (it caps "
+              f"GPU memory); remove that line from {gpu}"]  # the file's line, as a flag's would be
+    assert lines[1:] == (on_cpu if jax.default_backend() == "cpu" else []), lines
     heavy = configs_dir() / "presets" / "heavy.toml"  # a workload size's table sets nothing: every key applies
     assert cli.main(["config", "cartpole", "--config", str(heavy)]) == 0
     assert capsys.readouterr().err == ""

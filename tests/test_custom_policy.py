@@ -364,8 +364,9 @@ def test_a_policy_file_that_exits_at_import_is_an_error_naming_it(tmp_path):
 
 def test_flags_of_the_built_in_network_warn_that_the_module_ignores_them(tmp_path):
     """--policy.lstm and --policy.mlp-layers do nothing with a module (GRUPolicy declares hidden_size,
-    which it gets): one warning line names them. A --config file, such as a run dir's config.toml, which
-    records every key, stays quiet."""
+    which it gets): one warning line names them. A --config file such as a run dir's config.toml, which
+    records every key, names the lines that set one to another value than the defaults (they do nothing
+    either), and stays quiet about those at the defaults."""
     from jaxlab.config import to_toml
 
     def stderr_of(*args):
@@ -378,8 +379,13 @@ def test_flags_of_the_built_in_network_warn_that_the_module_ignores_them(tmp_pat
                                          "64", "--policy.hidden-size", "16").splitlines() if "policy.module" in line]
     assert len(warned) == 1 and "--policy.mlp-layers, --policy.lstm do nothing" in warned[0] and "hidden" not in warned[0], warned
     saved = tmp_path / "config.toml"
-    saved.write_text(to_toml(config_of("memory", 2, GRU_FILE, "--policy.lstm", "false")))
+    saved.write_text(to_toml(config_of("memory", 2, GRU_FILE)))
     assert "policy.module" not in stderr_of("--config", str(saved))
+    saved.write_text(to_toml(config_of("memory", 2, GRU_FILE, "--policy.lstm", "false")))
+    warned = [line for line in stderr_of("--config", str(saved)).splitlines() if "policy.module" in line]
+    assert len(warned) == 1 and warned[0].startswith(f"jaxlab: warning: policy.lstm = false in {saved} does nothing"), \
+        warned
+    assert warned[0].endswith(f"; drop it (remove that line from {saved})"), warned
 
 
 def test_ignored_keys_cover_every_policy_key_a_module_does_not_get():

@@ -625,6 +625,108 @@ def test_pettingzoo_returns_that_do_not_fit_the_declared_spaces_are_refused(tmp_
     sys.modules.pop("misfit_env", None)
 
 
+ONE_BAD_PZ = MISFIT_PZ + '''
+made = []
+
+
+class OneBad(Misfit):
+    """Observations of the declared space, but agent b of the second env made returns ``bad`` at its 3rd step."""
+
+    def __init__(self, pixels=False, bad=(0.0, 0.0)):
+        super().__init__(pixels=pixels)
+        self.obs, self.bad = np.zeros(3, np.uint8 if pixels else np.float32), np.asarray(bad, np.float32)
+        self.index, self.steps = len(made), 0
+        made.append(self)
+
+    def step(self, actions):
+        returned = super().step(actions)
+        self.steps += 1
+        if self.index == 1 and self.steps == 3:
+            returned[0]["b"] = self.bad
+        return returned
+
+
+parallel_env = OneBad
+'''
+
+
+@pytest.mark.parametrize("kwargs, what", [
+    ({}, r"its observation array\(\[0., 0.\], dtype=float32\) has shape \(2,\), not the shape of its declared "
+         r"observation space Box\(-1.0, 1.0, \(3,\), float32\)"),
+    ({"pixels": True, "bad": [0.5, 1.0, 0.25]},
+     r"its observation array\(\[0.5 , 1. , 0.25\], dtype=float32\) has dtype float32, which the dtype uint8 of its "
+     r"declared observation space Box\(0, 255, \(3,\), uint8\) cannot hold")])
+def test_pettingzoo_observations_are_checked_as_one_batch_that_names_the_agent_that_misfits(tmp_path, monkeypatch,
+                                                                                             kwargs, what):
+    """Every agent's observation was checked on its own in Python (its shape, then np.asarray for its dtype)
+    in every step. The step's observations are now checked as one stacked array; only a stack that does not
+    fit is looked at row by row, to name the one agent (of one env, at one step) that returned the misfit."""
+    (tmp_path / "one_bad_env.py").write_text(ONE_BAD_PZ)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rows_checked = []
+    check = PettingZooVecEnv._check_observation
+
+    def counted(self, row, observation):
+        rows_checked.append(row)
+        return check(self, row, observation)
+
+    monkeypatch.setattr(PettingZooVecEnv, "_check_observation", counted)
+    try:
+        with jaxlab.make("pettingzoo:one_bad_env", num_envs=3, **kwargs) as env:
+            env.reset()
+            for _ in range(2):
+                env.step(np.zeros(6, np.int32))
+            assert rows_checked == []  # the stacks fit: no row by row
+            with pytest.raises(ValueError, match="env 'pettingzoo:one_bad_env' #1 agent 'b' at step 2: " + what):
+                env.step(np.zeros(6, np.int32))
+            assert rows_checked[-1] == 3  # env #1's agent b, after the rows that fit
+    finally:
+        sys.modules.pop("one_bad_env", None)
+
+
+REUSED_PZ = MISFIT_PZ + '''
+
+
+class Reused(Misfit):
+    """Returns one array of its own as every observation, changed in place: by each step (to 0.1, 0.2, ...), and
+    by its reset (to -1), which follows the step that ends the episode (the second)."""
+
+    def reset(self, seed=None, options=None):
+        self.agents, self.steps = list(self.possible_agents), 0
+        self.obs[:] = -1
+        return {a: self.obs for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        self.steps += 1
+        self.obs[:] = self.steps / 10
+        ended = self.steps == 2
+        self.agents = [] if ended else self.agents
+        return ({a: self.obs for a in actions}, {a: 0.0 for a in actions}, {a: ended for a in actions},
+                {a: False for a in actions}, {a: {} for a in actions})
+
+
+parallel_env = Reused
+'''
+
+
+def test_pettingzoo_final_observations_are_the_steps_when_the_reset_reuses_the_array(tmp_path, monkeypatch):
+    """The observations are written once per step, after every env has stepped and the ended ones reset: an
+    env whose reset changes the array its step returned in place still gets that step's as the final ones."""
+    (tmp_path / "reused_env.py").write_text(REUSED_PZ)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        with jaxlab.make("pettingzoo:reused_env", num_envs=2) as env:
+            env.reset()
+            env.step(np.zeros(4, np.int32))
+            np.testing.assert_array_equal(env.observations, np.full((4, 3), 0.1, np.float32))
+            env.step(np.zeros(4, np.int32))
+            assert env.terminals.all()
+            np.testing.assert_array_equal(env.final_observations, np.full((4, 3), 0.2, np.float32))
+            np.testing.assert_array_equal(env.observations, np.full((4, 3), -1.0, np.float32))
+    finally:
+        sys.modules.pop("reused_env", None)
+
+
 def needs_box2d(**kwargs):
     raise gym.error.DependencyNotInstalled('Box2D is not installed, you can install it by run `pip install swig` '
                                            'followed by `pip install "gymnasium[box2d]"`')

@@ -1131,6 +1131,20 @@ def test_a_config_files_relative_env_library_is_taken_against_the_files_folder(u
     assert config_from_toml((run / "config.toml").read_text()).env_library == str(tmp_path / "moved/envs/stroll.h")
 
 
+def test_a_key_the_toml_beside_a_header_sets_that_the_config_does_not_use_is_named(user_env, tmp_path, capsys):
+    """min_lr_ratio = 0.3 with anneal_lr = "none" in the stroll.toml beside stroll.h did nothing without a
+    word (the same key as a flag got a warning): it names that file now."""
+    from jaxlab.cli import main
+
+    header = tmp_path / "stroll.h"
+    shutil.copy(user_env / "stroll.h", header)
+    beside = tmp_path / "stroll.toml"
+    beside.write_text('[train]\nanneal_lr = "none"\nmin_lr_ratio = 0.3\n')
+    assert main(["config", str(header)]) == 0
+    assert (f"jaxlab: warning: train.min_lr_ratio = 0.3 in {beside} does nothing with train.anneal_lr none; "
+            f"remove that line from {beside}\n") in capsys.readouterr().err
+
+
 def test_every_form_that_names_a_header_reads_its_toml(user_env, tmp_path, capsys):
     """The stroll.toml beside stroll.h was read by `jaxlab train stroll.h` but not by `jaxlab train stroll
     --env.library stroll.h`, nor when a --config file named the header (nor by config, sweep or bench, which

@@ -191,19 +191,49 @@ def users_memory_fraction(args: argparse.Namespace) -> float | None:
     return config.device.memory_fraction if sources.get("device.memory_fraction") in users else None
 
 
-def ignored_flags_warning(config, flags: list[str]) -> str | None:
-    """The warning for the [policy] keys that ``flags`` (this command's config flags) set and that
-    ``config``'s policy.module ignores (the built-in network's), or None. Only flags: a --config file
-    (a run dir's config.toml records every key), presets and defaults say nothing about intent."""
-    from jaxlab.agent.custom import ignored_keys, load_module_class
+def given_keys(flags: list[str], file_choices: dict[str, str] | None = None) -> dict[str, str]:
+    """{"section.key": where the user gave it} for the keys this command's config ``flags`` set ("command
+    line") and those ``file_choices`` names (load_config's: a user's file that set a key to another value
+    than the layers under it give; the file's path); a flag wins over a file."""
     from jaxlab.config.layers import parse_flags
-    from jaxlab.config.validate import flag_of
+
+    flagged = {f"{section}.{key}": "command line" for section, keys in parse_flags(flags).items() for key in keys}
+    return {**(file_choices or {}), **flagged}
+
+
+def given_as(config, key: str, where: str) -> str:
+    """Config key ``key`` as the user gave it, for a warning: its flag (--train.min-lr-ratio) when ``where``
+    is the command line, else its line in the file ``where`` (train.min_lr_ratio = 0.1 in my.toml)."""
+    from jaxlab.config.validate import flag_of, shown_value
+
+    if where == "command line":
+        return flag_of(key)
+    section, _, name = key.partition(".")
+    return f"{key} = {shown_value(getattr(getattr(config, section), name))} in {where}"
+
+
+def lines_fix(given: dict[str, str], keys) -> str:
+    """The fix for the file lines among ``keys`` (given_keys' ``given``): "remove that line from FILE", or ""
+    when flags set them all."""
+    files = sorted({given[key] for key in keys if given[key] != "command line"})
+    if not files:
+        return ""
+    count = sum(given[key] != "command line" for key in keys)
+    return f"remove {'that line' if count == 1 else 'those lines'} from {' and '.join(files)}"
+
+
+def ignored_flags_warning(config, flags: list[str], file_choices: dict[str, str] | None = None) -> str | None:
+    """The warning for the [policy] keys that ``flags`` (this command's config flags) or a user's file
+    (``file_choices``: load_config's) set and that ``config``'s policy.module ignores (the built-in
+    network's), or None. Presets and defaults say nothing about intent, nor a file's key at the value the
+    layers under it give (a run dir's config.toml records every key)."""
+    from jaxlab.agent.custom import ignored_keys, load_module_class
 
     module = config.policy.module
     if not module:
         return None
     cls = load_module_class(module)  # imported already by check_network
-    given = {f"{section}.{key}" for section, keys in parse_flags(flags).items() for key in keys}
+    given = given_keys(flags, file_choices)
     ignored = [key for key in ignored_keys(cls) if key in given]
     if not ignored:
         return None
@@ -211,20 +241,23 @@ def ignored_flags_warning(config, flags: list[str]) -> str | None:
                                                                ("policy.scan_unroll", "has its own unroll"))
                   if key in ignored)
     them = "it" if len(ignored) == 1 else "them"
-    return (f"warning: {', '.join(map(flag_of, ignored))} {'does' if len(ignored) == 1 else 'do'} nothing with "
-            f"policy.module={module!r} (it replaces the built-in network{why}); drop {them}")
+    named = ", ".join(given_as(config, key, given[key]) for key in ignored)
+    fix = lines_fix(given, ignored)
+    return (f"warning: {named} {'does' if len(ignored) == 1 else 'do'} nothing with "
+            f"policy.module={module!r} (it replaces the built-in network{why}); drop {them}"
+            f"{f' ({fix})' if fix else ''}")
 
 
-def unused_flags_warning(config, flags: list[str], platform: str | None = None) -> str | None:
-    """The warning for keys that ``flags`` set and that ``config`` does not use, or None: [train]'s
-    min_lr_ratio without an LR schedule, the V-trace clips with GAE advantages, prio_beta0 without
+def unused_flags_warning(config, flags: list[str], platform: str | None = None,
+                         file_choices: dict[str, str] | None = None) -> str | None:
+    """The warning for keys that ``flags`` or a user's file (``file_choices``: load_config's, a key set to
+    another value than the layers under the file give) set and that ``config`` does not use, or None:
+    [train]'s min_lr_ratio without an LR schedule, the V-trace clips with GAE advantages, prio_beta0 without
     prioritised sampling; the built-in network's hidden_size and scan_unroll without its LSTM, its
     cnn_* keys with the mlp encoder (policy.module's own case: ignored_flags_warning); vec.num_threads
     with a Python env, whose envs step one after the other in the calling thread; the wandb_* keys
     without log.wandb (--log.wandb-project alone logs nothing to wandb); device.memory_fraction when JAX's
     devices are of ``platform`` cpu (it caps XLA's share of GPU memory)."""
-    from jaxlab.config.layers import parse_flags
-    from jaxlab.config.validate import flag_of
     from jaxlab.env import is_python_env
 
     t, p = config.train, config.policy
@@ -242,10 +275,12 @@ def unused_flags_warning(config, flags: list[str], platform: str | None = None) 
               "device.memory_fraction": ("JAX's devices", "cpu (it caps GPU memory)") if platform == "cpu" else None}
     no_wandb = None if config.log.wandb else ("log.wandb", "false")
     unused.update({f"log.wandb_{key}": no_wandb for key in ("project", "entity", "group", "tags", "init_timeout")})
-    given = {f"{section}.{key}" for section, keys in parse_flags(flags).items() for key in keys}
-    lines = [f"{flag_of(key)} does nothing with {why[0]} {why[1]}" for key, why in unused.items()
-             if why is not None and key in given]
-    return f"warning: {'; '.join(lines)}" if lines else None
+    given = given_keys(flags, file_choices)
+    named = [key for key, why in unused.items() if why is not None and key in given]
+    lines = [f"{given_as(config, key, given[key])} does nothing with {unused[key][0]} {unused[key][1]}"
+             for key in named]
+    fix = lines_fix(given, named)
+    return f"warning: {'; '.join([*lines, *([fix] if fix else [])])}" if lines else None
 
 
 def dist_in_file_warning(config, sources: dict) -> str | None:
@@ -406,6 +441,7 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, update
     from jaxlab.config.schema import PolicyModuleError
 
     resume, changes, resume_meta = None, (), {}
+    choices: dict[str, str] = {}  # {key: the user's file that chose its value}, for the unused keys' warnings
     if getattr(args, "resume", None):
         from jaxlab.checkpoint import read_meta
         from jaxlab.run.resume import find_checkpoint, newest_usable, resume_config
@@ -431,7 +467,7 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, update
             flags = ["--env.library", str(Path(args.env).expanduser().absolute()), *flags]
         elif flags_library(flags, args.config) is None:
             check_saved_header(meta, "train", f"--resume {args.resume}")
-        config, changes = resume_config(first, args.config, flags, meta)
+        config, changes = resume_config(first, args.config, flags, meta, file_choices=choices)
         if not any(change.startswith("policy.module:") for change in changes):  # the saved file: still there?
             check_saved_module(config.policy.module, "train", f"{args.env} --resume {args.resume}", "--policy.module")
         if config.env_name != name:
@@ -446,7 +482,8 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, update
             backend = presets.prepare_backend(users_memory_fraction(args))
             card, reason = presets.select_preset(presets.current_devices())
         preset = ",".join([card, *workloads])
-        config, sources = load_config(args.env, config_file=args.config, flags=args.flags, preset=preset)
+        config, sources = load_config(args.env, config_file=args.config, flags=args.flags, preset=preset,
+                                      file_choices=choices)
         if not auto:
             backend = presets.prepare_backend(config.device.memory_fraction)
             presets.check_preset_fits(card, presets.current_devices())
@@ -483,8 +520,8 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, update
             raise
         raise ConfigError(f"{err} (--resume {args.resume}: the values not given as flags are the ones the run "
                           "was saved with; a flag on this command overrides them)") from None
-    for line in (ignored_flags_warning(config, args.flags),  # after the checks: a broken module's error comes alone
-                 unused_flags_warning(config, args.flags, devices[0].platform if devices else None)):
+    for line in (ignored_flags_warning(config, args.flags, choices),  # after the checks: a broken module's comes alone
+                 unused_flags_warning(config, args.flags, devices[0].platform if devices else None, choices)):
         if line is not None:
             warn(line)
     return Resolved(config, sources, sizes, reason, backend, resume, tuple(changes), estimate, limit, resume_meta,

@@ -495,7 +495,7 @@ def preset_names() -> list[str]:
 
 def load_config(env_name: str, config_file: str | Path | None = None, flags: list[str] | None = None,
                 extra_layers: list[tuple[str, dict]] | None = None,
-                preset: str | None = None) -> tuple[Config, dict]:
+                preset: str | None = None, file_choices: dict | None = None) -> tuple[Config, dict]:
     """Resolves the layers for ``env_name``; returns (config, {"section.key": layer that set it}).
     ``env_name`` is a built-in env's name, an env of the library the layers name (``--env.library``),
     the path of an env header (path/to/NAME.h: its env, the header as env.library), or a Python env
@@ -503,7 +503,9 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
     defaults of the built-in C env that steps like them, configs/envs/cartpole.toml and pendulum.toml).
     ``preset`` is a preset's name, or several joined by commas (a card preset and workload presets,
     layered in that order: "h100,heavy"; ``auto`` is resolved by jaxlab.presets before this), or None
-    for none."""
+    for none. ``file_choices``, when given, is filled with {"section.key": the user's file} for each key
+    outside [env] that a user's file (``config_file``, the NAME.toml beside a header) sets, and no later
+    layer does, to another value than the layers under that file give (chosen_in_files)."""
     from jaxlab.env.python_envs import C_TWINS, is_python_env
 
     header = None
@@ -569,6 +571,10 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
                 set_after_preset.add(key)
     config = build_config(env_name, values, env_params, preset or "none")
     check_env_ranges(config, env_params, sources)
+    if file_choices is not None:
+        users = {label for label, _ in layers if label.endswith(".toml") and not label.startswith("configs/")}
+        users |= {str(Path(config_file))} if config_file is not None else set()  # a header's NAME.toml, --config
+        file_choices.update(chosen_in_files(layers, users))
     if preset_agents is not None and "num_envs" not in set_after_preset:
         minibatch = config.train.minibatch_size
         config = with_agents(config, *preset_agents, keep_minibatch="minibatch_size" in set_after_preset)
@@ -576,6 +582,42 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
         if config.train.minibatch_size != minibatch:
             sources["train.minibatch_size"] = f"{preset_agents[1]} ({minibatch:,}, made to divide the batch)"
     return config, sources
+
+
+def chosen_in_files(layers: list[tuple[str, dict]], files: set[str]) -> dict[str, str]:
+    """{"section.key": the label of the layer in ``files`` that set it} for the keys outside [env] whose last
+    setting in ``layers`` ([(label, layer)], first to last) is one of ``files`` with a value other than the
+    layers under it give (the schema default when none does): a run dir's config.toml, which records
+    every key, chooses only what differs from the defaults, env files and presets it is layered on."""
+    merged: dict[str, Any] = {}  # "section.key": the raw value the layers so far give
+    chosen: dict[str, str] = {}
+    for label, layer in layers:
+        for section, entries in layer.items():
+            if section not in SECTIONS or not isinstance(entries, dict):  # [env], or refused by apply_layer
+                continue
+            for key, value in entries.items():
+                name = f"{section}.{key.replace('-', '_')}"
+                chosen.pop(name, None)
+                if label in files and _differs(name, value, merged.get(name, _UNSET)):
+                    chosen[name] = label
+                merged[name] = value
+    return chosen
+
+
+_UNSET = object()
+
+
+def _differs(name: str, value: Any, beneath: Any) -> bool:
+    """Whether raw value ``value`` of key ``name`` ("section.key") means another value than ``beneath`` (a
+    raw value, or _UNSET: the schema default); a value that cannot be read differs."""
+    section, _, key = name.partition(".")
+    kind = _type(next(f.type for f in fields(SECTIONS[section]) if f.name == key))
+    try:
+        ours = coerce_key(section, key, value, kind)
+        theirs = getattr(SECTIONS[section](), key) if beneath is _UNSET else coerce_key(section, key, beneath, kind)
+    except ConfigError:
+        return True
+    return ours != theirs
 
 
 def header_toml_layers(library: str | Path, env_name: str) -> list[tuple[str, dict]]:

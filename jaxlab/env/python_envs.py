@@ -805,6 +805,38 @@ def _returned(result, call: str, name: str, e: int) -> tuple:
                      f"{old})")
 
 
+class _Returned:
+    """The observations that envs returned in one step (or reset), to write at its end: ``rows`` [n], the
+    observations as returned (for the messages), and each env's stacked when it returned them, a copy
+    [rows of that env, *obs_shape] (an env may change the arrays it returned, e.g. in its reset), or None
+    when they do not stack (different shapes)."""
+
+    def __init__(self):
+        self.rows: list[int] = []
+        self.returned: list = []
+        self.stacks: list[np.ndarray | None] = []
+
+    def add(self, rows: list[int], observations: list) -> None:
+        """One env's ``observations``, one per row of ``rows``."""
+        if not rows:
+            return
+        self.rows += rows
+        self.returned += observations
+        try:
+            self.stacks.append(np.array(observations))
+        except (ValueError, TypeError):
+            self.stacks.append(None)
+
+    def stacked(self) -> np.ndarray | None:
+        """Every row's observation [n, ...], or None when the envs' stacks do not stack together."""
+        if any(stack is None for stack in self.stacks):
+            return None
+        try:
+            return np.concatenate(self.stacks)
+        except ValueError:
+            return None
+
+
 class PettingZooVecEnv(PythonVecEnv):
     """``num_envs`` PettingZoo parallel envs from ``MODULE.parallel_env(**kwargs)``, stepped one after
     the other; env e is seeded with seed + e. Every agent of ``possible_agents`` has a row; all must
@@ -855,10 +887,10 @@ class PettingZooVecEnv(PythonVecEnv):
                                 agents_wait=len(agents) > 1)
         self._index = {agent: j for j, agent in enumerate(agents)}
 
-    def _write(self, row: int, observation, info) -> None:
-        """Writes one agent's observation (and mask row) from what its env returned; ValueError naming
-        the env, the agent, the declared space and what came back when its shape does not fit (numpy
-        would broadcast a scalar or a 1-element array over the row)."""
+    def _observation(self, row: int, observation, info):
+        """One agent's observation array from what its env returned (a dict observation's "observation"),
+        after writing its mask row; ValueError naming the env and the agent when a dict observation is
+        not one. Its shape and dtype are checked with the other rows' (_write_observations)."""
         if self._dict_obs:
             if not isinstance(observation, dict) or "observation" not in observation:
                 raise self._misfit(row, f"its observation is {short_repr(observation)}, not a dict with "
@@ -866,23 +898,38 @@ class PettingZooVecEnv(PythonVecEnv):
             if self.action_mask is not None and not self._info_mask:
                 self._write_mask(row, observation.get("action_mask"), "its observation's 'action_mask'")
             observation = observation["observation"]
-        if np.shape(observation) != self.observation_space.shape:
-            raise self._misfit(row, f"its observation {short_repr(observation)} has shape {np.shape(observation)}, "
-                                    f"not the shape of its declared observation space {self._declared}; make the "
-                                    "env return observations of that shape (or declare the space it returns)")
-        self._check_obs_dtype(row, observation)
-        self.observations[row] = observation
         if self._info_mask:
             mask = (info or {}).get("action_mask")
             if mask is None:
                 self.action_mask[row] = True
             else:
                 self._write_mask(row, mask, "the 'action_mask' of its info")
+        return observation
 
-    def _check_obs_dtype(self, row: int, observation) -> None:
-        """ValueError when the observation buffer's dtype cannot hold the observation's values by numpy's
-        same_kind rule (Gymnasium's vector env refuses the same: floats for a uint8 Box); an assignment
-        would cast them unchecked (0.5 to 0)."""
+    def _write_observations(self, returned: _Returned) -> None:
+        """Writes the ``returned`` observations (distinct rows) into the observation buffer, checked as one
+        stacked array [rows, *obs_shape] of a dtype the buffer holds by numpy's same_kind rule (numpy would
+        broadcast a scalar or a 1-element array over a row, and cast 0.5 to 0 for a uint8 Box); when the stack
+        does not fit, _check_observation names the first agent whose observation does not."""
+        if not returned.rows:
+            return
+        stacked = returned.stacked()
+        if (stacked is not None and stacked.shape == (len(returned.rows), *self.observation_space.shape)
+                and np.can_cast(stacked.dtype, self.observations.dtype, "same_kind")):
+            self.observations[returned.rows] = stacked
+            return
+        for row, observation in zip(returned.rows, returned.returned):
+            self._check_observation(row, observation)
+            self.observations[row] = observation  # each fits (int64 and uint64 rows stack as float64)
+
+    def _check_observation(self, row: int, observation) -> None:
+        """ValueError naming the env, the agent of ``row``, the declared space and what came back when
+        ``observation`` is not of the declared shape, or of a dtype the buffer cannot hold (same_kind: a
+        cast would cut 0.5 to 0; Gymnasium's vector env refuses the same: floats for a uint8 Box)."""
+        if np.shape(observation) != self.observation_space.shape:
+            raise self._misfit(row, f"its observation {short_repr(observation)} has shape {np.shape(observation)}, "
+                                    f"not the shape of its declared observation space {self._declared}; make the "
+                                    "env return observations of that shape (or declare the space it returns)")
         dtype = np.asarray(observation).dtype
         if not np.can_cast(dtype, self.observations.dtype, "same_kind"):
             raise self._misfit(row, f"its observation {short_repr(observation)} has dtype {dtype}, which the "
@@ -895,12 +942,14 @@ class PettingZooVecEnv(PythonVecEnv):
         e, j = divmod(row, self.agents_per_env)
         return ValueError(f"env '{self.name}' #{e} agent {self.agent_names[j]!r} at step {self._steps}: {what}")
 
-    def _reset_env(self, e: int, seed: int | None) -> None:
+    def _reset_env(self, e: int, seed: int | None, returned: _Returned) -> None:
+        """Resets env #``e``; its agents' observations go to ``returned``, for _write_observations."""
         observations, infos = _returned(self._envs[e].reset(seed=seed), "reset", self.name, e)
         self._check_reset_agents(e, observations)
         base = e * self.agents_per_env
-        for agent, observation in observations.items():
-            self._write(base + self._index[agent], observation, (infos or {}).get(agent))
+        rows = [base + self._index[agent] for agent in observations]
+        returned.add(rows, [self._observation(row, observation, (infos or {}).get(agent))
+                            for row, (agent, observation) in zip(rows, observations.items())])
         if self.active is not None:
             self.active[base:base + self.agents_per_env] = [a in self._envs[e].agents for a in self.agent_names]
 
@@ -935,14 +984,21 @@ class PettingZooVecEnv(PythonVecEnv):
                                    "was made); a ParallelEnv lists every agent it may have in possible_agents")
 
     def _reset(self, seed: int | None) -> None:
+        returned = _Returned()
         for e in range(self.num_envs):
-            self._reset_env(e, None if seed is None else seed + e)
+            self._reset_env(e, None if seed is None else seed + e, returned)
+        self._write_observations(returned)
 
     def _step(self, actions: np.ndarray) -> np.ndarray:
+        """Steps every env, then writes the step's observations, the final ones of the rows that ended and
+        the first ones of the envs that reset, each set checked as one batch (_write_observations)."""
         apa, index = self.agents_per_env, self._index
         discrete = isinstance(self.action_space, Discrete)
+        stepped, reset = _Returned(), _Returned()  # what the steps returned (joining agents too); the resets
+        finals = []  # the rows of the agents whose episode ended in this step
         for e, env in enumerate(self._envs):
             base = e * apa
+            rows, observed = [], []  # this env's step's
             live = list(env.agents)
             self._check_known(e, live, "env.agents")
             step = {agent: (int(actions[base + index[agent]]) if discrete else actions[base + index[agent]].copy())
@@ -957,7 +1013,8 @@ class PettingZooVecEnv(PythonVecEnv):
                     if self.action_mask is not None:
                         self.action_mask[row] = True
                     if agent in env.agents:  # joins the episode now: acts from the next step on
-                        self._write_joining(e, row, agent, observations, infos)
+                        observed.append(self._joining(e, row, agent, observations, infos))
+                        rows.append(row)
                     continue
                 terminal = bool(terminations.get(agent, False))
                 self.terminals[row] = terminal
@@ -971,24 +1028,29 @@ class PettingZooVecEnv(PythonVecEnv):
                                        "value from; a ParallelEnv's step returns an observation for every agent "
                                        "that acted")
                 if agent in observations:
-                    self._write(row, observations[agent], infos.get(agent))
+                    observed.append(self._observation(row, observations[agent], infos.get(agent)))
+                    rows.append(row)
                 if ended:
-                    self.final_observations[row] = self.observations[row]
+                    finals.append(row)
+            stepped.add(rows, observed)  # stacked now: the env's reset may reuse the arrays
             if not env.agents:
-                self._reset_env(e, None)
+                self._reset_env(e, None, reset)
             elif self.active is not None:
                 self.active[base:base + apa] = [a in env.agents for a in self.agent_names]
+        self._write_observations(stepped)
+        self.final_observations[finals] = self.observations[finals]  # an end without an observation: its last
+        self._write_observations(reset)
         return self.terminals | self.truncations
 
-    def _write_joining(self, e: int, row: int, agent: str, observations: dict, infos: dict) -> None:
-        """Writes the first observation of ``agent``, which env #``e`` added to env.agents in this step
-        (it acts from the next one); RuntimeError when the step returned none (its row would hold an
+    def _joining(self, e: int, row: int, agent: str, observations: dict, infos: dict):
+        """The first observation of ``agent`` (its row ``row``), which env #``e`` added to env.agents in this
+        step (it acts from the next one); RuntimeError when the step returned none (its row would hold an
         observation of another episode for the policy)."""
         if agent not in observations:
             raise RuntimeError(f"env '{self.name}' #{e} at step {self._steps} added agent {agent!r} to env.agents "
                                "without an observation for it; a ParallelEnv's step returns an observation for "
                                "every agent in env.agents after it")
-        self._write(row, observations[agent], infos.get(agent))
+        return self._observation(row, observations[agent], infos.get(agent))
 
     def _reward(self, row: int, reward) -> float:
         """The reward the env returned for the agent of ``row``, checked: one real number (None, a string
