@@ -7,6 +7,7 @@ import re
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from jaxlab.agent import ppo
@@ -37,18 +38,59 @@ def test_each_jitted_function_compiles_once():
         assert all(np.isfinite(r[key]) for r in records), key
 
 
-def test_logged_learning_rate_comes_from_the_linear_schedule():
-    config = small_config("cartpole", "--train.learning-rate", "0.01", "--train.update-epochs", "2")
+#: The learning rate 0.01 at optimizer step k of ``total``, worked by hand, and optax's schedule of it.
+HAND_WORKED_LR = {"linear": lambda k, total: 0.01 * (1 - k / total),
+                  "cosine": lambda k, total: 0.01 * 0.5 * (1 + np.cos(np.pi * k / total))}
+OPTAX_LR = {"linear": lambda total: optax.linear_schedule(0.01, 0.0, total),
+            "cosine": lambda total: optax.cosine_decay_schedule(0.01, total)}
+
+
+@pytest.mark.parametrize("kind", ["linear", "cosine"])
+def test_logged_learning_rate_comes_from_the_schedule(kind):
+    # each update's logged LR is the mean over its optimizer steps; the schedule's length (the run's
+    # optimizer steps) is an input of the update, and gives what optax's schedule with it as a constant gives
+    config = small_config("cartpole", "--train.learning-rate", "0.01", "--train.update-epochs", "2",
+                          "--train.anneal-lr", kind)
     with Trainer(config) as trainer:
         steps_per_update = 2 * trainer.sizes.num_minibatches  # 2 epochs x 4 minibatches
         total = steps_per_update * trainer.sizes.num_updates
+        assert int(trainer.state.total_steps) == total == 80
         lrs = []
         for _ in range(3):
             trainer.evaluate()
             lrs.append(trainer.train()["learning_rate"])
     for u, lr in enumerate(lrs):
         steps = np.arange(u * steps_per_update, (u + 1) * steps_per_update)
-        assert lr == pytest.approx(float(np.mean(0.01 * (1 - steps / total))), rel=1e-5)
+        assert lr == pytest.approx(float(np.mean(HAND_WORKED_LR[kind](steps, total))), rel=1e-5)
+        assert lr == pytest.approx(float(np.mean([OPTAX_LR[kind](total)(k) for k in steps])), rel=1e-6)
+
+
+def test_trainers_of_other_lengths_load_one_compiled_update_and_a_resume_takes_the_new_length(tmp_path):
+    # train.total_timesteps sets the LR schedule's length and prio beta's (cosine, prioritised here): the
+    # update takes it as an input, so a trainer of the same shapes and another length loads every executable,
+    # the update's included, from the persistent compile cache ("partial (4 of 5)" when the length was a
+    # constant of the update). A checkpoint resumed under a longer run continues its step over the new length.
+    flags = ("--train.learning-rate", "0.01", "--train.anneal-lr", "cosine", "--train.prio-alpha", "0.5")
+    with Trainer(small_config("cartpole", *flags)) as first:
+        first.evaluate()
+        first.train()
+        first.mean_and_log()
+        first.save_checkpoint(tmp_path / "ck")
+    longer = small_config("cartpole", *flags, "--train.total-timesteps", "1344")
+    with Trainer(longer) as second:
+        second.evaluate()
+        second.train()
+        assert second.mean_and_log()["compile_cache"] == "hit"
+        assert second.traces["update"] == 1
+    with Trainer(longer) as resumed:
+        resumed.load_checkpoint(tmp_path / "ck")
+        per_update = longer.train.update_epochs * resumed.sizes.num_minibatches
+        total = resumed.sizes.num_updates * per_update
+        assert (int(resumed.state.step), int(resumed.state.total_steps)) == (per_update, total)
+        resumed.evaluate()
+        steps = np.arange(per_update, 2 * per_update)
+        assert resumed.train()["learning_rate"] == pytest.approx(
+            float(np.mean(HAND_WORKED_LR["cosine"](steps, total))), rel=1e-5)
 
 
 def test_segment_resets_and_start_carries():

@@ -27,12 +27,12 @@ from jaxlab.env.sdk import SOURCE_HASH_VERSION, source_hash
 from jaxlab.messages import counted
 from jaxlab.observe.device_memory import memory_fields
 from jaxlab.observe.records import json_safe
-from jaxlab.train.learner import METRICS, TrainState, lr_schedule, make_optimizer, make_update
+from jaxlab.train.learner import METRICS, TrainState, lr_schedule, make_update, optimizer_over
 from jaxlab.train.parallel import DataParallel
 from jaxlab.train.process_state import ProcessState
 from jaxlab.train.build import learner_reward_scale, make_policy, obs_norm_on, reward_norm_on
 from jaxlab.train.normalization import RETURN_STD, Normalization
-from jaxlab.train.compiling import host_zeros, jit_once, jit_step
+from jaxlab.train.compiling import host_zeros, jit_once, jit_step, to_device
 from jaxlab.train.rollout import TIMING, EpisodeStats, Rollout, make_step
 
 
@@ -151,9 +151,10 @@ class Trainer:
         self.norm = Normalization(obs_norm_on(c, obs_space.dtype), reward_norm_on(c), obs_space.shape,
                                   self.sizes.num_agents, t.gamma, jax.process_count())
         A = self.sizes.num_agents
-        total_opt_steps = self.sizes.num_updates * t.update_epochs * self.sizes.num_minibatches
-        self.schedule = lr_schedule(t.learning_rate, t.anneal_lr, total_opt_steps, t.min_lr_ratio)
-        optimizer = make_optimizer(self.schedule, t.max_grad_norm)
+        # the schedule's length is the train state's total_steps, not part of any compile
+        self.total_opt_steps = self.sizes.num_updates * t.update_epochs * self.sizes.num_minibatches
+        self.schedule = lr_schedule(t.learning_rate, t.anneal_lr, t.min_lr_ratio)
+        optimizer = optimizer_over(self.schedule, self.total_opt_steps, t.max_grad_norm)  # its init's structure
         obs = np.zeros((A, *obs_space.shape), np.float32 if self.norm.obs_norm else obs_space.dtype)
 
         def init_state(seed, carry, obs, reset):
@@ -173,7 +174,7 @@ class Trainer:
             if not c.policy.module or isinstance(err, config_lib.ConfigError):
                 raise
             raise config_lib.ConfigError(f"policy.module={c.policy.module!r}: {err}") from None
-        self.state = TrainState(params, opt_state, host_zeros((), np.int32))
+        self.state = self._train_state(params, opt_state, host_zeros((), np.int32))
         self._split_key = jit_once(lambda key: tuple(jax.random.split(key)))  # each update's key
         self.num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
 
@@ -184,13 +185,13 @@ class Trainer:
         step, finish = make_step(self.norm.acting_policy(policy), self.spec, self.env.buffers.layout,
                                  on_trace=lambda: self._traced("rollout"))
         update = make_update(self.parallel.wrap(self.policy, training=True) if self.parallel else policy,
-                             self.spec, optimizer, self.schedule,
+                             self.spec, self.schedule, max_grad_norm=t.max_grad_norm,
                              num_minibatches=self.sizes.num_minibatches, update_epochs=t.update_epochs,
                              gamma=t.gamma, lam=t.gae_lambda, reward_scale=learner_reward_scale(c),
                              clip_coef=t.clip_coef, vf_coef=t.vf_coef, vf_clip_coef=t.vf_clip_coef, ent_coef=t.ent_coef, norm_adv=t.norm_adv,
                              on_trace=lambda: self._traced("update"), advantage=t.advantage,
                              rho_clip=t.vtrace_rho_clip, c_clip=t.vtrace_c_clip, prio_alpha=t.prio_alpha,
-                             prio_beta0=t.prio_beta0, total_steps=total_opt_steps)
+                             prio_beta0=t.prio_beta0)
         step, finish, update = (with_matmul_precision(f, c.device.matmul_precision) for f in (step, finish, update))
         if max_traces is not None:
             step, finish, update = (chex.assert_max_traces(f, n=max_traces) for f in (step, finish, update))
@@ -261,6 +262,11 @@ class Trainer:
                 f"{path} holds records up to update {max(later)}, after update {self.update_index} that this "
                 f"trainer continues from, so its next updates would be in it twice; drop them first with "
                 f"jaxlab.run.resume.keep_metrics_until({str(path)!r}, {self.update_index}), or record to a new run dir")
+
+    def _train_state(self, params, opt_state, step: jax.Array) -> TrainState:
+        """The train state at optimizer step ``step`` (int32 []) of this run's length (total_opt_steps, from
+        the config: a checkpoint's step continues under the resumed config's train.total_timesteps)."""
+        return TrainState(params, opt_state, step, to_device(np.asarray(self.total_opt_steps, np.int32)))
 
     def _traced(self, name: str) -> None:
         self.traces[name] += 1
@@ -409,7 +415,7 @@ class Trainer:
         """Puts a checkpoint's ``state`` and ``meta`` (from jaxlab.checkpoint.read) into this trainer."""
         to_jax = lambda tree: jax.tree.map(jnp.asarray, tree)  # noqa: E731
         train = state["train"]
-        self.state = TrainState(to_jax(train["params"]), to_jax(train["opt_state"]), jnp.asarray(train["step"]))
+        self.state = self._train_state(to_jax(train["params"]), to_jax(train["opt_state"]), jnp.asarray(train["step"]))
         self.update_key = jnp.asarray(state["update_key"])
         r, saved = self.rollout, state["rollout"]
         r.key = jnp.asarray(saved["key"])
@@ -500,7 +506,7 @@ class Trainer:
         parts, meta = checkpoint.read_parts(Path(path), template, meta)
         to_jax = lambda tree: jax.tree.map(jnp.asarray, tree)  # noqa: E731
         train = parts["train"]
-        self.state = TrainState(to_jax(train["params"]), to_jax(train["opt_state"]), jnp.asarray(train["step"]))
+        self.state = self._train_state(to_jax(train["params"]), to_jax(train["opt_state"]), jnp.asarray(train["step"]))
         if self.norm.state:
             self.norm.state = to_jax(parts["norm"])
         if self.parallel:
