@@ -329,6 +329,92 @@ def test_train_run_resume_still_appends_to_its_run_dir(tmp_path):
     assert [r["update"] for r in read_metrics(fresh)] == [5]
 
 
+def runs_table(root, capsys) -> dict[str, str]:
+    """`jaxlab runs ROOT`'s rows by run name: {name: status}."""
+    from jaxlab.cli import main
+
+    assert main(["runs", str(root)]) == 0
+    header, *rows = capsys.readouterr().out.splitlines()
+    status_at = header.index("status")
+    return {row.split()[0]: row[status_at:].split("  ")[0].strip() for row in rows}
+
+
+def test_a_run_through_the_python_api_ends_with_its_summary_and_jaxlab_runs_tells_how_it_ended(tmp_path, capsys):
+    """Trainer(config, run_dir) and jaxlab.run.loop.train(config, run_dir) wrote no summary.json and held no
+    lock: `jaxlab runs` listed such a run as "running or killed" forever. Now the trainer holds the run dir's
+    lock while it trains and close() writes summary.json: done at its last update, stopped when closed before
+    it, an error when its `with` block raised."""
+    from jaxlab.run.lock import held
+    from jaxlab.run.loop import train
+
+    runs = tmp_path / "runs"
+    with Trainer(small_config(), run_dir=runs / "trainer") as trainer:
+        assert held(runs / "trainer") and (runs / "trainer" / "run.json").is_file()
+        train_loop(trainer)
+    train(small_config(), runs / "train")
+    with Trainer(small_config(), run_dir=runs / "short") as trainer:
+        train_loop(trainer, updates=2)
+    with pytest.raises(ZeroDivisionError), Trainer(small_config(), run_dir=runs / "failed") as trainer:
+        train_loop(trainer, updates=1)
+        1 / 0
+    for name in ("trainer", "train"):
+        summary = json.loads((runs / name / "summary.json").read_text())
+        assert (summary["updates"], summary["global_step"]) == (10, 640)
+        assert "stopped" not in summary and "error" not in summary
+        assert json.loads((runs / name / "run.json").read_text())["env_name"] == "cartpole"
+        assert not held(runs / name)
+    assert json.loads((runs / "short" / "summary.json").read_text())["stopped"] == "closed at update 2 of 10"
+    assert json.loads((runs / "failed" / "summary.json").read_text())["error"] == \
+        "ZeroDivisionError: division by zero"
+    assert runs_table(runs, capsys) == {"trainer": "done", "train": "done",
+                                        "short": "stopped (closed at update 2 of 10)", "failed": "error"}
+
+
+HOLD_A_RUN_DIR = """
+import sys
+from jaxlab.config import load_config
+from jaxlab.train.trainer import Trainer
+config, _ = load_config("cartpole", flags=sys.argv[2:])
+with Trainer(config, run_dir=sys.argv[1]):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_a_second_writer_into_a_run_dir_that_a_trainer_holds_is_refused_naming_it(tmp_path):
+    """Two Python processes could record into one run dir (a trainer that had not logged yet left an empty
+    metrics.jsonl, which holds no run), mixing their records. Now the first holds the run dir's lock and
+    the second is refused, through Trainer, jaxlab.run.loop.train and record_to alike, writing nothing."""
+    import subprocess
+    import sys
+
+    from jaxlab.run.lock import RunDirInUse
+    from jaxlab.run.loop import train
+
+    run = tmp_path / "run"
+    flags = ["--vec.num-envs", "8", "--train.bptt-horizon", "8", "--train.minibatch-size", "16",
+             "--policy.hidden-size", "16", "--policy.mlp-layers", "16", "--train.total-timesteps", "640"]
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_A_RUN_DIR, str(run), *flags], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = run_files(run)
+        refusal = f"run dir {run} is in use by process {holder.pid} ("
+        with pytest.raises(RunDirInUse) as refused:
+            Trainer(small_config(), run_dir=run)
+        assert str(refused.value).startswith(refusal)
+        assert str(refused.value).endswith("); wait for it to end or stop it, or pass another run_dir")
+        with pytest.raises(RunDirInUse, match=re.escape(refusal)):
+            train(small_config(), run)
+        with Trainer(small_config()) as other, pytest.raises(RunDirInUse, match=re.escape(refusal)):
+            other.record_to(run, resumed=True)  # a resume skips the check for an earlier run, not this one
+        assert run_files(run) == before
+    finally:
+        holder.communicate("", timeout=120)
+    assert holder.returncode == 0
+    assert json.loads((run / "summary.json").read_text())["stopped"] == "closed at update 0 of 10"
+
+
 def test_train_before_evaluate_is_an_error():
     with Trainer(small_config()) as trainer:
         with pytest.raises(RuntimeError, match="call evaluate\\(\\) first"):

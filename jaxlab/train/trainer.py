@@ -116,7 +116,9 @@ def refuse_an_earlier_run(run_dir: str | Path, update: int = 0) -> None:
 class Trainer:
     """PPO on one VecEnv. evaluate() collects a segment, train() updates on it, mean_and_log() returns
     (and, with a run_dir or after record_to(run_dir), appends to metrics.jsonl) the metrics of the update.
-    A run_dir that holds a run already is refused (ConfigError) before anything is built or written.
+    A run_dir that holds a run already is refused (ConfigError), and one that another process holds
+    (RunDirInUse), before anything is built or written; the trainer holds its lock until close(), which
+    writes its summary.json (see record_to).
 
     ``max_traces``: when set, each jitted function fails (chex.assert_max_traces) if traced more often.
     """
@@ -126,8 +128,12 @@ class Trainer:
         self.config = config
         c, t = config, config.train
         self._metrics_file = None
-        if run_dir is not None:
-            refuse_an_earlier_run(run_dir)  # before the envs and the compiles
+        self._run_lock = None  # the run dir's lock, while this trainer owns its run dir (record_to)
+        if run_dir is not None:  # before the envs and the compiles
+            from jaxlab.run.lock import refuse_if_in_use
+
+            refuse_if_in_use(run_dir, named="run_dir")
+            refuse_an_earlier_run(run_dir)
         from jaxlab.config.memory import env_shape
         from jaxlab.run import compile_cache
 
@@ -232,21 +238,77 @@ class Trainer:
         if run_dir is not None:
             self.record_to(run_dir)
 
-    def record_to(self, run_dir: str | Path, resumed: bool = False) -> None:
+    def record_to(self, run_dir: str | Path, resumed: bool = False, owner: bool = True) -> None:
         """Writes the config to RUN_DIR/config.toml and appends each update's metrics to metrics.jsonl
         from now on. A run dir that holds a run already is refused (ConfigError, nothing written;
         refuse_an_earlier_run), unless ``resumed``: this trainer continues that run from one of its
         checkpoints (load_checkpoint), and metrics.jsonl holds no record after the update it resumed at
-        (jaxlab.run.resume.keep_metrics_until cuts the later ones; train_run does both)."""
+        (jaxlab.run.resume.keep_metrics_until cuts the later ones; train_run does both).
+        ``owner``: the trainer owns the run dir, as `jaxlab train` does its own: it holds the run dir's
+        lock until close() (a run dir another process holds is refused: RunDirInUse, nothing written),
+        writes run.json now (a resume's stale summary.json goes) and summary.json at close() (see
+        end_run), so that `jaxlab runs` tells how the run ended. train_run, which does all that itself,
+        passes False. In a run over several processes only process 0 takes the lock and writes them."""
+        from jaxlab.run.distributed import is_primary
+        from jaxlab.run.lock import RunDirLock, refuse_if_in_use
+
         run_dir = Path(run_dir)
+        owner = owner and is_primary()
+        if self._run_lock is not None:  # a run dir recorded to before: its run ends here
+            self.end_run()
+        if owner:
+            refuse_if_in_use(run_dir, named="run_dir")
         if resumed:
             self._check_resumed_records(run_dir / "metrics.jsonl")
         else:
             refuse_an_earlier_run(run_dir, self.update_index)
-        self.run_dir = run_dir
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.toml").write_text(config_lib.to_toml(self.config))
-        self._metrics_file = open(self.run_dir / "metrics.jsonl", "a")
+        lock = RunDirLock(run_dir, named="run_dir").__enter__() if owner else None  # creates run_dir
+        try:
+            self.run_dir = run_dir
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "config.toml").write_text(config_lib.to_toml(self.config))
+            if owner:
+                self._start_run_records()
+            if self._metrics_file is not None:
+                self._metrics_file.close()
+            self._metrics_file = open(self.run_dir / "metrics.jsonl", "a")
+        except BaseException:
+            if lock is not None:
+                lock.__exit__(None, None, None)
+            raise
+        self._run_lock = lock
+
+    def _start_run_records(self) -> None:
+        """run.json of the run this trainer owns (jaxlab.observe.records.write_run_info; its command is
+        the Python program's), and no summary.json until it ends (a resumed run's is stale)."""
+        from jaxlab.observe import records
+
+        (self.run_dir / "summary.json").unlink(missing_ok=True)
+        records.write_run_info(self.run_dir, self.config, [f"{d.platform}:{d.device_kind}" for d in jax.devices()])
+
+    def end_run(self, error: BaseException | None = None) -> None:
+        """Writes summary.json of the run dir this trainer owns (record_to) and releases its lock; close()
+        calls it, and leaving a ``with Trainer(...)`` block with ``error`` (the exception). How the run
+        ended, as `jaxlab runs` shows it: done at its last update; ``error``: "error" (a KeyboardInterrupt
+        as stopped at once by SIGINT); closed before its last update: stopped ("closed at update U of N").
+        Nothing for a trainer that owns no run dir, or once done."""
+        from jaxlab.observe import records
+
+        lock, self._run_lock = self._run_lock, None
+        if lock is None:
+            return
+        status = {}
+        if error is not None:
+            status["error"] = f"{type(error).__name__}: {error}".splitlines()[0]
+            if isinstance(error, KeyboardInterrupt):
+                status["stopped"] = "SIGINT"
+        elif self.update_index < self.sizes.num_updates:
+            status["stopped"] = f"closed at update {self.update_index} of {self.sizes.num_updates}"
+        best = self.config.checkpoint.best_metric
+        try:
+            records.write_summary(self.run_dir, best if best in self.record_names else "episode_return", **status)
+        finally:
+            lock.__exit__(None, None, None)
 
     def _check_resumed_records(self, path: Path) -> None:
         """ConfigError when ``path`` (a metrics.jsonl this trainer would continue) holds records after
@@ -514,16 +576,20 @@ class Trainer:
         return meta
 
     def close(self) -> None:
+        """Closes the envs and metrics.jsonl, and ends the run of a run dir this trainer owns (end_run)."""
         for env in getattr(self, "envs", []):
             env.close()
         if self._metrics_file is not None:
             self._metrics_file.close()
             self._metrics_file = None
+        self.end_run()
 
     def __enter__(self) -> "Trainer":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, error, traceback) -> None:
+        if error is not None:
+            self.end_run(error)
         self.close()
 
 
