@@ -14,9 +14,16 @@ import pytest
 from jaxlab.agent import ppo, vtrace
 from jaxlab.agent.distributions import ActionSpec
 from jaxlab.agent.policy import ActorCritic, zero_carry
-from jaxlab.train.learner import Segment, TrainState, _take_agents, lr_schedule, make_optimizer, make_update
+from jaxlab.train.learner import Segment, TrainState, _take_agents, lr_schedule, make_optimizer, make_update, \
+    optimizer_over
 
 DISCRETE2 = ActionSpec("discrete", (2,))
+
+
+def train_state(params, schedule, total_steps: int = 1) -> TrainState:
+    """A fresh TrainState of ``params`` for a run of ``total_steps`` optimizer steps under ``schedule``."""
+    optimizer = optimizer_over(schedule, total_steps, 0.5)
+    return TrainState(params, optimizer.init(params), jnp.zeros((), jnp.int32), jnp.asarray(total_steps, jnp.int32))
 
 
 # ---- optimizer -----------------------------------------------------------------------------------
@@ -69,7 +76,7 @@ def test_each_optimizer_step_applies_the_scheduled_learning_rate():
     # bias-corrected step is -lr_k * g / (|g| + eps), so with g = 1 the steps are minus the schedule:
     # linear 1.0 -> 0.1 over 4 steps gives 1, 0.775, 0.55, 0.325, then 0.1 (the clip to norm 0.5 changes nothing
     # here: Adam divides by |g|)
-    optimizer = make_optimizer(lr_schedule(1.0, "linear", 4, 0.1), 0.5)
+    optimizer = optimizer_over(lr_schedule(1.0, "linear", 0.1), 4, 0.5)
     params = {"w": jnp.zeros(1)}
     state = optimizer.init(params)
     steps = []
@@ -84,7 +91,7 @@ def test_each_optimizer_step_applies_the_scheduled_learning_rate():
 @pytest.mark.parametrize("step, value", [(0, 1.0), (5, 0.55), (8, 0.28), (10, 0.1), (25, 0.1)])
 def test_linear_schedule_to_its_floor(step, value):
     # 1.0 -> 0.1 over 10 steps: 1 - 0.9 * step / 10, then the floor
-    assert float(lr_schedule(1.0, "linear", 10, 0.1)(step)) == pytest.approx(value, rel=1e-6)
+    assert float(lr_schedule(1.0, "linear", 0.1)(step, 10)) == pytest.approx(value, rel=1e-6)
 
 
 @pytest.mark.parametrize("step, value", [
@@ -94,14 +101,34 @@ def test_linear_schedule_to_its_floor(step, value):
     (8, 0.2), (20, 0.2)])                                          # the floor 2.0 * 0.1, and after
 def test_cosine_schedule_to_its_floor(step, value):
     # lr * ((1 - r) * (1 + cos(pi * step / total)) / 2 + r) with lr 2, total 8, r = min_lr_ratio 0.1
-    assert float(lr_schedule(2.0, "cosine", 8, 0.1)(step)) == pytest.approx(value, rel=1e-6)
+    assert float(lr_schedule(2.0, "cosine", 0.1)(step, 8)) == pytest.approx(value, rel=1e-6)
 
 
 def test_cosine_without_floor_reaches_zero_and_none_is_constant():
-    assert float(lr_schedule(1.0, "cosine", 8, 0.0)(8)) == pytest.approx(0.0, abs=1e-7)
-    assert float(lr_schedule(1.0, "linear", 8, 0.0)(4)) == pytest.approx(0.5)
-    schedule = lr_schedule(3e-3, "none", 8, 0.5)
-    assert [float(schedule(s)) for s in (0, 4, 100)] == pytest.approx([3e-3] * 3)
+    assert float(lr_schedule(1.0, "cosine", 0.0)(8, 8)) == pytest.approx(0.0, abs=1e-7)
+    assert float(lr_schedule(1.0, "linear", 0.0)(4, 8)) == pytest.approx(0.5)
+    schedule = lr_schedule(3e-3, "none", 0.5)
+    assert [float(schedule(s, 8)) for s in (0, 4, 100)] == pytest.approx([3e-3] * 3)
+
+
+@pytest.mark.parametrize("kind", ["linear", "cosine"])
+def test_a_traced_schedule_length_gives_optaxs_values_from_one_trace(kind):
+    # the length is an argument of the jitted function: runs of 10 and 37 steps share its one trace, and
+    # each gives what optax's schedule with that length as a constant gives, step by step
+    traces = []
+
+    def at(step, total_steps):
+        traces.append(1)
+        return lr_schedule(2.0, kind, 0.1)(step, total_steps)
+
+    jitted = jax.jit(at)
+    for total in (10, 37):
+        reference = (optax.linear_schedule(2.0, 0.2, total) if kind == "linear"
+                     else optax.cosine_decay_schedule(2.0, total, alpha=0.1))
+        for step in range(total + 3):
+            assert float(jitted(jnp.int32(step), jnp.int32(total))) == pytest.approx(
+                float(reference(jnp.int32(step))), rel=1e-6, abs=1e-7), (total, step)
+    assert len(traces) == 1
 
 
 # ---- minibatch slicing ---------------------------------------------------------------------------
@@ -168,13 +195,12 @@ def constant_value_segment(rewards) -> Segment:
 def first_value_loss(segment: Segment, reward_scale: float) -> float:
     """The value loss make_update reports for one epoch of one minibatch: that of the params before
     their first step, i.e. 0.5 * mean(returns^2) for the value 0."""
-    optimizer = make_optimizer(optax.constant_schedule(1e-3), 0.5)
+    schedule = lr_schedule(1e-3, "none", 0.0)
     params = {"v": jnp.zeros(())}
-    update = make_update(ConstantPolicy(), DISCRETE2, optimizer, optax.constant_schedule(1e-3), num_minibatches=1,
+    update = make_update(ConstantPolicy(), DISCRETE2, schedule, max_grad_norm=0.5, num_minibatches=1,
                          update_epochs=1, gamma=0.5, lam=0.5, reward_scale=reward_scale, clip_coef=0.2, vf_coef=0.5,
                          vf_clip_coef=0.0, ent_coef=0.0, norm_adv=True)
-    _, metrics = jax.jit(update)(TrainState(params, optimizer.init(params), jnp.zeros((), jnp.int32)), segment,
-                                 jax.random.PRNGKey(0))
+    _, metrics = jax.jit(update)(train_state(params, schedule), segment, jax.random.PRNGKey(0))
     return float(metrics["value_loss"])
 
 
@@ -193,17 +219,15 @@ def test_reward_scale_multiplies_rewards_before_gae():
 
 # ---- V-trace's ratios and prioritised sampling's weights reach the loss ---------------------------
 
-def frozen_update_metrics(segment: Segment, **options) -> dict:
+def frozen_update_metrics(segment: Segment, total_steps: int = 1, **options) -> dict:
     """make_update's metrics with ConstantPolicy (value 0) at learning rate 0: every minibatch sees the same
-    params; ``options`` are make_update's advantage and sampling settings."""
-    schedule = optax.constant_schedule(0.0)
-    optimizer = make_optimizer(schedule, 0.5)
+    params; ``options`` are make_update's advantage and sampling settings, ``total_steps`` the run's length."""
+    schedule = lr_schedule(0.0, "none", 0.0)
     params = {"v": jnp.zeros(())}
-    update = make_update(ConstantPolicy(), DISCRETE2, optimizer, schedule, num_minibatches=2, gamma=0.9, lam=0.8,
-                         reward_scale=1.0, clip_coef=0.2, vf_coef=0.5, vf_clip_coef=0.0, ent_coef=0.0, norm_adv=True,
-                         **options)
-    _, metrics = jax.jit(update)(TrainState(params, optimizer.init(params), jnp.zeros((), jnp.int32)), segment,
-                                 jax.random.PRNGKey(0))
+    update = make_update(ConstantPolicy(), DISCRETE2, schedule, max_grad_norm=0.5, num_minibatches=2, gamma=0.9,
+                         lam=0.8, reward_scale=1.0, clip_coef=0.2, vf_coef=0.5, vf_clip_coef=0.0, ent_coef=0.0,
+                         norm_adv=True, **options)
+    _, metrics = jax.jit(update)(train_state(params, schedule, total_steps), segment, jax.random.PRNGKey(0))
     return {k: float(v) for k, v in metrics.items()}
 
 
@@ -292,12 +316,11 @@ def test_the_loss_falls_when_training_on_one_fixed_segment():
     T, A, O, H = 8, 16, 4, 16
     policy = ActorCritic(DISCRETE2, hidden_size=H)
     params = policy.init(jax.random.PRNGKey(0), zero_carry(A, H), jnp.zeros((A, O)), jnp.ones(A, bool))
-    schedule = optax.constant_schedule(1e-2)
-    optimizer = make_optimizer(schedule, 0.5)
-    update = jax.jit(make_update(policy, DISCRETE2, optimizer, schedule, num_minibatches=2, update_epochs=1,
+    schedule = lr_schedule(1e-2, "none", 0.0)
+    update = jax.jit(make_update(policy, DISCRETE2, schedule, max_grad_norm=0.5, num_minibatches=2, update_epochs=1,
                                  gamma=0.9, lam=0.95, reward_scale=1.0, clip_coef=0.2, vf_coef=0.5,
                                  vf_clip_coef=0.0, ent_coef=0.0, norm_adv=True))
-    state = TrainState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
+    state = train_state(params, schedule)
     segment = synthetic_segment(T, A, O, seed=0)
     losses = []
     for i in range(60):

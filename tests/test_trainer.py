@@ -7,6 +7,7 @@ import re
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from jaxlab.agent import ppo
@@ -37,18 +38,59 @@ def test_each_jitted_function_compiles_once():
         assert all(np.isfinite(r[key]) for r in records), key
 
 
-def test_logged_learning_rate_comes_from_the_linear_schedule():
-    config = small_config("cartpole", "--train.learning-rate", "0.01", "--train.update-epochs", "2")
+#: The learning rate 0.01 at optimizer step k of ``total``, worked by hand, and optax's schedule of it.
+HAND_WORKED_LR = {"linear": lambda k, total: 0.01 * (1 - k / total),
+                  "cosine": lambda k, total: 0.01 * 0.5 * (1 + np.cos(np.pi * k / total))}
+OPTAX_LR = {"linear": lambda total: optax.linear_schedule(0.01, 0.0, total),
+            "cosine": lambda total: optax.cosine_decay_schedule(0.01, total)}
+
+
+@pytest.mark.parametrize("kind", ["linear", "cosine"])
+def test_logged_learning_rate_comes_from_the_schedule(kind):
+    # each update's logged LR is the mean over its optimizer steps; the schedule's length (the run's
+    # optimizer steps) is an input of the update, and gives what optax's schedule with it as a constant gives
+    config = small_config("cartpole", "--train.learning-rate", "0.01", "--train.update-epochs", "2",
+                          "--train.anneal-lr", kind)
     with Trainer(config) as trainer:
         steps_per_update = 2 * trainer.sizes.num_minibatches  # 2 epochs x 4 minibatches
         total = steps_per_update * trainer.sizes.num_updates
+        assert int(trainer.state.total_steps) == total == 80
         lrs = []
         for _ in range(3):
             trainer.evaluate()
             lrs.append(trainer.train()["learning_rate"])
     for u, lr in enumerate(lrs):
         steps = np.arange(u * steps_per_update, (u + 1) * steps_per_update)
-        assert lr == pytest.approx(float(np.mean(0.01 * (1 - steps / total))), rel=1e-5)
+        assert lr == pytest.approx(float(np.mean(HAND_WORKED_LR[kind](steps, total))), rel=1e-5)
+        assert lr == pytest.approx(float(np.mean([OPTAX_LR[kind](total)(k) for k in steps])), rel=1e-6)
+
+
+def test_trainers_of_other_lengths_load_one_compiled_update_and_a_resume_takes_the_new_length(tmp_path):
+    # train.total_timesteps sets the LR schedule's length and prio beta's (cosine, prioritised here): the
+    # update takes it as an input, so a trainer of the same shapes and another length loads every executable,
+    # the update's included, from the persistent compile cache ("partial (4 of 5)" when the length was a
+    # constant of the update). A checkpoint resumed under a longer run continues its step over the new length.
+    flags = ("--train.learning-rate", "0.01", "--train.anneal-lr", "cosine", "--train.prio-alpha", "0.5")
+    with Trainer(small_config("cartpole", *flags)) as first:
+        first.evaluate()
+        first.train()
+        first.mean_and_log()
+        first.save_checkpoint(tmp_path / "ck")
+    longer = small_config("cartpole", *flags, "--train.total-timesteps", "1344")
+    with Trainer(longer) as second:
+        second.evaluate()
+        second.train()
+        assert second.mean_and_log()["compile_cache"] == "hit"
+        assert second.traces["update"] == 1
+    with Trainer(longer) as resumed:
+        resumed.load_checkpoint(tmp_path / "ck")
+        per_update = longer.train.update_epochs * resumed.sizes.num_minibatches
+        total = resumed.sizes.num_updates * per_update
+        assert (int(resumed.state.step), int(resumed.state.total_steps)) == (per_update, total)
+        resumed.evaluate()
+        steps = np.arange(per_update, 2 * per_update)
+        assert resumed.train()["learning_rate"] == pytest.approx(
+            float(np.mean(HAND_WORKED_LR["cosine"](steps, total))), rel=1e-5)
 
 
 def test_segment_resets_and_start_carries():
@@ -295,6 +337,92 @@ def test_train_run_resume_still_appends_to_its_run_dir(tmp_path):
     train_run(small_config("cartpole", "--train.total-timesteps", "320"), fresh, resume=run / "checkpoints",
               warn=lambda line: None)
     assert [r["update"] for r in read_metrics(fresh)] == [5]
+
+
+def runs_table(root, capsys) -> dict[str, str]:
+    """`jaxlab runs ROOT`'s rows by run name: {name: status}."""
+    from jaxlab.cli import main
+
+    assert main(["runs", str(root)]) == 0
+    header, *rows = capsys.readouterr().out.splitlines()
+    status_at = header.index("status")
+    return {row.split()[0]: row[status_at:].split("  ")[0].strip() for row in rows}
+
+
+def test_a_run_through_the_python_api_ends_with_its_summary_and_jaxlab_runs_tells_how_it_ended(tmp_path, capsys):
+    """Trainer(config, run_dir) and jaxlab.run.loop.train(config, run_dir) wrote no summary.json and held no
+    lock: `jaxlab runs` listed such a run as "running or killed" forever. Now the trainer holds the run dir's
+    lock while it trains and close() writes summary.json: done at its last update, stopped when closed before
+    it, an error when its `with` block raised."""
+    from jaxlab.run.lock import held
+    from jaxlab.run.loop import train
+
+    runs = tmp_path / "runs"
+    with Trainer(small_config(), run_dir=runs / "trainer") as trainer:
+        assert held(runs / "trainer") and (runs / "trainer" / "run.json").is_file()
+        train_loop(trainer)
+    train(small_config(), runs / "train")
+    with Trainer(small_config(), run_dir=runs / "short") as trainer:
+        train_loop(trainer, updates=2)
+    with pytest.raises(ZeroDivisionError), Trainer(small_config(), run_dir=runs / "failed") as trainer:
+        train_loop(trainer, updates=1)
+        1 / 0
+    for name in ("trainer", "train"):
+        summary = json.loads((runs / name / "summary.json").read_text())
+        assert (summary["updates"], summary["global_step"]) == (10, 640)
+        assert "stopped" not in summary and "error" not in summary
+        assert json.loads((runs / name / "run.json").read_text())["env_name"] == "cartpole"
+        assert not held(runs / name)
+    assert json.loads((runs / "short" / "summary.json").read_text())["stopped"] == "closed at update 2 of 10"
+    assert json.loads((runs / "failed" / "summary.json").read_text())["error"] == \
+        "ZeroDivisionError: division by zero"
+    assert runs_table(runs, capsys) == {"trainer": "done", "train": "done",
+                                        "short": "stopped (closed at update 2 of 10)", "failed": "error"}
+
+
+HOLD_A_RUN_DIR = """
+import sys
+from jaxlab.config import load_config
+from jaxlab.train.trainer import Trainer
+config, _ = load_config("cartpole", flags=sys.argv[2:])
+with Trainer(config, run_dir=sys.argv[1]):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_a_second_writer_into_a_run_dir_that_a_trainer_holds_is_refused_naming_it(tmp_path):
+    """Two Python processes could record into one run dir (a trainer that had not logged yet left an empty
+    metrics.jsonl, which holds no run), mixing their records. Now the first holds the run dir's lock and
+    the second is refused, through Trainer, jaxlab.run.loop.train and record_to alike, writing nothing."""
+    import subprocess
+    import sys
+
+    from jaxlab.run.lock import RunDirInUse
+    from jaxlab.run.loop import train
+
+    run = tmp_path / "run"
+    flags = ["--vec.num-envs", "8", "--train.bptt-horizon", "8", "--train.minibatch-size", "16",
+             "--policy.hidden-size", "16", "--policy.mlp-layers", "16", "--train.total-timesteps", "640"]
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_A_RUN_DIR, str(run), *flags], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = run_files(run)
+        refusal = f"run dir {run} is in use by process {holder.pid} ("
+        with pytest.raises(RunDirInUse) as refused:
+            Trainer(small_config(), run_dir=run)
+        assert str(refused.value).startswith(refusal)
+        assert str(refused.value).endswith("); wait for it to end or stop it, or pass another run_dir")
+        with pytest.raises(RunDirInUse, match=re.escape(refusal)):
+            train(small_config(), run)
+        with Trainer(small_config()) as other, pytest.raises(RunDirInUse, match=re.escape(refusal)):
+            other.record_to(run, resumed=True)  # a resume skips the check for an earlier run, not this one
+        assert run_files(run) == before
+    finally:
+        holder.communicate("", timeout=120)
+    assert holder.returncode == 0
+    assert json.loads((run / "summary.json").read_text())["stopped"] == "closed at update 0 of 10"
 
 
 def test_train_before_evaluate_is_an_error():

@@ -114,15 +114,17 @@ def test_the_advantages_state_keeps_each_sequences_latest_ratio():
     log_ratio = jnp.log(jnp.full((T, 2), 0.5))
     state = est.observe(state, jnp.array([1, 3]), log_ratio)
     np.testing.assert_allclose(state.ratio, np.array([[1, 0.5, 1, 0.5]] * T), rtol=1e-6)
-    index, adv, ret, weights = est.minibatch(state, segment, jnp.array([0, 1]), jax.random.PRNGKey(0), jnp.int32(0))
+    index, adv, ret, weights = est.minibatch(state, segment, jnp.array([0, 1]), jax.random.PRNGKey(0), jnp.int32(0),
+                                               jnp.int32(1))
     want = vtrace.vtrace(segment.rewards, segment.values, no, no, segment.bootstrap_values, segment.next_values,
                          state.ratio, 0.9, 0.95, 1.0, 1.0)
     np.testing.assert_allclose(adv, want[0][:, [0, 1]], rtol=1e-6)
     assert weights is None and index.tolist() == [0, 1]
     assert Advantages("gae", 0.9, 0.95).start(segment).ratio is None
-    prio = Advantages("gae", 0.9, 0.95, prio_alpha=1.0, prio_beta0=0.5, total_steps=10)
+    prio = Advantages("gae", 0.9, 0.95, prio_alpha=1.0, prio_beta0=0.5)
     state = prio.start(segment)
-    index, adv, _, weights = prio.minibatch(state, segment, jnp.array([0, 1]), jax.random.PRNGKey(3), jnp.int32(5))
+    index, adv, _, weights = prio.minibatch(state, segment, jnp.array([0, 1]), jax.random.PRNGKey(3), jnp.int32(5),
+                                            jnp.int32(10))
     probs = vtrace.priorities(state.advantages, 1.0)
     np.testing.assert_allclose(weights, (N * probs[index]) ** -0.75, rtol=1e-6)  # beta 0.5 -> 0.75 halfway
     np.testing.assert_allclose(adv, state.advantages[:, index], rtol=1e-6)

@@ -269,7 +269,8 @@ def nested_run_folders(root: Path) -> list[tuple[Path, int]]:
 def unfinished_status(run: Path, info: dict) -> str:
     """The status of a run dir without summary.json (``info``: its run.json): "running" while a process
     holds its lock; "killed" when the process its .lock names, on this host, is gone without releasing it
-    (kill -9, out of memory); else "running or killed" (no .lock: a Trainer from Python; another host's run)."""
+    (kill -9, out of memory); else "running or killed" (another host's run; no .lock: a Trainer of a jaxlab
+    that took no lock)."""
     from jaxlab.run import lock
 
     if lock.held(run):

@@ -3,10 +3,10 @@
 A second run of the same shapes on the same device loads its three executables (the rollout's step
 and finish, the update) from disk instead of compiling them. JAX keys each entry by the computation
 (every shape and dtype in it), the device, the JAX/XLA version and the compile options; jaxlab adds
-its own version as a subfolder, so an upgrade never reads another version's entries. The update holds
-the learning-rate schedule's length (the run's optimizer steps) as a constant: a resume that changes
-train.total_timesteps under an annealed learning rate compiles the update again (a "partial" verdict);
-the profiler (--profile) compiles nothing of its own.
+its own version as a subfolder, so an upgrade never reads another version's entries. The update takes
+the learning-rate schedule's length (the run's optimizer steps) as an input, not a constant: a resume
+that changes train.total_timesteps loads the same update; the profiler (--profile) compiles nothing of
+its own.
 
 ``device.compile_cache``: "auto" (``$JAXLAB_CACHE_DIR``, else ``$XDG_CACHE_HOME/jaxlab``, else
 ``~/.cache/jaxlab``; then ``xla/jaxlab-<version>``), a folder (``<folder>/jaxlab-<version>``), or

@@ -18,11 +18,22 @@ class RunDirInUse(RuntimeError):
     """Another live process holds the run dir's lock; the message names it."""
 
 
-class RunDirLock:
-    """Context manager holding the exclusive lock of ``run_dir`` (created if missing)."""
+def in_use(run_dir: Path, fd: int, named: str) -> RunDirInUse:
+    """The refusal of ``run_dir``, whose .lock (open as ``fd``) another process holds: naming that owner,
+    and ``named`` (how the caller gives a run dir: the CLI's --run-dir, the Python API's run_dir) as the
+    way out."""
+    owner = os.read(fd, 4096).decode(errors="replace").strip() or "another process"
+    return RunDirInUse(f"run dir {run_dir} is in use by {owner}; wait for it to end or stop it, or pass another "
+                       f"{named}")
 
-    def __init__(self, run_dir: str | Path):
+
+class RunDirLock:
+    """Context manager holding the exclusive lock of ``run_dir`` (created if missing); ``named``: what the
+    refusal calls the run dir (see in_use)."""
+
+    def __init__(self, run_dir: str | Path, named: str = "--run-dir"):
         self.path = Path(run_dir) / ".lock"
+        self.named = named
         self._fd: int | None = None
 
     def __enter__(self) -> RunDirLock:
@@ -31,10 +42,9 @@ class RunDirLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            owner = os.read(fd, 4096).decode(errors="replace").strip() or "another process"
+            refusal = in_use(self.path.parent, fd, self.named)
             os.close(fd)
-            raise RunDirInUse(f"run dir {self.path.parent} is in use by {owner}; wait for it to end or stop "
-                              "it, or pass another --run-dir") from None
+            raise refusal from None
         os.ftruncate(fd, 0)
         os.write(fd, f"process {os.getpid()} ({' '.join(sys.argv)[:200]})\n".encode())
         self._fd = fd
@@ -51,18 +61,27 @@ class RunDirLock:
 def held(run_dir: str | Path) -> bool:
     """Whether a live process holds ``run_dir``'s lock (the run is going on); False for a run dir without
     .lock or whose .lock a process that ended left behind."""
+    try:
+        refuse_if_in_use(run_dir)
+    except RunDirInUse:
+        return True
+    return False
+
+
+def refuse_if_in_use(run_dir: str | Path, named: str = "--run-dir") -> None:
+    """RunDirInUse (see in_use) when a live process holds ``run_dir``'s lock; creates and takes nothing (a
+    check before the work that RunDirLock then guards)."""
     path = Path(run_dir) / ".lock"
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
-        return False
+        return
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # released by the close below
     except BlockingIOError:
-        return True
+        raise in_use(path.parent, fd, named) from None
     finally:
         os.close(fd)
-    return False
 
 
 def owner_pid(run_dir: str | Path) -> int | None:

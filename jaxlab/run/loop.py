@@ -76,7 +76,9 @@ def log_to(on_log: Callable[[dict], None]) -> Hook:
 def train(config: config_lib.Config, run_dir: str | Path | None = None,
           on_log: Callable[[dict], None] | None = None) -> list[dict]:
     """Runs every update of ``config`` (metrics.jsonl in ``run_dir`` when given, which must not hold a
-    run already: ConfigError; no checkpoints); returns the records. ``on_log(record)`` per update."""
+    run already: ConfigError, nor be in use by another process: RunDirInUse; its lock held throughout,
+    config.toml, run.json and at the end summary.json written as Trainer.record_to does; no checkpoints);
+    returns the records. ``on_log(record)`` per update."""
     from jaxlab.train.trainer import Trainer
 
     with Trainer(config, run_dir=run_dir) as trainer:
@@ -357,7 +359,8 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
             warn(f"resumed from {result.resumed_from} at update {trainer.update_index}, "
                  f"step {trainer.global_step:,}")
         if primary:  # only now: a resume that fails leaves the run's records as they were
-            trainer.record_to(run_dir, resumed=resume is not None)  # refused without a resume: checked above
+            # refused without a resume: checked above; the lock and summary.json are this function's
+            trainer.record_to(run_dir, resumed=resume is not None, owner=False)
             unstarted.started()
             (run_dir / "summary.json").unlink(missing_ok=True)  # a resumed run's is stale until this one ends
             records.write_run_info(run_dir, config, [f"{d.platform}:{d.device_kind}" for d in jax.devices()], notes)

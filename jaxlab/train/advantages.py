@@ -25,14 +25,14 @@ class AdvantageState(NamedTuple):
 class Advantages:
     """``kind`` "gae" or "vtrace"; rewards are multiplied by ``reward_scale`` first. ``prio_alpha`` > 0
     draws each minibatch's B sequences with replacement by advantage magnitude (jaxlab.agent.vtrace),
-    their advantages weighted by (N p)^-beta, beta annealed from ``prio_beta0`` to 1 over
-    ``total_steps`` optimizer steps; 0 trains on every sequence once per epoch, unweighted."""
+    their advantages weighted by (N p)^-beta, beta annealed from ``prio_beta0`` to 1 over the run's
+    optimizer steps (minibatch's ``total_steps``); 0 trains on every sequence once per epoch, unweighted."""
 
     def __init__(self, kind: str, gamma: float, lam: float, reward_scale: float = 1.0, rho_clip: float = 1.0,
-                 c_clip: float = 1.0, prio_alpha: float = 0.0, prio_beta0: float = 0.2, total_steps: int = 1):
+                 c_clip: float = 1.0, prio_alpha: float = 0.0, prio_beta0: float = 0.2):
         self.kind, self.gamma, self.lam, self.reward_scale = kind, gamma, lam, reward_scale
         self.rho_clip, self.c_clip = rho_clip, c_clip
-        self.prio_alpha, self.prio_beta0, self.total_steps = prio_alpha, prio_beta0, max(total_steps, 1)
+        self.prio_alpha, self.prio_beta0 = prio_alpha, prio_beta0
 
     def _estimate(self, segment, ratio):
         s = segment
@@ -48,10 +48,12 @@ class Advantages:
         ratio = jnp.ones_like(segment.values) if self.kind == "vtrace" else None
         return AdvantageState(advantages, returns, ratio)
 
-    def minibatch(self, state: AdvantageState, segment, index: jax.Array, key: jax.Array, step: jax.Array):
+    def minibatch(self, state: AdvantageState, segment, index: jax.Array, key: jax.Array, step: jax.Array,
+                  total_steps: jax.Array):
         """(index [B], advantages [T, B], returns [T, B], importance weights [B] or None) of one minibatch:
         ``index`` is the permutation's slice (kept unless prioritised), ``key`` draws a prioritised one,
-        ``step`` (optimizer steps so far) anneals beta."""
+        ``step`` (int32 []: optimizer steps so far) of ``total_steps`` (int32 []: the run's, at least 1 counted)
+        anneals beta."""
         advantages, returns = state.advantages, state.returns
         if state.ratio is not None:
             advantages, returns = self._estimate(segment, state.ratio)
@@ -59,7 +61,7 @@ class Advantages:
         if self.prio_alpha > 0:
             probs = vtrace.priorities(advantages, self.prio_alpha, segment.active)
             index = vtrace.sample(key, probs, index.shape[0])
-            beta = vtrace.annealed_beta(self.prio_beta0, step / self.total_steps)
+            beta = vtrace.annealed_beta(self.prio_beta0, step / jnp.maximum(total_steps, 1))
             weights = vtrace.importance_weights(probs, index, beta)
         return index, advantages[:, index], returns[:, index], weights
 

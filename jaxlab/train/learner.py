@@ -61,18 +61,39 @@ def concat_segments(segments: list[Segment]) -> Segment:
 class TrainState(NamedTuple):
     params: Any
     opt_state: Any
-    step: jax.Array  # optimizer steps taken (drives the learning-rate schedule)
+    step: jax.Array         # int32 []: optimizer steps taken (drives the learning-rate schedule)
+    total_steps: jax.Array  # int32 []: the run's optimizer steps, the schedule's length (and prio beta's):
+                            # an input, not a constant, so that runs of any length share one compiled update
 
 
-def lr_schedule(learning_rate: float, kind: str, total_steps: int, min_lr_ratio: float) -> Callable:
-    """optax schedule of the learning rate over ``total_steps`` optimizer steps, floored at
-    learning_rate * min_lr_ratio."""
+def lr_schedule(learning_rate: float, kind: str, min_lr_ratio: float) -> Callable:
+    """schedule(step, total_steps) -> the learning rate (float32 []) at optimizer step ``step`` of a run of
+    ``total_steps`` (int32 [] arrays or ints), floored at learning_rate * min_lr_ratio: optax's
+    linear_schedule and cosine_decay_schedule over max(total_steps, 1) steps, the same arithmetic, with the
+    length an argument that may be traced (optax's take it as a Python constant of the computation)."""
     floor = learning_rate * min_lr_ratio
-    if kind == "linear":
-        return optax.linear_schedule(learning_rate, floor, max(total_steps, 1))
-    if kind == "cosine":
-        return optax.cosine_decay_schedule(learning_rate, max(total_steps, 1), alpha=min_lr_ratio)
-    return optax.constant_schedule(learning_rate)
+
+    def linear(step, total_steps):
+        length = jnp.maximum(total_steps, 1)
+        fraction = 1 - jnp.clip(step, 0, length) / length
+        return (learning_rate - floor) * fraction + floor
+
+    def cosine(step, total_steps):
+        length = jnp.maximum(total_steps, 1).astype(jnp.float32)
+        cosine_decay = 0.5 * (1 + jnp.cos(jnp.pi * jnp.minimum(step, length) / length))
+        return learning_rate * ((1 - min_lr_ratio) * cosine_decay + min_lr_ratio)
+
+    def constant(step, total_steps):
+        return jnp.asarray(learning_rate, jnp.float32)
+
+    return {"linear": linear, "cosine": cosine}.get(kind, constant)
+
+
+def optimizer_over(schedule: Callable, total_steps, max_grad_norm: float) -> optax.GradientTransformation:
+    """make_optimizer with the learning rate schedule(count, ``total_steps``) (an lr_schedule; count: the
+    optimizer's own step count, which moves with TrainState.step). Its state's structure is the same
+    whatever ``total_steps``."""
+    return make_optimizer(lambda count: schedule(count, total_steps), max_grad_norm)
 
 
 def make_optimizer(schedule: Callable, max_grad_norm: float) -> optax.GradientTransformation:
@@ -131,19 +152,19 @@ def mean_over_minibatches(metrics: dict, rows: jax.Array) -> dict:
     return {name: mean(name, values) for name, values in metrics.items()}
 
 
-def make_update(policy, spec: distributions.ActionSpec, optimizer: optax.GradientTransformation,
-                schedule: Callable, *, num_minibatches: int, update_epochs: int, gamma: float, lam: float,
-                reward_scale: float,
+def make_update(policy, spec: distributions.ActionSpec, schedule: Callable, *, max_grad_norm: float,
+                num_minibatches: int, update_epochs: int, gamma: float, lam: float, reward_scale: float,
                 clip_coef: float, vf_coef: float, vf_clip_coef: float, ent_coef: float, norm_adv: bool,
                 on_trace: Callable[[], None] = lambda: None, advantage: str = "gae", rho_clip: float = 1.0,
-                c_clip: float = 1.0, prio_alpha: float = 0.0, prio_beta0: float = 0.2,
-                total_steps: int = 1) -> Callable:
-    """Returns update(state, segment, key) -> (state, metrics), not yet jitted. ``on_trace`` is called
-    each time JAX traces it (so each compile can be counted). ``advantage`` ("gae" or "vtrace", with
-    ``rho_clip``, ``c_clip``) and ``prio_alpha``, ``prio_beta0`` (annealed over ``total_steps``
-    optimizer steps) choose the advantage estimator and the minibatch sampling
-    (jaxlab.train.advantages; the defaults are GAE and every sequence once per epoch)."""
-    estimator = Advantages(advantage, gamma, lam, reward_scale, rho_clip, c_clip, prio_alpha, prio_beta0, total_steps)
+                c_clip: float = 1.0, prio_alpha: float = 0.0, prio_beta0: float = 0.2) -> Callable:
+    """Returns update(state, segment, key) -> (state, metrics), not yet jitted. The optimizer is
+    optimizer_over(``schedule``, state.total_steps, ``max_grad_norm``): the run's length comes with the
+    state, so one compile serves runs of any length. ``on_trace`` is called each time JAX traces it (so
+    each compile can be counted). ``advantage`` ("gae" or "vtrace", with ``rho_clip``, ``c_clip``) and
+    ``prio_alpha``, ``prio_beta0`` (annealed over state.total_steps optimizer steps) choose the advantage
+    estimator and the minibatch sampling (jaxlab.train.advantages; the defaults are GAE and every
+    sequence once per epoch)."""
+    estimator = Advantages(advantage, gamma, lam, reward_scale, rho_clip, c_clip, prio_alpha, prio_beta0)
 
     def loss_fn(params, mb: Segment, advantages, returns, adv_weights):
         _, head, values, log_std = policy.apply(params, mb.start_carry, mb.obs, mb.resets, method="unroll")
@@ -159,19 +180,22 @@ def make_update(policy, spec: distributions.ActionSpec, optimizer: optax.Gradien
         on_trace()
         num_agents = segment.rewards.shape[1]
         per_minibatch = num_agents // num_minibatches
+        optimizer = optimizer_over(schedule, state.total_steps, max_grad_norm)
 
         def minibatch(carry, inputs):
             state, estimates = carry
-            index, advantages, returns, weights = estimator.minibatch(estimates, segment, *inputs, state.step)
+            index, advantages, returns, weights = estimator.minibatch(estimates, segment, *inputs, state.step,
+                                                                      state.total_steps)
             mb = _take_agents(segment, index)
             grads, (terms, logp) = grad_fn(state.params, mb, advantages, returns, weights)
             updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
             params = optax.apply_updates(state.params, updates)
             metrics = {"policy_loss": terms.policy, "value_loss": terms.value, "entropy": terms.entropy,  # METRICS
                        "approx_kl": terms.approx_kl, "clip_fraction": terms.clip_fraction,
-                       "grad_norm": global_norm(grads), "learning_rate": schedule(state.step)}
+                       "grad_norm": global_norm(grads), "learning_rate": schedule(state.step, state.total_steps)}
             estimates = estimator.observe(estimates, index, logp - mb.logp)
-            return (TrainState(params, opt_state, state.step + 1), estimates), (metrics, active_rows(mb))
+            return (state._replace(params=params, opt_state=opt_state, step=state.step + 1), estimates), \
+                (metrics, active_rows(mb))
 
         def epoch(carry, epoch_key):
             order = jax.random.permutation(epoch_key, num_agents).reshape(num_minibatches, per_minibatch)

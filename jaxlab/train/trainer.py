@@ -27,12 +27,12 @@ from jaxlab.env.sdk import SOURCE_HASH_VERSION, source_hash
 from jaxlab.messages import counted
 from jaxlab.observe.device_memory import memory_fields
 from jaxlab.observe.records import json_safe
-from jaxlab.train.learner import METRICS, TrainState, lr_schedule, make_optimizer, make_update
+from jaxlab.train.learner import METRICS, TrainState, lr_schedule, make_update, optimizer_over
 from jaxlab.train.parallel import DataParallel
 from jaxlab.train.process_state import ProcessState
 from jaxlab.train.build import learner_reward_scale, make_policy, obs_norm_on, reward_norm_on
 from jaxlab.train.normalization import RETURN_STD, Normalization
-from jaxlab.train.compiling import host_zeros, jit_once, jit_step
+from jaxlab.train.compiling import host_zeros, jit_once, jit_step, to_device
 from jaxlab.train.rollout import TIMING, EpisodeStats, Rollout, make_step
 
 
@@ -116,7 +116,9 @@ def refuse_an_earlier_run(run_dir: str | Path, update: int = 0) -> None:
 class Trainer:
     """PPO on one VecEnv. evaluate() collects a segment, train() updates on it, mean_and_log() returns
     (and, with a run_dir or after record_to(run_dir), appends to metrics.jsonl) the metrics of the update.
-    A run_dir that holds a run already is refused (ConfigError) before anything is built or written.
+    A run_dir that holds a run already is refused (ConfigError), and one that another process holds
+    (RunDirInUse), before anything is built or written; the trainer holds its lock until close(), which
+    writes its summary.json (see record_to).
 
     ``max_traces``: when set, each jitted function fails (chex.assert_max_traces) if traced more often.
     """
@@ -126,8 +128,12 @@ class Trainer:
         self.config = config
         c, t = config, config.train
         self._metrics_file = None
-        if run_dir is not None:
-            refuse_an_earlier_run(run_dir)  # before the envs and the compiles
+        self._run_lock = None  # the run dir's lock, while this trainer owns its run dir (record_to)
+        if run_dir is not None:  # before the envs and the compiles
+            from jaxlab.run.lock import refuse_if_in_use
+
+            refuse_if_in_use(run_dir, named="run_dir")
+            refuse_an_earlier_run(run_dir)
         from jaxlab.config.memory import env_shape
         from jaxlab.run import compile_cache
 
@@ -151,9 +157,10 @@ class Trainer:
         self.norm = Normalization(obs_norm_on(c, obs_space.dtype), reward_norm_on(c), obs_space.shape,
                                   self.sizes.num_agents, t.gamma, jax.process_count())
         A = self.sizes.num_agents
-        total_opt_steps = self.sizes.num_updates * t.update_epochs * self.sizes.num_minibatches
-        self.schedule = lr_schedule(t.learning_rate, t.anneal_lr, total_opt_steps, t.min_lr_ratio)
-        optimizer = make_optimizer(self.schedule, t.max_grad_norm)
+        # the schedule's length is the train state's total_steps, not part of any compile
+        self.total_opt_steps = self.sizes.num_updates * t.update_epochs * self.sizes.num_minibatches
+        self.schedule = lr_schedule(t.learning_rate, t.anneal_lr, t.min_lr_ratio)
+        optimizer = optimizer_over(self.schedule, self.total_opt_steps, t.max_grad_norm)  # its init's structure
         obs = np.zeros((A, *obs_space.shape), np.float32 if self.norm.obs_norm else obs_space.dtype)
 
         def init_state(seed, carry, obs, reset):
@@ -173,7 +180,7 @@ class Trainer:
             if not c.policy.module or isinstance(err, config_lib.ConfigError):
                 raise
             raise config_lib.ConfigError(f"policy.module={c.policy.module!r}: {err}") from None
-        self.state = TrainState(params, opt_state, host_zeros((), np.int32))
+        self.state = self._train_state(params, opt_state, host_zeros((), np.int32))
         self._split_key = jit_once(lambda key: tuple(jax.random.split(key)))  # each update's key
         self.num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
 
@@ -184,13 +191,13 @@ class Trainer:
         step, finish = make_step(self.norm.acting_policy(policy), self.spec, self.env.buffers.layout,
                                  on_trace=lambda: self._traced("rollout"))
         update = make_update(self.parallel.wrap(self.policy, training=True) if self.parallel else policy,
-                             self.spec, optimizer, self.schedule,
+                             self.spec, self.schedule, max_grad_norm=t.max_grad_norm,
                              num_minibatches=self.sizes.num_minibatches, update_epochs=t.update_epochs,
                              gamma=t.gamma, lam=t.gae_lambda, reward_scale=learner_reward_scale(c),
                              clip_coef=t.clip_coef, vf_coef=t.vf_coef, vf_clip_coef=t.vf_clip_coef, ent_coef=t.ent_coef, norm_adv=t.norm_adv,
                              on_trace=lambda: self._traced("update"), advantage=t.advantage,
                              rho_clip=t.vtrace_rho_clip, c_clip=t.vtrace_c_clip, prio_alpha=t.prio_alpha,
-                             prio_beta0=t.prio_beta0, total_steps=total_opt_steps)
+                             prio_beta0=t.prio_beta0)
         step, finish, update = (with_matmul_precision(f, c.device.matmul_precision) for f in (step, finish, update))
         if max_traces is not None:
             step, finish, update = (chex.assert_max_traces(f, n=max_traces) for f in (step, finish, update))
@@ -231,21 +238,77 @@ class Trainer:
         if run_dir is not None:
             self.record_to(run_dir)
 
-    def record_to(self, run_dir: str | Path, resumed: bool = False) -> None:
+    def record_to(self, run_dir: str | Path, resumed: bool = False, owner: bool = True) -> None:
         """Writes the config to RUN_DIR/config.toml and appends each update's metrics to metrics.jsonl
         from now on. A run dir that holds a run already is refused (ConfigError, nothing written;
         refuse_an_earlier_run), unless ``resumed``: this trainer continues that run from one of its
         checkpoints (load_checkpoint), and metrics.jsonl holds no record after the update it resumed at
-        (jaxlab.run.resume.keep_metrics_until cuts the later ones; train_run does both)."""
+        (jaxlab.run.resume.keep_metrics_until cuts the later ones; train_run does both).
+        ``owner``: the trainer owns the run dir, as `jaxlab train` does its own: it holds the run dir's
+        lock until close() (a run dir another process holds is refused: RunDirInUse, nothing written),
+        writes run.json now (a resume's stale summary.json goes) and summary.json at close() (see
+        end_run), so that `jaxlab runs` tells how the run ended. train_run, which does all that itself,
+        passes False. In a run over several processes only process 0 takes the lock and writes them."""
+        from jaxlab.run.distributed import is_primary
+        from jaxlab.run.lock import RunDirLock, refuse_if_in_use
+
         run_dir = Path(run_dir)
+        owner = owner and is_primary()
+        if self._run_lock is not None:  # a run dir recorded to before: its run ends here
+            self.end_run()
+        if owner:
+            refuse_if_in_use(run_dir, named="run_dir")
         if resumed:
             self._check_resumed_records(run_dir / "metrics.jsonl")
         else:
             refuse_an_earlier_run(run_dir, self.update_index)
-        self.run_dir = run_dir
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.toml").write_text(config_lib.to_toml(self.config))
-        self._metrics_file = open(self.run_dir / "metrics.jsonl", "a")
+        lock = RunDirLock(run_dir, named="run_dir").__enter__() if owner else None  # creates run_dir
+        try:
+            self.run_dir = run_dir
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "config.toml").write_text(config_lib.to_toml(self.config))
+            if owner:
+                self._start_run_records()
+            if self._metrics_file is not None:
+                self._metrics_file.close()
+            self._metrics_file = open(self.run_dir / "metrics.jsonl", "a")
+        except BaseException:
+            if lock is not None:
+                lock.__exit__(None, None, None)
+            raise
+        self._run_lock = lock
+
+    def _start_run_records(self) -> None:
+        """run.json of the run this trainer owns (jaxlab.observe.records.write_run_info; its command is
+        the Python program's), and no summary.json until it ends (a resumed run's is stale)."""
+        from jaxlab.observe import records
+
+        (self.run_dir / "summary.json").unlink(missing_ok=True)
+        records.write_run_info(self.run_dir, self.config, [f"{d.platform}:{d.device_kind}" for d in jax.devices()])
+
+    def end_run(self, error: BaseException | None = None) -> None:
+        """Writes summary.json of the run dir this trainer owns (record_to) and releases its lock; close()
+        calls it, and leaving a ``with Trainer(...)`` block with ``error`` (the exception). How the run
+        ended, as `jaxlab runs` shows it: done at its last update; ``error``: "error" (a KeyboardInterrupt
+        as stopped at once by SIGINT); closed before its last update: stopped ("closed at update U of N").
+        Nothing for a trainer that owns no run dir, or once done."""
+        from jaxlab.observe import records
+
+        lock, self._run_lock = self._run_lock, None
+        if lock is None:
+            return
+        status = {}
+        if error is not None:
+            status["error"] = f"{type(error).__name__}: {error}".splitlines()[0]
+            if isinstance(error, KeyboardInterrupt):
+                status["stopped"] = "SIGINT"
+        elif self.update_index < self.sizes.num_updates:
+            status["stopped"] = f"closed at update {self.update_index} of {self.sizes.num_updates}"
+        best = self.config.checkpoint.best_metric
+        try:
+            records.write_summary(self.run_dir, best if best in self.record_names else "episode_return", **status)
+        finally:
+            lock.__exit__(None, None, None)
 
     def _check_resumed_records(self, path: Path) -> None:
         """ConfigError when ``path`` (a metrics.jsonl this trainer would continue) holds records after
@@ -261,6 +324,11 @@ class Trainer:
                 f"{path} holds records up to update {max(later)}, after update {self.update_index} that this "
                 f"trainer continues from, so its next updates would be in it twice; drop them first with "
                 f"jaxlab.run.resume.keep_metrics_until({str(path)!r}, {self.update_index}), or record to a new run dir")
+
+    def _train_state(self, params, opt_state, step: jax.Array) -> TrainState:
+        """The train state at optimizer step ``step`` (int32 []) of this run's length (total_opt_steps, from
+        the config: a checkpoint's step continues under the resumed config's train.total_timesteps)."""
+        return TrainState(params, opt_state, step, to_device(np.asarray(self.total_opt_steps, np.int32)))
 
     def _traced(self, name: str) -> None:
         self.traces[name] += 1
@@ -409,7 +477,7 @@ class Trainer:
         """Puts a checkpoint's ``state`` and ``meta`` (from jaxlab.checkpoint.read) into this trainer."""
         to_jax = lambda tree: jax.tree.map(jnp.asarray, tree)  # noqa: E731
         train = state["train"]
-        self.state = TrainState(to_jax(train["params"]), to_jax(train["opt_state"]), jnp.asarray(train["step"]))
+        self.state = self._train_state(to_jax(train["params"]), to_jax(train["opt_state"]), jnp.asarray(train["step"]))
         self.update_key = jnp.asarray(state["update_key"])
         r, saved = self.rollout, state["rollout"]
         r.key = jnp.asarray(saved["key"])
@@ -500,7 +568,7 @@ class Trainer:
         parts, meta = checkpoint.read_parts(Path(path), template, meta)
         to_jax = lambda tree: jax.tree.map(jnp.asarray, tree)  # noqa: E731
         train = parts["train"]
-        self.state = TrainState(to_jax(train["params"]), to_jax(train["opt_state"]), jnp.asarray(train["step"]))
+        self.state = self._train_state(to_jax(train["params"]), to_jax(train["opt_state"]), jnp.asarray(train["step"]))
         if self.norm.state:
             self.norm.state = to_jax(parts["norm"])
         if self.parallel:
@@ -508,16 +576,20 @@ class Trainer:
         return meta
 
     def close(self) -> None:
+        """Closes the envs and metrics.jsonl, and ends the run of a run dir this trainer owns (end_run)."""
         for env in getattr(self, "envs", []):
             env.close()
         if self._metrics_file is not None:
             self._metrics_file.close()
             self._metrics_file = None
+        self.end_run()
 
     def __enter__(self) -> "Trainer":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, error, traceback) -> None:
+        if error is not None:
+            self.end_run(error)
         self.close()
 
 
