@@ -522,3 +522,17 @@ def test_the_update_reruns_each_sequence_from_its_start_carry_and_resets(obs_nor
     assert metrics["value_loss"] == pytest.approx(expected, rel=1e-4)
     assert metrics["clip_fraction"] == 0.0
     assert abs(metrics["approx_kl"]) < 1e-8
+
+
+def test_only_process_0_of_a_run_over_several_processes_records_through_the_python_api(tmp_path, monkeypatch):
+    """Trainer(config, run_dir) in every process of a multi-process run (jax.distributed, from Python) had each
+    process write config.toml and append its records to one metrics.jsonl, interleaved. As under `jaxlab train`
+    (train_run), a process other than 0 now writes nothing there."""
+    from jaxlab.run import distributed
+
+    monkeypatch.setattr(distributed, "is_primary", lambda: False)
+    run = tmp_path / "run"
+    with Trainer(small_config(), run_dir=run) as trainer:
+        train_loop(trainer, updates=2)
+        assert trainer.run_dir == run
+    assert not run.exists()

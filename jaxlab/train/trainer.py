@@ -248,12 +248,15 @@ class Trainer:
         lock until close() (a run dir another process holds is refused: RunDirInUse, nothing written),
         writes run.json now (a resume's stale summary.json goes) and summary.json at close() (see
         end_run), so that `jaxlab runs` tells how the run ended. train_run, which does all that itself,
-        passes False. In a run over several processes only process 0 takes the lock and writes them."""
+        passes False. In a run over several processes only process 0 writes the run dir's records (config.toml,
+        metrics.jsonl, the lock, run.json and summary.json): the others record nothing, as under train_run."""
         from jaxlab.run.distributed import is_primary
         from jaxlab.run.lock import RunDirLock, refuse_if_in_use
 
         run_dir = Path(run_dir)
-        owner = owner and is_primary()
+        if not is_primary():
+            self.run_dir = run_dir
+            return
         if self._run_lock is not None:  # a run dir recorded to before: its run ends here
             self.end_run()
         if owner:
