@@ -750,3 +750,21 @@ def test_a_memory_fraction_given_on_a_cpu_is_named_once_as_doing_nothing(capsys,
     assert len([line for line in err.splitlines() if "memory-fraction" in line]) == 1
     assert cli.main(["config", "cartpole"]) == 0
     assert "memory-fraction" not in capsys.readouterr().err
+
+
+def test_a_config_file_or_preset_given_twice_is_refused_not_the_first_dropped(tmp_path, capsys):
+    first, second = tmp_path / "first.toml", tmp_path / "second.toml"
+    first.write_text("[vec]\nnum_envs = 16\n")
+    second.write_text("[train]\nseed = 7\n")
+    with pytest.raises(SystemExit) as end:  # argparse kept the last file and dropped the first's num_envs
+        cli.main(["config", "cartpole", "--config", str(first), "--config", str(second)])
+    assert end.value.code == 2
+    assert (f"jaxlab config: error: argument --config: given twice ({first}, then {second}); jaxlab reads one "
+            "--config file: merge them into one") in capsys.readouterr().err
+    with pytest.raises(SystemExit) as end:
+        cli.main(["config", "cartpole", "--preset", "cpu", "--preset", "heavy"])
+    assert end.value.code == 2
+    assert "argument --preset: given twice (cpu, then heavy); give one --preset: a card then a workload size, " \
+           "comma-separated (e.g. h100,heavy)" in capsys.readouterr().err
+    assert cli.main(["config", "cartpole", "--config", str(first), "--config", str(first)]) == 0  # one file
+    assert "num_envs = 16 " in capsys.readouterr().out
