@@ -75,7 +75,11 @@ def test_integers(text):
     (["--base.package", "ocean"], r"^unknown config section \[base\] in command line; PufferLib's \[base\] has no "
                                   r"jaxlab section: the env is ENV on the command line"),
     (["--wandb"], r"^unexpected argument '--wandb'; did you mean --log.wandb true\?"),
-    (["--seed", "1"], r"^unexpected argument '--seed'; did you mean --train.seed\?"),
+    (["--seed", "1"], r"^unexpected argument '--seed'; did you mean --train.seed 1\?"),
+    # the value given is kept: CleanRL's `--norm-adv False` got "did you mean --train.norm-adv true?", its opposite
+    (["--norm-adv", "False"], r"^unexpected argument '--norm-adv'; did you mean --train.norm-adv False\?"),
+    (["--norm_adv=False"], r"^unexpected argument '--norm_adv=False'; did you mean --train.norm-adv False\?"),
+    (["--norm-adv", "--train.seed", "1"], r"^unexpected argument '--norm-adv'; did you mean --train.norm-adv true\?"),
 ])
 def test_bad_flags(flags, message):
     with pytest.raises(ConfigError, match=message):

@@ -387,6 +387,21 @@ def repeated_flags(flags: list[str]) -> list[str]:
     return lines
 
 
+def _flag_without_section(flag: str, after: str) -> ConfigError:
+    """The error for ``flag``, an argument that is no --section.key flag (``after``: the argument after it, "" for
+    none): the key it means, when some section has it (--seed: --train.seed), with the value the user gave
+    (--norm-adv False: --train.norm-adv False), or for a boolean given none, true (--wandb: --log.wandb true)."""
+    name, eq, given = flag[2:].partition("=")
+    elsewhere = _key_elsewhere(name.replace("-", "_")) if flag.startswith("--") else None
+    if not elsewhere:
+        return ConfigError(f"unexpected argument {flag!r}; config flags look like --train.seed 1")
+    if not eq and not after.startswith("--"):
+        given = after
+    value = f" {given}" if given else " true" if _is_bool(_schema_field(elsewhere)) else ""
+    return ConfigError(f"unexpected argument {flag!r}; did you mean {flag_of(elsewhere)}{value}? config flags "
+                       "look like --section.key value")
+
+
 def _flag_pairs(flags: list[str]) -> list[tuple[str, str]]:
     """(section.key with dashes, value) of each config flag in order; ConfigError for a malformed one."""
     pairs = []
@@ -394,12 +409,7 @@ def _flag_pairs(flags: list[str]) -> list[tuple[str, str]]:
     while i < len(flags):
         flag = flags[i]
         if not flag.startswith("--") or "." not in flag:
-            elsewhere = _key_elsewhere(flag[2:].partition("=")[0].replace("-", "_")) if flag.startswith("--") else None
-            if elsewhere:  # --wandb (PufferLib's): --log.wandb true
-                value = " true" if _is_bool(_schema_field(elsewhere)) else ""
-                raise ConfigError(f"unexpected argument {flag!r}; did you mean {flag_of(elsewhere)}{value}? "
-                                  "config flags look like --section.key value")
-            raise ConfigError(f"unexpected argument {flag!r}; config flags look like --train.seed 1")
+            raise _flag_without_section(flag, flags[i + 1] if i + 1 < len(flags) else "")
         name, eq, value = flag[2:].partition("=")
         follows_a_value = i + 1 < len(flags) and not flags[i + 1].startswith("--")
         if eq and not value and follows_a_value:  # --train.learning-rate= 1e-3: the shell split them
