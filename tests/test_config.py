@@ -74,6 +74,22 @@ def test_integers(text):
                                     r"a file of its own: `jaxlab sweep ENV --sweep FILE`"),
     (["--base.package", "ocean"], r"^unknown config section \[base\] in command line; PufferLib's \[base\] has no "
                                   r"jaxlab section: the env is ENV on the command line"),
+    # CleanRL's names: what jaxlab has instead, not a close name of another meaning (num_minibatches is a count, not
+    # train.minibatch_size; clip_vloss is no train.clip_coef), in a section, alone, or in a file outside any section
+    (["--train.num-minibatches", "4"], r"^unknown config key 'train.num_minibatches'; CleanRL's num_minibatches is a "
+                                       r"count; jaxlab sets each minibatch's size: train.minibatch_size = batch / "
+                                       r"num_minibatches \(the batch, .*, a multiple of train.bptt_horizon"),
+    (["--num-minibatches", "4"], r"^unexpected argument '--num-minibatches'; CleanRL's num_minibatches is a count"),
+    (["--train.clip-vloss", "true"], r"^unknown config key 'train.clip_vloss'; CleanRL's clip_vloss clips the value "
+                                     r"change by clip_coef; here train.vf_clip_coef is that range itself \(0: no value "
+                                     r"clipping\), e.g. --train.vf-clip-coef 0.2"),
+    (["--train.target-kl", "0.01"], r"^unknown config key 'train.target_kl'; jaxlab has no KL early stop: every "
+                                    r"update runs all train.update_epochs .*; remove it$"),
+    (["--target-kl", "0.01"], r"^unexpected argument '--target-kl'; jaxlab has no KL early stop"),
+    (["--train.num-steps", "128"], r"^unknown config key 'train.num_steps'; CleanRL's num_steps, the steps per env "
+                                   r"in a rollout, is train.bptt_horizon here$"),
+    (["--env-id", "CartPole-v1"], r"^unexpected argument '--env-id'; the env is ENV on the command line"),
+    (["--track"], r"^unexpected argument '--track'; CleanRL's track is log.wandb here \(--log.wandb true"),
     (["--wandb"], r"^unexpected argument '--wandb'; did you mean --log.wandb true\?"),
     (["--seed", "1"], r"^unexpected argument '--seed'; did you mean --train.seed 1\?"),
     # the value given is kept: CleanRL's `--norm-adv False` got "did you mean --train.norm-adv true?", its opposite
@@ -151,6 +167,8 @@ def test_a_refused_minibatch_size_suggests_the_nearest_one_that_is_taken(size, s
     ("max_steps = 100\n", r"put it under \[env\] as max_steps = 100 \(env.max_steps\)$"),
     ("checkpoint_interval = 5\n", r"put it under \[checkpoint\] as interval = 5 \(checkpoint.interval\)$"),
     ('nonsense = "x"\n', r'^nonsense = "x" in .* is outside any \[section\]; put each key under its section'),
+    ("num_minibatches = 4\n", r"^num_minibatches = 4 in .* is outside any \[section\]; CleanRL's num_minibatches is "
+                              r"a count; jaxlab sets each minibatch's size"),
 ])
 def test_a_config_file_key_outside_every_section_says_where_it_belongs(tmp_path, text, message):
     """A flat file (`lstm = false` above every header) was "unknown config section [lstm]": a key taken for a

@@ -228,6 +228,28 @@ PUFFERLIB_SECTIONS = {
 }
 
 
+#: CleanRL's (and PureJaxRL's, in lower case) PPO arguments that jaxlab has under another name or meaning, or
+#: not at all, in whatever section they are written: name -> what to write instead (README, "From CleanRL or
+#: PureJaxRL").
+CLEANRL_NAMES = {
+    "num_steps": "CleanRL's num_steps, the steps per env in a rollout, is train.bptt_horizon here",
+    "num_minibatches": "CleanRL's num_minibatches is a count; jaxlab sets each minibatch's size: train.minibatch_size "
+                       "= batch / num_minibatches (the batch, vec.num_envs x agents per env x train.bptt_horizon, is "
+                       "in `jaxlab config ENV`'s second line), a multiple of train.bptt_horizon (whole sequences)",
+    "clip_vloss": "CleanRL's clip_vloss clips the value change by clip_coef; here train.vf_clip_coef is that "
+                  "range itself (0: no value clipping), e.g. --train.vf-clip-coef 0.2 for CleanRL's clip_vloss true",
+    "target_kl": "jaxlab has no KL early stop: every update runs all train.update_epochs (each update's approx_kl "
+                 "is in metrics.jsonl; fewer epochs or a lower train.learning_rate keep it small); remove it",
+    "env_id": "the env is ENV on the command line (`jaxlab train cartpole`); remove it",
+    "track": "CleanRL's track is log.wandb here (--log.wandb true; project: log.wandb_project)",
+}
+
+
+def cleanrl_hint(key: str) -> str | None:
+    """What jaxlab has for CleanRL's argument ``key`` (dashes or underscores, any case), or None."""
+    return CLEANRL_NAMES.get(key.replace("-", "_").lower())
+
+
 def unknown_key_error(section: str, key: str, known, env_name: str = "", source: str = "",
                       listing: str = "") -> ConfigError:
     """The error for key ``section.key`` that is none of ``known``: the close name, or the key of another
@@ -245,6 +267,8 @@ def unknown_key_error(section: str, key: str, known, env_name: str = "", source:
                 "--device.count")
     if f"{section}.{key}" in PUFFERLIB_KEYS:
         hint = f"; {PUFFERLIB_KEYS[f'{section}.{key}']}"
+    elif cleanrl_hint(key) and section != "env":  # a close name would mislead: num_minibatches is no minibatch_size
+        hint = f"; {cleanrl_hint(key)}"
     if section == "env" and not close and is_python_env(env_name):
         if env_name.startswith("gymnasium:"):
             args = "its constructor's keyword arguments (and gymnasium.make's, e.g. max_episode_steps)"
@@ -266,6 +290,8 @@ def _key_outside_sections(key: str, value, source: str, env_params: dict) -> Con
     written = shown_value(value)
     name = key.replace("-", "_")
     where = f"env.{name}" if name in env_params else _key_elsewhere(name)
+    if where is None and cleanrl_hint(name):
+        return ConfigError(f"{key} = {written} in {source} is outside any [section]; {cleanrl_hint(name)}")
     if where is None:
         fix = "put each key under its section's header, e.g. [policy] for hidden_size (see `jaxlab train --help`)"
     else:
@@ -393,6 +419,9 @@ def _flag_without_section(flag: str, after: str) -> ConfigError:
     (--norm-adv False: --train.norm-adv False), or for a boolean given none, true (--wandb: --log.wandb true)."""
     name, eq, given = flag[2:].partition("=")
     elsewhere = _key_elsewhere(name.replace("-", "_")) if flag.startswith("--") else None
+    if not elsewhere and flag.startswith("--") and cleanrl_hint(name):
+        return ConfigError(f"unexpected argument {flag!r}; {cleanrl_hint(name)}; config flags look like "
+                           "--section.key value")
     if not elsewhere:
         return ConfigError(f"unexpected argument {flag!r}; config flags look like --train.seed 1")
     if not eq and not after.startswith("--"):

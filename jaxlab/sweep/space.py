@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxlab.config import SECTIONS, Config, ConfigError, coerce, coerce_key, derive_sizes, with_layer
-from jaxlab.config.layers import read_toml
+from jaxlab.config.layers import cleanrl_hint, read_toml
 from jaxlab.config.validate import flag_of, flag_value, shown_value
 
 #: Keys that are not hyperparameters: set per trial by the sweep, or by --seeds, or bookkeeping.
@@ -319,6 +319,8 @@ def schema_type(name: str, env_name: str) -> type | str:
     if key not in types:
         close = difflib.get_close_matches(key, list(types), n=1)
         hint = f"did you mean '{section}.{close[0]}'? " if close else ""
+        if cleanrl_hint(key):  # a close name would mislead: num_minibatches is no minibatch_size
+            hint = f"{cleanrl_hint(key)}; "
         raise ConfigError(f"unknown sweep key {name!r}; {hint}keys of [{section}]: {', '.join(types)}")
     full = f"{section}.{key}"
     if full in NOT_SWEPT:
