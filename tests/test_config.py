@@ -179,6 +179,25 @@ def test_a_config_file_key_outside_every_section_says_where_it_belongs(tmp_path,
         load_config("cartpole", config_file=path)
 
 
+@pytest.mark.parametrize("text, fix", [
+    ("[train]\nanneal_lr = True\n", "; TOML's booleans are lower case: anneal_lr = true"),
+    ("[train]\nnorm_adv = False  # CleanRL's\n", "; TOML's booleans are lower case: norm_adv = false"),
+    ("[train]\ntarget_kl = None\n", "; TOML has no None: leave target_kl out to keep its default"),
+    ("[policy]\nactivation = tanh\n", '; a string needs quotes: activation = "tanh"'),
+    ("[train]\nseed = 1\nseed = 2\n", "; seed is given twice in its table: keep one line of it"),
+    ("[train]\nseed = 1,\n", ""),  # another mistake: tomllib's message alone
+])
+def test_a_python_value_or_a_key_twice_in_a_config_file_gets_its_fix(tmp_path, text, fix):
+    """A CleanRL user's Python values (True, None, tanh unquoted) and a key given twice got tomllib's "Invalid
+    value (at line 2, column 13)" or "Cannot overwrite a value" alone."""
+    path = tmp_path / "mine.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config("cartpole", config_file=path)
+    assert re.fullmatch(rf"{re.escape(str(path))} is not valid TOML: [^;]* \(at line \d+, column \d+\)"
+                        rf"{re.escape(fix)}", str(info.value)), str(info.value)
+
+
 SECTION_NAMES = "env, vec, policy, train, device, dist, checkpoint, log"
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import tomllib
 from dataclasses import fields
 from pathlib import Path
@@ -710,13 +711,39 @@ def legacy_defaults(layer: dict) -> dict:
     return {**layer, "policy": policy, "train": train}
 
 
+def _toml_error_fix(text: str, error: str) -> str:
+    """The fix for the TOML ``error`` (tomllib's message, "... (at line L, column C)") in ``text`` when its line
+    holds a mistake a Python user makes: a Python True/False/None as a value, an unquoted string, a key given
+    twice; "" for any other."""
+    at = re.search(r"\(at line (\d+), column \d+\)$", error)
+    lines = text.splitlines()
+    if not at or int(at[1]) > len(lines):
+        return ""
+    written = re.fullmatch(r"\s*([\w.\"'-]+)\s*=\s*(.*?)\s*(#.*)?", lines[int(at[1]) - 1])
+    if not written:
+        return ""
+    key, value = written[1], written[2]
+    if error.startswith("Cannot overwrite a value"):
+        return f"; {key} is given twice in its table: keep one line of it"
+    if not error.startswith("Invalid value"):
+        return ""
+    if value in ("True", "False"):
+        return f"; TOML's booleans are lower case: {key} = {value.lower()}"
+    if value in ("None", "null", "nil"):
+        return f"; TOML has no {value}: leave {key} out to keep its default"
+    if re.fullmatch(r"[A-Za-z_][\w.-]*", value):
+        return f'; a string needs quotes: {key} = "{value}"'
+    return ""
+
+
 def read_toml(path: Path) -> dict:
     """The TOML file ``path`` as a dict; ConfigError naming the file when it is not UTF-8 TOML or cannot
-    be read."""
+    be read (with the fix for a Python value such as True or None, or a key given twice: _toml_error_fix)."""
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"{path} is not valid TOML: {err}") from None
+        raise ConfigError(f"{path} is not valid TOML: {err}{_toml_error_fix(text, str(err))}") from None
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path} is not UTF-8 text (byte {err.start}: {err.object[err.start:err.start + 1]!r}); "
                           "save it as UTF-8 TOML") from None
