@@ -559,3 +559,36 @@ def test_derived_sizes_of_one_say_the_singular():
                                              "--train.total-timesteps", "16"])
     assert derive_sizes(config, agents_per_env=1).describe() == (
         "1 env x 1 agent x horizon 16 = batch 16; 1 minibatch of 16; 1 update for 16 steps")
+
+
+
+def readme_section(title: str) -> str:
+    """The text of README.md's section ``title`` (a ### heading), up to the next heading."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    return text.partition(f"### {title}\n")[2].partition("\n#")[0]
+
+
+def test_the_readmes_cleanrl_table_names_real_keys_and_its_config_is_cleanrls_ppo(tmp_path):
+    """README's "From CleanRL or PureJaxRL": every jaxlab key its table names exists, every CleanRL name the
+    config refuses with a hint is in it, and its config file gives CleanRL ppo.py's sizes and settings."""
+    from jaxlab.config.layers import CLEANRL_NAMES
+
+    section = readme_section("From CleanRL or PureJaxRL")
+    rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| `")]
+    known = {f"{name}.{f.name}" for name, cls in SECTIONS.items() for f in fields(cls)}
+    for row in rows:
+        for key in re.findall(r"`([a-z]+\.[a-z_0-9]+)`", row[1]):
+            assert key in known, row
+    cleanrl = " ".join(row[0] for row in rows)
+    assert all(f"`{name}`" in cleanrl for name in CLEANRL_NAMES), cleanrl
+    block = section.partition("```toml\n")[2].partition("```")[0]
+    (tmp_path / "cleanrl.toml").write_text(block)
+    config, _ = load_config("cartpole", config_file=tmp_path / "cleanrl.toml")
+    sizes = derive_sizes(config, agents_per_env=1)
+    assert (sizes.batch_size, sizes.num_minibatches, sizes.minibatch_size) == (512, 4, 128)
+    assert (config.policy.lstm, list(config.policy.mlp_layers), config.policy.activation) == (False, [64, 64], "tanh")
+    assert not config.policy.shared_trunk and config.train.vf_clip_coef == config.train.clip_coef == 0.2
+    assert (config.train.update_epochs, config.train.ent_coef, config.train.anneal_lr) == (4, 0.01, "linear")
+    assert (config.train.obs_norm, config.train.reward_scale, config.train.seed) == (False, 1.0, 1)
