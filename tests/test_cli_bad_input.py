@@ -768,3 +768,19 @@ def test_a_config_file_or_preset_given_twice_is_refused_not_the_first_dropped(tm
            "comma-separated (e.g. h100,heavy)" in capsys.readouterr().err
     assert cli.main(["config", "cartpole", "--config", str(first), "--config", str(first)]) == 0  # one file
     assert "num_envs = 16 " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, switch, given", [
+    (["eval", "--checkpoint", "RUN", "--deterministic", "False"], "--deterministic", "False"),  # False was ENV
+    (["eval", "cartpole", "--checkpoint", "RUN", "--render=0"], "--render", "0"),
+    (["train", "--resume", "RUN", "--resume-any-env", "false"], "--resume-any-env", "false"),
+])
+def test_a_switch_given_a_boolean_cleanrls_way_is_refused_naming_it(tmp_path, capsys, argv, switch, given):
+    """`--deterministic False` turned the switch on and took False for ENV ("a checkpoint of 'cartpole', not
+    'False'"); `sweep --show False` showed."""
+    run = tmp_path / "run"
+    run.mkdir()
+    assert cli.main([str(run) if a == "RUN" else a for a in argv]) == 2
+    assert capsys.readouterr().err == (f"jaxlab {argv[0]}: error: {switch} takes no value (given {given!r}): write "
+                                       f"{switch} alone to turn it on, or leave it out for off\n")
+    assert list(run.iterdir()) == []
