@@ -96,6 +96,11 @@ def test_integers(text):
     (["--norm-adv", "False"], r"^unexpected argument '--norm-adv'; did you mean --train.norm-adv False\?"),
     (["--norm_adv=False"], r"^unexpected argument '--norm_adv=False'; did you mean --train.norm-adv False\?"),
     (["--norm-adv", "--train.seed", "1"], r"^unexpected argument '--norm-adv'; did you mean --train.norm-adv true\?"),
+    # tyro's negations, as CleanRL's scripts take false: --train.KEY false (anneal_lr takes booleans too)
+    (["--no-anneal-lr"], r"^unexpected argument '--no-anneal-lr'; did you mean --train.anneal-lr false\?"),
+    (["--no_norm_adv"], r"^unexpected argument '--no_norm_adv'; did you mean --train.norm-adv false\?"),
+    (["--no-clip-vloss"], r"^unexpected argument '--no-clip-vloss'; CleanRL's clip_vloss clips the value change"),
+    (["--no-seed"], r"^unexpected argument '--no-seed'; config flags look like --train.seed 1$"),  # no boolean
 ])
 def test_bad_flags(flags, message):
     with pytest.raises(ConfigError, match=message):

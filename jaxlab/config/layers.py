@@ -417,9 +417,16 @@ def repeated_flags(flags: list[str]) -> list[str]:
 def _flag_without_section(flag: str, after: str) -> ConfigError:
     """The error for ``flag``, an argument that is no --section.key flag (``after``: the argument after it, "" for
     none): the key it means, when some section has it (--seed: --train.seed), with the value the user gave
-    (--norm-adv False: --train.norm-adv False), or for a boolean given none, true (--wandb: --log.wandb true)."""
+    (--norm-adv False: --train.norm-adv False), or for a boolean given none, true (--wandb: --log.wandb true);
+    a boolean negated as tyro's flags (CleanRL's) are, false (--no-anneal-lr: --train.anneal-lr false)."""
     name, eq, given = flag[2:].partition("=")
     elsewhere = _key_elsewhere(name.replace("-", "_")) if flag.startswith("--") else None
+    negated = _negated_boolean(name) if flag.startswith("--") and not eq and not elsewhere else None
+    if negated:
+        return ConfigError(f"unexpected argument {flag!r}; did you mean {flag_of(negated)} false? config flags "
+                           "look like --section.key value")
+    if not elsewhere and flag.startswith("--") and name[:3] in ("no-", "no_") and cleanrl_hint(name[3:]):
+        name = name[3:]  # --no-clip-vloss: what clip_vloss is here
     if not elsewhere and flag.startswith("--") and cleanrl_hint(name):
         return ConfigError(f"unexpected argument {flag!r}; {cleanrl_hint(name)}; config flags look like "
                            "--section.key value")
@@ -430,6 +437,15 @@ def _flag_without_section(flag: str, after: str) -> ConfigError:
     value = f" {given}" if given else " true" if _is_bool(_schema_field(elsewhere)) else ""
     return ConfigError(f"unexpected argument {flag!r}; did you mean {flag_of(elsewhere)}{value}? config flags "
                        "look like --section.key value")
+
+
+def _negated_boolean(name: str) -> str | None:
+    """The boolean config key ("section.key") that flag name ``name`` negates as tyro writes false (no-anneal-lr:
+    train.anneal_lr, which takes booleans too), or None."""
+    if name[:3] not in ("no-", "no_"):
+        return None
+    key = _key_elsewhere(name[3:].replace("-", "_"))
+    return key if key and (_is_bool(_schema_field(key)) or key in SPECIAL_KEYS) else None
 
 
 def _flag_pairs(flags: list[str]) -> list[tuple[str, str]]:
