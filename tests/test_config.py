@@ -597,3 +597,5 @@ def test_the_readmes_cleanrl_table_names_real_keys_and_its_config_is_cleanrls_pp
     assert not config.policy.shared_trunk and config.train.vf_clip_coef == config.train.clip_coef == 0.2
     assert (config.train.update_epochs, config.train.ent_coef, config.train.anneal_lr) == (4, 0.01, "linear")
     assert (config.train.obs_norm, config.train.reward_scale, config.train.seed) == (False, 1.0, 1)
+    on_h100, _ = load_config("cartpole", preset="h100", config_file=tmp_path / "cleanrl.toml")  # a GPU's auto
+    assert on_h100.device.precision == "float32" and on_h100.vec.num_envs == 4
