@@ -33,6 +33,17 @@ def test_integers(text):
     assert config.train.total_timesteps == 1_000_000
 
 
+@pytest.mark.parametrize("text", ["64,32", "[64, 32]", "64 32", "[64 32]", " 64,  32 "])
+def test_a_list_of_integers_takes_commas_or_spaces_between_its_items(tmp_path, text):
+    """`--policy.mlp-layers "64 32"` (argparse's nargs habit, quoted) was [6432], one layer 6,432 wide: the spaces
+    were dropped before the commas were split."""
+    config, _ = load_config("cartpole", flags=["--policy.mlp-layers", text, "--policy.cnn-channels", text])
+    assert tuple(config.policy.mlp_layers) == tuple(config.policy.cnn_channels) == (64, 32)
+    path = tmp_path / "mine.toml"
+    path.write_text(f'[policy]\nmlp_layers = "{text}"\n')
+    assert tuple(load_config("cartpole", config_file=path)[0].policy.mlp_layers) == (64, 32)
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--train.total-timesteps", "1.5"], r'train.total_timesteps="1.5" is not an integer; write e.g. '
      r"--train.total-timesteps 1000000 \(the default\)"),

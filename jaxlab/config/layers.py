@@ -136,13 +136,14 @@ def _example(where: str, generic: str) -> str:
 
 
 def coerce_int_list(value: Any, where: str) -> tuple[int, ...]:
-    """A list of positive integers from a TOML array or a string "512,512" / "[512, 512]" / "" / "[]"."""
+    """A list of positive integers from a TOML array or a string "512,512" / "[512, 512]" / "512 512" / "" / "[]"
+    (commas or spaces between the items: "64 64" is two layers, not 6464)."""
     items = value
     if isinstance(value, str):
         text = value.strip()
         if text.startswith("[") and text.endswith("]"):
             text = text[1:-1]
-        items = [part for part in text.replace(" ", "").split(",") if part]
+        items = [part for part in re.split(r"[,\s]+", text) if part]
     if not isinstance(items, (list, tuple)):
         raise ConfigError(f"{where}={shown_value(value)} is not a list of integers; write e.g. [512, 512] in TOML or "
                           f"--{where.replace('_', '-')} 512,512")
