@@ -53,9 +53,10 @@ def coerce(value: Any, kind: type | str, where: str) -> Any:
         try:
             return coerce(value, float if kind == "float | str" else bool, where)
         except ConfigError:
-            example, what = ("0.1", "number") if kind == "float | str" else ("true", "boolean")
-            raise ConfigError(f"{where}={shown_value(value)} is neither auto nor a {what}; "
-                              f"write auto or e.g. {example}") from None
+            fix = ("write auto, or a number that multiplies the rewards (1.0: as they are, no scaling)"
+                   if kind == "float | str" else "write auto or e.g. true")  # none/off mean 1.0 here, not 0
+            what = "number" if kind == "float | str" else "boolean"
+            raise ConfigError(f"{where}={shown_value(value)} is neither auto nor a {what}; {fix}") from None
     if kind == "tuple[int, ...]":
         return coerce_int_list(value, where)
     if kind == "int | str":
