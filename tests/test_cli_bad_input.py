@@ -784,3 +784,19 @@ def test_a_switch_given_a_boolean_cleanrls_way_is_refused_naming_it(tmp_path, ca
     assert capsys.readouterr().err == (f"jaxlab {argv[0]}: error: {switch} takes no value (given {given!r}): write "
                                        f"{switch} alone to turn it on, or leave it out for off\n")
     assert list(run.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--policy.mlp-layers", "64", "64", "32", "--train.seed", "1"], "unexpected argument '64' after "
+     "--policy.mlp-layers 64: a config flag takes one value; a list is one value: --policy.mlp-layers 64,64,32 (or "
+     "quoted: \"64 64 32\")"),
+    (["--policy.mlp-layers=64", "64"], "unexpected argument '64' after --policy.mlp-layers 64: a config flag takes "
+     "one value; a list is one value: --policy.mlp-layers 64,64 (or quoted: \"64 64\")"),
+    (["--train.learning-rate", "3e-4", "1e-3"], "unexpected argument '1e-3' after --train.learning-rate 3e-4: a "
+     "config flag takes one value; give one: --train.learning-rate 3e-4"),
+])
+def test_numbers_after_a_flags_value_name_the_flag_and_how_to_write_a_list(capsys, argv, message):
+    """`--policy.mlp-layers 64 64` (argparse's nargs habit) got "unexpected argument '64'; config flags look like
+    --train.seed 1", with no word of the flag it belonged to."""
+    assert cli.main(["config", "cartpole", *argv]) == 2
+    assert f"jaxlab config: error: {message}" in capsys.readouterr().err

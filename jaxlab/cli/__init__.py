@@ -45,6 +45,11 @@ def split_config_flags(argv: list[str]) -> tuple[list[str], list[str]]:
             if takes_next and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
                 flags.append(argv[i + 1])
                 i += 1
+            from jaxlab.config.layers import is_a_number
+
+            while i + 1 < len(argv) and is_a_number(argv[i + 1]):  # --policy.mlp-layers 64 64: no ENV is a number;
+                flags.append(argv[i + 1])                           # parse_flags says what to write
+                i += 1
         else:
             others.append(token)
         i += 1

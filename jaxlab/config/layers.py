@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import itertools
 import math
 import re
 import tomllib
@@ -441,6 +442,22 @@ def _flag_without_section(flag: str, after: str) -> ConfigError:
                        "look like --section.key value")
 
 
+def is_a_number(text: str) -> bool:
+    """Whether ``text`` is written as a number (64, -1, 3e-4, 1_000): a value, never an ENV or a flag."""
+    return re.fullmatch(r"[+-]?\d[\d_]*(\.\d*)?(e[+-]?\d+)?", text.lower()) is not None
+
+
+def _values_after_a_flag(name: str, value: str, more: list[str]) -> ConfigError:
+    """The error for the numbers ``more`` given after ``--name value`` (argparse's nargs habit): a list key takes
+    them as one value, joined by commas; any other key takes one."""
+    field = _schema_field(name.replace("-", "_"))
+    if field is not None and field.type in (tuple[int, ...], "tuple[int, ...]"):
+        fix = f"a list is one value: --{name} {','.join([value, *more])} (or quoted: \"{' '.join([value, *more])}\")"
+    else:
+        fix = f"give one: --{name} {value}"
+    return ConfigError(f"unexpected argument {more[0]!r} after --{name} {value}: a config flag takes one value; {fix}")
+
+
 def _negated_boolean(name: str) -> str | None:
     """The boolean config key ("section.key") that flag name ``name`` negates as tyro writes false (no-anneal-lr:
     train.anneal_lr, which takes booleans too), or None."""
@@ -456,6 +473,8 @@ def _flag_pairs(flags: list[str]) -> list[tuple[str, str]]:
     i = 0
     while i < len(flags):
         flag = flags[i]
+        if pairs and is_a_number(flag):  # --policy.mlp-layers 64 64, argparse's habit
+            raise _values_after_a_flag(*pairs[-1], list(itertools.takewhile(is_a_number, flags[i:])))
         if not flag.startswith("--") or "." not in flag:
             raise _flag_without_section(flag, flags[i + 1] if i + 1 < len(flags) else "")
         name, eq, value = flag[2:].partition("=")
