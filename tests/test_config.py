@@ -613,3 +613,18 @@ def test_the_readmes_cleanrl_table_names_real_keys_and_its_config_is_cleanrls_pp
     assert (config.train.obs_norm, config.train.reward_scale, config.train.seed) == (False, 1.0, 1)
     on_h100, _ = load_config("cartpole", preset="h100", config_file=tmp_path / "cleanrl.toml")  # a GPU's auto
     assert on_h100.device.precision == "float32" and on_h100.vec.num_envs == 4
+
+
+def test_train_help_names_cleanrls_arguments_where_jaxlab_names_them_otherwise(capsys):
+    """`jaxlab train --help`, where a CleanRL user looks first, says which keys hold num_steps, num_minibatches and
+    clip_vloss (README, From CleanRL or PureJaxRL, has the whole table)."""
+    from jaxlab import cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    for flag, cleanrl in [("--train.bptt-horizon", "CleanRL's num_steps"),
+                          ("--train.minibatch-size", "CleanRL's batch / num_minibatches"),
+                          ("--train.vf-clip-coef", "CleanRL's clip_vloss is this at its clip_coef, 0.2")]:
+        line = help_text.partition(flag)[2].partition(" --")[0]
+        assert cleanrl in line, (flag, line)
