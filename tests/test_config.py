@@ -101,6 +101,10 @@ def test_a_list_of_integers_takes_commas_or_spaces_between_its_items(tmp_path, t
                                    r"in a rollout, is train.bptt_horizon here$"),
     (["--env-id", "CartPole-v1"], r"^unexpected argument '--env-id'; the env is ENV on the command line"),
     (["--track"], r"^unexpected argument '--track'; CleanRL's track is log.wandb here \(--log.wandb true"),
+    (["--cuda", "False"], r"^unexpected argument '--cuda'; jaxlab trains on the devices JAX sees: --preset cpu"),
+    (["--no-cuda"], r"^unexpected argument '--no-cuda'; jaxlab trains on the devices JAX sees: --preset cpu"),
+    (["--capture-video"], r"^unexpected argument '--capture-video'; `jaxlab eval ENV --checkpoint RUN --gif"),
+    (["--exp-name", "cp"], r"^unexpected argument '--exp-name'; CleanRL's exp_name is log.run_name here"),
     # no scaling is 1.0, not the 0.1 the message suggested (a scaling): CleanRL's ppo.py scales no reward
     (["--train.reward-scale", "none"], r'^train.reward_scale="none" is neither auto nor a number; write auto, or a '
                                        r"number that multiplies the rewards \(1.0: as they are, no scaling\)$"),

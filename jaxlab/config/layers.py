@@ -246,6 +246,12 @@ CLEANRL_NAMES = {
                  "is in metrics.jsonl; fewer epochs or a lower train.learning_rate keep it small); remove it",
     "env_id": "the env is ENV on the command line (`jaxlab train cartpole`); remove it",
     "track": "CleanRL's track is log.wandb here (--log.wandb true; project: log.wandb_project)",
+    "wandb_project_name": "CleanRL's wandb_project_name is log.wandb_project here",
+    "exp_name": "CleanRL's exp_name is log.run_name here (default: the run dir's name)",
+    "cuda": "jaxlab trains on the devices JAX sees: --preset cpu keeps a run on the CPU (see `jaxlab presets`)",
+    "torch_deterministic": PUFFERLIB_KEYS["train.torch_deterministic"],
+    "capture_video": "`jaxlab eval ENV --checkpoint RUN --gif FILE.gif` draws an episode of a saved policy "
+                     "(envs with a pixels hook); remove it",
 }
 
 
