@@ -800,3 +800,16 @@ def test_numbers_after_a_flags_value_name_the_flag_and_how_to_write_a_list(capsy
     --train.seed 1", with no word of the flag it belonged to."""
     assert cli.main(["config", "cartpole", *argv]) == 2
     assert f"jaxlab config: error: {message}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("given, meant", [("charts/episodic_return", "episode_return"), ("losses/clipfrac",
+                                          "clip_fraction"), ("charts/SPS", "sps"), ("Explained_Variance",
+                                          "explained_variance")])
+def test_plot_names_the_metric_a_cleanrl_name_means(tmp_path, capsys, given, meant):
+    """CleanRL's TensorBoard names (charts/episodic_return, losses/clipfrac, charts/SPS) got the list of metrics
+    alone, with no word of the one they mean."""
+    pytest.importorskip("matplotlib")
+    write_run(tmp_path / "run", [json.dumps({"update": 1, "global_step": 64, "wall_time": 1, "sps": 9.0,
+                                             "clip_fraction": 0.1, "explained_variance": 0.5, "episode_return": 1.0})])
+    assert cli.main(["plot", str(tmp_path / "run"), "--metric", given, "-o", str(tmp_path / "c.png")]) == 2
+    assert f"no run has values of {given!r}; did you mean {meant!r}? the runs' metrics: " in capsys.readouterr().err

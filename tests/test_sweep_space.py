@@ -107,6 +107,8 @@ def test_every_env_has_a_default_sweep_file_that_passes_the_checks():
                                                         "that cannot run: train.minibatch_size=300 must be a "
                                                         "multiple of train.bptt_horizon=16"),
     ({"env.max_steps": {"low": 0, "high": 500}}, "'env.max_steps' = 0 (in test.toml) gives a config that cannot run"),
+    ({"metric": "charts/episodic_return", "train.gamma": {"low": 0.9, "high": 0.99}}, "sweep metric "
+     "'charts/episodic_return' (in test.toml) is not a metric of cartpole runs; did you mean 'episode_return'?"),
     ({"metric": "episode_retrun", "train.gamma": {"low": 0.9, "high": 0.99}}, "sweep metric 'episode_retrun' (in "
                                                                               "test.toml) is not a metric of cartpole "
                                                                               "runs; did you mean 'episode_return'?"),
