@@ -809,3 +809,66 @@ def test_a_memory_fraction_given_on_a_cpu_is_named_once_as_doing_nothing(capsys,
     assert len([line for line in err.splitlines() if "memory-fraction" in line]) == 1
     assert cli.main(["config", "cartpole"]) == 0
     assert "memory-fraction" not in capsys.readouterr().err
+
+
+def test_a_config_file_or_preset_given_twice_is_refused_not_the_first_dropped(tmp_path, capsys):
+    first, second = tmp_path / "first.toml", tmp_path / "second.toml"
+    first.write_text("[vec]\nnum_envs = 16\n")
+    second.write_text("[train]\nseed = 7\n")
+    with pytest.raises(SystemExit) as end:  # argparse kept the last file and dropped the first's num_envs
+        cli.main(["config", "cartpole", "--config", str(first), "--config", str(second)])
+    assert end.value.code == 2
+    assert (f"jaxlab config: error: argument --config: given twice ({first}, then {second}); jaxlab reads one "
+            "--config file: merge them into one") in capsys.readouterr().err
+    with pytest.raises(SystemExit) as end:
+        cli.main(["config", "cartpole", "--preset", "cpu", "--preset", "heavy"])
+    assert end.value.code == 2
+    assert "argument --preset: given twice (cpu, then heavy); give one --preset: a card then a workload size, " \
+           "comma-separated (e.g. h100,heavy)" in capsys.readouterr().err
+    assert cli.main(["config", "cartpole", "--config", str(first), "--config", str(first)]) == 0  # one file
+    assert "num_envs = 16 " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, switch, given", [
+    (["eval", "--checkpoint", "RUN", "--deterministic", "False"], "--deterministic", "False"),  # False was ENV
+    (["eval", "cartpole", "--checkpoint", "RUN", "--render=0"], "--render", "0"),
+    (["train", "--resume", "RUN", "--resume-any-env", "false"], "--resume-any-env", "false"),
+])
+def test_a_switch_given_a_boolean_cleanrls_way_is_refused_naming_it(tmp_path, capsys, argv, switch, given):
+    """`--deterministic False` turned the switch on and took False for ENV ("a checkpoint of 'cartpole', not
+    'False'"); `sweep --show False` showed."""
+    run = tmp_path / "run"
+    run.mkdir()
+    assert cli.main([str(run) if a == "RUN" else a for a in argv]) == 2
+    assert capsys.readouterr().err == (f"jaxlab {argv[0]}: error: {switch} takes no value (given {given!r}): write "
+                                       f"{switch} alone to turn it on, or leave it out for off\n")
+    assert list(run.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--policy.mlp-layers", "64", "64", "32", "--train.seed", "1"], "unexpected argument '64' after "
+     "--policy.mlp-layers 64: a config flag takes one value; a list is one value: --policy.mlp-layers 64,64,32 (or "
+     "quoted: \"64 64 32\")"),
+    (["--policy.mlp-layers=64", "64"], "unexpected argument '64' after --policy.mlp-layers 64: a config flag takes "
+     "one value; a list is one value: --policy.mlp-layers 64,64 (or quoted: \"64 64\")"),
+    (["--train.learning-rate", "3e-4", "1e-3"], "unexpected argument '1e-3' after --train.learning-rate 3e-4: a "
+     "config flag takes one value; give one: --train.learning-rate 3e-4"),
+])
+def test_numbers_after_a_flags_value_name_the_flag_and_how_to_write_a_list(capsys, argv, message):
+    """`--policy.mlp-layers 64 64` (argparse's nargs habit) got "unexpected argument '64'; config flags look like
+    --train.seed 1", with no word of the flag it belonged to."""
+    assert cli.main(["config", "cartpole", *argv]) == 2
+    assert f"jaxlab config: error: {message}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("given, meant", [("charts/episodic_return", "episode_return"), ("losses/clipfrac",
+                                          "clip_fraction"), ("charts/SPS", "sps"), ("Explained_Variance",
+                                          "explained_variance")])
+def test_plot_names_the_metric_a_cleanrl_name_means(tmp_path, capsys, given, meant):
+    """CleanRL's TensorBoard names (charts/episodic_return, losses/clipfrac, charts/SPS) got the list of metrics
+    alone, with no word of the one they mean."""
+    pytest.importorskip("matplotlib")
+    write_run(tmp_path / "run", [json.dumps({"update": 1, "global_step": 64, "wall_time": 1, "sps": 9.0,
+                                             "clip_fraction": 0.1, "explained_variance": 0.5, "episode_return": 1.0})])
+    assert cli.main(["plot", str(tmp_path / "run"), "--metric", given, "-o", str(tmp_path / "c.png")]) == 2
+    assert f"no run has values of {given!r}; did you mean {meant!r}? the runs' metrics: " in capsys.readouterr().err

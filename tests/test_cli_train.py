@@ -96,3 +96,28 @@ def test_a_resume_that_ends_no_episode_reports_the_runs_last_return(tmp_path):
     last = result.stdout.strip().splitlines()[-1]
     assert (f"final mean return {ended[0]['episode_return']:.2f}, logged at update 13 (the 1 update of this "
             "resume ended no episode)") in last, last
+
+
+def test_runs_started_in_the_same_second_get_a_run_dir_each(tmp_path, monkeypatch, capsys):
+    """Seeds launched together (`jaxlab train cartpole --train.seed S &`) all named runs/cartpole-TIMESTAMP: the
+    later ones were refused (the run dir in use by the first, or holding its run) instead of training. A default
+    run dir is claimed by creating it: the next free one gets -2, -3, ...; one whose run does not start is
+    removed again."""
+    import time
+
+    from jaxlab import cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(time, "strftime", lambda form, *when: "20260101-000000")
+    earlier = tmp_path / "runs" / "cartpole-20260101-000000"
+    earlier.mkdir(parents=True)
+    (earlier / "metrics.jsonl").write_text('{"update": 1}\n')  # a run started in the same second
+    small = ["--vec.num-envs", "4", "--train.minibatch-size", "64", "--train.total-timesteps", "128",
+             "--policy.hidden-size", "8", "--log.dashboard", "none"]
+    assert cli.main(["train", "cartpole", *small, "--checkpoint.best-metric", "episode_retrun"]) == 2  # bad input
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["cartpole-20260101-000000"]  # nothing left
+    assert cli.main(["train", "cartpole", *small]) == 0, capsys.readouterr().err
+    assert "run dir runs/cartpole-20260101-000000-2" in capsys.readouterr().out
+    assert len((earlier.parent / "cartpole-20260101-000000-2" / "metrics.jsonl").read_text().splitlines()) == 2
+    assert (earlier / "metrics.jsonl").read_text() == '{"update": 1}\n' and sorted(earlier.iterdir()) == [
+        earlier / "metrics.jsonl"]

@@ -33,6 +33,17 @@ def test_integers(text):
     assert config.train.total_timesteps == 1_000_000
 
 
+@pytest.mark.parametrize("text", ["64,32", "[64, 32]", "64 32", "[64 32]", " 64,  32 "])
+def test_a_list_of_integers_takes_commas_or_spaces_between_its_items(tmp_path, text):
+    """`--policy.mlp-layers "64 32"` (argparse's nargs habit, quoted) was [6432], one layer 6,432 wide: the spaces
+    were dropped before the commas were split."""
+    config, _ = load_config("cartpole", flags=["--policy.mlp-layers", text, "--policy.cnn-channels", text])
+    assert tuple(config.policy.mlp_layers) == tuple(config.policy.cnn_channels) == (64, 32)
+    path = tmp_path / "mine.toml"
+    path.write_text(f'[policy]\nmlp_layers = "{text}"\n')
+    assert tuple(load_config("cartpole", config_file=path)[0].policy.mlp_layers) == (64, 32)
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--train.total-timesteps", "1.5"], r'train.total_timesteps="1.5" is not an integer; write e.g. '
      r"--train.total-timesteps 1000000 \(the default\)"),
@@ -74,8 +85,40 @@ def test_integers(text):
                                     r"a file of its own: `jaxlab sweep ENV --sweep FILE`"),
     (["--base.package", "ocean"], r"^unknown config section \[base\] in command line; PufferLib's \[base\] has no "
                                   r"jaxlab section: the env is ENV on the command line"),
+    # CleanRL's names: what jaxlab has instead, not a close name of another meaning (num_minibatches is a count, not
+    # train.minibatch_size; clip_vloss is no train.clip_coef), in a section, alone, or in a file outside any section
+    (["--train.num-minibatches", "4"], r"^unknown config key 'train.num_minibatches'; CleanRL's num_minibatches is a "
+                                       r"count; jaxlab sets each minibatch's size: train.minibatch_size = batch / "
+                                       r"num_minibatches \(the batch, .*, a multiple of train.bptt_horizon"),
+    (["--num-minibatches", "4"], r"^unexpected argument '--num-minibatches'; CleanRL's num_minibatches is a count"),
+    (["--train.clip-vloss", "true"], r"^unknown config key 'train.clip_vloss'; CleanRL's clip_vloss clips the value "
+                                     r"change by clip_coef; here train.vf_clip_coef is that range itself \(0: no value "
+                                     r"clipping\), e.g. --train.vf-clip-coef 0.2"),
+    (["--train.target-kl", "0.01"], r"^unknown config key 'train.target_kl'; jaxlab has no KL early stop: every "
+                                    r"update runs all train.update_epochs .*; remove it$"),
+    (["--target-kl", "0.01"], r"^unexpected argument '--target-kl'; jaxlab has no KL early stop"),
+    (["--train.num-steps", "128"], r"^unknown config key 'train.num_steps'; CleanRL's num_steps, the steps per env "
+                                   r"in a rollout, is train.bptt_horizon here$"),
+    (["--env-id", "CartPole-v1"], r"^unexpected argument '--env-id'; the env is ENV on the command line"),
+    (["--track"], r"^unexpected argument '--track'; CleanRL's track is log.wandb here \(--log.wandb true"),
+    (["--cuda", "False"], r"^unexpected argument '--cuda'; jaxlab trains on the devices JAX sees: --preset cpu"),
+    (["--no-cuda"], r"^unexpected argument '--no-cuda'; jaxlab trains on the devices JAX sees: --preset cpu"),
+    (["--capture-video"], r"^unexpected argument '--capture-video'; `jaxlab eval ENV --checkpoint RUN --gif"),
+    (["--exp-name", "cp"], r"^unexpected argument '--exp-name'; CleanRL's exp_name is log.run_name here"),
+    # no scaling is 1.0, not the 0.1 the message suggested (a scaling): CleanRL's ppo.py scales no reward
+    (["--train.reward-scale", "none"], r'^train.reward_scale="none" is neither auto nor a number; write auto, or a '
+                                       r"number that multiplies the rewards \(1.0: as they are, no scaling\)$"),
     (["--wandb"], r"^unexpected argument '--wandb'; did you mean --log.wandb true\?"),
-    (["--seed", "1"], r"^unexpected argument '--seed'; did you mean --train.seed\?"),
+    (["--seed", "1"], r"^unexpected argument '--seed'; did you mean --train.seed 1\?"),
+    # the value given is kept: CleanRL's `--norm-adv False` got "did you mean --train.norm-adv true?", its opposite
+    (["--norm-adv", "False"], r"^unexpected argument '--norm-adv'; did you mean --train.norm-adv False\?"),
+    (["--norm_adv=False"], r"^unexpected argument '--norm_adv=False'; did you mean --train.norm-adv False\?"),
+    (["--norm-adv", "--train.seed", "1"], r"^unexpected argument '--norm-adv'; did you mean --train.norm-adv true\?"),
+    # tyro's negations, as CleanRL's scripts take false: --train.KEY false (anneal_lr takes booleans too)
+    (["--no-anneal-lr"], r"^unexpected argument '--no-anneal-lr'; did you mean --train.anneal-lr false\?"),
+    (["--no_norm_adv"], r"^unexpected argument '--no_norm_adv'; did you mean --train.norm-adv false\?"),
+    (["--no-clip-vloss"], r"^unexpected argument '--no-clip-vloss'; CleanRL's clip_vloss clips the value change"),
+    (["--no-seed"], r"^unexpected argument '--no-seed'; config flags look like --train.seed 1$"),  # no boolean
 ])
 def test_bad_flags(flags, message):
     with pytest.raises(ConfigError, match=message):
@@ -147,6 +190,8 @@ def test_a_refused_minibatch_size_suggests_the_nearest_one_that_is_taken(size, s
     ("max_steps = 100\n", r"put it under \[env\] as max_steps = 100 \(env.max_steps\)$"),
     ("checkpoint_interval = 5\n", r"put it under \[checkpoint\] as interval = 5 \(checkpoint.interval\)$"),
     ('nonsense = "x"\n', r'^nonsense = "x" in .* is outside any \[section\]; put each key under its section'),
+    ("num_minibatches = 4\n", r"^num_minibatches = 4 in .* is outside any \[section\]; CleanRL's num_minibatches is "
+                              r"a count; jaxlab sets each minibatch's size"),
 ])
 def test_a_config_file_key_outside_every_section_says_where_it_belongs(tmp_path, text, message):
     """A flat file (`lstm = false` above every header) was "unknown config section [lstm]": a key taken for a
@@ -155,6 +200,25 @@ def test_a_config_file_key_outside_every_section_says_where_it_belongs(tmp_path,
     path.write_text(text + "[train]\nseed = 1\n")
     with pytest.raises(ConfigError, match=message):
         load_config("cartpole", config_file=path)
+
+
+@pytest.mark.parametrize("text, fix", [
+    ("[train]\nanneal_lr = True\n", "; TOML's booleans are lower case: anneal_lr = true"),
+    ("[train]\nnorm_adv = False  # CleanRL's\n", "; TOML's booleans are lower case: norm_adv = false"),
+    ("[train]\ntarget_kl = None\n", "; TOML has no None: leave target_kl out to keep its default"),
+    ("[policy]\nactivation = tanh\n", '; a string needs quotes: activation = "tanh"'),
+    ("[train]\nseed = 1\nseed = 2\n", "; seed is given twice in its table: keep one line of it"),
+    ("[train]\nseed = 1,\n", ""),  # another mistake: tomllib's message alone
+])
+def test_a_python_value_or_a_key_twice_in_a_config_file_gets_its_fix(tmp_path, text, fix):
+    """A CleanRL user's Python values (True, None, tanh unquoted) and a key given twice got tomllib's "Invalid
+    value (at line 2, column 13)" or "Cannot overwrite a value" alone."""
+    path = tmp_path / "mine.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config("cartpole", config_file=path)
+    assert re.fullmatch(rf"{re.escape(str(path))} is not valid TOML: [^;]* \(at line \d+, column \d+\)"
+                        rf"{re.escape(fix)}", str(info.value)), str(info.value)
 
 
 SECTION_NAMES = "env, vec, policy, train, device, dist, checkpoint, log"
@@ -518,3 +582,53 @@ def test_derived_sizes_of_one_say_the_singular():
                                              "--train.total-timesteps", "16"])
     assert derive_sizes(config, agents_per_env=1).describe() == (
         "1 env x 1 agent x horizon 16 = batch 16; 1 minibatch of 16; 1 update for 16 steps")
+
+
+
+def readme_section(title: str) -> str:
+    """The text of README.md's section ``title`` (a ### heading), up to the next heading."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    return text.partition(f"### {title}\n")[2].partition("\n#")[0]
+
+
+def test_the_readmes_cleanrl_table_names_real_keys_and_its_config_is_cleanrls_ppo(tmp_path):
+    """README's "From CleanRL or PureJaxRL": every jaxlab key its table names exists, every CleanRL name the
+    config refuses with a hint is in it, and its config file gives CleanRL ppo.py's sizes and settings."""
+    from jaxlab.config.layers import CLEANRL_NAMES
+
+    section = readme_section("From CleanRL or PureJaxRL")
+    rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| `")]
+    known = {f"{name}.{f.name}" for name, cls in SECTIONS.items() for f in fields(cls)}
+    for row in rows:
+        for key in re.findall(r"`([a-z]+\.[a-z_0-9]+)`", row[1]):
+            assert key in known, row
+    cleanrl = " ".join(row[0] for row in rows)
+    assert all(f"`{name}`" in cleanrl for name in CLEANRL_NAMES), cleanrl
+    block = section.partition("```toml\n")[2].partition("```")[0]
+    (tmp_path / "cleanrl.toml").write_text(block)
+    config, _ = load_config("cartpole", config_file=tmp_path / "cleanrl.toml")
+    sizes = derive_sizes(config, agents_per_env=1)
+    assert (sizes.batch_size, sizes.num_minibatches, sizes.minibatch_size) == (512, 4, 128)
+    assert (config.policy.lstm, list(config.policy.mlp_layers), config.policy.activation) == (False, [64, 64], "tanh")
+    assert not config.policy.shared_trunk and config.train.vf_clip_coef == config.train.clip_coef == 0.2
+    assert (config.train.update_epochs, config.train.ent_coef, config.train.anneal_lr) == (4, 0.01, "linear")
+    assert (config.train.obs_norm, config.train.reward_scale, config.train.seed) == (False, 1.0, 1)
+    on_h100, _ = load_config("cartpole", preset="h100", config_file=tmp_path / "cleanrl.toml")  # a GPU's auto
+    assert on_h100.device.precision == "float32" and on_h100.vec.num_envs == 4
+
+
+def test_train_help_names_cleanrls_arguments_where_jaxlab_names_them_otherwise(capsys):
+    """`jaxlab train --help`, where a CleanRL user looks first, says which keys hold num_steps, num_minibatches and
+    clip_vloss (README, From CleanRL or PureJaxRL, has the whole table)."""
+    from jaxlab import cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    for flag, cleanrl in [("--train.bptt-horizon", "CleanRL's num_steps"),
+                          ("--train.minibatch-size", "CleanRL's batch / num_minibatches"),
+                          ("--train.vf-clip-coef", "CleanRL's clip_vloss is this at its clip_coef, 0.2")]:
+        line = help_text.partition(flag)[2].partition(" --")[0]
+        assert cleanrl in line, (flag, line)

@@ -77,6 +77,10 @@ def test_every_env_has_a_default_sweep_file_that_passes_the_checks():
     ({"train.learning_rat": {"low": 1e-4, "high": 1e-2}}, "unknown sweep key 'train.learning_rat'; did you mean "
                                                           "'train.learning_rate'?"),
     ({"trian.gamma": {"low": 0.9, "high": 0.99}}, "no config section 'trian'; did you mean 'train.gamma'?"),
+    # CleanRL's count of minibatches is no minibatch size, the close name it was pointed at
+    ({"train.num_minibatches": {"choices": [2, 4]}}, "unknown sweep key 'train.num_minibatches'; CleanRL's "
+                                                     "num_minibatches is a count; jaxlab sets each minibatch's size: "
+                                                     "train.minibatch_size = batch / num_minibatches"),
     ({"env.max_step": {"low": 10, "high": 20}}, "cartpole has no parameter 'max_step'; did you mean 'env.max_steps'?"),
     ({"train.seed": {"low": 0, "high": 9}}, "'train.seed' cannot be searched: seeds are --seeds S"),
     ({"log.interval": {"low": 1.0, "high": 2.0}}, "'log.interval' cannot be searched: [log] is bookkeeping"),
@@ -103,6 +107,8 @@ def test_every_env_has_a_default_sweep_file_that_passes_the_checks():
                                                         "that cannot run: train.minibatch_size=300 must be a "
                                                         "multiple of train.bptt_horizon=16"),
     ({"env.max_steps": {"low": 0, "high": 500}}, "'env.max_steps' = 0 (in test.toml) gives a config that cannot run"),
+    ({"metric": "charts/episodic_return", "train.gamma": {"low": 0.9, "high": 0.99}}, "sweep metric "
+     "'charts/episodic_return' (in test.toml) is not a metric of cartpole runs; did you mean 'episode_return'?"),
     ({"metric": "episode_retrun", "train.gamma": {"low": 0.9, "high": 0.99}}, "sweep metric 'episode_retrun' (in "
                                                                               "test.toml) is not a metric of cartpole "
                                                                               "runs; did you mean 'episode_return'?"),

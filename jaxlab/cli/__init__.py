@@ -45,6 +45,11 @@ def split_config_flags(argv: list[str]) -> tuple[list[str], list[str]]:
             if takes_next and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
                 flags.append(argv[i + 1])
                 i += 1
+            from jaxlab.config.layers import is_a_number
+
+            while i + 1 < len(argv) and is_a_number(argv[i + 1]):  # --policy.mlp-layers 64 64: no ENV is a number;
+                flags.append(argv[i + 1])                           # parse_flags says what to write
+                i += 1
         else:
             others.append(token)
         i += 1
@@ -69,6 +74,36 @@ def join_dash_values(argv: list[str]) -> list[str]:
             joined.append(argv[i])
             i += 1
     return joined
+
+
+#: Words that say a boolean (config booleans take them): given after a switch, CleanRL's way.
+BOOLEAN_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "1", "0"})
+
+
+def command_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """{command: its parser} of the `jaxlab` parser."""
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(commands.choices)
+
+
+def switch_given_a_value(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[str, str] | None:
+    """(command, error) for a switch of the command in ``argv`` (an option that takes no value: eval's
+    --deterministic, train's --resume-any-env) followed by a boolean word, as CleanRL's flags take one
+    (`--deterministic False`): argparse turned the switch on whatever the word said and took the word for ENV
+    (eval: "a checkpoint of 'cartpole', not 'False'"), or ignored it (sweep --show False); None when none is."""
+    command = next((token for token in argv if not token.startswith("-")), None)
+    sub = command_parsers(parser).get(command)
+    if sub is None:
+        return None
+    switches = {option for action in sub._actions if action.nargs == 0 and not isinstance(action, argparse._HelpAction)
+                for option in action.option_strings}
+    for token, after in zip(argv, [*argv[1:], ""]):
+        name, eq, value = token.partition("=")
+        given = value if eq else after
+        if name in switches and given.lower() in BOOLEAN_WORDS:
+            return command, (f"{name} takes no value (given {given!r}): write {name} alone to turn it on, or leave "
+                             "it out for off")
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     others, flags = split_config_flags(sys.argv[1:] if argv is None else list(argv))
+    switch_problem = switch_given_a_value(parser, others)
+    if switch_problem:
+        return fail(*switch_problem)
     args, rest = parser.parse_known_args(join_dash_values(others))  # a flag's value is never taken for ENV
     if args.takes_flags == "env" and rest:  # eval: its own options and --env.KEY flags, nothing for parse_flags
         parser.error(f"unrecognized arguments: {' '.join(rest)}")

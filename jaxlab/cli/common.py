@@ -106,6 +106,24 @@ def user_path(text: str) -> str:
     return os.path.expanduser(text)
 
 
+class GivenOnce(argparse.Action):
+    """An option's action that refuses a second, different value (argparse keeps the last in silence, which for
+    `--config a.toml --config b.toml` dropped a.toml's whole layer, and for `--preset h100 --preset heavy`
+    the card): the error names both values and what to do instead."""
+
+    def __init__(self, *args, instead: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.instead = instead
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = f"_{self.dest}_given"
+        before = getattr(namespace, given, None)
+        if before is not None and before != values:
+            raise argparse.ArgumentError(self, f"given twice ({before}, then {values}); {self.instead}")
+        setattr(namespace, given, values)
+        setattr(namespace, self.dest, values)
+
+
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """ENV, --preset and --config, shared by every command that resolves a config. ENV is optional to
     argparse (a missing one is None) so that `jaxlab train --resume RUN` can take the run's: a command
@@ -115,11 +133,14 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
                         "an env header (path/to/NAME.h or ~/NAME.h: built on first use and cached), or a Python env: "
                         "gymnasium:ID, gymnasium:MODULE:ID (an id MODULE registers) or pettingzoo:MODULE (a "
                         "module with parallel_env())")
-    parser.add_argument("--preset", default="auto", metavar="NAME",
+    parser.add_argument("--preset", default="auto", metavar="NAME", action=GivenOnce,
+                        instead="give one --preset: a card then a workload size, comma-separated (e.g. h100,heavy)",
                         help="presets, layered in order: a card (auto, the default: picked from the devices; "
                         "cpu, gpu, a100, h100) then workload sizes (heavy, beast), e.g. h100,heavy or heavy "
                         "(see `jaxlab presets`)")
-    parser.add_argument("--config", type=user_path, metavar="FILE",
+    parser.add_argument("--config", type=user_path, metavar="FILE", action=GivenOnce,
+                        instead="jaxlab reads one --config file: merge them into one, or give the second's keys "
+                        "as flags (--section.key value)",
                         help="a TOML file layered over the env's defaults and preset")
 
 

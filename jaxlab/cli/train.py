@@ -17,6 +17,23 @@ from jaxlab.observe.records import folder_name
 from jaxlab.messages import counted, install_extra, plural
 
 
+def claim_new_folder(base: Path) -> tuple[str, bool]:
+    """(the first of ``base``, base-2, base-3, ... that this process could create, True), made at once so that
+    runs started in the same second (`jaxlab train ENV --train.seed S &` for several seeds) each get their own
+    instead of the later ones being refused as "in use"; (``base``, False) when none can be created (its
+    write check then says why)."""
+    for index in range(1, 1000):
+        folder = base if index == 1 else base.with_name(f"{base.name}-{index}")
+        try:
+            folder.mkdir(parents=True)
+        except FileExistsError:
+            continue
+        except OSError:
+            break
+        return str(folder), True
+    return str(base), False
+
+
 def train_command(args: argparse.Namespace) -> int:
     """Trains ARGS.env (or resumes a run) with checkpoints; prints progress and where things went.
     Exit status: 0 done or stopped by SIGTERM or a broken pipe after saving (the reader of stdout or
@@ -162,6 +179,7 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
         print(f"jaxlab train: error: --profile-updates {args.profile_updates} needs --profile DIR, the folder the "
               "trace goes to", file=sys.stderr)
         return 2
+    claimed = False  # whether this process made the default run dir (claim_new_folder)
     if resolved.resume is not None:
         from jaxlab.run.resume import resume_run_dir, set_aside_from
 
@@ -176,13 +194,15 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
     else:  # several processes: process 0's clock names the one run dir of them all
         stamp = distributed.from_process_0(time.strftime("%Y%m%d-%H%M%S"))
         run_dir = args.run_dir or f"runs/{folder_name(config.env_name)}-{stamp}"
+        if args.run_dir is None and processes == 1:  # runs started in one second (seeds launched together)
+            run_dir, claimed = claim_new_folder(Path(run_dir))
     from jaxlab.run.loop import other_things_problem
 
     problem = other_things_problem(Path(run_dir), resolved.resume, config.env_name)
     if problem:  # before the write check, which makes RUN_DIR/checkpoints
         print(f"jaxlab train: error: {problem}", file=sys.stderr)
         return 2
-    new_run_dir = not Path(run_dir).exists()  # removed again if the run does not start (bad input)
+    new_run_dir = claimed or not Path(run_dir).exists()  # removed again if the run does not start (bad input)
     for directory in (Path(run_dir), Path(run_dir) / "checkpoints"):
         problem = cannot_write(directory)
         if problem:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import itertools
 import math
+import re
 import tomllib
 from dataclasses import fields
 from pathlib import Path
@@ -52,9 +54,10 @@ def coerce(value: Any, kind: type | str, where: str) -> Any:
         try:
             return coerce(value, float if kind == "float | str" else bool, where)
         except ConfigError:
-            example, what = ("0.1", "number") if kind == "float | str" else ("true", "boolean")
-            raise ConfigError(f"{where}={shown_value(value)} is neither auto nor a {what}; "
-                              f"write auto or e.g. {example}") from None
+            fix = ("write auto, or a number that multiplies the rewards (1.0: as they are, no scaling)"
+                   if kind == "float | str" else "write auto or e.g. true")  # none/off mean 1.0 here, not 0
+            what = "number" if kind == "float | str" else "boolean"
+            raise ConfigError(f"{where}={shown_value(value)} is neither auto nor a {what}; {fix}") from None
     if kind == "tuple[int, ...]":
         return coerce_int_list(value, where)
     if kind == "int | str":
@@ -135,13 +138,14 @@ def _example(where: str, generic: str) -> str:
 
 
 def coerce_int_list(value: Any, where: str) -> tuple[int, ...]:
-    """A list of positive integers from a TOML array or a string "512,512" / "[512, 512]" / "" / "[]"."""
+    """A list of positive integers from a TOML array or a string "512,512" / "[512, 512]" / "512 512" / "" / "[]"
+    (commas or spaces between the items: "64 64" is two layers, not 6464)."""
     items = value
     if isinstance(value, str):
         text = value.strip()
         if text.startswith("[") and text.endswith("]"):
             text = text[1:-1]
-        items = [part for part in text.replace(" ", "").split(",") if part]
+        items = [part for part in re.split(r"[,\s]+", text) if part]
     if not isinstance(items, (list, tuple)):
         raise ConfigError(f"{where}={shown_value(value)} is not a list of integers; write e.g. [512, 512] in TOML or "
                           f"--{where.replace('_', '-')} 512,512")
@@ -228,6 +232,34 @@ PUFFERLIB_SECTIONS = {
 }
 
 
+#: CleanRL's (and PureJaxRL's, in lower case) PPO arguments that jaxlab has under another name or meaning, or
+#: not at all, in whatever section they are written: name -> what to write instead (README, "From CleanRL or
+#: PureJaxRL").
+CLEANRL_NAMES = {
+    "num_steps": "CleanRL's num_steps, the steps per env in a rollout, is train.bptt_horizon here",
+    "num_minibatches": "CleanRL's num_minibatches is a count; jaxlab sets each minibatch's size: train.minibatch_size "
+                       "= batch / num_minibatches (the batch, vec.num_envs x agents per env x train.bptt_horizon, is "
+                       "in `jaxlab config ENV`'s second line), a multiple of train.bptt_horizon (whole sequences)",
+    "clip_vloss": "CleanRL's clip_vloss clips the value change by clip_coef; here train.vf_clip_coef is that "
+                  "range itself (0: no value clipping), e.g. --train.vf-clip-coef 0.2 for CleanRL's clip_vloss true",
+    "target_kl": "jaxlab has no KL early stop: every update runs all train.update_epochs (each update's approx_kl "
+                 "is in metrics.jsonl; fewer epochs or a lower train.learning_rate keep it small); remove it",
+    "env_id": "the env is ENV on the command line (`jaxlab train cartpole`); remove it",
+    "track": "CleanRL's track is log.wandb here (--log.wandb true; project: log.wandb_project)",
+    "wandb_project_name": "CleanRL's wandb_project_name is log.wandb_project here",
+    "exp_name": "CleanRL's exp_name is log.run_name here (default: the run dir's name)",
+    "cuda": "jaxlab trains on the devices JAX sees: --preset cpu keeps a run on the CPU (see `jaxlab presets`)",
+    "torch_deterministic": PUFFERLIB_KEYS["train.torch_deterministic"],
+    "capture_video": "`jaxlab eval ENV --checkpoint RUN --gif FILE.gif` draws an episode of a saved policy "
+                     "(envs with a pixels hook); remove it",
+}
+
+
+def cleanrl_hint(key: str) -> str | None:
+    """What jaxlab has for CleanRL's argument ``key`` (dashes or underscores, any case), or None."""
+    return CLEANRL_NAMES.get(key.replace("-", "_").lower())
+
+
 def unknown_key_error(section: str, key: str, known, env_name: str = "", source: str = "",
                       listing: str = "") -> ConfigError:
     """The error for key ``section.key`` that is none of ``known``: the close name, or the key of another
@@ -245,6 +277,8 @@ def unknown_key_error(section: str, key: str, known, env_name: str = "", source:
                 "--device.count")
     if f"{section}.{key}" in PUFFERLIB_KEYS:
         hint = f"; {PUFFERLIB_KEYS[f'{section}.{key}']}"
+    elif cleanrl_hint(key) and section != "env":  # a close name would mislead: num_minibatches is no minibatch_size
+        hint = f"; {cleanrl_hint(key)}"
     if section == "env" and not close and is_python_env(env_name):
         if env_name.startswith("gymnasium:"):
             args = "its constructor's keyword arguments (and gymnasium.make's, e.g. max_episode_steps)"
@@ -266,6 +300,8 @@ def _key_outside_sections(key: str, value, source: str, env_params: dict) -> Con
     written = shown_value(value)
     name = key.replace("-", "_")
     where = f"env.{name}" if name in env_params else _key_elsewhere(name)
+    if where is None and cleanrl_hint(name):
+        return ConfigError(f"{key} = {written} in {source} is outside any [section]; {cleanrl_hint(name)}")
     if where is None:
         fix = "put each key under its section's header, e.g. [policy] for hidden_size (see `jaxlab train --help`)"
     else:
@@ -387,19 +423,66 @@ def repeated_flags(flags: list[str]) -> list[str]:
     return lines
 
 
+def _flag_without_section(flag: str, after: str) -> ConfigError:
+    """The error for ``flag``, an argument that is no --section.key flag (``after``: the argument after it, "" for
+    none): the key it means, when some section has it (--seed: --train.seed), with the value the user gave
+    (--norm-adv False: --train.norm-adv False), or for a boolean given none, true (--wandb: --log.wandb true);
+    a boolean negated as tyro's flags (CleanRL's) are, false (--no-anneal-lr: --train.anneal-lr false)."""
+    name, eq, given = flag[2:].partition("=")
+    elsewhere = _key_elsewhere(name.replace("-", "_")) if flag.startswith("--") else None
+    negated = _negated_boolean(name) if flag.startswith("--") and not eq and not elsewhere else None
+    if negated:
+        return ConfigError(f"unexpected argument {flag!r}; did you mean {flag_of(negated)} false? config flags "
+                           "look like --section.key value")
+    if not elsewhere and flag.startswith("--") and name[:3] in ("no-", "no_") and cleanrl_hint(name[3:]):
+        name = name[3:]  # --no-clip-vloss: what clip_vloss is here
+    if not elsewhere and flag.startswith("--") and cleanrl_hint(name):
+        return ConfigError(f"unexpected argument {flag!r}; {cleanrl_hint(name)}; config flags look like "
+                           "--section.key value")
+    if not elsewhere:
+        return ConfigError(f"unexpected argument {flag!r}; config flags look like --train.seed 1")
+    if not eq and not after.startswith("--"):
+        given = after
+    value = f" {given}" if given else " true" if _is_bool(_schema_field(elsewhere)) else ""
+    return ConfigError(f"unexpected argument {flag!r}; did you mean {flag_of(elsewhere)}{value}? config flags "
+                       "look like --section.key value")
+
+
+def is_a_number(text: str) -> bool:
+    """Whether ``text`` is written as a number (64, -1, 3e-4, 1_000): a value, never an ENV or a flag."""
+    return re.fullmatch(r"[+-]?\d[\d_]*(\.\d*)?(e[+-]?\d+)?", text.lower()) is not None
+
+
+def _values_after_a_flag(name: str, value: str, more: list[str]) -> ConfigError:
+    """The error for the numbers ``more`` given after ``--name value`` (argparse's nargs habit): a list key takes
+    them as one value, joined by commas; any other key takes one."""
+    field = _schema_field(name.replace("-", "_"))
+    if field is not None and field.type in (tuple[int, ...], "tuple[int, ...]"):
+        fix = f"a list is one value: --{name} {','.join([value, *more])} (or quoted: \"{' '.join([value, *more])}\")"
+    else:
+        fix = f"give one: --{name} {value}"
+    return ConfigError(f"unexpected argument {more[0]!r} after --{name} {value}: a config flag takes one value; {fix}")
+
+
+def _negated_boolean(name: str) -> str | None:
+    """The boolean config key ("section.key") that flag name ``name`` negates as tyro writes false (no-anneal-lr:
+    train.anneal_lr, which takes booleans too), or None."""
+    if name[:3] not in ("no-", "no_"):
+        return None
+    key = _key_elsewhere(name[3:].replace("-", "_"))
+    return key if key and (_is_bool(_schema_field(key)) or key in SPECIAL_KEYS) else None
+
+
 def _flag_pairs(flags: list[str]) -> list[tuple[str, str]]:
     """(section.key with dashes, value) of each config flag in order; ConfigError for a malformed one."""
     pairs = []
     i = 0
     while i < len(flags):
         flag = flags[i]
+        if pairs and is_a_number(flag):  # --policy.mlp-layers 64 64, argparse's habit
+            raise _values_after_a_flag(*pairs[-1], list(itertools.takewhile(is_a_number, flags[i:])))
         if not flag.startswith("--") or "." not in flag:
-            elsewhere = _key_elsewhere(flag[2:].partition("=")[0].replace("-", "_")) if flag.startswith("--") else None
-            if elsewhere:  # --wandb (PufferLib's): --log.wandb true
-                value = " true" if _is_bool(_schema_field(elsewhere)) else ""
-                raise ConfigError(f"unexpected argument {flag!r}; did you mean {flag_of(elsewhere)}{value}? "
-                                  "config flags look like --section.key value")
-            raise ConfigError(f"unexpected argument {flag!r}; config flags look like --train.seed 1")
+            raise _flag_without_section(flag, flags[i + 1] if i + 1 < len(flags) else "")
         name, eq, value = flag[2:].partition("=")
         follows_a_value = i + 1 < len(flags) and not flags[i + 1].startswith("--")
         if eq and not value and follows_a_value:  # --train.learning-rate= 1e-3: the shell split them
@@ -713,13 +796,39 @@ def legacy_defaults(layer: dict) -> dict:
     return {**layer, "policy": policy, "train": train}
 
 
+def _toml_error_fix(text: str, error: str) -> str:
+    """The fix for the TOML ``error`` (tomllib's message, "... (at line L, column C)") in ``text`` when its line
+    holds a mistake a Python user makes: a Python True/False/None as a value, an unquoted string, a key given
+    twice; "" for any other."""
+    at = re.search(r"\(at line (\d+), column \d+\)$", error)
+    lines = text.splitlines()
+    if not at or int(at[1]) > len(lines):
+        return ""
+    written = re.fullmatch(r"\s*([\w.\"'-]+)\s*=\s*(.*?)\s*(#.*)?", lines[int(at[1]) - 1])
+    if not written:
+        return ""
+    key, value = written[1], written[2]
+    if error.startswith("Cannot overwrite a value"):
+        return f"; {key} is given twice in its table: keep one line of it"
+    if not error.startswith("Invalid value"):
+        return ""
+    if value in ("True", "False"):
+        return f"; TOML's booleans are lower case: {key} = {value.lower()}"
+    if value in ("None", "null", "nil"):
+        return f"; TOML has no {value}: leave {key} out to keep its default"
+    if re.fullmatch(r"[A-Za-z_][\w.-]*", value):
+        return f'; a string needs quotes: {key} = "{value}"'
+    return ""
+
+
 def read_toml(path: Path) -> dict:
     """The TOML file ``path`` as a dict; ConfigError naming the file when it is not UTF-8 TOML or cannot
-    be read."""
+    be read (with the fix for a Python value such as True or None, or a key given twice: _toml_error_fix)."""
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"{path} is not valid TOML: {err}") from None
+        raise ConfigError(f"{path} is not valid TOML: {err}{_toml_error_fix(text, str(err))}") from None
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path} is not UTF-8 text (byte {err.start}: {err.object[err.start:err.start + 1]!r}); "
                           "save it as UTF-8 TOML") from None

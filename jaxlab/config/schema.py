@@ -73,9 +73,10 @@ class TrainConfig:
     seed: int = 0
     """seed of the envs and of the JAX random keys"""
     bptt_horizon: int = 16
-    """T: steps per rollout segment and length of every training sequence"""
+    """T: steps per rollout segment and length of every training sequence (CleanRL's num_steps)"""
     minibatch_size: int = 256
-    """samples per gradient step: a multiple of bptt_horizon dividing the batch"""
+    """samples per gradient step: a multiple of bptt_horizon dividing the batch (CleanRL's batch /
+    num_minibatches)"""
     update_epochs: int = 2
     """passes over each segment"""
     learning_rate: float = 3e-3
@@ -99,7 +100,7 @@ class TrainConfig:
     vf_coef: float = 0.5
     """value-loss weight"""
     vf_clip_coef: float = 0.0
-    """value clip range (0: no value clipping)"""
+    """value clip range (0: no value clipping; CleanRL's clip_vloss is this at its clip_coef, 0.2)"""
     ent_coef: float = 0.0
     """entropy-bonus weight"""
     max_grad_norm: float = 0.5

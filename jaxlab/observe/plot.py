@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jaxlab.observe.records import is_update_record, read_metrics
+from jaxlab.observe.records import is_update_record, metric_meant, read_metrics
 from jaxlab.messages import install_extra
 
 X_AXES = {"step": ("global_step", "agent-steps"), "time": ("wall_time", "wall time (s)")}
@@ -88,7 +88,9 @@ def no_values_message(run_dirs: list[Path], metric: str) -> str:
                 "longer, or plot another metric")
     known = sorted({k for held in records.values() for r in held for k, v in r.items()
                     if isinstance(v, (int, float)) and not isinstance(v, bool)})
-    return f"no run has values of {metric!r}; the runs' metrics: {', '.join(known)}"
+    meant = metric_meant(metric, known)
+    hint = f"did you mean {meant!r}? " if meant else ""
+    return f"no run has values of {metric!r}; {hint}the runs' metrics: {', '.join(known)}"
 
 
 def plot(run_dirs: list[Path], output: Path, metric: str = "episode_return", x: str = "step",

@@ -217,6 +217,26 @@ def earlier_run(run_dir: Path) -> str | None:
     return "metrics.jsonl" if metrics.is_file() and metrics.stat().st_size > 0 else None
 
 
+#: CleanRL's TensorBoard names (after their charts/ or losses/ prefix) for metrics.jsonl's keys, where they differ.
+CLEANRL_METRICS = {"clipfrac": "clip_fraction", "episodic_return": "episode_return",
+                   "episodic_length": "episode_length"}
+
+
+def metric_meant(name: str, known) -> str | None:
+    """The metric of ``known`` (metrics.jsonl keys) that ``name`` means when it is none of them: CleanRL's name
+    (charts/SPS, losses/clipfrac, charts/episodic_return) or a close spelling in any case; None for none."""
+    import difflib
+
+    known = list(known)
+    bare = name.rpartition("/")[2].lower()
+    meant = CLEANRL_METRICS.get(bare, bare)
+    if meant in known:
+        return meant
+    by_lower = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(meant, list(by_lower), n=1)
+    return by_lower[close[0]] if close else None
+
+
 def folder_name(env_name: str) -> str:
     """``env_name`` as the start of a default folder name (runs/NAME-TIMESTAMP, a sweep's study): each
     character other than letters, digits, '.', '_' and '-' becomes '_'. A Python env's name holds ':'

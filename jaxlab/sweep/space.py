@@ -36,8 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from jaxlab.config import SECTIONS, Config, ConfigError, coerce, coerce_key, derive_sizes, with_layer
-from jaxlab.config.layers import read_toml
+from jaxlab.config.layers import cleanrl_hint, read_toml
 from jaxlab.config.validate import flag_of, flag_value, shown_value
+from jaxlab.observe.records import metric_meant
 
 #: Keys that are not hyperparameters: set per trial by the sweep, or by --seeds, or bookkeeping.
 NOT_SWEPT = {"train.seed": "seeds are --seeds S (each trial runs S seeds and averages them)",
@@ -241,8 +242,8 @@ def check_settings(spec: SweepSpec, env_name: str) -> SweepSpec:
         _check_name(spec, key, names)
     known = (*env_type(env_name).log_names, *TRAINER_METRICS)
     if spec.metric not in known:
-        close = difflib.get_close_matches(spec.metric, known, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
+        meant = metric_meant(spec.metric, known)  # CleanRL's names too: charts/episodic_return
+        hint = f"did you mean {meant!r}? " if meant else ""
         raise ConfigError(f"sweep metric {spec.metric!r} (in {where}) is not a metric of {env_name} runs; "
                           f"{hint}use one of {', '.join(known)}")
     if not 0 < spec.average_last <= 1:
@@ -319,6 +320,8 @@ def schema_type(name: str, env_name: str) -> type | str:
     if key not in types:
         close = difflib.get_close_matches(key, list(types), n=1)
         hint = f"did you mean '{section}.{close[0]}'? " if close else ""
+        if cleanrl_hint(key):  # a close name would mislead: num_minibatches is no minibatch_size
+            hint = f"{cleanrl_hint(key)}; "
         raise ConfigError(f"unknown sweep key {name!r}; {hint}keys of [{section}]: {', '.join(types)}")
     full = f"{section}.{key}"
     if full in NOT_SWEPT:
