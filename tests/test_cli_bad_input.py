@@ -507,6 +507,28 @@ def test_a_sweep_refuses_a_config_file_with_a_dist_table_before_creating_its_stu
     assert (tmp_path / "e" / "base.toml").is_file()
 
 
+def test_a_sweep_refuses_a_flag_on_a_key_it_searches_while_a_config_file_may_set_one(tmp_path, capsys):
+    """`--train.gamma 0.9` beside a sweep file searching train.gamma went into the base config and every trial's
+    sampled gamma replaced it: the flag looked like it fixed gamma and did nothing. Refused, naming the flag, its
+    value, the distribution and both fixes; a --config file's value is the base a searched one replaces."""
+    pytest.importorskip("optuna")
+    space = tmp_path / "space.toml"
+    space.write_text('[sweep]\n"train.gamma" = {low = 0.95, high = 0.999}\n"env.max_steps" = {low = 100, high = 500}\n')
+    sweep = ["sweep", "cartpole", "--root", str(tmp_path), "--trials", "0", "--sweep", str(space)]
+    for flags, flag, short in ((["--train.gamma", "0.9"], "--train.gamma 0.9", "train.gamma (float 0.95..0.999"),
+                               (["--env.max-steps=200"], "--env.max-steps 200", "env.max_steps (int 100..500")):
+        assert cli.main([*sweep, "--study", "f", *flags]) == 2
+        assert capsys.readouterr().err.splitlines() == [
+            f"jaxlab sweep: error: {flag} would do nothing: the sweep searches {short}, in {space}) and each trial's "
+            f"value replaces the flag's; drop the flag to search it, or leave {short.split()[0]} out of the sweep "
+            "file to fix it for every trial"]
+        assert not (tmp_path / "f").exists()
+    base = tmp_path / "base.toml"
+    base.write_text("[train]\ngamma = 0.97\n")
+    assert cli.main([*sweep, "--study", "c", "--config", str(base), "--train.learning-rate", "0.001"]) == 0
+    assert "gamma = 0.97" in (tmp_path / "c" / "base.toml").read_text()
+
+
 def test_sweep_help_lists_no_dist_flag_it_refuses(capsys):
     """jaxlab sweep --help listed the --dist.* flags among its config flags, which the sweep refuses."""
     for command, listed in (("sweep", False), ("train", True)):

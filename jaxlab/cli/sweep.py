@@ -142,8 +142,8 @@ def create_or_check(args, name: str, storage, overrides: dict, exists: bool = Fa
     ``exists`` resumed without --sweep keeps its own search space, with the command line's settings."""
     from jaxlab.config import presets, to_toml
     from jaxlab.sweep import study as study_lib
-    from jaxlab.sweep.space import (check_space, default_sweep_file, parse_spec, read_sweep_file, unused_pruner,
-                                    with_settings)
+    from jaxlab.sweep.space import (check_space, default_sweep_file, parse_spec, read_sweep_file,
+                                    refuse_flags_on_searched_keys, unused_pruner, with_settings)
 
     resumed = exists and not args.sweep  # not the default file: the study may come from another one
     if resumed:
@@ -157,6 +157,7 @@ def create_or_check(args, name: str, storage, overrides: dict, exists: bool = Fa
     resolved = resolve(args)
     if not resumed:
         spec = parse_spec(table, args.env, str(path), overrides)
+    refuse_flags_on_searched_keys(spec, resolved.config, resolved.sources)
     check_space(spec, resolved.config)
     study, stored, base_toml = study_lib.open_study(name, storage, spec, to_toml(resolved.config), args.env,
                                                     again=study_command(args, name))

@@ -408,6 +408,21 @@ def highest_on_step(low: float, high: float, step: float) -> float:
     return float((d_high - d_low) // d_step * d_step + d_low)
 
 
+def refuse_flags_on_searched_keys(spec: SweepSpec, config: Config, sources: dict) -> None:
+    """ConfigError for a config flag that sets a key the space searches: each trial's value replaces it, so the
+    flag would change nothing while it looks like it fixes the key (``sources``: load_config's, "command line"
+    for a flag). A --config file or preset may set one: it is the base that a searched value replaces."""
+    for param in spec.params:
+        if sources.get(param.name) != "command line":
+            continue
+        section, _, key = param.name.partition(".")
+        value = config.env[key] if section == "env" else getattr(getattr(config, section), key)
+        raise ConfigError(f"{flag_of(param.name)} {flag_value(value)} would do nothing: the sweep searches "
+                          f"{param.name} ({param.short()}, in {spec.source}) and each trial's value replaces the "
+                          f"flag's; drop the flag to search it, or leave {param.name} out of the sweep file to fix "
+                          "it for every trial")
+
+
 def apply_params(base: Config, params: dict[str, Any], seed: int | None = None) -> Config:
     """``base`` with the hyperparameter values ``params`` ({"section.key": value}) and ``train.seed``."""
     layer: dict[str, dict] = {}
