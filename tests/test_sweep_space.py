@@ -132,6 +132,16 @@ def test_bad_search_spaces_name_the_key_the_value_and_a_fix(table, expected):
     assert expected in error_of(table)
 
 
+def test_a_cnn_encoder_choice_is_checked_against_the_envs_observations_before_any_trial():
+    """A cnn choice on vector observations passed the space's checks and failed each trial that drew it, in its
+    child process, though every choice is checked on the base config; on an image env it is taken."""
+    table = {"policy.encoder": {"choices": ["mlp", "cnn"]}}
+    assert ("sweep key 'policy.encoder' = \"cnn\" (in test.toml) gives a config that cannot run: policy.encoder='cnn' "
+            "needs image observations [H, W, C] or [H, W], but cartpole's are [4]") in error_of(table)
+    spot = ["--policy.cnn-kernels", "3,3", "--policy.cnn-strides", "1,1", "--policy.cnn-channels", "8,8"]
+    check_space(spec_of(table, "spot"), load_config("spot", flags=spot)[0])
+
+
 @pytest.mark.parametrize("overrides, expected", [
     ({"seeds": 0}, "--seeds 0 must be at least 1"),
     ({"sampler": "foo"}, "--sampler foo is not known; use one of tpe, cmaes"),

@@ -35,7 +35,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from jaxlab.config import SECTIONS, Config, ConfigError, coerce, coerce_key, derive_sizes, with_layer
+from jaxlab.config import (SECTIONS, Config, ConfigError, check_network, coerce, coerce_key, derive_sizes,
+                           with_layer)
 from jaxlab.config.layers import cleanrl_hint, read_toml
 from jaxlab.config.validate import flag_of, flag_value, shown_value
 from jaxlab.observe.records import metric_meant
@@ -435,11 +436,14 @@ def apply_params(base: Config, params: dict[str, Any], seed: int | None = None) 
 
 
 def check_config(config: Config):
-    """The config's sizes (ConfigError when it breaks an invariant or an env parameter's range)."""
+    """The config's sizes (ConfigError when it breaks an invariant or an env parameter's range, or when its
+    network does not fit the env's observations: a cnn encoder on vector observations)."""
     from jaxlab.config import memory
 
     shape = memory.env_shape(config)
-    return derive_sizes(config, shape.agents_per_env)
+    sizes = derive_sizes(config, shape.agents_per_env)
+    check_network(config, shape.obs_shape)
+    return sizes
 
 
 def corners(param: Param) -> list:
