@@ -529,6 +529,31 @@ def test_a_sweep_refuses_a_flag_on_a_key_it_searches_while_a_config_file_may_set
     assert "gamma = 0.97" in (tmp_path / "c" / "base.toml").read_text()
 
 
+def test_sweep_plot_without_matplotlib_is_one_line_before_show_prints_anything(tmp_path, capsys, monkeypatch):
+    """Optuna installed alone (pip install optuna, without the sweep extra) has no matplotlib: --show --plot printed
+    the best trials and wrote best.toml, then --plot ended in a ModuleNotFoundError traceback."""
+    optuna = pytest.importorskip("optuna")
+    import sys
+
+    from jaxlab.config import load_config, to_toml
+    from jaxlab.messages import install_extra
+    from jaxlab.sweep import study as study_lib
+    from jaxlab.sweep.space import parse_spec
+
+    study_lib.quiet_optuna()
+    spec = parse_spec({"train.gamma": {"low": 0.9, "high": 0.99}}, "cartpole", "test.toml")
+    study = study_lib.open_study("p", study_lib.storage_for(None, tmp_path / "p"), spec,
+                                 to_toml(load_config("cartpole")[0]), "cartpole")[0]
+    study.add_trial(optuna.trial.create_trial(params={"train.gamma": 0.95}, value=1.0, distributions={
+        "train.gamma": optuna.distributions.FloatDistribution(0.9, 0.99)}))
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    assert cli.main(["sweep", "cartpole", "--root", str(tmp_path), "--study", "p", "--show", "--plot"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [f"jaxlab sweep: error: --plot needs matplotlib; install it with "
+                                         f"{install_extra('sweep')}, or leave out --plot"]
+    assert captured.out == "" and not (tmp_path / "p" / "best.toml").exists()
+
+
 def test_sweep_help_lists_no_dist_flag_it_refuses(capsys):
     """jaxlab sweep --help listed the --dist.* flags among its config flags, which the sweep refuses."""
     for command, listed in (("sweep", False), ("train", True)):

@@ -36,6 +36,8 @@ def sweep_command(args: argparse.Namespace) -> int:
         import optuna
     except ImportError:
         raise ConfigError(f"jaxlab sweep needs Optuna; install it with {install_extra('sweep')}") from None
+    if args.plot:
+        refuse_plot_without_matplotlib()
     from jaxlab.sweep import study as study_lib
 
     study_lib.quiet_optuna()
@@ -116,6 +118,18 @@ def refuse_dist_in_config_file(config_file: str | None) -> None:
         raise ConfigError(f"--config {config_file} has a [dist] table ({', '.join(dist)}): jaxlab sweep starts each "
                           "run of a trial as one process (--parallel K runs K side by side), so every trial would "
                           "ignore it; remove [dist] from the file, or sweep with a copy without it")
+
+
+def refuse_plot_without_matplotlib() -> None:
+    """ConfigError naming the install command when --plot cannot import matplotlib (Optuna alone, installed
+    without the sweep extra, has no matplotlib): before --show prints or anything is written."""
+    from jaxlab.config import ConfigError
+
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ConfigError(f"--plot needs matplotlib; install it with {install_extra('sweep')}, or "
+                          "leave out --plot") from None
 
 
 def prepare_and_run(args, name: str, storage, study_dir: Path, exists: bool, overrides: dict,
