@@ -132,6 +132,32 @@ def test_bad_search_spaces_name_the_key_the_value_and_a_fix(table, expected):
     assert expected in error_of(table)
 
 
+@pytest.mark.parametrize("env, space", [
+    ("gymnasium:CartPole-v1", '"train.gamma" = {low = 0.9, high = 0.99}'),
+    ("HEADER", '"env.max_steps" = {low = 100, high = 500}\n"train.gamma" = {low = 0.9, high = 0.99}'),
+])
+def test_a_sweep_of_a_python_env_or_an_env_header_checks_its_space_against_that_env(tmp_path, capsys, env, space):
+    """`jaxlab sweep gymnasium:CartPole-v1` and `jaxlab sweep path/to/drone.h` (env names `jaxlab sweep --help`
+    lists) ended in a ValueError traceback: the space's checks looked the env up among the C envs by the name
+    given. They now check it against the env the config resolves (a Python env has no parameters)."""
+    from jaxlab import cli
+
+    pytest.importorskip("gymnasium")
+    env = env.replace("HEADER", os.path.join(os.path.dirname(__file__), "..", "examples", "envs", "drone.h"))
+    path = tmp_path / "space.toml"
+    path.write_text(f'[sweep]\nmetric = "episode_length"\n{space}\n')
+    sweep = ["sweep", env, "--root", str(tmp_path), "--study", "s", "--trials", "0"]
+    assert cli.main([*sweep, "--sweep", str(path)]) == 0
+    assert "done: nothing to run" in capsys.readouterr().out
+    assert cli.main(sweep) == 0  # resumed: the stored space, checked again
+    capsys.readouterr()
+    if env.startswith("gymnasium"):
+        path.write_text('[sweep]\n"env.max_steps" = {low = 100, high = 500}\n')
+        assert cli.main([*sweep[:-3], "t", "--trials", "0", "--sweep", str(path)]) == 2
+        assert ("unknown sweep key 'env.max_steps': gymnasium:CartPole-v1 has no parameter 'max_steps'; its "
+                "parameters: none") in capsys.readouterr().err
+
+
 def test_a_cnn_encoder_choice_is_checked_against_the_envs_observations_before_any_trial():
     """A cnn choice on vector observations passed the space's checks and failed each trial that drew it, in its
     child process, though every choice is checked on the base config; on an image env it is taken."""

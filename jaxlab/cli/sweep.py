@@ -161,7 +161,7 @@ def create_or_check(args, name: str, storage, overrides: dict, exists: bool = Fa
 
     resumed = exists and not args.sweep  # not the default file: the study may come from another one
     if resumed:
-        spec = with_settings(study_lib.open_study(name, storage, None, None, args.env)[1], args.env, overrides)
+        stored_spec = study_lib.open_study(name, storage, None, None, args.env)[1]
     else:
         path = Path(args.sweep) if args.sweep else default_sweep_file(args.env)
         table = read_sweep_file(path)  # before JAX starts: a bad file fails fast
@@ -169,8 +169,11 @@ def create_or_check(args, name: str, storage, overrides: dict, exists: bool = Fa
     # card preset's share, which its trials get (each its own, set in its environment)
     presets.prepare_backend(None)
     resolved = resolve(args)
-    if not resumed:
-        spec = parse_spec(table, args.env, str(path), overrides)
+    env_name, library = resolved.config.env_name, resolved.config.env_library or None  # path/NAME.h: NAME, the .h
+    if resumed:
+        spec = with_settings(stored_spec, env_name, overrides, library)
+    else:
+        spec = parse_spec(table, env_name, str(path), overrides, library)
     refuse_flags_on_searched_keys(spec, resolved.config, resolved.sources)
     check_space(spec, resolved.config)
     study, stored, base_toml = study_lib.open_study(name, storage, spec, to_toml(resolved.config), args.env,

@@ -173,15 +173,17 @@ def _flatten(table: dict, prefix: str = ""):
             yield name, value
 
 
-def parse_spec(table: dict, env_name: str, source: str, overrides: dict | None = None) -> SweepSpec:
+def parse_spec(table: dict, env_name: str, source: str, overrides: dict | None = None,
+               library: str | None = None) -> SweepSpec:
     """A SweepSpec from a flattened [sweep] table (settings from ``overrides``, e.g. the command line's
     --trials, win); ConfigError naming the key, the value and a fix for anything malformed. The
-    config schema is consulted for the keys and types; ``check_space`` checks values against a config."""
+    config schema is consulted for the keys and types; ``check_space`` checks values against a config.
+    ``library``: the config's env.library, where ``env_name`` comes from (see sweep_env)."""
     settings: dict[str, Any] = {}
     params = []
     for key, value in table.items():
         if "." in key:
-            param = parse_param(key, value, env_name, source)
+            param = parse_param(key, value, env_name, source, library)
             same = next((p for p in params if p.name == param.name), None)
             if same is not None:
                 raise ConfigError(f"sweep key {key!r} (in {source}) names {param.name}, which the file gives "
@@ -201,7 +203,7 @@ def parse_spec(table: dict, env_name: str, source: str, overrides: dict | None =
                           "\"train.learning_rate\" = {low = 1e-4, high = 1e-2, log = true}")
     spec = SweepSpec(params=tuple(params), source=source, flags=frozenset(flags),
                      **{k: _setting(k, v, source) for k, v in settings.items()})
-    spec = check_settings(spec, env_name)
+    spec = check_settings(spec, env_name, library)
     if spec.multi_objective and spec.pruner != "none" and {"objective", "pruner"} <= set(table) - set(flags):
         raise ConfigError(f"sweep setting pruner={spec.pruner} (in {source}) cannot prune objective score,cost: "
                           "Optuna prunes single-objective studies only; set pruner = \"none\" there, or "
@@ -209,12 +211,12 @@ def parse_spec(table: dict, env_name: str, source: str, overrides: dict | None =
     return spec
 
 
-def with_settings(spec: SweepSpec, env_name: str, overrides: dict) -> SweepSpec:
+def with_settings(spec: SweepSpec, env_name: str, overrides: dict, library: str | None = None) -> SweepSpec:
     """A resumed study's stored ``spec`` with the command line's settings (``overrides``, None where not
     given) in place of its own, checked as parse_spec checks a file's."""
     flags = {k: v for k, v in overrides.items() if v is not None}
     settings = {k: _setting(k, v, "the command line") for k, v in flags.items()}
-    return check_settings(replace(spec, flags=frozenset(flags), **settings), env_name)
+    return check_settings(replace(spec, flags=frozenset(flags), **settings), env_name, library)
 
 
 def _setting(key: str, value: Any, source: str) -> Any:
@@ -232,16 +234,14 @@ def _setting(key: str, value: Any, source: str) -> Any:
     return value.strip().lower().replace(" ", "")
 
 
-def check_settings(spec: SweepSpec, env_name: str) -> SweepSpec:
+def check_settings(spec: SweepSpec, env_name: str, library: str | None = None) -> SweepSpec:
     """ConfigError for a setting out of its range or not among its names (naming it, as its flag when the
     command line gave it, and a fix)."""
-    from jaxlab.env import env_type
-
     where = spec.source
     for key, names in (("direction", DIRECTIONS), ("objective", OBJECTIVES), ("sampler", SAMPLERS),
                        ("pruner", PRUNERS)):
         _check_name(spec, key, names)
-    known = (*env_type(env_name).log_names, *TRAINER_METRICS)
+    known = (*sweep_env(env_name, library).log_names, *TRAINER_METRICS)
     if spec.metric not in known:
         meant = metric_meant(spec.metric, known)  # CleanRL's names too: charts/episodic_return
         hint = f"did you mean {meant!r}? " if meant else ""
@@ -297,15 +297,22 @@ def _check_name(spec: SweepSpec, key: str, names: tuple[str, ...]) -> None:
         raise ConfigError(f"{_named(spec, key)} is not known; {hint}use one of {', '.join(names)}")
 
 
-def schema_type(name: str, env_name: str) -> type | str:
-    """The type of config key ``name`` ("section.key" or "env.PARAM"); ConfigError for an unknown key
-    or one that is not a hyperparameter (naming why and what to do)."""
-    from jaxlab.env import env_type
+def sweep_env(env_name: str, library: str | None = None):
+    """The env type whose parameters a sweep of ``env_name`` searches and whose statistics it scores: a built-in
+    env, the env of ``library`` (an env header or library: the config's env.library), or a Python env
+    (gymnasium:ID, pettingzoo:MODULE: no parameters). ConfigError when it cannot be had."""
+    from jaxlab.config.layers import env_kind
 
+    return env_kind(env_name, library)
+
+
+def schema_type(name: str, env_name: str, library: str | None = None) -> type | str:
+    """The type of config key ``name`` ("section.key" or "env.PARAM") for env ``env_name`` of ``library``;
+    ConfigError for an unknown key or one that is not a hyperparameter (naming why and what to do)."""
     section, _, key = name.partition(".")
     key = key.replace("-", "_")
     if section == "env":
-        params = {p.name: p for p in env_type(env_name).params}
+        params = {p.name: p for p in sweep_env(env_name, library).params}
         if key not in params:
             close = difflib.get_close_matches(key, list(params), n=1)
             hint = f"did you mean 'env.{close[0]}'? " if close else ""
@@ -335,9 +342,9 @@ def schema_type(name: str, env_name: str) -> type | str:
     return {"int": int, "float": float, "bool": bool, "str": str}.get(types[key], types[key])
 
 
-def parse_param(name: str, value: Any, env_name: str, source: str) -> Param:
+def parse_param(name: str, value: Any, env_name: str, source: str, library: str | None = None) -> Param:
     """One hyperparameter from its TOML value; ConfigError naming it for anything malformed."""
-    kind = schema_type(name, env_name)
+    kind = schema_type(name, env_name, library)
     section, _, key = name.partition(".")
     name = f"{section}.{key.replace('-', '_')}"
     where = f"sweep key {name!r} (in {source})"
