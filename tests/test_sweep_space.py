@@ -158,6 +158,26 @@ def test_a_sweep_of_a_python_env_or_an_env_header_checks_its_space_against_that_
                 "parameters: none") in capsys.readouterr().err
 
 
+def test_a_python_env_with_a_c_twin_sweeps_its_twins_space_and_an_env_without_one_is_told_what_to_do(tmp_path,
+                                                                                                      capsys):
+    """`jaxlab sweep gymnasium:CartPole-v1` looked for configs/sweeps/gymnasium:CartPole-v1.toml, though the env
+    takes cartpole's config defaults; an env without a default space (cards, path/to/drone.h) was told that
+    'configs/sweeps/./drone.h.toml does not exist'. The twin's file is the default; the others get one line
+    naming the envs that have one and how to write their own."""
+    from jaxlab import cli
+
+    assert default_sweep_file("gymnasium:CartPole-v1") == default_sweep_file("cartpole")
+    assert default_sweep_file("gymnasium:Pendulum-v1") == default_sweep_file("pendulum")
+    pytest.importorskip("gymnasium")
+    assert cli.main(["sweep", "gymnasium:CartPole-v1", "--root", str(tmp_path), "--study", "g", "--trials", "0"]) == 0
+    assert "train.ent_coef float in [1e-05, 0.03], log" in capsys.readouterr().out  # cartpole.toml's space
+    assert cli.main(["sweep", "cards", "--root", str(tmp_path), "--study", "c", "--trials", "0"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "jaxlab sweep: error: cards has no default search space (configs/sweeps/ holds cartpole, lure, memory, "
+        "multicue, pendulum, spot, target); write one and pass --sweep FILE, e.g. a copy of "
+        "configs/sweeps/cartpole.toml (format in README.md, 'Sweeps')"]
+
+
 def test_a_cnn_encoder_choice_is_checked_against_the_envs_observations_before_any_trial():
     """A cnn choice on vector observations passed the space's checks and failed each trial that drew it, in its
     child process, though every choice is checked on the base config; on an image env it is taken."""

@@ -156,14 +156,14 @@ def create_or_check(args, name: str, storage, overrides: dict, exists: bool = Fa
     ``exists`` resumed without --sweep keeps its own search space, with the command line's settings."""
     from jaxlab.config import presets, to_toml
     from jaxlab.sweep import study as study_lib
-    from jaxlab.sweep.space import (check_space, default_sweep_file, parse_spec, read_sweep_file,
+    from jaxlab.sweep.space import (check_space, default_space, parse_spec, read_sweep_file,
                                     refuse_flags_on_searched_keys, unused_pruner, with_settings)
 
     resumed = exists and not args.sweep  # not the default file: the study may come from another one
     if resumed:
         stored_spec = study_lib.open_study(name, storage, None, None, args.env)[1]
     else:
-        path = Path(args.sweep) if args.sweep else default_sweep_file(args.env)
+        path = Path(args.sweep) if args.sweep else default_space(args.env)
         table = read_sweep_file(path)  # before JAX starts: a bad file fails fast
     # this process only supervises: on a GPU it takes memory as needed (next to nothing) instead of the
     # card preset's share, which its trials get (each its own, set in its environment)

@@ -134,10 +134,24 @@ SETTINGS = {f.name: f.type for f in fields(SweepSpec) if f.name not in ("params"
 
 
 def default_sweep_file(env_name: str) -> Path:
-    """configs/sweeps/ENV.toml."""
+    """configs/sweeps/ENV.toml; for a Python env with a C twin (gymnasium:CartPole-v1) its twin's, whose config
+    defaults it takes (load_config)."""
     from jaxlab.config import configs_dir
+    from jaxlab.env.python_envs import C_TWINS
 
-    return configs_dir() / "sweeps" / f"{env_name}.toml"
+    return configs_dir() / "sweeps" / f"{C_TWINS.get(env_name, env_name)}.toml"
+
+
+def default_space(env_name: str) -> Path:
+    """default_sweep_file of ``env_name``; ConfigError naming the envs that have one and the fix when it has none
+    (an example env, a Python env without a twin, an env header)."""
+    path = default_sweep_file(env_name)
+    if not path.is_file():
+        shipped = ", ".join(sorted(p.stem for p in path.parent.glob("*.toml")))
+        raise ConfigError(f"{env_name} has no default search space (configs/sweeps/ holds {shipped}); write one and "
+                          "pass --sweep FILE, e.g. a copy of configs/sweeps/cartpole.toml (format in README.md, "
+                          "'Sweeps')")
+    return path
 
 
 def read_sweep_file(path: str | Path) -> dict:
