@@ -299,6 +299,28 @@ def test_apply_params_and_the_trial_flags_give_the_same_config():
     assert direct.train.learning_rate == 0.0012345678901234567 and direct.train.seed == 7
 
 
+def test_a_list_key_is_searched_as_choices_of_lists_that_reach_the_trials_and_survive_the_study(tmp_path):
+    """`"policy.mlp_layers" = {choices = [[64], [128, 128]]}` was refused ('must be a number, a string or a
+    boolean'), and the same choices as strings ("64", "128,128") made a new study refuse itself: the space kept
+    them as tuples, the study stored them as JSON lists, and the two compared unequal ('created with another
+    search space'). A list key's choices are now kept as their TOML text, which Optuna takes and the config reads."""
+    table = {"policy.mlp_layers": {"choices": [[64], "128,128", []]}}
+    spec = spec_of(table)
+    assert spec.params[0].choices == ("[64]", "[128, 128]", "[]")
+    base = load_config("cartpole")[0]
+    check_space(spec, base)
+    for choice, layers in zip(spec.params[0].choices, ((64,), (128, 128), ())):
+        direct = apply_params(base, {"policy.mlp_layers": choice})
+        via_flags = load_config("cartpole", flags=param_flags({"policy.mlp_layers": choice}))[0]
+        assert direct.policy.mlp_layers == via_flags.policy.mlp_layers == layers
+    storage = study_lib.storage_for(None, tmp_path)
+    study_lib.quiet_optuna()
+    study_lib.open_study("s", storage, spec, to_toml(base), "cartpole")
+    assert study_lib.open_study("s", storage, spec_of(table), to_toml(base), "cartpole")[1] == spec
+    assert "choices [[64], \"64\"] repeat a value" in error_of({"policy.mlp_layers": {"choices": [[64], "64"]}})
+    assert "choice [64] must be a number" in error_of({"policy.hidden_size": {"choices": [[64], [128]]}})
+
+
 def test_window_mean_and_report_points():
     records = [{"global_step": 100 * u, "update": u, "episode_return": None if u == 9 else float(u)}
                for u in range(1, 11)]

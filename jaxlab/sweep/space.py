@@ -38,7 +38,7 @@ from typing import Any
 from jaxlab.config import (SECTIONS, Config, ConfigError, check_network, coerce, coerce_key, derive_sizes,
                            with_layer)
 from jaxlab.config.layers import cleanrl_hint, read_toml
-from jaxlab.config.validate import flag_of, flag_value, shown_value
+from jaxlab.config.validate import flag_of, flag_value, shown_value, toml_value
 from jaxlab.observe.records import metric_meant
 
 #: Keys that are not hyperparameters: set per trial by the sweep, or by --seeds, or bookkeeping.
@@ -53,6 +53,8 @@ NOT_SWEPT_DIST = ("[dist] says how a run's processes meet, not a hyperparameter:
 #: metrics.jsonl keys that a trainer writes for every env (the env's statistics come on top).
 TRAINER_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance",
                    "grad_norm", "sps")
+#: The schema type of a list key (policy.mlp_layers): searched as choices of lists, each kept as its TOML text.
+LIST_KIND = "tuple[int, ...]"
 SAMPLERS = ("tpe", "cmaes")
 PRUNERS = ("median", "hyperband", "none")
 OBJECTIVES = ("score", "score,cost")
@@ -378,7 +380,7 @@ def parse_param(name: str, value: Any, env_name: str, source: str, library: str 
                               "choices = [64, 128]")
         coerced = []
         for choice in choices:
-            if isinstance(choice, (dict, list)):
+            if isinstance(choice, dict) or (isinstance(choice, list) and kind != LIST_KIND):
                 raise ConfigError(f"{where}: choice {shown_value(choice)} must be a number, a string or a boolean")
             coerced.append(coerce(choice, kind, name) if section == "env" else coerce_key(section, key, choice, kind))
         if len(set(map(repr, coerced))) != len(coerced):
@@ -388,6 +390,8 @@ def parse_param(name: str, value: Any, env_name: str, source: str, library: str 
                               f"nothing is searched; list two or more, or set it for every trial with {flag_of(name)} "
                               f"{flag_value(coerced[0])} "
                               "and leave it out of the sweep file")
+        if kind == LIST_KIND:  # Optuna's choices are scalars: a list as the text a flag or TOML takes, "[128, 128]"
+            coerced = [toml_value(list(choice)) for choice in coerced]
         return Param(name, "categorical", choices=tuple(coerced))
     if kind == "float | str":  # a number or auto (train.reward_scale): a range searches the numbers
         kind = float
