@@ -321,6 +321,19 @@ def test_a_list_key_is_searched_as_choices_of_lists_that_reach_the_trials_and_su
     assert "choice [64] must be a number" in error_of({"policy.hidden_size": {"choices": [[64], [128]]}})
 
 
+def test_a_range_of_an_integer_or_auto_key_searches_integers_as_one_of_a_number_or_auto_searches_floats():
+    """train.reward_scale (a number or auto) took a range, but train.batch_size (an integer or auto) was refused:
+    'train.batch_size is a int | str key, not a number; give {choices = [...]}'."""
+    from jaxlab.sweep.space import Param
+
+    spec = spec_of({"train.batch_size": {"low": 1024, "high": 4096, "step": 1024}})
+    assert spec.params == (Param("train.batch_size", "int", low=1024, high=4096, step=1024),)
+    check_space(spec, load_config("cartpole")[0])
+    assert "low = 1500.0 must be an integer (train.batch_size is an integer key)" in error_of(
+        {"train.batch_size": {"low": 1.5e3, "high": 4096}})
+    assert spec_of({"train.reward_scale": {"low": 0.01, "high": 1.0, "log": True}}).params[0].kind == "float"
+
+
 def test_window_mean_and_report_points():
     records = [{"global_step": 100 * u, "update": u, "episode_return": None if u == 9 else float(u)}
                for u in range(1, 11)]

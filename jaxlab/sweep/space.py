@@ -393,8 +393,8 @@ def parse_param(name: str, value: Any, env_name: str, source: str, library: str 
         if kind == LIST_KIND:  # Optuna's choices are scalars: a list as the text a flag or TOML takes, "[128, 128]"
             coerced = [toml_value(list(choice)) for choice in coerced]
         return Param(name, "categorical", choices=tuple(coerced))
-    if kind == "float | str":  # a number or auto (train.reward_scale): a range searches the numbers
-        kind = float
+    # a number or auto (train.reward_scale, train.batch_size, device.count): a range searches the numbers
+    kind = {"float | str": float, "int | str": int}.get(kind, kind)
     if kind not in (int, float):
         raise ConfigError(f"{where}: {name} is a {getattr(kind, '__name__', kind)} key, not a number; "
                           "give {choices = [...]} instead of low/high")
