@@ -554,6 +554,34 @@ def test_sweep_plot_without_matplotlib_is_one_line_before_show_prints_anything(t
     assert captured.out == "" and not (tmp_path / "p" / "best.toml").exists()
 
 
+def test_a_study_resumed_with_a_sweep_file_fills_up_to_that_files_trials(tmp_path, capsys, monkeypatch):
+    """A study created with --trials 0 and resumed with `--sweep FILE` (trials = 3 there, no --trials) kept the
+    stored target: 'nothing to run ... --trials is 0', the file's trials silently ignored, though trials is a setting
+    a resume may change and a file's trials is the default of --trials. The trials themselves are not run here."""
+    pytest.importorskip("optuna")
+    from jaxlab.sweep import supervisor
+
+    class NoTrials:  # the sweep's loop, replaced: only the target the command line chose matters
+        told, launched, cut_short, unstarted = {}, False, [], []
+
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def run(self):
+            return None
+
+    monkeypatch.setattr(supervisor, "Sweep", NoTrials)
+    space = tmp_path / "space.toml"
+    space.write_text('[sweep]\ntrials = 3\n"train.gamma" = {low = 0.95, high = 0.999}\n')
+    sweep = ["sweep", "cartpole", "--root", str(tmp_path), "--study", "t", "--sweep", str(space)]
+    assert cli.main([*sweep, "--trials", "0"]) == 0
+    assert "sweep t (new): cartpole, 0 trials (0 in the study)" in capsys.readouterr().out
+    assert cli.main(sweep) == 0
+    assert "sweep t (resumed): cartpole, 3 trials (0 in the study)" in capsys.readouterr().out
+    assert cli.main(["sweep", "cartpole", "--root", str(tmp_path), "--study", "t"]) == 0  # no file: the study's own
+    assert "sweep t (resumed): cartpole, 0 trials (0 in the study)" in capsys.readouterr().out
+
+
 def test_sweep_help_lists_no_dist_flag_it_refuses(capsys):
     """jaxlab sweep --help listed the --dist.* flags among its config flags, which the sweep refuses."""
     for command, listed in (("sweep", False), ("train", True)):

@@ -9,6 +9,7 @@ import shlex
 import shutil
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from jaxlab.cli.common import LAYERS, cannot_write, config_help, resolve, user_path, whole_number
@@ -181,7 +182,8 @@ def create_or_check(args, name: str, storage, overrides: dict, exists: bool = Fa
     warning = None if resumed else unused_pruner(spec, "pruner" in table)
     if warning:
         print(f"jaxlab sweep: warning: {warning}", file=sys.stderr, flush=True)
-    return study, stored, base_toml, presets.current_devices()[0].platform
+    # trials may change on a resume (study.RUN_SETTINGS): a --sweep FILE's trials is this command's default of --trials
+    return study, replace(stored, trials=spec.trials), base_toml, presets.current_devices()[0].platform
 
 
 def run_sweep(args, study, storage, spec, base_toml: str, study_dir: Path, platform: str, environment: dict,
