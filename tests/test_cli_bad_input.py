@@ -582,6 +582,18 @@ def test_a_study_resumed_with_a_sweep_file_fills_up_to_that_files_trials(tmp_pat
     assert "sweep t (resumed): cartpole, 0 trials (0 in the study)" in capsys.readouterr().out
 
 
+def test_nothing_to_run_names_trials_as_the_command_line_gave_them(tmp_path, capsys):
+    """A resume without --trials that had nothing to run said '--trials is 0', a flag nobody typed."""
+    pytest.importorskip("optuna")
+    root = tmp_path / "sweeps"
+    assert cli.main(["sweep", "cartpole", "--root", str(root), "--study", "z", "--trials", "0"]) == 0
+    assert "the study holds 0 trials and --trials is 0; add trials" in capsys.readouterr().out
+    assert cli.main(["sweep", "cartpole", "--root", str(root), "--study", "z"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "done: nothing to run: the study holds 0 trials and its target is 0 (no --trials: the sweep file's or the "
+        f"study's); add trials with `jaxlab sweep cartpole --study z --root {root} --trials N` (N above 0)")
+
+
 def test_sweep_help_lists_no_dist_flag_it_refuses(capsys):
     """jaxlab sweep --help listed the --dist.* flags among its config flags, which the sweep refuses."""
     for command, listed in (("sweep", False), ("train", True)):

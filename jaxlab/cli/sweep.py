@@ -242,7 +242,7 @@ def run_sweep(args, study, storage, spec, base_toml: str, study_dir: Path, platf
         print(all_failed(summary, [t for t in trials if t.number in sweep.told]), file=sys.stderr)
         return 1
     if not sweep.launched and len(trials) == held:
-        print(nothing_to_run(len(trials), summary, target, again))
+        print(nothing_to_run(len(trials), summary, target, again, args.trials is not None))
         return 0
     print(f"done: {summary}; results: `{again} --show`")
     return 0
@@ -295,11 +295,14 @@ def stopped_line(stopped: str, summary: str, cut_short: list[str], again: str, u
     return f"stopped by {stopped}: {summary}; {saved}; continue with `{again}`"
 
 
-def nothing_to_run(held: int, summary: str, target: int, again: str) -> str:
+def nothing_to_run(held: int, summary: str, target: int, again: str, given: bool = True) -> str:
     """The last line of a sweep whose study held --trials N trials already (N = 0 creates the study, or
-    checks a resumed one, and runs nothing): how to add trials."""
+    checks a resumed one, and runs nothing): how to add trials. ``given``: whether the command line gave
+    --trials (else ``target`` is the sweep file's trials or the study's own)."""
+    target_is = f"--trials is {target}" if given else f"its target is {target} (no --trials: the sweep file's or the " \
+                                                       "study's)"
     line = (f"done: nothing to run: the study holds {counted(held, 'trial')}{f' ({summary})' if summary else ''} and "
-            f"--trials is {target}; add trials with `{again} --trials N` (N above {held})")
+            f"{target_is}; add trials with `{again} --trials N` (N above {held})")
     return line + (f"; results: `{again} --show`" if held else "")
 
 
