@@ -178,6 +178,17 @@ def test_a_python_env_with_a_c_twin_sweeps_its_twins_space_and_an_env_without_on
         "configs/sweeps/cartpole.toml (format in README.md, 'Sweeps')"]
 
 
+def test_seeds_that_run_past_the_largest_train_seed_are_refused_before_any_trial():
+    """--seeds 2 from train.seed 2**63 - 1 started the trial, whose second run failed ('train.seed=...808 must be
+    an integer in [0, 2**63)'), and the study held a failed trial; one seed from there is fine."""
+    top = ["--train.seed", str(2**63 - 1)]
+    assert error_of({**GOOD, "seeds": 2}, base_flags=top) == (
+        "sweep setting seeds=2 (in test.toml) runs each trial with train seeds 9223372036854775807 to "
+        "9223372036854775808, and the last cannot run: train.seed=9223372036854775808 must be an integer in "
+        "[0, 2**63); lower --train.seed or the seeds")
+    check_space(spec_of({**GOOD, "seeds": 1}), load_config("cartpole", flags=top)[0])
+
+
 def test_a_cnn_encoder_choice_is_checked_against_the_envs_observations_before_any_trial():
     """A cnn choice on vector observations passed the space's checks and failed each trial that drew it, in its
     child process, though every choice is checked on the base config; on an image env it is taken."""

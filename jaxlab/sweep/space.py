@@ -478,7 +478,15 @@ def corners(param: Param) -> list:
 
 def check_space(spec: SweepSpec, base: Config) -> None:
     """Each end of each range and each choice, set alone on ``base``, must give a config that passes
-    the config's own checks; ConfigError naming the sweep key, the value and the broken rule."""
+    the config's own checks; ConfigError naming the sweep key, the value and the broken rule. So must the
+    last of the train seeds every trial runs (base, base + 1, ... for ``spec.seeds``)."""
+    last = base.train.seed + spec.seeds - 1
+    try:
+        check_config(apply_params(base, {}, seed=last))
+    except ConfigError as err:
+        raise ConfigError(f"{_named(spec, 'seeds')} runs each trial with train seeds {base.train.seed} to {last}, "
+                          f"and the last cannot run: {err.args[0].partition(', e.g.')[0]}; lower --train.seed or "
+                          "the seeds") from None
     for param in spec.params:
         for value in corners(param):
             try:
