@@ -594,6 +594,23 @@ def test_nothing_to_run_names_trials_as_the_command_line_gave_them(tmp_path, cap
         f"study's); add trials with `jaxlab sweep cartpole --study z --root {root} --trials N` (N above 0)")
 
 
+def test_a_resumes_log_and_checkpoint_flags_reach_the_trials_it_starts(tmp_path, capsys):
+    """A resume may change [log] and [checkpoint] (the study's base config is compared without them), but the trials
+    it started took the stored base: `--checkpoint.keep 1 --log.wandb-tags foo` on a resume were accepted and
+    silently did nothing. The base the trials read (STUDY/base.toml) now takes the values the command sets, and
+    keeps the study's where it sets none."""
+    pytest.importorskip("optuna")
+    sweep = ["sweep", "cartpole", "--root", str(tmp_path), "--study", "b", "--trials", "0"]
+    assert cli.main([*sweep, "--log.wandb-tags", "bar"]) == 0
+    assert cli.main([*sweep, "--checkpoint.keep", "1", "--log.wandb-tags", "foo"]) == 0
+    base = (tmp_path / "b" / "base.toml").read_text()
+    assert "\nkeep = 1\n" in base and 'wandb_tags = "foo"' in base
+    assert cli.main([*sweep, "--seeds", "1"]) == 0  # a resume that sets neither: the study's own
+    base = (tmp_path / "b" / "base.toml").read_text()
+    assert "\nkeep = 3\n" in base and 'wandb_tags = "bar"' in base
+    capsys.readouterr()
+
+
 def test_sweep_help_lists_no_dist_flag_it_refuses(capsys):
     """jaxlab sweep --help listed the --dist.* flags among its config flags, which the sweep refuses."""
     for command, listed in (("sweep", False), ("train", True)):

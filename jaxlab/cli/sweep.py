@@ -179,11 +179,29 @@ def create_or_check(args, name: str, storage, overrides: dict, exists: bool = Fa
     check_space(spec, resolved.config)
     study, stored, base_toml = study_lib.open_study(name, storage, spec, to_toml(resolved.config), args.env,
                                                     again=study_command(args, name))
+    base_toml = with_commands_bookkeeping(base_toml, resolved.config, resolved.sources, args.config)
     warning = None if resumed else unused_pruner(spec, "pruner" in table)
     if warning:
         print(f"jaxlab sweep: warning: {warning}", file=sys.stderr, flush=True)
     # trials may change on a resume (study.RUN_SETTINGS): a --sweep FILE's trials is this command's default of --trials
     return study, replace(stored, trials=spec.trials), base_toml, presets.current_devices()[0].platform
+
+
+def with_commands_bookkeeping(stored_base: str, config, sources: dict, config_file: str | None) -> str:
+    """The study's base config (TOML) with the [log] and [checkpoint] values that this command sets (its flags or
+    its --config file; ``config`` and ``sources`` are what it resolved): a resume may change them (study.check_same
+    lets them differ), and the trials it starts take their config from this base. Unchanged for a new study."""
+    from jaxlab.config import config_from_toml, to_toml, with_layer
+
+    given = ("command line", str(Path(config_file))) if config_file else ("command line",)
+    layer: dict[str, dict] = {}
+    for key, source in sources.items():
+        section, _, name = key.partition(".")
+        if section in ("log", "checkpoint") and source in given:
+            layer.setdefault(section, {})[name] = getattr(getattr(config, section), name)
+    if not layer:
+        return stored_base
+    return to_toml(with_layer(config_from_toml(stored_base), layer, "command line"))
 
 
 def run_sweep(args, study, storage, spec, base_toml: str, study_dir: Path, platform: str, environment: dict,
