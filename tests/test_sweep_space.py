@@ -189,6 +189,24 @@ def test_seeds_that_run_past_the_largest_train_seed_are_refused_before_any_trial
     check_space(spec_of({**GOOD, "seeds": 1}), load_config("cartpole", flags=top)[0])
 
 
+def test_a_distribution_written_as_pufferlib_or_wandb_write_it_is_told_how_jaxlab_writes_it(tmp_path):
+    """[sweep.train.learning_rate] with PufferLib's min, max and distribution (or W&B's values) was flattened into
+    keys: 'unknown sweep key 'train.learning_rate.min'; did you mean 'train.learning_rate'?', naming the key the
+    user got right. The table is now read as a distribution and the error translates it."""
+    path = tmp_path / "puf.toml"
+    path.write_text('[sweep]\n[sweep.train.learning_rate]\ndistribution = "log_normal"\nmin = 1e-4\nmax = 1e-2\n'
+                    'mean = 1e-3\nscale = "auto"\n')
+    with pytest.raises(ConfigError) as info:
+        spec_of(read_sweep_file(path))
+    assert str(info.value) == (
+        "sweep key 'train.learning_rate' (in test.toml) is written as PufferLib or W&B sweeps write a distribution "
+        "(distribution, max, mean, min, scale); write it {low = 0.0001, high = 0.01, log = true} (min and max are "
+        "low and high; a log distribution is log = true)")
+    assert error_of({"train.gamma": {"values": [0.9, 0.99]}}).endswith(
+        "write it {choices = [0.9, 0.99]} (W&B's values are jaxlab's choices)")
+    assert "write it {low = 0.9, high = 0.99} (min" in error_of({"train.gamma": {"min": 0.9, "max": 0.99}})
+
+
 def test_a_cnn_encoder_choice_is_checked_against_the_envs_observations_before_any_trial():
     """A cnn choice on vector observations passed the space's checks and failed each trial that drew it, in its
     child process, though every choice is checked on the base config; on an image env it is taken."""

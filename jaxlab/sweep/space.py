@@ -55,6 +55,8 @@ TRAINER_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fr
                    "grad_norm", "sps")
 #: The schema type of a list key (policy.mlp_layers): searched as choices of lists, each kept as its TOML text.
 LIST_KIND = "tuple[int, ...]"
+#: Keys of a distribution as PufferLib's and W&B's sweep files write it ({min, max, distribution}, {values}).
+OTHER_TOOLS_DISTRIBUTION = {"min", "max", "values", "distribution"}
 SAMPLERS = ("tpe", "cmaes")
 PRUNERS = ("median", "hyperband", "none")
 OBJECTIVES = ("score", "score,cost")
@@ -182,7 +184,8 @@ def read_sweep_file(path: str | Path) -> dict:
 def _flatten(table: dict, prefix: str = ""):
     for key, value in table.items():
         name = f"{prefix}{key}"
-        is_distribution = isinstance(value, dict) and ({"low", "high", "choices"} & set(value))
+        is_distribution = isinstance(value, dict) and ({"low", "high", "choices", *OTHER_TOOLS_DISTRIBUTION} &
+                                                       set(value))
         if isinstance(value, dict) and not is_distribution:
             yield from _flatten(value, f"{name}.")
         else:
@@ -369,6 +372,9 @@ def parse_param(name: str, value: Any, env_name: str, source: str, library: str 
                           "{choices = [...]}")
     allowed = {"choices"} if "choices" in value else {"low", "high", "log", "step"}
     extra = set(value) - allowed
+    if extra & OTHER_TOOLS_DISTRIBUTION:
+        raise ConfigError(f"{where} is written as PufferLib or W&B sweeps write a distribution "
+                          f"({', '.join(sorted(extra))}); {jaxlab_distribution(value)}")
     if extra:
         raise ConfigError(f"{where} has {', '.join(sorted(extra))}, which goes not with "
                           f"{'choices' if 'choices' in value else 'low/high'}; use {{low, high, log, step}} or "
@@ -425,6 +431,18 @@ def parse_param(name: str, value: Any, env_name: str, source: str, library: str 
                               f"e.g. high = {fitting if fitting > low else low + step:.12g}")
     return Param(name, "int" if kind is int else "float", low=kind(low), high=kind(high), log=log,
                  step=None if step is None else kind(step))
+
+
+def jaxlab_distribution(value: dict) -> str:
+    """How jaxlab writes the distribution ``value`` that PufferLib's or W&B's keys give (min and max are low and
+    high, a log distribution is log = true, values are choices), with its own numbers where it has them."""
+    if "values" in value:
+        return f"write it {{choices = {shown_value(value['values'])}}} (W&B's values are jaxlab's choices)"
+    log = "log" in str(value.get("distribution", "")).lower()
+    bounds = (f"low = {shown_value(value['min'])}, high = {shown_value(value['max'])}" if {"min", "max"} <= set(value)
+              else "low = ..., high = ...")
+    return (f"write it {{{bounds}{', log = true' if log else ''}}} (min and max are low and high; a log distribution "
+            "is log = true)")
 
 
 def highest_on_step(low: float, high: float, step: float) -> float:
