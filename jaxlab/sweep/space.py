@@ -184,8 +184,10 @@ def read_sweep_file(path: str | Path) -> dict:
 def _flatten(table: dict, prefix: str = ""):
     for key, value in table.items():
         name = f"{prefix}{key}"
-        is_distribution = isinstance(value, dict) and ({"low", "high", "choices", *OTHER_TOOLS_DISTRIBUTION} &
-                                                       set(value))
+        # PufferLib's or W&B's {min, max, distribution}: a distribution too (their values are no tables, as a
+        # [sweep.env] table's hyperparameters named so would be)
+        is_distribution = isinstance(value, dict) and bool({"low", "high", "choices"} & set(value) or any(
+            k in OTHER_TOOLS_DISTRIBUTION and not isinstance(v, dict) for k, v in value.items()))
         if isinstance(value, dict) and not is_distribution:
             yield from _flatten(value, f"{name}.")
         else:
