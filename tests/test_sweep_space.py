@@ -117,6 +117,11 @@ def test_every_env_has_a_default_sweep_file_that_passes_the_checks():
     ({"pruner": "medain", "train.gamma": {"low": 0.9, "high": 0.99}}, "did you mean 'median'?"),
     ({"averge_last": 0.2, "train.gamma": {"low": 0.9, "high": 0.99}}, "unknown sweep setting 'averge_last' in "
                                                                       "test.toml; did you mean 'average_last'?"),
+    ({"goal": "maximize", "train.gamma": {"low": 0.9, "high": 0.99}}, "unknown sweep setting 'goal' in test.toml; "
+                                                                      "jaxlab calls 'goal' of PufferLib's and W&B's "
+                                                                      "sweeps 'direction'; settings: metric,"),
+    ({"method": "bayes", "train.gamma": {"low": 0.9, "high": 0.99}}, "calls 'method' of PufferLib's and W&B's sweeps "
+                                                                     "'sampler'"),
     ({"average_last": 0.0, "train.gamma": {"low": 0.9, "high": 0.99}}, "average_last=0.0 (in test.toml) must be "
                                                                        "in (0, 1]"),
     ({"metric": "episode_return"}, "test.toml has no hyperparameter to search"),

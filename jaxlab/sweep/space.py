@@ -57,6 +57,8 @@ TRAINER_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fr
 LIST_KIND = "tuple[int, ...]"
 #: Keys of a distribution as PufferLib's and W&B's sweep files write it ({min, max, distribution}, {values}).
 OTHER_TOOLS_DISTRIBUTION = {"min", "max", "values", "distribution"}
+#: Settings of PufferLib's and W&B's sweep files and what jaxlab calls them.
+OTHER_TOOLS_SETTINGS = {"goal": "direction", "method": "sampler", "count": "trials"}
 SAMPLERS = ("tpe", "cmaes")
 PRUNERS = ("median", "hyperband", "none")
 OBJECTIVES = ("score", "score,cost")
@@ -215,6 +217,8 @@ def parse_spec(table: dict, env_name: str, source: str, overrides: dict | None =
         else:
             close = difflib.get_close_matches(key, list(SETTINGS), n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
+            if key in OTHER_TOOLS_SETTINGS:
+                hint = f"jaxlab calls {key!r} of PufferLib's and W&B's sweeps {OTHER_TOOLS_SETTINGS[key]!r}; "
             raise ConfigError(f"unknown sweep setting {key!r} in {source}; {hint}settings: {', '.join(SETTINGS)}; "
                               "hyperparameters are written \"section.key\"")
     flags = {k: v for k, v in (overrides or {}).items() if v is not None}
