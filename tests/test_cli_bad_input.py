@@ -611,6 +611,33 @@ def test_a_resumes_log_and_checkpoint_flags_reach_the_trials_it_starts(tmp_path,
     capsys.readouterr()
 
 
+def test_a_sweep_refuses_a_searched_key_that_the_base_config_does_not_use(tmp_path, capsys):
+    """pendulum trains without the LSTM (policy.lstm false in configs/envs/pendulum.toml), so a space searching
+    policy.hidden_size trained every trial alike whatever its value, silently, while `jaxlab train` warns of such a
+    flag. Refused for a new study unless the key that makes it used is searched too; the default spaces pass."""
+    pytest.importorskip("optuna")
+    from conftest import ENV_NAMES
+
+    from jaxlab.config import load_config
+    from jaxlab.sweep.space import default_sweep_file, parse_spec, read_sweep_file, refuse_keys_that_do_nothing
+
+    space = tmp_path / "space.toml"
+    space.write_text('[sweep]\n"policy.hidden_size" = {choices = [32, 64]}\n"train.gamma" = {low = 0.9, high = 0.99}\n')
+    sweep = ["sweep", "pendulum", "--root", str(tmp_path), "--trials", "0", "--sweep", str(space)]
+    assert cli.main([*sweep, "--study", "h"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"jaxlab sweep: error: sweep key 'policy.hidden_size' (in {space}) does nothing with policy.lstm false (the "
+        "base config's): every trial would train alike whatever its value; search policy.lstm too, set another "
+        "policy.lstm for every trial, or leave policy.hidden_size out of the sweep file"]
+    assert not (tmp_path / "h").exists()
+    assert cli.main([*sweep, "--study", "h", "--policy.lstm", "true"]) == 0
+    space.write_text('[sweep]\n"policy.hidden_size" = {choices = [32, 64]}\n"policy.lstm" = {choices = [true, false]}\n')
+    assert cli.main([*sweep, "--study", "l"]) == 0
+    for env in ENV_NAMES:
+        refuse_keys_that_do_nothing(parse_spec(read_sweep_file(default_sweep_file(env)), env, "default"),
+                                    load_config(env)[0])
+
+
 def test_sweep_help_lists_no_dist_flag_it_refuses(capsys):
     """jaxlab sweep --help listed the --dist.* flags among its config flags, which the sweep refuses."""
     for command, listed in (("sweep", False), ("train", True)):

@@ -272,32 +272,13 @@ def ignored_flags_warning(config, flags: list[str], file_choices: dict[str, str]
 def unused_flags_warning(config, flags: list[str], platform: str | None = None,
                          file_choices: dict[str, str] | None = None) -> str | None:
     """The warning for keys that ``flags`` or a user's file (``file_choices``: load_config's, a key set to
-    another value than the layers under the file give) set and that ``config`` does not use, or None:
-    [train]'s min_lr_ratio without an LR schedule, the V-trace clips with GAE advantages, prio_beta0 without
-    prioritised sampling; the built-in network's hidden_size and scan_unroll without its LSTM, its
-    cnn_* keys with the mlp encoder (policy.module's own case: ignored_flags_warning); vec.num_threads
-    with a Python env, whose envs step one after the other in the calling thread; the wandb_* keys
-    without log.wandb (--log.wandb-project alone logs nothing to wandb); device.memory_fraction when JAX's
-    devices are of ``platform`` cpu (it caps XLA's share of GPU memory)."""
-    from jaxlab.env import is_python_env
+    another value than the layers under the file give) set and that ``config`` does not use
+    (config.validate.unused_keys: the keys and why), or None."""
+    from jaxlab.config.validate import unused_keys
 
-    t, p = config.train, config.policy
-    no_lstm = ("policy.lstm", "false") if not p.lstm and not p.module else None
-    mlp = ("policy.encoder", "mlp") if p.encoder == "mlp" and not p.module else None
-    python_env = (("env", f"{config.env_name}, a Python env (its envs step one after the other in one thread)")
-                  if is_python_env(config.env_name) else None)
-    unused = {"train.min_lr_ratio": ("train.anneal_lr", "none") if t.anneal_lr == "none" else None,
-              "train.vtrace_rho_clip": ("train.advantage", "gae") if t.advantage == "gae" else None,
-              "train.vtrace_c_clip": ("train.advantage", "gae") if t.advantage == "gae" else None,
-              "train.prio_beta0": ("train.prio_alpha", "0") if t.prio_alpha == 0 else None,
-              "policy.hidden_size": no_lstm, "policy.scan_unroll": no_lstm,
-              "policy.cnn_channels": mlp, "policy.cnn_kernels": mlp, "policy.cnn_strides": mlp,
-              "vec.num_threads": python_env,
-              "device.memory_fraction": ("JAX's devices", "cpu (it caps GPU memory)") if platform == "cpu" else None}
-    no_wandb = None if config.log.wandb else ("log.wandb", "false")
-    unused.update({f"log.wandb_{key}": no_wandb for key in ("project", "entity", "group", "tags", "init_timeout")})
+    unused = unused_keys(config, platform)
     given = given_keys(flags, file_choices)
-    named = [key for key, why in unused.items() if why is not None and key in given]
+    named = [key for key in unused if key in given]
     lines = [f"{given_as(config, key, given[key])} does nothing with {unused[key][0]} {unused[key][1]}"
              for key in named]
     fix = lines_fix(given, named)

@@ -158,7 +158,8 @@ def create_or_check(args, name: str, storage, overrides: dict, exists: bool = Fa
     from jaxlab.config import presets, to_toml
     from jaxlab.sweep import study as study_lib
     from jaxlab.sweep.space import (check_space, default_space, parse_spec, read_sweep_file,
-                                    refuse_flags_on_searched_keys, unused_pruner, with_settings)
+                                    refuse_flags_on_searched_keys, refuse_keys_that_do_nothing, unused_pruner,
+                                    with_settings)
 
     resumed = exists and not args.sweep  # not the default file: the study may come from another one
     if resumed:
@@ -176,6 +177,8 @@ def create_or_check(args, name: str, storage, overrides: dict, exists: bool = Fa
     else:
         spec = parse_spec(table, env_name, str(path), overrides, library)
     refuse_flags_on_searched_keys(spec, resolved.config, resolved.sources)
+    if not exists:  # a study made before this check resumes as it is
+        refuse_keys_that_do_nothing(spec, resolved.config)
     check_space(spec, resolved.config)
     study, stored, base_toml = study_lib.open_study(name, storage, spec, to_toml(resolved.config), args.env,
                                                     again=study_command(args, name))

@@ -186,6 +186,33 @@ def check_network(config: Config, obs_shape: tuple[int, ...]) -> None:
                           "32,64") from None
 
 
+def unused_keys(config: Config, platform: str | None = None) -> dict[str, tuple[str, str]]:
+    """The keys ``config`` does not use, each with the key (or thing) and value that make it so: [train]'s
+    min_lr_ratio without an LR schedule, the V-trace clips with GAE advantages, prio_beta0 without prioritised
+    sampling; the built-in network's hidden_size and scan_unroll without its LSTM, its cnn_* keys with the mlp
+    encoder (policy.module's own case: cli.common.ignored_flags_warning); vec.num_threads with a Python env, whose
+    envs step one after the other in the calling thread; the wandb_* keys without log.wandb; device.memory_fraction
+    when JAX's devices are of ``platform`` cpu (it caps XLA's share of GPU memory)."""
+    from jaxlab.env import is_python_env
+
+    t, p = config.train, config.policy
+    no_lstm = ("policy.lstm", "false") if not p.lstm and not p.module else None
+    mlp = ("policy.encoder", "mlp") if p.encoder == "mlp" and not p.module else None
+    python_env = (("env", f"{config.env_name}, a Python env (its envs step one after the other in one thread)")
+                  if is_python_env(config.env_name) else None)
+    unused = {"train.min_lr_ratio": ("train.anneal_lr", "none") if t.anneal_lr == "none" else None,
+              "train.vtrace_rho_clip": ("train.advantage", "gae") if t.advantage == "gae" else None,
+              "train.vtrace_c_clip": ("train.advantage", "gae") if t.advantage == "gae" else None,
+              "train.prio_beta0": ("train.prio_alpha", "0") if t.prio_alpha == 0 else None,
+              "policy.hidden_size": no_lstm, "policy.scan_unroll": no_lstm,
+              "policy.cnn_channels": mlp, "policy.cnn_kernels": mlp, "policy.cnn_strides": mlp,
+              "vec.num_threads": python_env,
+              "device.memory_fraction": ("JAX's devices", "cpu (it caps GPU memory)") if platform == "cpu" else None}
+    no_wandb = None if config.log.wandb else ("log.wandb", "false")
+    unused.update({f"log.wandb_{key}": no_wandb for key in ("project", "entity", "group", "tags", "init_timeout")})
+    return {key: why for key, why in unused.items() if why is not None}
+
+
 def nearest_minibatch(wanted: int, batch: int, horizon: int) -> int:
     """The minibatch size nearest ``wanted`` (the smaller on a tie) that the checks take: a multiple of
     ``horizon`` that divides ``batch`` (itself a multiple of ``horizon``)."""

@@ -473,6 +473,23 @@ def refuse_flags_on_searched_keys(spec: SweepSpec, config: Config, sources: dict
                           "it for every trial")
 
 
+def refuse_keys_that_do_nothing(spec: SweepSpec, base: Config) -> None:
+    """ConfigError for a searched key that ``base`` does not use (config.validate.unused_keys: policy.hidden_size
+    without the LSTM, train.min_lr_ratio without an LR schedule, ...) while the key that makes it so is not searched
+    too: every trial would train alike whatever its value, and the sampler would model noise."""
+    from jaxlab.config.validate import unused_keys
+
+    searched = {p.name for p in spec.params}
+    unused = unused_keys(base)
+    for param in spec.params:
+        why = unused.get(param.name)
+        if why is not None and why[0] not in searched:
+            raise ConfigError(f"sweep key {param.name!r} (in {spec.source}) does nothing with {why[0]} {why[1]} (the "
+                              "base config's): every trial would train alike whatever its value; search "
+                              f"{why[0]} too, set another {why[0]} for every trial, or leave {param.name} out of the "
+                              "sweep file")
+
+
 def apply_params(base: Config, params: dict[str, Any], seed: int | None = None) -> Config:
     """``base`` with the hyperparameter values ``params`` ({"section.key": value}) and ``train.seed``."""
     layer: dict[str, dict] = {}
