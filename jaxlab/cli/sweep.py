@@ -364,7 +364,8 @@ def add_commands(add) -> None:
     sweep.add_argument("--sweep", type=user_path, metavar="FILE",
                        help="search-space file (default configs/sweeps/ENV.toml)")
     sweep.add_argument("--trials", type=whole_number, metavar="N", help="trials the study should hold when done, counting "
-                       "those it has (default: the file's trials); 0 creates the study and runs nothing")
+                       "those it has (default: the --sweep file's trials, else a resumed study's own, else the "
+                       "default file's); 0 creates the study and runs nothing")
     sweep.add_argument("--parallel", type=whole_number, metavar="K", help="trials run at once on this "
                        "machine (CPU: the cores are split between them; GPU: about 0.9/K of its memory each); "
                        "default: the file's parallel (1) for a new study, the study's own for a resumed one")
