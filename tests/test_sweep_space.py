@@ -541,6 +541,27 @@ def left_running(tmp_path, summary, checkpoints=()):
     return sweep, study, run_dir, said
 
 
+def test_an_enqueued_value_outside_the_space_is_one_sweep_line_not_a_raw_optuna_warning(tmp_path):
+    """A trial enqueued with Optuna's study.enqueue_trial (README: create the study with --trials 0, then enqueue)
+    with a value outside the space printed Optuna's UserWarning raw, with its file and line
+    ('.../optuna/trial/_trial.py:642: UserWarning: Fixed parameter ...'). It is one line of the sweep now."""
+    import warnings
+
+    sweep, study, _, said = left_running(tmp_path, {})
+    study.tell(0, 1.0)  # the helper's running trial: done, so the enqueued one comes next
+    study.enqueue_trial({"train.learning_rate": 0.5, "train.update_epochs": 2, "train.bptt_horizon": 16,
+                         "policy.hidden_size": 32, "train.norm_adv": True})  # all given: a sampled horizon may not fit
+    sweep.target = 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a raw warning fails the test
+        asked, run = sweep.ask()
+    assert asked and run.params["train.learning_rate"] == 0.5
+    assert said == ["warning: trial 1: Fixed parameter train.learning_rate with value 0.5 is out of range for "
+                    "distribution FloatDistribution(high=0.01, log=True, low=0.0001, step=None). (Optuna runs it "
+                    "with that value)"]
+    os.close(run.lock_fd)
+
+
 @pytest.mark.parametrize("checkpoints", [(5, 10), ()])
 def test_a_trial_a_second_ctrl_c_stopped_at_once_is_continued_by_the_next_sweep_not_failed(tmp_path, checkpoints):
     """A trial stopped at once by a second Ctrl-C records error "KeyboardInterrupt: " beside stopped "SIGINT";

@@ -19,6 +19,7 @@ import shutil
 import signal
 import socket
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -252,7 +253,11 @@ class Sweep:
             fd = self._lock_trial(trial.number)  # before the marks that let a sweep of this host adopt it
             trial.set_user_attr("host", self.host)
             trial.set_user_attr("study_dir", str(self.study_dir))
-        params = study_lib.suggest(trial, self.spec)
+        with warnings.catch_warnings(record=True) as caught:  # Optuna's, e.g. an enqueued value outside the space
+            warnings.simplefilter("always")
+            params = study_lib.suggest(trial, self.spec)
+        for note in dict.fromkeys(str(w.message).splitlines()[0] for w in caught):
+            self.say(f"warning: trial {trial.number}: {note} (Optuna runs it with that value)")
         run = self._new_trial_run(trial, trial.number, params, fd)
         if run is not None:
             trial.set_user_attr("seeds", [r.seed for r in run.runs])
