@@ -562,6 +562,34 @@ def test_an_enqueued_value_outside_the_space_is_one_sweep_line_not_a_raw_optuna_
     os.close(run.lock_fd)
 
 
+def test_show_leaves_a_config_file_for_the_pareto_trials_only_not_for_those_an_earlier_show_found(tmp_path):
+    """--show of a score,cost study writes pareto-trial-N.toml for each trial of the front, and said 'each Pareto
+    trial's config: STUDY/pareto-trial-N.toml'; the files of trials that later trials pushed off the front stayed,
+    so the folder named trials as Pareto that were not."""
+    import optuna
+
+    from jaxlab.sweep import results
+
+    study_lib.quiet_optuna()
+    spec = spec_of({"objective": "score,cost", "pruner": "none", "train.gamma": {"low": 0.9, "high": 0.99}})
+    study = optuna.create_study(directions=spec.directions)
+    gamma = {"train.gamma": optuna.distributions.FloatDistribution(0.9, 0.99)}
+    base = to_toml(load_config("cartpole")[0])
+
+    def add(score, cost):
+        study.add_trial(optuna.trial.create_trial(params={"train.gamma": 0.95}, values=[score, cost],
+                                                  distributions=gamma))
+
+    add(1.0, 5.0)
+    add(2.0, 9.0)
+    results.show(study, spec, base, tmp_path, "cartpole", "again")
+    assert sorted(p.name for p in tmp_path.glob("pareto-trial-*.toml")) == ["pareto-trial-0.toml",
+                                                                            "pareto-trial-1.toml"]
+    add(3.0, 4.0)  # better and cheaper than both: the front is trial 2 alone
+    results.show(study, spec, base, tmp_path, "cartpole", "again")
+    assert sorted(p.name for p in tmp_path.glob("pareto-trial-*.toml")) == ["pareto-trial-2.toml"]
+
+
 @pytest.mark.parametrize("checkpoints", [(5, 10), ()])
 def test_a_trial_a_second_ctrl_c_stopped_at_once_is_continued_by_the_next_sweep_not_failed(tmp_path, checkpoints):
     """A trial stopped at once by a second Ctrl-C records error "KeyboardInterrupt: " beside stopped "SIGINT";

@@ -87,6 +87,8 @@ def show(study, spec: SweepSpec, base_toml: str, study_dir: Path, env_name: str,
     lines.append(f"best config (trial {best[0].number}) written to {path}; train it again with:")
     lines.append(f"  {reproduce_command(best[0], env_name, path)}")
     if spec.multi_objective:
+        for stale in study_dir.glob("pareto-trial-*.toml"):  # an earlier --show's, of trials since left off the front
+            stale.unlink()
         for t in best:
             (study_dir / f"pareto-trial-{t.number}.toml").write_text(
                 best_config_text(t, spec, base_toml, study.study_name))
