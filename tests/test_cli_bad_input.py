@@ -638,6 +638,20 @@ def test_a_sweep_refuses_a_searched_key_that_the_base_config_does_not_use(tmp_pa
                                     load_config(env)[0])
 
 
+@pytest.mark.parametrize("show", [[], ["--show"]])
+def test_a_sweep_with_a_storage_url_checks_its_study_folder_too(tmp_path, capsys, show):
+    """With --storage the study folder (its trials' run dirs, base.toml, best.toml) was not checked: a --root under
+    a file ended in a NotADirectoryError traceback, for a sweep and for --show."""
+    pytest.importorskip("optuna")
+    (tmp_path / "afile").write_text("")
+    db = f"sqlite:///{tmp_path / 'x.db'}"
+    assert cli.main(["sweep", "cartpole", "--storage", db, "--root", str(tmp_path / "afile"), "--study", "c",
+                     "--trials", "0", *show]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"jaxlab sweep: error: cannot write the study folder {tmp_path / 'afile' / 'c'} ({tmp_path / 'afile'} is a "
+        "file, not a folder); pass a --root DIR you can write"]
+
+
 def test_sweep_help_lists_no_dist_flag_it_refuses(capsys):
     """jaxlab sweep --help listed the --dist.* flags among its config flags, which the sweep refuses."""
     for command, listed in (("sweep", False), ("train", True)):

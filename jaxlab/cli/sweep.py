@@ -56,7 +56,7 @@ def sweep_command(args: argparse.Namespace) -> int:
         raise ConfigError(f"no study {name!r} in {args.root} (no {study_dir / study_lib.JOURNAL}); pass the "
                           "--study NAME (and --root DIR or --storage URL) of a sweep that ran")
     new_dir = not study_dir.exists()
-    problem = cannot_write(study_dir) if args.storage is None else None
+    problem = cannot_write(study_dir)  # with --storage too: its run dirs, base.toml and best.toml go there
     if problem:
         raise ConfigError(f"cannot write the study folder {study_dir} ({problem}); pass a --root DIR you can write")
     storage = study_lib.storage_for(args.storage, study_dir)
