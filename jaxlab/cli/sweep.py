@@ -372,7 +372,8 @@ def add_commands(add) -> None:
     sweep.add_argument("--study", metavar="NAME", help="study name: a new one, or one to resume or show "
                        "(default ENV-TIMESTAMP)")
     sweep.add_argument("--storage", metavar="URL", help="postgresql://... or mysql+pymysql://... to share the "
-                       "study between machines (default: the journal file runs/sweeps/STUDY/study.journal)")
+                       "study between machines, or sqlite:///PATH.db (default: the journal file "
+                       "runs/sweeps/STUDY/study.journal)")
     sweep.add_argument("--root", default=DEFAULT_ROOT, type=user_path, metavar="DIR", help="folder of the study dirs "
                        "(default runs/sweeps)")
     sweep.add_argument("--seeds", type=whole_number, metavar="S", help="seeds per trial, averaged (default: the file's)")
