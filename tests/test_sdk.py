@@ -865,6 +865,31 @@ def test_a_buffer_pointer_of_the_wrong_type_does_not_compile(user_env, tmp_path,
         sdk.build_library([header], tmp_path / "libtyped.so")
 
 
+@pytest.mark.parametrize("owned", ["float *trail;", "int steps_left, *visits;", "float (*shape)(float);"])
+def test_a_pointer_after_log_in_the_env_struct_does_not_compile(user_env, tmp_path, owned):
+    """A pointer in the saved part of the env struct (a PufferLib env callocs its arrays in init) built and
+    trained, but checkpoints saved its bytes, and a resume in a new process loaded an address that points
+    nowhere there: a segmentation fault. The build refuses it, naming the member and the fix; a pointer
+    before `log` (the borrowed buffers) stays fine."""
+    header = stroll_variant(user_env, tmp_path, "owning", "    cenv_rng rng;", f"    {owned}\n    cenv_rng rng;")
+    with pytest.raises(sdk.BuildError) as err:
+        sdk.build_library([header], tmp_path / "libowning.so")
+    name = {"float *trail;": "trail", "int steps_left, *visits;": "visits", "float (*shape)(float);": "shape"}[owned]
+    first = next(line for line in str(err.value).splitlines() if "error:" in line)
+    fix = "store an int that selects the function" if name == "shape" else "make it an array of fixed size"
+    assert f"{header}: Owning.{name} is a pointer" in first and fix in first, first
+
+
+def test_a_struct_with_log_first_is_told_the_layout_rule_not_that_its_buffers_are_pointers(user_env, tmp_path):
+    """PufferLib's order (the Log first, then the buffers) breaks the layout rule, which CENV_ENV names;
+    the pointer check must not add advice to make the borrowed buffers arrays."""
+    header = stroll_variant(user_env, tmp_path, "first", "    StrollLog log;\n", "")
+    header.write_text(header.read_text().replace("    float *observations;", "    FirstLog log;\n    float *observations;"))
+    with pytest.raises(sdk.BuildError) as err:
+        sdk.build_library([header], tmp_path / "libfirst.so")
+    assert "First breaks the env struct layout rule" in str(err.value) and "is a pointer" not in str(err.value)
+
+
 @pytest.mark.parametrize("wrong", ["int reached_goal;", "uint32_t reached_goal;",
                                    "float episode_length; int32_t reached_goal;"])
 def test_a_log_field_that_is_not_a_float_does_not_compile(user_env, tmp_path, wrong):

@@ -47,6 +47,8 @@ from jaxlab.env.library import ABI_VERSION
 _ENV_DEFINITION = re.compile(r"^\s*CENV_ENV\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*,", re.MULTILINE)
 #: CENV_ENV(name, Type, TypeLog, ...: the third argument is the env's Log type.
 _LOG_TYPE = re.compile(r"^\s*CENV_ENV\(\s*\w+\s*,\s*\w+\s*,\s*([A-Za-z_]\w*)\s*,", re.MULTILINE)
+#: CENV_ENV(name, Type, ...: the second argument is the env's struct type.
+_ENV_TYPE = re.compile(r"^\s*CENV_ENV\(\s*\w+\s*,\s*([A-Za-z_]\w*)\s*,", re.MULTILINE)
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -139,7 +141,7 @@ def _translation_unit(headers: list[Path], folder: Path) -> Path:
              *_SHARED_RANDOM_REFUSAL]
     lines += [f'#include "{header}"' for header in headers]
     source.write_text("\n".join(lines) + "\n")
-    lines += _log_field_checks(headers, source)
+    lines += _struct_checks(headers, source)
     lines += [f"#define CENV_REGISTRY {{{', '.join(f'&{n}_spec' for n in names)}}}", '#include "api.c"', ""]
     source.write_text("\n".join(lines))
     return source
@@ -193,15 +195,21 @@ def _c_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
 
 
-def _log_field_checks(headers: list[Path], source: Path) -> list[str]:
-    """One _Static_assert per field of each header's Log type that it is a float: CENV_ENV checks only the
-    Log's size, so an `int` (same size) passed and its bits were read as a float. The fields are read from
-    the preprocessed ``source`` (the headers' includes alone); the compiler checks their types. Nothing
-    when it does not preprocess (the build then shows the compiler's messages) or a Log type is not
-    declared as `typedef struct [Tag] {...} Type;` or `typedef struct Tag Type;`."""
+def _struct_checks(headers: list[Path], source: Path) -> list[str]:
+    """The _Static_asserts of the headers' Log and env structs, read from the preprocessed ``source`` (the
+    headers' includes alone): nothing when it does not preprocess (the build then shows the compiler's
+    messages)."""
     text = _preprocessed(source)
     if text is None:
         return []
+    return _log_field_checks(headers, text) + _saved_pointer_checks(headers, text)
+
+
+def _log_field_checks(headers: list[Path], text: str) -> list[str]:
+    """One _Static_assert per field of each header's Log type that it is a float: CENV_ENV checks only the
+    Log's size, so an `int` (same size) passed and its bits were read as a float. The fields are read from
+    the preprocessed C ``text``; the compiler checks their types. Nothing for a Log type not declared as
+    `typedef struct [Tag] {...} Type;` or `typedef struct Tag Type;`."""
     checks = []
     for header in headers:
         for log_type in dict.fromkeys(_LOG_TYPE.findall(_code_of(header))):
@@ -210,6 +218,60 @@ def _log_field_checks(headers: list[Path], source: Path) -> list[str]:
                 checks += [_float_field_check(header, log_type, declaration)
                            for declaration in _split_top_level(body, ";") if declaration.strip()]
     return checks
+
+
+def _saved_pointer_checks(headers: list[Path], text: str) -> list[str]:
+    """A failing _Static_assert for each pointer member that an env struct (CENV_ENV's type, read from the
+    preprocessed C ``text``) declares after its `log`: from `log` on the struct is saved in checkpoints as
+    plain bytes and loaded into other processes, where the pointer points nowhere (a resume crashed with a
+    segmentation fault), and nothing frees what it points at. A PufferLib env callocs its arrays in init;
+    here they are arrays of fixed size. Pointers hidden behind a typedef or inside a nested struct are not
+    seen."""
+    checks = []
+    for header in headers:
+        for env_type in dict.fromkeys(_ENV_TYPE.findall(_code_of(header))):
+            body = _struct_body(text, env_type)
+            members = [m for m in _split_top_level(body or "", ";") if m.strip()]
+            names = [_member_names(m) for m in members]
+            saved = next((i for i, found in enumerate(names) if "log" in found), len(members))
+            for declaration in members[saved + 1:]:
+                checks += [_saved_pointer_check(header, env_type, declaration, declarator)
+                           for declarator in _split_top_level(_flattened(declaration), ",")
+                           if "*" in declarator and not set(_member_names(declarator)) & _BORROWED_BUFFERS]
+    return checks
+
+
+#: The env struct's borrowed buffer pointers: after `log` (a PufferLib env's order) they break the layout rule,
+#: which CENV_ENV's own assertion names, so the pointer check leaves them to it.
+_BORROWED_BUFFERS = {"observations", "actions", "rewards", "terminals", "truncations", "action_mask"}
+
+
+def _flattened(declaration: str) -> str:
+    """A member ``declaration`` with nested braces emptied and array sizes dropped."""
+    return re.sub(r"\[[^\]]*\]", "[]", re.sub(r"\{.*\}", " {} ", declaration, flags=re.DOTALL))
+
+
+def _member_names(declaration: str) -> list[str]:
+    """The names a struct member ``declaration`` declares (`int x, y[4]` -> x, y)."""
+    found = []
+    for declarator in _split_top_level(_flattened(declaration), ","):
+        function = re.search(r"\(\s*\*\s*([A-Za-z_]\w*)", declarator)  # (*name)(args): a function pointer
+        names = re.findall(r"[A-Za-z_]\w*", declarator.split(":")[0].split("[")[0].split("{")[-1])
+        found += [function.group(1)] if function else names[-1:]
+    return found
+
+
+def _saved_pointer_check(header: Path, env_type: str, declaration: str, declarator: str) -> str:
+    """The failing _Static_assert that names pointer ``declarator`` of ``env_type``'s member ``declaration``."""
+    name = (_member_names(declarator) or ["?"])[0]
+    element = _split_top_level(_flattened(declaration), ",")[0].split("*")[0].strip()
+    fix = ("store an int that selects the function instead" if "(" in declarator else
+           f"make it an array of fixed size, e.g. `{element} {name}[MAX_{name.upper()}]` with a #define")
+    message = (f"{header}: {env_type}.{name} is a pointer ({' '.join(declaration.split())}), but from `log` on the "
+               f"env struct is saved in checkpoints as plain bytes and loaded into other processes, where a pointer "
+               f"points nowhere (a resume crashes), and nothing frees what it points at; {fix} "
+               f"(BUILD.md, The env contract)")
+    return f"_Static_assert(0, {_c_string(message)});"
 
 
 def _preprocessed(source: Path) -> str | None:
