@@ -880,6 +880,23 @@ def test_a_pointer_after_log_in_the_env_struct_does_not_compile(user_env, tmp_pa
     assert f"{header}: Owning.{name} is a pointer" in first and fix in first, first
 
 
+def test_a_header_with_pufferlibs_function_names_is_told_which_definitions_cenv_env_needs(user_env, tmp_path):
+    """A PufferLib Ocean header's c_reset and c_step made the compiler print a screenful about implicit
+    declarations inside CENV_ENV's expansion and nothing else: a last line names the definitions CENV_ENV
+    needs, those the header lacks, and what c_reset and c_step become."""
+    header = stroll_variant(user_env, tmp_path, "ported", "static void stroll_reset(Stroll *env) {",
+                            "static void c_reset(Stroll *env) {")
+    header.write_text(header.read_text().replace("static int ported_step(Ported *env) {",
+                                                 "static int c_step(Ported *env) {"))
+    with pytest.raises(sdk.BuildError) as err:
+        sdk.build_library([header], tmp_path / "libported.so")
+    last = str(err.value).splitlines()[-1]
+    assert last.startswith("CENV_ENV(ported, …) needs ported_params, ported_log_names, ported_spaces, ported_init, "
+                           "ported_reset, ported_step; the header lacks ported_reset, ported_step (`jaxlab new-env"), last
+    assert "c_reset and c_step are ported_reset and ported_step" in last
+    assert "CENV_CFLAGS=-Wno-error" not in str(err.value)  # implicit declarations are warnings; no flag mends them
+
+
 def test_a_struct_with_log_first_is_told_the_layout_rule_not_that_its_buffers_are_pointers(user_env, tmp_path):
     """PufferLib's order (the Log first, then the buffers) breaks the layout rule, which CENV_ENV names;
     the pointer check must not add advice to make the borrowed buffers arrays."""

@@ -175,17 +175,40 @@ def cenv_env_options() -> list[str]:
     return [w for w in words if w != "none"]
 
 
+#: What CENV_ENV(name, …) takes from a header besides its types, in the order a header defines them.
+ENV_DEFINITIONS = ("params", "log_names", "spaces", "init", "reset", "step")
+#: A compiler's word that one of them is missing (gcc quotes with ‘’, clang with '').
+_MISSING_DEFINITION = re.compile(rf"[‘'](\w+?)_({'|'.join(ENV_DEFINITIONS)})[’'] undeclared|"
+                                 rf"implicit declaration of function [‘'](\w+?)_({'|'.join(ENV_DEFINITIONS)})[’']")
+
+
+def _missing_definitions_hint(messages: str) -> list[str]:
+    """One line naming what CENV_ENV needs that the compiler ``messages`` say a header lacks (a PufferLib
+    Ocean header has c_reset and c_step and no params, log names, spaces or init), else none."""
+    missing: dict[str, list[str]] = {}
+    for match in _MISSING_DEFINITION.finditer(messages):
+        env, part = (match.group(1), match.group(2)) if match.group(1) else (match.group(3), match.group(4))
+        missing.setdefault(env, []).append(part)
+    return [f"CENV_ENV({env}, …) needs {', '.join(f'{env}_{d}' for d in ENV_DEFINITIONS)}; the header lacks "
+            f"{', '.join(f'{env}_{d}' for d in ENV_DEFINITIONS if d in parts)} (`jaxlab new-env {env}` writes an "
+            f"example of each; BUILD.md, \"The env contract\"; a PufferLib Ocean env's c_reset and c_step are "
+            f"{env}_reset and {env}_step: BUILD.md, \"Coming from PufferLib\")" for env, parts in missing.items()]
+
+
 def _build_hints(messages: str) -> list[str]:
     """Lines that explain what jaxlab itself adds to a failed build's compiler ``messages``: its refused
-    random functions, an unknown CENV_ENV option word, and a build stopped by warnings alone, made errors
-    (gcc marks them [-Werror=…], clang [-Werror,…])."""
+    random functions, the definitions CENV_ENV needs that a header lacks, an unknown CENV_ENV option word,
+    and a build stopped by warnings alone, made errors (gcc marks them [-Werror=…], clang [-Werror,…]), unless
+    the warnings are those of missing definitions (an implicit declaration), which -Wno-error cannot mend."""
     hints = [SHARED_RANDOM_HINT] if REFUSED_CALL in messages else []
+    missing = _missing_definitions_hint(messages)
+    hints += missing
     unknown = sorted(set(re.findall(r"CENV__(?:MASK|WRAP|INIT)_(\w+)", messages)) - set(cenv_env_options()))
     if unknown:  # CENV_ENV pastes each option word into a macro name: an unknown word is a syntax error
         hints.append(f"CENV_ENV has no option {', '.join(map(repr, unknown))}: its options are "
                      f"{', '.join(cenv_env_options())} (BUILD.md, \"The env contract\")")
     errors = [line for line in messages.splitlines() if "error:" in line]
-    if errors and all("[-Werror" in line for line in errors):  # warnings alone stopped it
+    if errors and all("[-Werror" in line for line in errors) and not missing:  # warnings alone stopped it
         hints.append(WARNING_AS_ERROR_HINT)
     return hints
 
