@@ -1283,3 +1283,37 @@ def test_an_overrun_in_the_reset_agent_hook_names_the_hook_with_the_step(tmp_pat
     assert "past the end of its reward rows" in message, message
     assert ("in step 2 (its step, or its reset_agent hook, which ran in the same step for the agents that "
             "ended)") in message, message
+
+
+def coming_from_pufferlib_headers() -> tuple[str, str]:
+    """The PufferLib-style header and its jaxlab port, read from the ```diff block of BUILD.md's "Coming from
+    PufferLib": the lines without `+`, and the lines without `-` (each without its first column)."""
+    build = (Path(__file__).parent.parent / "BUILD.md").read_text()
+    section = build.split("\n## Coming from PufferLib\n", 1)[1].split("\n## ", 1)[0]
+    lines = section.split("```diff\n", 1)[1].split("\n```", 1)[0].splitlines()
+    assert all(line[:1] in (" ", "-", "+", "") for line in lines), "a line of the diff without its mark"
+    before = "\n".join(line[1:] for line in lines if line[:1] in (" ", "-", ""))
+    after = "\n".join(line[1:] for line in lines if line[:1] in (" ", "+", ""))
+    return before + "\n", after + "\n"
+
+
+def test_the_coming_from_pufferlib_port_in_build_md_builds_steps_and_logs_its_statistics(tmp_path):
+    """BUILD.md's worked port stays true: its original is a PufferLib Ocean header (a Log with n, c_reset,
+    c_step, rand()) that jaxlab cannot build, and its port builds, writes only its own rows, and logs the
+    statistics the original logged, summed per ending episode."""
+    before, after = coming_from_pufferlib_headers()
+    assert "float n;" in before and "void c_step(Seek* env)" in before and "rand() %" in before
+    (tmp_path / "pufferlib").mkdir()
+    (tmp_path / "pufferlib" / "seek.h").write_text(before)
+    with pytest.raises(sdk.BuildError, match="defines no env"):
+        sdk.build_library([tmp_path / "pufferlib" / "seek.h"], tmp_path / "libpuffer.so")
+    header = tmp_path / "seek.h"
+    header.write_text(after)
+    jaxlab.sdk.check_overruns(str(header))
+    with jaxlab.make(str(header), num_envs=4, size=5) as env:
+        env.reset(seed=0)
+        infos = [env.step(np.full(4, 2, np.int32))[4] for _ in range(10)]  # always right: goal or the edge
+    ended = [info for info in infos if info]
+    assert ended and set(ended[0]) == {"episodes", "perf", "score", "episode_return", "episode_length"}
+    for info in ended:
+        assert info["perf"] == info["score"] and info["episode_return"] == pytest.approx(2 * info["perf"] - 1)
