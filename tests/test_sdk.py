@@ -1305,8 +1305,11 @@ def test_the_coming_from_pufferlib_port_in_build_md_builds_steps_and_logs_its_st
     assert "float n;" in before and "void c_step(Seek* env)" in before and "rand() %" in before
     (tmp_path / "pufferlib").mkdir()
     (tmp_path / "pufferlib" / "seek.h").write_text(before)
-    with pytest.raises(sdk.BuildError, match="defines no env"):
+    with pytest.raises(sdk.BuildError, match="defines no env") as err:
         sdk.build_library([tmp_path / "pufferlib" / "seek.h"], tmp_path / "libpuffer.so")
+    # the refusal of a header without CENV_ENV points a PufferLib header (its c_step) here
+    assert str(err.value).endswith('(a PufferLib Ocean header, with c_reset and c_step: BUILD.md, "Coming from '
+                                   'PufferLib", maps it step by step)'), str(err.value)
     header = tmp_path / "seek.h"
     header.write_text(after)
     jaxlab.sdk.check_overruns(str(header))

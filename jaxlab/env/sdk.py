@@ -114,8 +114,10 @@ def header_env(header: str | Path) -> str:
     """The env of a header: its only one, or the one named like the file (drone.h -> drone)."""
     names = header_envs(header)
     if not names:
+        ported = (" (a PufferLib Ocean header, with c_reset and c_step: BUILD.md, \"Coming from PufferLib\", maps "
+                  "it step by step)" if re.search(r"\bc_step\s*\(", _code_of(header)) else "")
         raise BuildError(f"{header} defines no env: an env header ends with "
-                         "CENV_ENV(name, Type, TypeLog, \"description\", ...) (see `jaxlab new-env`)")
+                         f"CENV_ENV(name, Type, TypeLog, \"description\", ...) (see `jaxlab new-env`){ported}")
     stem = Path(header).stem
     if len(names) == 1 or stem in names:
         return names[0] if len(names) == 1 else stem
