@@ -897,6 +897,27 @@ def test_a_header_with_pufferlibs_function_names_is_told_which_definitions_cenv_
     assert "CENV_CFLAGS=-Wno-error" not in str(err.value)  # implicit declarations are warnings; no flag mends them
 
 
+@pytest.mark.parametrize("call", ["resetting_reset(env);", "resetting_reset_agent (env, 0);"])
+def test_a_step_that_resets_its_own_env_does_not_compile(user_env, tmp_path, call):
+    """A PufferLib Ocean env's c_step ends by calling c_reset: ported so, the step reset the env before jaxlab
+    recorded the final observation, which was then the next episode's first (a truncated episode's value
+    bootstrapped from the wrong state), and jaxlab reset it again, all without a word. The build refuses a
+    step that calls the env's reset or reset_agent, naming it and the fix."""
+    header = stroll_variant(user_env, tmp_path, "resetting", "    return 1; /* agents whose",
+                            f"    {call.replace('resetting', 'stroll')}\n    return 1; /* agents whose")
+    text = header.read_text()
+    if "reset_agent" in call:  # the hook it calls must exist
+        header.write_text(text.replace("static int resetting_step(", "static void resetting_reset_agent(Resetting "
+                                       "*env, int agent) { (void)agent; resetting_reset(env); }\n"
+                                       "static int resetting_step("))
+    with pytest.raises(sdk.BuildError) as err:
+        sdk.build_library([header], tmp_path / "libresetting.so")
+    called = call.split("(")[0].strip()
+    first = next(line for line in str(err.value).splitlines() if "error:" in line)
+    assert f"{header}: resetting_step calls {called}, but jaxlab resets the env itself" in first, first
+    assert "return how many instead" in first
+
+
 def test_a_struct_with_log_first_is_told_the_layout_rule_not_that_its_buffers_are_pointers(user_env, tmp_path):
     """PufferLib's order (the Log first, then the buffers) breaks the layout rule, which CENV_ENV names;
     the pointer check must not add advice to make the borrowed buffers arrays."""

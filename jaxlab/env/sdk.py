@@ -143,7 +143,7 @@ def _translation_unit(headers: list[Path], folder: Path) -> Path:
              *_SHARED_RANDOM_REFUSAL]
     lines += [f'#include "{header}"' for header in headers]
     source.write_text("\n".join(lines) + "\n")
-    lines += _struct_checks(headers, source)
+    lines += _struct_checks(headers, source) + _self_reset_checks(headers)
     lines += [f"#define CENV_REGISTRY {{{', '.join(f'&{n}_spec' for n in names)}}}", '#include "api.c"', ""]
     source.write_text("\n".join(lines))
     return source
@@ -297,6 +297,29 @@ def _saved_pointer_check(header: Path, env_type: str, declaration: str, declarat
                f"points nowhere (a resume crashes), and nothing frees what it points at; {fix} "
                f"(BUILD.md, The env contract)")
     return f"_Static_assert(0, {_c_string(message)});"
+
+
+def _self_reset_checks(headers: list[Path]) -> list[str]:
+    """A failing _Static_assert for each env whose step function calls its own reset (or reset_agent) hook, as a
+    PufferLib Ocean env's c_step calls c_reset: jaxlab records each ending agent's final observation after the
+    step and then resets, so the final observation was the next episode's first (a truncated episode's value
+    bootstrapped from it) and the env was reset twice, with no error. Only direct calls in the step's body (the
+    header without comments) are seen."""
+    checks = []
+    for header in headers:
+        code = _code_of(header)
+        for name in header_envs(header):
+            start = re.search(rf"\bint\s+{name}_step\s*\([^)]*\)\s*\{{", code)
+            body = code[start.end():_closing_brace(code, start.end() - 1)] if start else ""
+            called = re.search(rf"\b{name}_reset(_agent)?\s*\(", body)
+            if called:
+                message = (f"{header}: {name}_step calls {called.group(0)[:-1].strip()}, but jaxlab resets the env "
+                           f"itself after the step that ends its agents' episodes, once it has recorded each one's "
+                           f"final observation: reset inside the step, the final observation would be the next "
+                           f"episode's first; flag the agents that ended and return how many instead (BUILD.md, "
+                           f"The env contract)")
+                checks.append(f"_Static_assert(0, {_c_string(message)});")
+    return checks
 
 
 def _preprocessed(source: Path) -> str | None:
