@@ -918,6 +918,20 @@ def test_a_step_that_resets_its_own_env_does_not_compile(user_env, tmp_path, cal
     assert "return how many instead" in first
 
 
+def test_a_step_that_returns_nothing_is_told_to_return_the_count(user_env, tmp_path):
+    """A step declared void (a PufferLib Ocean c_step is) failed with `void value not ignored as it ought to
+    be`, pointing at CENV_ENV's line: a last line now says what the step must return."""
+    header = stroll_variant(user_env, tmp_path, "quiet", "static int stroll_step(Stroll *env) {",
+                            "static void stroll_step(Stroll *env) {")
+    header.write_text(header.read_text().replace("    if (!env->terminals[0] && !env->truncations[0]) return 0;",
+                                                 "    if (!env->terminals[0] && !env->truncations[0]) return;")
+                      .replace("    return 1; /* agents whose episode ended in this step */", ""))
+    with pytest.raises(sdk.BuildError) as err:
+        sdk.build_library([header], tmp_path / "libquiet.so")
+    assert str(err.value).splitlines()[-1].startswith("quiet_step must return int: the number of agents whose "
+                                                      "episode ended in this step"), str(err.value)
+
+
 def test_a_struct_with_log_first_is_told_the_layout_rule_not_that_its_buffers_are_pointers(user_env, tmp_path):
     """PufferLib's order (the Log first, then the buffers) breaks the layout rule, which CENV_ENV names;
     the pointer check must not add advice to make the borrowed buffers arrays."""

@@ -197,14 +197,28 @@ def _missing_definitions_hint(messages: str) -> list[str]:
             f"{env}_reset and {env}_step: BUILD.md, \"Coming from PufferLib\")" for env, parts in missing.items()]
 
 
+#: A compiler's word that a void function's value was used (gcc, clang), as CENV_ENV uses what NAME_step returns.
+_VOID_VALUE_USED = re.compile(r"error: (?:void value not ignored|initializing 'int' with an expression of "
+                              r"incompatible type 'void')[^\n]*\n[^\n]*\bCENV_ENV\(\s*(\w+)")
+
+
+def _void_step_hint(messages: str) -> list[str]:
+    """One line for each env whose step the compiler ``messages`` say returns nothing (a PufferLib Ocean
+    c_step is void), else none: CENV_ENV's own line, where the compiler points, says nothing of it."""
+    return [f"{env}_step must return int: the number of agents whose episode ended in this step (0 mostly), after "
+            f"adding their statistics to the log; a PufferLib Ocean c_step returns nothing (BUILD.md, \"The env "
+            f"contract\")" for env in dict.fromkeys(_VOID_VALUE_USED.findall(messages))]
+
+
 def _build_hints(messages: str) -> list[str]:
     """Lines that explain what jaxlab itself adds to a failed build's compiler ``messages``: its refused
-    random functions, the definitions CENV_ENV needs that a header lacks, an unknown CENV_ENV option word,
-    and a build stopped by warnings alone, made errors (gcc marks them [-Werror=…], clang [-Werror,…]), unless
-    the warnings are those of missing definitions (an implicit declaration), which -Wno-error cannot mend."""
+    random functions, the definitions CENV_ENV needs that a header lacks, a step that returns nothing, an
+    unknown CENV_ENV option word, and a build stopped by warnings alone, made errors (gcc marks them
+    [-Werror=…], clang [-Werror,…]), unless the warnings are those of missing definitions (an implicit
+    declaration), which -Wno-error cannot mend."""
     hints = [SHARED_RANDOM_HINT] if REFUSED_CALL in messages else []
     missing = _missing_definitions_hint(messages)
-    hints += missing
+    hints += missing + _void_step_hint(messages)
     unknown = sorted(set(re.findall(r"CENV__(?:MASK|WRAP|INIT)_(\w+)", messages)) - set(cenv_env_options()))
     if unknown:  # CENV_ENV pastes each option word into a macro name: an unknown word is a syntax error
         hints.append(f"CENV_ENV has no option {', '.join(map(repr, unknown))}: its options are "
