@@ -553,6 +553,18 @@ def tiny_library(folder: Path, abi: int, exports_step: bool) -> Path:
     return library
 
 
+def test_a_header_that_defines_a_built_in_envs_name_is_named_not_its_cached_library(tmp_path, user_env):
+    """`jaxlab train path/to/target.h` of a header whose env is named like a built-in one (a port of PufferLib's
+    Target) was refused naming the library built from it deep in the cache and saying to rebuild it, which
+    jaxlab does by itself: the refusal names the header."""
+    header = tmp_path / "cartpole.h"
+    header.write_text((user_env / "stroll.h").read_text().replace("stroll", "cartpole").replace("Stroll", "Cartpole2"))
+    result = jaxlab_cli("train", str(header), "--train.total-timesteps", "256")
+    assert result.returncode == 2, result.stderr
+    assert (f"jaxlab train: error: env header {header} defines 'cartpole', the name of a built-in env; rename it "
+            "(the first argument of CENV_ENV)\n") in result.stderr, result.stderr
+
+
 @pytest.mark.parametrize("case", ["other abi", "missing symbol", "no such env", "built-in name", "no such file",
                                   "a folder", "not a library"])
 def test_bad_libraries_get_one_clear_line_and_exit_2(case, tmp_path, user_env):
