@@ -68,12 +68,13 @@ typedef struct {
 } cenv_chunk_log;
 
 /* How an env broke the step contract (kind != BREACH_NONE), found while stepping a chunk. */
-enum { BREACH_NONE = 0, BREACH_COUNT, BREACH_BOTH_FLAGS, BREACH_PARTIAL_END, BREACH_FAILED };
+enum { BREACH_NONE = 0, BREACH_COUNT, BREACH_BOTH_FLAGS, BREACH_PARTIAL_END, BREACH_FAILED, BREACH_LOG_WITHOUT_END };
 typedef struct {
     int kind;
     int64_t env;
     int ended;   /* what its step returned */
-    int flagged; /* agents with a terminal or truncation flag (or the agent with both) */
+    int flagged; /* agents with a terminal or truncation flag (or the agent with both, or the Log field
+                    written by a step that ended no episode) */
     int waiting_flagged; /* agents waiting for the env's reset (agents_wait) that its step flagged */
 } cenv_breach;
 
@@ -203,6 +204,14 @@ static int breach(cenv_vec *vec, int chunk, int kind, int64_t env, int ended, in
     return 1;
 }
 
+/* The index of the first statistic that env's Log holds (not 0), or -1 when it holds none. */
+static int first_logged_field(const cenv_spec *spec, void *env) {
+    const float *stats = spec->log(env);
+    for (int f = 0; f < spec->num_log; f++)
+        if (stats[f] != 0.0f) return f;
+    return -1;
+}
+
 /* After env `index` stepped (its step returned `ended`): overrides the rows of agents that wait
  * (option agents_wait), checks the step contract, records each ending agent's final observation and
  * the env's statistics, then resets the env (every agent ended or waits), respawns the ending agents
@@ -233,7 +242,10 @@ static int after_step(void *ctx, int64_t index, int ended) {
         flagged += (terminals[a] | truncations[a]) != 0;
     }
     if (flagged != ended) return breach(vec, end->chunk, BREACH_COUNT, index, ended, flagged, waiting_flagged);
-    if (ended == 0) return 0;
+    if (ended == 0) {
+        int field = first_logged_field(spec, env_at(vec, index));
+        return field < 0 ? 0 : breach(vec, end->chunk, BREACH_LOG_WITHOUT_END, index, 0, field, 0);
+    }
     if (flagged + waiting < apa && spec->reset_agent == NULL && !spec->agents_wait)
         return breach(vec, end->chunk, BREACH_PARTIAL_END, index, ended, flagged, 0);
     if (vec->final_obs != NULL) {
@@ -819,6 +831,15 @@ static void describe_breach(cenv_vec *vec, const cenv_breach *b) {
         }
         set_error(vec->error, CENV_ERROR_LEN, "env '%s' #%lld failed at step %lld: %s", name, (long long)b->env,
                   (long long)vec->steps, why);
+    } else if (b->kind == BREACH_LOG_WITHOUT_END) {
+        set_error(vec->error, CENV_ERROR_LEN,
+                  "env '%s' #%lld broke the step contract at step %lld: its step wrote the statistic %s (%g) "
+                  "to its log but ended no agent's episode, and that value would be lost: the log holds the "
+                  "sums over the agent-episodes that end in a step and is cleared before each step; keep "
+                  "running totals in the env's own fields and add them to the log in the step the episode "
+                  "ends (see BUILD.md)",
+                  name, (long long)b->env, (long long)vec->steps, vec->spec->log_names[b->flagged],
+                  (double)vec->spec->log(env_at(vec, b->env))[b->flagged]);
     } else if (b->kind == BREACH_BOTH_FLAGS) {
         set_error(vec->error, CENV_ERROR_LEN,
                   "env '%s' #%lld broke the step contract at step %lld: agent %d (row %lld) has both "

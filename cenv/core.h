@@ -5,7 +5,8 @@
  * An env is one header:
  *   typedef struct { float episode_return; ... } NameLog;      floats only, one per statistic: the SUMS
  *                                                              over the agent-episodes that end in a step
- *                                                              (cleared before each step: add with +=);
+ *                                                              (cleared before each step: add with +=;
+ *                                                              a step that ends no episode writes none);
  *                                                              jaxlab's build refuses a field of another
  *                                                              type (an int would be read as float bits)
  *   typedef struct {
@@ -111,10 +112,10 @@ typedef struct {
     float *(*log)(void *env);
     void (*reset)(void *env);
     /* Steps envs [begin, end) of the array `envs` (the env's own step, inlined) and calls
-     * after_step(ctx, i, ended) for each env whose step ended agents' episodes or flagged one of its
+     * after_step(ctx, i, ended) for each env whose step ended agents' episodes, flagged one of its
      * `agents` agents (terminal or truncation: so a step that flags an agent but returns 0 is checked
-     * too), or for every env when `every` is set. Returns 0, or the first non-zero after_step returned
-     * (the rest of the range is then still stepped). */
+     * too) or wrote a statistic to its log, or for every env when `every` is set. Returns 0, or the
+     * first non-zero after_step returned (the rest of the range is then still stepped). */
     int (*step_range)(void *envs, int64_t begin, int64_t end, int every, int agents,
                       int (*after_step)(void *ctx, int64_t index, int ended), void *ctx);
     void (*reset_agent)(void *env, int agent);                   /* option reset_agent, or NULL */
@@ -142,6 +143,15 @@ typedef struct {
                    #TYPE "." #FIELD " must be declared " #PTR " (BUILD.md, The env contract)");
 
 #define CENV_COUNT(array) ((int)(sizeof(array) / sizeof((array)[0])))
+
+/* 1 when a statistic of a Log (`count` floats) is not 0: its step wrote it. A step that ends no episode
+ * must write none (the Log holds the sums over the episodes that end in that step and is cleared before
+ * the next), so the vectorized layer reports such a step instead of dropping the values. */
+static inline int cenv__logged(const float *log, size_t count) {
+    for (size_t k = 0; k < count; k++)
+        if (log[k] != 0.0f) return 1;
+    return 0;
+}
 
 /* ---- CENV_ENV's machinery: one wrapper and one initializer per option word ---- */
 
@@ -244,7 +254,8 @@ typedef struct {
             if (ended == 0 && !every) {                                                           \
                 int flagged = 0;                                                                  \
                 for (int a = 0; a < agents; a++) flagged |= env[i].terminals[a] | env[i].truncations[a]; \
-                if (!flagged) continue;                                                           \
+                if (!flagged && !cenv__logged((const float *)&env[i].log, sizeof(env[i].log) / sizeof(float))) \
+                    continue; /* statistics without an end: after_step reports them */            \
             }                                                                                     \
             int rc = after_step(ctx, i, ended);                                                   \
             if (failed == 0) failed = rc;                                                         \

@@ -308,6 +308,65 @@ def broken_library(tmp_path_factory):
     return str(build_library([folder / "broken.h", folder / "mute.h"], folder / "libbroken.so"))
 
 
+# `tally`: one agent; each step at an even tick logs a goal, as a PufferLib Ocean env logs an event in the
+# step it happens (its Log accumulates until Python reads it); episodes end at `length` (0: never).
+TALLY_H = r"""
+#include "core.h"
+typedef struct { float goals; } TallyLog;
+typedef struct {
+    float *observations;
+    int32_t *actions;
+    float *rewards;
+    uint8_t *terminals;
+    uint8_t *truncations;
+    TallyLog log;
+    int length, tick;
+    cenv_rng rng;
+} Tally;
+static const cenv_param tally_params[] = {{"length", 0, 0, 1000, 1, "steps per episode (0: no end)"}};
+static const char *const tally_log_names[] = {"goals"};
+static void tally_spaces(const double *params, cenv_spaces *out) {
+    (void)params;
+    out->agents_per_env = 1;
+    out->obs_ndim = 1;
+    out->obs_shape[0] = 1;
+    out->obs_dtype = CENV_DTYPE_FLOAT32;
+    out->action_kind = CENV_ACTION_DISCRETE;
+    out->action_ndim = 1;
+    out->action_nvec[0] = 2;
+}
+static void tally_init(Tally *env, const double *params) { env->length = (int)params[0]; }
+static void tally_reset(Tally *env) {
+    env->tick = 0;
+    env->observations[0] = 0.0f;
+}
+static int tally_step(Tally *env) {
+    env->tick += 1;
+    env->observations[0] = (float)env->tick;
+    if (env->tick % 2 == 0) env->log.goals += 1.0f;
+    int ended = env->length > 0 && env->tick >= env->length;
+    env->truncations[0] = (uint8_t)ended;
+    return ended;
+}
+CENV_ENV(tally, Tally, TallyLog, "logs a statistic in steps that end no episode")
+"""
+
+
+def test_statistics_written_in_a_step_that_ends_no_episode_fail_the_step_instead_of_vanishing(tmp_path):
+    """They were dropped without a word (the Log is cleared before each step and read only when an episode
+    ends): a PufferLib port that logs events as they happen trained with wrong statistics."""
+    (tmp_path / "tally.h").write_text(TALLY_H)
+    library = str(build_library([tmp_path / "tally.h"], tmp_path / "libtally.so"))
+    with jaxlab.make("tally", num_envs=3, num_threads=2, library=library, length=4) as env:
+        env.reset()
+        env.step(np.zeros(3, np.int32))
+        with pytest.raises(RuntimeError) as caught:
+            env.step(np.zeros(3, np.int32))
+    assert ("env 'tally' #0 broke the step contract at step 2: its step wrote the statistic goals (1) to its log "
+            "but ended no agent's episode") in str(caught.value)
+    assert "in the step the episode ends (see BUILD.md)" in str(caught.value)  # whole: not cut at the buffer
+
+
 @pytest.mark.parametrize("name", ["broken", "mute"])
 def test_a_step_that_returns_a_failure_fails_with_the_envs_own_message(broken_library, name):
     with jaxlab.make(name, num_envs=3, num_threads=2, library=broken_library) as env:

@@ -554,6 +554,18 @@ def tiny_library(folder: Path, abi: int, exports_step: bool) -> Path:
     return library
 
 
+def test_a_header_that_defines_a_built_in_envs_name_is_named_not_its_cached_library(tmp_path, user_env):
+    """`jaxlab train path/to/target.h` of a header whose env is named like a built-in one (a port of PufferLib's
+    Target) was refused naming the library built from it deep in the cache and saying to rebuild it, which
+    jaxlab does by itself: the refusal names the header."""
+    header = tmp_path / "cartpole.h"
+    header.write_text((user_env / "stroll.h").read_text().replace("stroll", "cartpole").replace("Stroll", "Cartpole2"))
+    result = jaxlab_cli("train", str(header), "--train.total-timesteps", "256")
+    assert result.returncode == 2, result.stderr
+    assert (f"jaxlab train: error: env header {header} defines 'cartpole', the name of a built-in env; rename it "
+            "(the first argument of CENV_ENV)\n") in result.stderr, result.stderr
+
+
 @pytest.mark.parametrize("case", ["other abi", "missing symbol", "no such env", "built-in name", "no such file",
                                   "a folder", "not a library"])
 def test_bad_libraries_get_one_clear_line_and_exit_2(case, tmp_path, user_env):
@@ -864,6 +876,83 @@ def test_a_buffer_pointer_of_the_wrong_type_does_not_compile(user_env, tmp_path,
     header = stroll_variant(user_env, tmp_path, "typed", declared, wrong)
     with pytest.raises(sdk.BuildError, match=rf"Typed\.{field} must be declared {re.escape(right)} \(BUILD.md"):
         sdk.build_library([header], tmp_path / "libtyped.so")
+
+
+@pytest.mark.parametrize("owned", ["float *trail;", "int steps_left, *visits;", "float (*shape)(float);"])
+def test_a_pointer_after_log_in_the_env_struct_does_not_compile(user_env, tmp_path, owned):
+    """A pointer in the saved part of the env struct (a PufferLib env callocs its arrays in init) built and
+    trained, but checkpoints saved its bytes, and a resume in a new process loaded an address that points
+    nowhere there: a segmentation fault. The build refuses it, naming the member and the fix; a pointer
+    before `log` (the borrowed buffers) stays fine."""
+    header = stroll_variant(user_env, tmp_path, "owning", "    cenv_rng rng;", f"    {owned}\n    cenv_rng rng;")
+    with pytest.raises(sdk.BuildError) as err:
+        sdk.build_library([header], tmp_path / "libowning.so")
+    name = {"float *trail;": "trail", "int steps_left, *visits;": "visits", "float (*shape)(float);": "shape"}[owned]
+    first = next(line for line in str(err.value).splitlines() if "error:" in line)
+    fix = "store an int that selects the function" if name == "shape" else "make it an array of fixed size"
+    assert f"{header}: Owning.{name} is a pointer" in first and fix in first, first
+
+
+def test_a_header_with_pufferlibs_function_names_is_told_which_definitions_cenv_env_needs(user_env, tmp_path):
+    """A PufferLib Ocean header's c_reset and c_step made the compiler print a screenful about implicit
+    declarations inside CENV_ENV's expansion and nothing else: a last line names the definitions CENV_ENV
+    needs, those the header lacks, and what c_reset and c_step become."""
+    header = stroll_variant(user_env, tmp_path, "ported", "static void stroll_reset(Stroll *env) {",
+                            "static void c_reset(Stroll *env) {")
+    header.write_text(header.read_text().replace("static int ported_step(Ported *env) {",
+                                                 "static int c_step(Ported *env) {"))
+    with pytest.raises(sdk.BuildError) as err:
+        sdk.build_library([header], tmp_path / "libported.so")
+    last = str(err.value).splitlines()[-1]
+    assert last.startswith("CENV_ENV(ported, …) needs ported_params, ported_log_names, ported_spaces, ported_init, "
+                           "ported_reset, ported_step; the header lacks ported_reset, ported_step (`jaxlab new-env"), last
+    assert "c_reset and c_step are ported_reset and ported_step" in last
+    assert "CENV_CFLAGS=-Wno-error" not in str(err.value)  # implicit declarations are warnings; no flag mends them
+
+
+@pytest.mark.parametrize("call", ["resetting_reset(env);", "resetting_reset_agent (env, 0);"])
+def test_a_step_that_resets_its_own_env_does_not_compile(user_env, tmp_path, call):
+    """A PufferLib Ocean env's c_step ends by calling c_reset: ported so, the step reset the env before jaxlab
+    recorded the final observation, which was then the next episode's first (a truncated episode's value
+    bootstrapped from the wrong state), and jaxlab reset it again, all without a word. The build refuses a
+    step that calls the env's reset or reset_agent, naming it and the fix."""
+    header = stroll_variant(user_env, tmp_path, "resetting", "    return 1; /* agents whose",
+                            f"    {call.replace('resetting', 'stroll')}\n    return 1; /* agents whose")
+    text = header.read_text()
+    if "reset_agent" in call:  # the hook it calls must exist
+        header.write_text(text.replace("static int resetting_step(", "static void resetting_reset_agent(Resetting "
+                                       "*env, int agent) { (void)agent; resetting_reset(env); }\n"
+                                       "static int resetting_step("))
+    with pytest.raises(sdk.BuildError) as err:
+        sdk.build_library([header], tmp_path / "libresetting.so")
+    called = call.split("(")[0].strip()
+    first = next(line for line in str(err.value).splitlines() if "error:" in line)
+    assert f"{header}: resetting_step calls {called}, but jaxlab resets the env itself" in first, first
+    assert "return how many instead" in first
+
+
+def test_a_step_that_returns_nothing_is_told_to_return_the_count(user_env, tmp_path):
+    """A step declared void (a PufferLib Ocean c_step is) failed with `void value not ignored as it ought to
+    be`, pointing at CENV_ENV's line: a last line now says what the step must return."""
+    header = stroll_variant(user_env, tmp_path, "quiet", "static int stroll_step(Stroll *env) {",
+                            "static void stroll_step(Stroll *env) {")
+    header.write_text(header.read_text().replace("    if (!env->terminals[0] && !env->truncations[0]) return 0;",
+                                                 "    if (!env->terminals[0] && !env->truncations[0]) return;")
+                      .replace("    return 1; /* agents whose episode ended in this step */", ""))
+    with pytest.raises(sdk.BuildError) as err:
+        sdk.build_library([header], tmp_path / "libquiet.so")
+    assert str(err.value).splitlines()[-1].startswith("quiet_step must return int: the number of agents whose "
+                                                      "episode ended in this step"), str(err.value)
+
+
+def test_a_struct_with_log_first_is_told_the_layout_rule_not_that_its_buffers_are_pointers(user_env, tmp_path):
+    """PufferLib's order (the Log first, then the buffers) breaks the layout rule, which CENV_ENV names;
+    the pointer check must not add advice to make the borrowed buffers arrays."""
+    header = stroll_variant(user_env, tmp_path, "first", "    StrollLog log;\n", "")
+    header.write_text(header.read_text().replace("    float *observations;", "    FirstLog log;\n    float *observations;"))
+    with pytest.raises(sdk.BuildError) as err:
+        sdk.build_library([header], tmp_path / "libfirst.so")
+    assert "First breaks the env struct layout rule" in str(err.value) and "is a pointer" not in str(err.value)
 
 
 @pytest.mark.parametrize("wrong", ["int reached_goal;", "uint32_t reached_goal;",
@@ -1395,3 +1484,40 @@ def test_check_env_refuses_bad_input_with_one_line_and_exit_2(user_env, tmp_path
     assert code == 2, err
     assert err.startswith(f"jaxlab check-env: error: {expect.format(dir=user_env, tmp=tmp_path)}"), err
     assert err.count("\n") == 1, err
+
+
+def coming_from_pufferlib_headers() -> tuple[str, str]:
+    """The PufferLib-style header and its jaxlab port, read from the ```diff block of BUILD.md's "Coming from
+    PufferLib": the lines without `+`, and the lines without `-` (each without its first column)."""
+    build = (Path(__file__).parent.parent / "BUILD.md").read_text()
+    section = build.split("\n## Coming from PufferLib\n", 1)[1].split("\n## ", 1)[0]
+    lines = section.split("```diff\n", 1)[1].split("\n```", 1)[0].splitlines()
+    assert all(line[:1] in (" ", "-", "+", "") for line in lines), "a line of the diff without its mark"
+    before = "\n".join(line[1:] for line in lines if line[:1] in (" ", "-", ""))
+    after = "\n".join(line[1:] for line in lines if line[:1] in (" ", "+", ""))
+    return before + "\n", after + "\n"
+
+
+def test_the_coming_from_pufferlib_port_in_build_md_builds_steps_and_logs_its_statistics(tmp_path):
+    """BUILD.md's worked port stays true: its original is a PufferLib Ocean header (a Log with n, c_reset,
+    c_step, rand()) that jaxlab cannot build, and its port builds, writes only its own rows, and logs the
+    statistics the original logged, summed per ending episode."""
+    before, after = coming_from_pufferlib_headers()
+    assert "float n;" in before and "void c_step(Seek* env)" in before and "rand() %" in before
+    (tmp_path / "pufferlib").mkdir()
+    (tmp_path / "pufferlib" / "seek.h").write_text(before)
+    with pytest.raises(sdk.BuildError, match="defines no env") as err:
+        sdk.build_library([tmp_path / "pufferlib" / "seek.h"], tmp_path / "libpuffer.so")
+    # the refusal of a header without CENV_ENV points a PufferLib header (its c_step) here
+    assert str(err.value).endswith('(a PufferLib Ocean header, with c_reset and c_step: BUILD.md, "Coming from '
+                                   'PufferLib", maps it step by step)'), str(err.value)
+    header = tmp_path / "seek.h"
+    header.write_text(after)
+    jaxlab.sdk.check_overruns(str(header))
+    with jaxlab.make(str(header), num_envs=4, size=5) as env:
+        env.reset(seed=0)
+        infos = [env.step(np.full(4, 2, np.int32))[4] for _ in range(10)]  # always right: goal or the edge
+    ended = [info for info in infos if info]
+    assert ended and set(ended[0]) == {"episodes", "perf", "score", "episode_return", "episode_length"}
+    for info in ended:
+        assert info["perf"] == info["score"] and info["episode_return"] == pytest.approx(2 * info["perf"] - 1)

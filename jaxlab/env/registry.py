@@ -95,8 +95,18 @@ def library_file(library: str | Path | None) -> str | None:
 
 def env_types(library: str | Path | None = None) -> dict[str, EnvType]:
     """Every env type of ``library`` (default: the built-in envs), by name, in registry order.
-    LibraryError for a library that cannot be used, or one whose env has a built-in env's name."""
-    return _env_types(library_file(library))
+    LibraryError for a library that cannot be used, or one whose env has a built-in env's name (naming the
+    header that ``library`` names, if it is one, rather than the library built from it into the cache)."""
+    file = library_file(library)
+    types = _env_types(file)
+    clash = sorted(set(types) & set(_env_types(None))) if file is not None else []
+    if clash:
+        header = str(Path(library).expanduser().absolute()) if Path(library).suffix == ".h" else None
+        source = f"env header {header}" if header else f"env library {file}"
+        fix = "" if header else " and rebuild"
+        raise LibraryError(f"{source} defines {', '.join(map(repr, clash))}, the name of a built-in env; rename it "
+                           f"(the first argument of CENV_ENV){fix}")
+    return types
 
 
 @functools.lru_cache(maxsize=None)
@@ -120,11 +130,6 @@ def _env_types(file: str | None) -> dict[str, EnvType]:
             raise LibraryError(problem)
         types[name] = EnvType(t, name, lib.cenv_env_description(t).decode(), tuple(params), log_names,
                               int(lib.cenv_env_flags(t)), file)
-    if file is not None:
-        clash = sorted(set(types) & set(_env_types(None)))
-        if clash:
-            raise LibraryError(f"env library {file} defines {', '.join(map(repr, clash))}, the name of a built-in "
-                               "env; rename it (the first argument of CENV_ENV) and rebuild")
     return types
 
 

@@ -47,6 +47,8 @@ from jaxlab.env.library import ABI_VERSION
 _ENV_DEFINITION = re.compile(r"^\s*CENV_ENV\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*,", re.MULTILINE)
 #: CENV_ENV(name, Type, TypeLog, ...: the third argument is the env's Log type.
 _LOG_TYPE = re.compile(r"^\s*CENV_ENV\(\s*\w+\s*,\s*\w+\s*,\s*([A-Za-z_]\w*)\s*,", re.MULTILINE)
+#: CENV_ENV(name, Type, ...: the second argument is the env's struct type.
+_ENV_TYPE = re.compile(r"^\s*CENV_ENV\(\s*\w+\s*,\s*([A-Za-z_]\w*)\s*,", re.MULTILINE)
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -112,8 +114,10 @@ def header_env(header: str | Path) -> str:
     """The env of a header: its only one, or the one named like the file (drone.h -> drone)."""
     names = header_envs(header)
     if not names:
+        ported = (" (a PufferLib Ocean header, with c_reset and c_step: BUILD.md, \"Coming from PufferLib\", maps "
+                  "it step by step)" if re.search(r"\bc_step\s*\(", _code_of(header)) else "")
         raise BuildError(f"{header} defines no env: an env header ends with "
-                         "CENV_ENV(name, Type, TypeLog, \"description\", ...) (see `jaxlab new-env`)")
+                         f"CENV_ENV(name, Type, TypeLog, \"description\", ...) (see `jaxlab new-env`){ported}")
     stem = Path(header).stem
     if len(names) == 1 or stem in names:
         return names[0] if len(names) == 1 else stem
@@ -139,7 +143,7 @@ def _translation_unit(headers: list[Path], folder: Path) -> Path:
              *_SHARED_RANDOM_REFUSAL]
     lines += [f'#include "{header}"' for header in headers]
     source.write_text("\n".join(lines) + "\n")
-    lines += _log_field_checks(headers, source)
+    lines += _struct_checks(headers, source) + _self_reset_checks(headers)
     lines += [f"#define CENV_REGISTRY {{{', '.join(f'&{n}_spec' for n in names)}}}", '#include "api.c"', ""]
     source.write_text("\n".join(lines))
     return source
@@ -173,17 +177,54 @@ def cenv_env_options() -> list[str]:
     return [w for w in words if w != "none"]
 
 
+#: What CENV_ENV(name, …) takes from a header besides its types, in the order a header defines them.
+ENV_DEFINITIONS = ("params", "log_names", "spaces", "init", "reset", "step")
+#: A compiler's word that one of them is missing (gcc quotes with ‘’, clang with '').
+_MISSING_DEFINITION = re.compile(rf"[‘'](\w+?)_({'|'.join(ENV_DEFINITIONS)})[’'] undeclared|"
+                                 rf"implicit declaration of function [‘'](\w+?)_({'|'.join(ENV_DEFINITIONS)})[’']")
+
+
+def _missing_definitions_hint(messages: str) -> list[str]:
+    """One line naming what CENV_ENV needs that the compiler ``messages`` say a header lacks (a PufferLib
+    Ocean header has c_reset and c_step and no params, log names, spaces or init), else none."""
+    missing: dict[str, list[str]] = {}
+    for match in _MISSING_DEFINITION.finditer(messages):
+        env, part = (match.group(1), match.group(2)) if match.group(1) else (match.group(3), match.group(4))
+        missing.setdefault(env, []).append(part)
+    return [f"CENV_ENV({env}, …) needs {', '.join(f'{env}_{d}' for d in ENV_DEFINITIONS)}; the header lacks "
+            f"{', '.join(f'{env}_{d}' for d in ENV_DEFINITIONS if d in parts)} (`jaxlab new-env {env}` writes an "
+            f"example of each; BUILD.md, \"The env contract\"; a PufferLib Ocean env's c_reset and c_step are "
+            f"{env}_reset and {env}_step: BUILD.md, \"Coming from PufferLib\")" for env, parts in missing.items()]
+
+
+#: A compiler's word that a void function's value was used (gcc, clang), as CENV_ENV uses what NAME_step returns.
+_VOID_VALUE_USED = re.compile(r"error: (?:void value not ignored|initializing 'int' with an expression of "
+                              r"incompatible type 'void')[^\n]*\n[^\n]*\bCENV_ENV\(\s*(\w+)")
+
+
+def _void_step_hint(messages: str) -> list[str]:
+    """One line for each env whose step the compiler ``messages`` say returns nothing (a PufferLib Ocean
+    c_step is void), else none: CENV_ENV's own line, where the compiler points, says nothing of it."""
+    return [f"{env}_step must return int: the number of agents whose episode ended in this step (0 mostly), after "
+            f"adding their statistics to the log; a PufferLib Ocean c_step returns nothing (BUILD.md, \"The env "
+            f"contract\")" for env in dict.fromkeys(_VOID_VALUE_USED.findall(messages))]
+
+
 def _build_hints(messages: str) -> list[str]:
     """Lines that explain what jaxlab itself adds to a failed build's compiler ``messages``: its refused
-    random functions, an unknown CENV_ENV option word, and a build stopped by warnings alone, made errors
-    (gcc marks them [-Werror=…], clang [-Werror,…])."""
+    random functions, the definitions CENV_ENV needs that a header lacks, a step that returns nothing, an
+    unknown CENV_ENV option word, and a build stopped by warnings alone, made errors (gcc marks them
+    [-Werror=…], clang [-Werror,…]), unless the warnings are those of missing definitions (an implicit
+    declaration), which -Wno-error cannot mend."""
     hints = [SHARED_RANDOM_HINT] if REFUSED_CALL in messages else []
+    missing = _missing_definitions_hint(messages)
+    hints += missing + _void_step_hint(messages)
     unknown = sorted(set(re.findall(r"CENV__(?:MASK|WRAP|INIT)_(\w+)", messages)) - set(cenv_env_options()))
     if unknown:  # CENV_ENV pastes each option word into a macro name: an unknown word is a syntax error
         hints.append(f"CENV_ENV has no option {', '.join(map(repr, unknown))}: its options are "
                      f"{', '.join(cenv_env_options())} (BUILD.md, \"The env contract\")")
     errors = [line for line in messages.splitlines() if "error:" in line]
-    if errors and all("[-Werror" in line for line in errors):  # warnings alone stopped it
+    if errors and all("[-Werror" in line for line in errors) and not missing:  # warnings alone stopped it
         hints.append(WARNING_AS_ERROR_HINT)
     return hints
 
@@ -193,15 +234,21 @@ def _c_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
 
 
-def _log_field_checks(headers: list[Path], source: Path) -> list[str]:
-    """One _Static_assert per field of each header's Log type that it is a float: CENV_ENV checks only the
-    Log's size, so an `int` (same size) passed and its bits were read as a float. The fields are read from
-    the preprocessed ``source`` (the headers' includes alone); the compiler checks their types. Nothing
-    when it does not preprocess (the build then shows the compiler's messages) or a Log type is not
-    declared as `typedef struct [Tag] {...} Type;` or `typedef struct Tag Type;`."""
+def _struct_checks(headers: list[Path], source: Path) -> list[str]:
+    """The _Static_asserts of the headers' Log and env structs, read from the preprocessed ``source`` (the
+    headers' includes alone): nothing when it does not preprocess (the build then shows the compiler's
+    messages)."""
     text = _preprocessed(source)
     if text is None:
         return []
+    return _log_field_checks(headers, text) + _saved_pointer_checks(headers, text)
+
+
+def _log_field_checks(headers: list[Path], text: str) -> list[str]:
+    """One _Static_assert per field of each header's Log type that it is a float: CENV_ENV checks only the
+    Log's size, so an `int` (same size) passed and its bits were read as a float. The fields are read from
+    the preprocessed C ``text``; the compiler checks their types. Nothing for a Log type not declared as
+    `typedef struct [Tag] {...} Type;` or `typedef struct Tag Type;`."""
     checks = []
     for header in headers:
         for log_type in dict.fromkeys(_LOG_TYPE.findall(_code_of(header))):
@@ -209,6 +256,83 @@ def _log_field_checks(headers: list[Path], source: Path) -> list[str]:
             if body is not None:
                 checks += [_float_field_check(header, log_type, declaration)
                            for declaration in _split_top_level(body, ";") if declaration.strip()]
+    return checks
+
+
+def _saved_pointer_checks(headers: list[Path], text: str) -> list[str]:
+    """A failing _Static_assert for each pointer member that an env struct (CENV_ENV's type, read from the
+    preprocessed C ``text``) declares after its `log`: from `log` on the struct is saved in checkpoints as
+    plain bytes and loaded into other processes, where the pointer points nowhere (a resume crashed with a
+    segmentation fault), and nothing frees what it points at. A PufferLib env callocs its arrays in init;
+    here they are arrays of fixed size. Pointers hidden behind a typedef or inside a nested struct are not
+    seen."""
+    checks = []
+    for header in headers:
+        for env_type in dict.fromkeys(_ENV_TYPE.findall(_code_of(header))):
+            body = _struct_body(text, env_type)
+            members = [m for m in _split_top_level(body or "", ";") if m.strip()]
+            names = [_member_names(m) for m in members]
+            saved = next((i for i, found in enumerate(names) if "log" in found), len(members))
+            for declaration in members[saved + 1:]:
+                checks += [_saved_pointer_check(header, env_type, declaration, declarator)
+                           for declarator in _split_top_level(_flattened(declaration), ",")
+                           if "*" in declarator and not set(_member_names(declarator)) & _BORROWED_BUFFERS]
+    return checks
+
+
+#: The env struct's borrowed buffer pointers: after `log` (a PufferLib env's order) they break the layout rule,
+#: which CENV_ENV's own assertion names, so the pointer check leaves them to it.
+_BORROWED_BUFFERS = {"observations", "actions", "rewards", "terminals", "truncations", "action_mask"}
+
+
+def _flattened(declaration: str) -> str:
+    """A member ``declaration`` with nested braces emptied and array sizes dropped."""
+    return re.sub(r"\[[^\]]*\]", "[]", re.sub(r"\{.*\}", " {} ", declaration, flags=re.DOTALL))
+
+
+def _member_names(declaration: str) -> list[str]:
+    """The names a struct member ``declaration`` declares (`int x, y[4]` -> x, y)."""
+    found = []
+    for declarator in _split_top_level(_flattened(declaration), ","):
+        function = re.search(r"\(\s*\*\s*([A-Za-z_]\w*)", declarator)  # (*name)(args): a function pointer
+        names = re.findall(r"[A-Za-z_]\w*", declarator.split(":")[0].split("[")[0].split("{")[-1])
+        found += [function.group(1)] if function else names[-1:]
+    return found
+
+
+def _saved_pointer_check(header: Path, env_type: str, declaration: str, declarator: str) -> str:
+    """The failing _Static_assert that names pointer ``declarator`` of ``env_type``'s member ``declaration``."""
+    name = (_member_names(declarator) or ["?"])[0]
+    element = _split_top_level(_flattened(declaration), ",")[0].split("*")[0].strip()
+    fix = ("store an int that selects the function instead" if "(" in declarator else
+           f"make it an array of fixed size, e.g. `{element} {name}[MAX_{name.upper()}]` with a #define")
+    message = (f"{header}: {env_type}.{name} is a pointer ({' '.join(declaration.split())}), but from `log` on the "
+               f"env struct is saved in checkpoints as plain bytes and loaded into other processes, where a pointer "
+               f"points nowhere (a resume crashes), and nothing frees what it points at; {fix} "
+               f"(BUILD.md, The env contract)")
+    return f"_Static_assert(0, {_c_string(message)});"
+
+
+def _self_reset_checks(headers: list[Path]) -> list[str]:
+    """A failing _Static_assert for each env whose step function calls its own reset (or reset_agent) hook, as a
+    PufferLib Ocean env's c_step calls c_reset: jaxlab records each ending agent's final observation after the
+    step and then resets, so the final observation was the next episode's first (a truncated episode's value
+    bootstrapped from it) and the env was reset twice, with no error. Only direct calls in the step's body (the
+    header without comments) are seen."""
+    checks = []
+    for header in headers:
+        code = _code_of(header)
+        for name in header_envs(header):
+            start = re.search(rf"\bint\s+{name}_step\s*\([^)]*\)\s*\{{", code)
+            body = code[start.end():_closing_brace(code, start.end() - 1)] if start else ""
+            called = re.search(rf"\b{name}_reset(_agent)?\s*\(", body)
+            if called:
+                message = (f"{header}: {name}_step calls {called.group(0)[:-1].strip()}, but jaxlab resets the env "
+                           f"itself after the step that ends its agents' episodes, once it has recorded each one's "
+                           f"final observation: reset inside the step, the final observation would be the next "
+                           f"episode's first; flag the agents that ended and return how many instead (BUILD.md, "
+                           f"The env contract)")
+                checks.append(f"_Static_assert(0, {_c_string(message)});")
     return checks
 
 
