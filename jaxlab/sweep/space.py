@@ -50,8 +50,8 @@ NOT_SWEPT_SECTIONS = ("checkpoint", "log")
 NOT_SWEPT_DIST = ("[dist] says how a run's processes meet, not a hyperparameter: the sweep starts each run of a "
                   "trial as one process, which a searched process count or coordinator would only make fail")
 #: metrics.jsonl keys that a trainer writes for every env (the env's statistics come on top).
-TRAINER_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance",
-                   "grad_norm", "sps")
+TRAINER_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "old_approx_kl", "clip_fraction",
+                   "explained_variance", "grad_norm", "epochs_run", "sps")
 SAMPLERS = ("tpe", "cmaes")
 PRUNERS = ("median", "hyperband", "none")
 OBJECTIVES = ("score", "score,cost")
