@@ -94,9 +94,9 @@ def test_a_list_of_integers_takes_commas_or_spaces_between_its_items(tmp_path, t
     (["--train.clip-vloss", "true"], r"^unknown config key 'train.clip_vloss'; CleanRL's clip_vloss clips the value "
                                      r"change by clip_coef; here train.vf_clip_coef is that range itself \(0: no value "
                                      r"clipping\), e.g. --train.vf-clip-coef 0.2"),
-    (["--train.target-kl", "0.01"], r"^unknown config key 'train.target_kl'; jaxlab has no KL early stop: every "
-                                    r"update runs all train.update_epochs .*; remove it$"),
-    (["--target-kl", "0.01"], r"^unexpected argument '--target-kl'; jaxlab has no KL early stop"),
+    (["--target-kl", "0.01"], r"^unexpected argument '--target-kl'; did you mean --train.target-kl 0.01\?"),
+    (["--ppo.target-kl", "0.01"], r"^unknown config section \[ppo\] in command line; did you mean "
+                                  r"'train.target_kl'\?$"),
     (["--train.num-steps", "128"], r"^unknown config key 'train.num_steps'; CleanRL's num_steps, the steps per env "
                                    r"in a rollout, is train.bptt_horizon here$"),
     (["--env-id", "CartPole-v1"], r"^unexpected argument '--env-id'; the env is ENV on the command line"),
@@ -418,6 +418,8 @@ def test_auto_batch_is_agents_times_horizon_and_a_multiple_collects_several_segm
     (["--checkpoint.minutes", "-1"], r"checkpoint.minutes=-1.0 must be >= 0"),
     (["--vec.num-envs", "0"], r"vec.num_envs=0 must be at least 1; e.g. --vec.num-envs 64 \(the default\)"),
     (["--train.ent-coef", "-0.01"], r"train.ent_coef=-0.01 must be >= 0; e.g. --train.ent-coef 0.0 \(the default\)"),
+    (["--train.target-kl", "-0.01"], r"^train.target_kl=-0.01 must be >= 0 \(0: no KL early stop\); e.g. "
+                                     r"--train.target-kl 0.015, or 0 to run every epoch$"),
 ])
 def test_more_invariants(flags, message):
     config, _ = load_config("cartpole", flags=flags)

@@ -328,3 +328,76 @@ def test_the_loss_falls_when_training_on_one_fixed_segment():
         losses.append(float(metrics["policy_loss"]) + 0.5 * float(metrics["value_loss"]))
     assert all(math.isfinite(x) for x in losses)
     assert losses[-1] < 0.5 * losses[0], losses
+
+
+# ---- target_kl: the KL early stop ----------------------------------------------------------------
+
+def actor_critic_update(update_epochs: int, state: TrainState = None, **options):
+    """(state after one jitted make_update of an ActorCritic on synthetic_segment, its metrics as floats):
+    2 minibatches, learning rate 1e-2 linear over 6 optimizer steps; ``options``: make_update's target_kl."""
+    T, A, O, H = 8, 16, 4, 16
+    policy = ActorCritic(DISCRETE2, hidden_size=H)
+    params = policy.init(jax.random.PRNGKey(0), zero_carry(A, H), jnp.zeros((A, O)), jnp.ones(A, bool))
+    schedule = lr_schedule(1e-2, "linear", 0.0)
+    update = jax.jit(make_update(policy, DISCRETE2, schedule, max_grad_norm=0.5, num_minibatches=2,
+                                 update_epochs=update_epochs, gamma=0.9, lam=0.95, reward_scale=1.0, clip_coef=0.2,
+                                 vf_coef=0.5, vf_clip_coef=0.0, ent_coef=0.0, norm_adv=True, **options))
+    state, metrics = update(train_state(params, schedule, total_steps=6), synthetic_segment(T, A, O, seed=0),
+                            jax.random.PRNGKey(3))
+    return state, {k: float(v) for k, v in metrics.items()}
+
+
+def assert_same_state(a: TrainState, b: TrainState):
+    """Params, optimizer state and step equal bit for bit."""
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_target_kl_stops_the_update_after_the_first_epoch_whose_approx_kl_exceeds_it():
+    # the first epoch's approx_kl (5e-5) exceeds 1e-9: epochs 2 and 3 must change nothing, so the
+    # state is that of update_epochs 1 (the same first epoch key), and the logged metrics are its minibatches'
+    # only (zeros of the skipped epochs counted in would halve or third them, their learning rates lower it)
+    stopped_state, stopped = actor_critic_update(3, target_kl=1e-9)
+    one_state, one = actor_critic_update(1)
+    assert stopped["epochs_run"] == 1 and one["epochs_run"] == 1
+    assert_same_state(stopped_state, one_state)
+    assert int(stopped_state.step) == 2  # the skipped epochs take no optimizer step
+    assert stopped == pytest.approx(one, rel=1e-6, abs=1e-9)
+    assert stopped["approx_kl"] > 1e-6
+
+
+def test_a_target_kl_never_reached_gives_the_update_without_it():
+    off_state, off = actor_critic_update(3)
+    never_state, never = actor_critic_update(3, target_kl=1e9)
+    assert off["epochs_run"] == never["epochs_run"] == 3
+    assert_same_state(never_state, off_state)
+    assert never == pytest.approx(off, rel=1e-6)  # learning_rate may differ in its last bit
+    # and one that the second epoch reaches runs 2 epochs: between the first epoch's approx_kl and the second's
+    _, two = actor_critic_update(2)
+    _, first = actor_critic_update(1)
+    second_epoch_kl = 2 * two["approx_kl"] - first["approx_kl"]  # equal active steps in every minibatch
+    assert second_epoch_kl > first["approx_kl"]
+    _, stopped = actor_critic_update(3, target_kl=(first["approx_kl"] + second_epoch_kl) / 2)
+    assert stopped["epochs_run"] == 2
+    assert stopped == pytest.approx(two, rel=1e-5)
+
+
+def test_target_kl_averages_the_logged_metrics_over_the_epochs_that_ran():
+    # as test_vtrace_recomputes...: every ratio is 0.5 at learning rate 0, so each epoch's approx_kl is
+    # (0.5 - 1) - ln 0.5 = ln 2 - 0.5 (0.193) and old_approx_kl -ln 0.5 = ln 2. Epoch 1 trains on GAE's returns,
+    # epoch 2 on V-trace's. target_kl 0.1 stops after epoch 1: the value loss is epoch 1's, 0.5 mean(R_gae^2),
+    # not half of it (the skipped epoch's zeros counted) nor the mean with V-trace's; 0.2 is never exceeded.
+    segment = constant_value_segment(REWARDS)
+    s = segment = segment._replace(logp=jnp.zeros_like(segment.logp))
+    _, gae_returns = ppo.gae(s.rewards, s.values, s.terminals, s.truncations, s.bootstrap_values, s.next_values,
+                             0.9, 0.8)
+    stopped = frozen_update_metrics(segment, update_epochs=2, advantage="vtrace", target_kl=0.1)
+    assert stopped["epochs_run"] == 1
+    assert stopped["value_loss"] == pytest.approx(0.5 * np.mean(np.square(gae_returns)), rel=1e-5)
+    assert stopped["approx_kl"] == pytest.approx(math.log(2) - 0.5, rel=1e-5)
+    assert stopped["old_approx_kl"] == pytest.approx(math.log(2), rel=1e-5)
+    both = frozen_update_metrics(segment, update_epochs=2, advantage="vtrace", target_kl=0.2)
+    assert both["epochs_run"] == 2
+    assert both == pytest.approx(frozen_update_metrics(segment, update_epochs=2, advantage="vtrace"), rel=1e-6)
+    assert both["value_loss"] != pytest.approx(stopped["value_loss"], rel=1e-2)

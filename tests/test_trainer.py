@@ -4,6 +4,7 @@ carries, truncation bootstrap), the LR schedule in the metrics, metrics.jsonl.""
 import json
 import re
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -24,8 +25,11 @@ def small_config(env="cartpole", *flags):
     return config
 
 
-def test_each_jitted_function_compiles_once():
-    with Trainer(small_config(), max_traces=1) as trainer:  # chex.assert_max_traces raises on a retrace
+@pytest.mark.parametrize("flags, epochs_run", [([], {2}), (["--train.target-kl", "1e-9"], {1})])
+def test_each_jitted_function_compiles_once(flags, epochs_run):
+    # target_kl stops epochs inside the one compiled update (a lax.cond), whichever epochs run
+    chex.clear_trace_counter()  # chex counts by function across the parametrised cases
+    with Trainer(small_config("cartpole", *flags), max_traces=1) as trainer:  # chex.assert_max_traces: no retrace
         records = []
         for _ in range(trainer.sizes.num_updates):
             trainer.evaluate()
@@ -33,6 +37,7 @@ def test_each_jitted_function_compiles_once():
             records.append(trainer.mean_and_log())
     assert len(records) == 10
     assert {r["compiles"] for r in records} == {3}  # step, finish, update: traced in the first update only
+    assert {r["epochs_run"] for r in records} == epochs_run
     for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance",
                 "grad_norm", "learning_rate", "sps", "global_step", "wall_time"):
         assert all(np.isfinite(r[key]) for r in records), key

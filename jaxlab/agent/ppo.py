@@ -43,8 +43,9 @@ class LossTerms(NamedTuple):
     policy: jax.Array
     value: jax.Array
     entropy: jax.Array
-    approx_kl: jax.Array
+    approx_kl: jax.Array      # mean((ratio - 1) - log ratio): CleanRL's approx_kl (Schulman's k3 estimator)
     clip_fraction: jax.Array
+    old_approx_kl: jax.Array  # mean(-log ratio): CleanRL's old_approx_kl (k1, noisier)
 
 
 def _mean(x, weights):
@@ -98,7 +99,7 @@ def ppo_loss(new_logp, entropy, new_values, old_logp, old_values, advantages, re
     total = policy + vf_coef * value - ent_coef * mean_entropy
     approx_kl = _mean((ratio - 1) - log_ratio, w)
     clip_fraction = _mean((jnp.abs(ratio - 1) > clip_coef).astype(jnp.float32), w)
-    return LossTerms(total, policy, value, mean_entropy, approx_kl, clip_fraction)
+    return LossTerms(total, policy, value, mean_entropy, approx_kl, clip_fraction, _mean(-log_ratio, w))
 
 
 def explained_variance(values, returns, weights=None):

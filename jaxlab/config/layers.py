@@ -242,8 +242,8 @@ CLEANRL_NAMES = {
                        "in `jaxlab config ENV`'s second line), a multiple of train.bptt_horizon (whole sequences)",
     "clip_vloss": "CleanRL's clip_vloss clips the value change by clip_coef; here train.vf_clip_coef is that "
                   "range itself (0: no value clipping), e.g. --train.vf-clip-coef 0.2 for CleanRL's clip_vloss true",
-    "target_kl": "jaxlab has no KL early stop: every update runs all train.update_epochs (each update's approx_kl "
-                 "is in metrics.jsonl; fewer epochs or a lower train.learning_rate keep it small); remove it",
+    "target_kl": "CleanRL's target_kl is train.target_kl here (e.g. --train.target-kl 0.015; 0: off), checked "
+                 "after each epoch against the epoch's approx_kl",
     "env_id": "the env is ENV on the command line (`jaxlab train cartpole`); remove it",
     "track": "CleanRL's track is log.wandb here (--log.wandb true; project: log.wandb_project)",
     "wandb_project_name": "CleanRL's wandb_project_name is log.wandb_project here",

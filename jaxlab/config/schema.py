@@ -79,6 +79,9 @@ class TrainConfig:
     num_minibatches)"""
     update_epochs: int = 2
     """passes over each segment"""
+    target_kl: float = 0.0
+    """KL early stop (CleanRL's target_kl): an update runs no more epochs after one whose approx_kl exceeds
+    it (metrics.jsonl's epochs_run says how many ran); 0: off, every update runs all update_epochs"""
     learning_rate: float = 3e-3
     """Adam learning rate at the start"""
     anneal_lr: str = "linear"

@@ -260,6 +260,9 @@ def derive_sizes(config: Config, agents_per_env: int, updates: int | None = None
     for name in ("clip_coef", "vf_clip_coef", "vf_coef", "ent_coef", "max_grad_norm", "min_lr_ratio", "prio_alpha"):
         if getattr(t, name) < 0:
             raise ConfigError(f"train.{name}={getattr(t, name)} must be >= 0; e.g. {default_flag(f'train.{name}')}")
+    if t.target_kl < 0:
+        raise ConfigError(f"train.target_kl={t.target_kl} must be >= 0 (0: no KL early stop); e.g. "
+                          "--train.target-kl 0.015, or 0 to run every epoch")
     if t.clip_coef == 0:
         raise ConfigError("train.clip_coef=0 would clip every policy change to nothing (the policy would never "
                           f"learn); give a positive value, e.g. {default_flag('train.clip_coef')}, or a large one "

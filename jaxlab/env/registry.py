@@ -174,10 +174,10 @@ def param_table_problem(env: str, params: list[Param]) -> str | None:
 #: overwrite one of them or be overwritten (tests/test_sdk.py checks that record_names stays inside).
 RESERVED_LOG_NAMES = (
     "global_step", "update", "wall_time", "sps", "compiles", "policy_loss", "value_loss", "entropy", "approx_kl",
-    "clip_fraction", "grad_norm", "learning_rate", "explained_variance", "return_std", "episodes", "time_env",
-    "time_policy", "time_copy", "time_learn", "time_other", "compile_cache", "launch_to_first_update_s",
-    "device_memory_gib", "device_memory_peak_gib", "device_memory_limit_gib", "returns", "lengths",
-    "stat_episodes")
+    "old_approx_kl", "clip_fraction", "grad_norm", "learning_rate", "explained_variance", "epochs_run", "return_std",
+    "episodes", "time_env", "time_policy", "time_copy", "time_learn", "time_other", "compile_cache",
+    "launch_to_first_update_s", "device_memory_gib", "device_memory_peak_gib", "device_memory_limit_gib", "returns",
+    "lengths", "stat_episodes")
 
 
 def log_names_problem(env: str, log_names: tuple[str, ...]) -> str | None:

@@ -51,8 +51,8 @@ NOT_SWEPT_SECTIONS = ("checkpoint", "log")
 NOT_SWEPT_DIST = ("[dist] says how a run's processes meet, not a hyperparameter: the sweep starts each run of a "
                   "trial as one process, which a searched process count or coordinator would only make fail")
 #: metrics.jsonl keys that a trainer writes for every env (the env's statistics come on top).
-TRAINER_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance",
-                   "grad_norm", "sps")
+TRAINER_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "old_approx_kl", "clip_fraction",
+                   "explained_variance", "grad_norm", "epochs_run", "sps")
 #: The schema type of a list key (policy.mlp_layers): searched as choices of lists, each kept as its TOML text.
 LIST_KIND = "tuple[int, ...]"
 #: Keys of a distribution as PufferLib's and W&B's sweep files write it ({min, max, distribution}, {values}).

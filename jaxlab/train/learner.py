@@ -21,9 +21,10 @@ from jaxlab.agent import distributions, ppo
 from jaxlab.train.advantages import Advantages
 
 
-#: The update's metrics (means over its minibatches, and the explained variance of the segment).
-METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm", "learning_rate",
-           "explained_variance")
+#: The update's metrics (means over the minibatches it ran, the explained variance of the segment, and
+#: epochs_run: the epochs it ran, fewer than update_epochs when target_kl stopped it).
+METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "old_approx_kl", "clip_fraction", "grad_norm",
+           "learning_rate", "explained_variance", "epochs_run")
 
 
 class Segment(NamedTuple):
@@ -122,7 +123,7 @@ def _take_agents(tree, index):
 
 #: The metrics that are means over a minibatch's active steps (ppo_loss's weights): averaged over the
 #: update's minibatches by those steps' counts.
-LOSS_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+LOSS_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "old_approx_kl", "clip_fraction")
 
 
 def active_rows(mb: Segment) -> jax.Array:
@@ -133,12 +134,14 @@ def active_rows(mb: Segment) -> jax.Array:
     return mb.active.astype(jnp.float32).sum()
 
 
-def mean_over_minibatches(metrics: dict, rows: jax.Array) -> dict:
+def mean_over_minibatches(metrics: dict, rows: jax.Array, ran: jax.Array | None = None) -> dict:
     """The update's metrics from each minibatch's (``metrics``: name -> [epochs, minibatches]; ``rows``
     [epochs, minibatches]: each one's active steps, active_rows): LOSS_METRICS averaged over the active
     steps of them all (a minibatch in which no agent acted, whose means are 0, counts for nothing; one
     with few active steps counts as few), grad_norm over the minibatches with an active step (a gradient's
-    norm is no mean over steps; one of no active step is 0), learning_rate a plain mean."""
+    norm is no mean over steps; one of no active step is 0), learning_rate a plain mean. ``ran`` [epochs]
+    bool: whether each epoch ran (target_kl stops the rest; their rows are 0 and their learning_rate is
+    left out of its mean); None: all did."""
     total = jnp.maximum(rows.sum(), 1.0)
     acted = (rows > 0).astype(jnp.float32)
 
@@ -147,23 +150,49 @@ def mean_over_minibatches(metrics: dict, rows: jax.Array) -> dict:
             return (values * rows).sum() / total
         if name == "grad_norm":
             return (values * acted).sum() / jnp.maximum(acted.sum(), 1.0)
-        return jnp.mean(values)
+        if ran is None:
+            return jnp.mean(values)
+        return jnp.mean(values, where=jnp.broadcast_to(ran[:, None], values.shape))
 
     return {name: mean(name, values) for name, values in metrics.items()}
+
+
+def stopping_at_kl(epoch: Callable, target_kl: float) -> Callable:
+    """``epoch``: (carry, key) -> (carry, (metrics, rows)), metrics name -> [minibatches] and rows
+    [minibatches] (active_rows), as an epoch that stops the update: its carry is (carry, stopped: bool []),
+    stopped set once an epoch's approx_kl (averaged over its active steps, as the logged one) exceeds
+    ``target_kl``. Each epoch after that keeps the carry as it is (params, optimizer state and step) and
+    reports zero metrics and rows, which count for nothing in mean_over_minibatches, and ran: bool []
+    whether it ran. A lax.cond: one compile, whichever epochs run."""
+
+    def checked(carry, key):
+        inner, stopped = carry
+
+        def skipped(inner):
+            shapes = jax.eval_shape(lambda c: epoch(c, key)[1], inner)
+            return inner, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
+
+        inner, (metrics, rows) = jax.lax.cond(stopped, skipped, lambda c: epoch(c, key), inner)
+        kl = mean_over_minibatches({"approx_kl": metrics["approx_kl"]}, rows)["approx_kl"]
+        return (inner, stopped | (kl > target_kl)), (metrics, rows, ~stopped)
+
+    return checked
 
 
 def make_update(policy, spec: distributions.ActionSpec, schedule: Callable, *, max_grad_norm: float,
                 num_minibatches: int, update_epochs: int, gamma: float, lam: float, reward_scale: float,
                 clip_coef: float, vf_coef: float, vf_clip_coef: float, ent_coef: float, norm_adv: bool,
                 on_trace: Callable[[], None] = lambda: None, advantage: str = "gae", rho_clip: float = 1.0,
-                c_clip: float = 1.0, prio_alpha: float = 0.0, prio_beta0: float = 0.2) -> Callable:
+                c_clip: float = 1.0, prio_alpha: float = 0.0, prio_beta0: float = 0.2,
+                target_kl: float = 0.0) -> Callable:
     """Returns update(state, segment, key) -> (state, metrics), not yet jitted. The optimizer is
     optimizer_over(``schedule``, state.total_steps, ``max_grad_norm``): the run's length comes with the
     state, so one compile serves runs of any length. ``on_trace`` is called each time JAX traces it (so
     each compile can be counted). ``advantage`` ("gae" or "vtrace", with ``rho_clip``, ``c_clip``) and
     ``prio_alpha``, ``prio_beta0`` (annealed over state.total_steps optimizer steps) choose the advantage
     estimator and the minibatch sampling (jaxlab.train.advantages; the defaults are GAE and every
-    sequence once per epoch)."""
+    sequence once per epoch). ``target_kl`` > 0 stops the update's epochs after the first whose approx_kl
+    exceeds it (stopping_at_kl; CleanRL's target_kl); 0: every epoch runs, the update as it was without it."""
     estimator = Advantages(advantage, gamma, lam, reward_scale, rho_clip, c_clip, prio_alpha, prio_beta0)
 
     def loss_fn(params, mb: Segment, advantages, returns, adv_weights):
@@ -191,7 +220,8 @@ def make_update(policy, spec: distributions.ActionSpec, schedule: Callable, *, m
             updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
             params = optax.apply_updates(state.params, updates)
             metrics = {"policy_loss": terms.policy, "value_loss": terms.value, "entropy": terms.entropy,  # METRICS
-                       "approx_kl": terms.approx_kl, "clip_fraction": terms.clip_fraction,
+                       "approx_kl": terms.approx_kl, "old_approx_kl": terms.old_approx_kl,
+                       "clip_fraction": terms.clip_fraction,
                        "grad_norm": global_norm(grads), "learning_rate": schedule(state.step, state.total_steps)}
             estimates = estimator.observe(estimates, index, logp - mb.logp)
             return (state._replace(params=params, opt_state=opt_state, step=state.step + 1), estimates), \
@@ -203,8 +233,16 @@ def make_update(policy, spec: distributions.ActionSpec, schedule: Callable, *, m
             return jax.lax.scan(minibatch, carry, (order, keys))
 
         start = estimator.start(segment)
-        (state, _), (metrics, rows) = jax.lax.scan(epoch, (state, start), jax.random.split(key, update_epochs))
-        metrics = mean_over_minibatches(metrics, rows)
+        epoch_keys = jax.random.split(key, update_epochs)
+        if target_kl > 0:
+            ((state, _), _), (metrics, rows, ran) = jax.lax.scan(stopping_at_kl(epoch, target_kl),
+                                                                 ((state, start), jnp.asarray(False)), epoch_keys)
+            metrics = mean_over_minibatches(metrics, rows, ran)
+            metrics["epochs_run"] = ran.sum()
+        else:
+            (state, _), (metrics, rows) = jax.lax.scan(epoch, (state, start), epoch_keys)
+            metrics = mean_over_minibatches(metrics, rows)
+            metrics["epochs_run"] = jnp.asarray(update_epochs, jnp.int32)
         metrics["explained_variance"] = ppo.explained_variance(segment.values, start.returns, segment.active)
         return state, metrics
 

@@ -197,7 +197,7 @@ class Trainer:
                              clip_coef=t.clip_coef, vf_coef=t.vf_coef, vf_clip_coef=t.vf_clip_coef, ent_coef=t.ent_coef, norm_adv=t.norm_adv,
                              on_trace=lambda: self._traced("update"), advantage=t.advantage,
                              rho_clip=t.vtrace_rho_clip, c_clip=t.vtrace_c_clip, prio_alpha=t.prio_alpha,
-                             prio_beta0=t.prio_beta0)
+                             prio_beta0=t.prio_beta0, target_kl=t.target_kl)
         step, finish, update = (with_matmul_precision(f, c.device.matmul_precision) for f in (step, finish, update))
         if max_traces is not None:
             step, finish, update = (chex.assert_max_traces(f, n=max_traces) for f in (step, finish, update))
