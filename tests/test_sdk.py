@@ -1456,6 +1456,21 @@ def test_check_env_fails_a_broken_header_naming_the_check_and_exits_1(user_env, 
     assert lines[-1] == f"check-env {header}: 1 of 4 checks failed", output
 
 
+def test_check_env_names_the_parameter_end_an_env_failed_at_and_the_param_that_holds_it(capsys):
+    """The shipped cards.h failed check-env with 'env 'cards' failed while checked (not an overrun): ... its
+    action mask allows no action', a failure of its test hook `fault` at the high end of its range that the
+    line did not name, so it read as a bug of cards' defaults. The line names the setting and the --param
+    that holds it; with it held, cards passes."""
+    code, lines, err = check_env(capsys, EXAMPLES / "cards.h", *QUICK)
+    output = "\n".join(lines)
+    assert code == 1 and err == "", output + err
+    assert ("FAIL  overruns    env 'cards' failed while checked with fault=2, an end of its range (not an overrun): "
+            "env 'cards' #0 agent 0 (row 0) at step 0: its action mask allows no action") in output, output
+    assert "or hold it with --param fault=0" in output, output
+    code, lines, err = check_env(capsys, EXAMPLES / "cards.h", *QUICK, "--param", "fault=0")
+    assert code == 0 and "PASS  overruns" in "\n".join(lines), lines + [err]
+
+
 def test_check_env_runs_the_header_under_the_sanitizers(user_env, tmp_path, capsys):
     """A signed overflow passes the release build and the overrun check (it wraps); the sanitizer check
     steps the header with the SDK's C driver under UBSan, which stops at it."""

@@ -187,16 +187,35 @@ def _check_registry(args, header: Path, held: dict, state: dict) -> None:
 
 
 def _check_overruns(args, header: Path, held: dict, state: dict) -> None:
-    from jaxlab.env.overrun import OverrunError, check_overruns
+    """check_overruns for each env of the header, one parameter setting at a time (parameter_extremes), so
+    that an error of the env itself names the setting it came with."""
+    from jaxlab.env.overrun import OverrunError, check_overruns, parameter_extremes
 
     for name in state["names"]:
-        try:
-            check_overruns(name, seeds=tuple(range(args.seeds)), steps=args.steps, library=state["library"],
-                           **held)
-        except OverrunError as err:
-            raise CheckFailed(str(err)) from None
-        except (RuntimeError, ValueError) as err:
-            raise CheckFailed(f"env '{name}' failed while checked (not an overrun): {err}") from None
+        for setting in parameter_extremes(name, state["library"], **held):
+            try:
+                check_overruns(name, seeds=tuple(range(args.seeds)), steps=args.steps, library=state["library"],
+                               settings=[setting])
+            except OverrunError as err:
+                raise CheckFailed(str(err)) from None
+            except (RuntimeError, ValueError) as err:
+                raise CheckFailed(_failed_while_checked(name, state["library"], setting, held, err)) from None
+
+
+def _failed_while_checked(name: str, library: str, setting: dict, held: dict, err: Exception) -> str:
+    """The FAIL line of an error env ``name`` raised itself (not an overrun) while stepped with ``setting``:
+    a parameter the check moved to an end of its range (not in ``held``) is named, with the --param that
+    holds it at its default when that end is not a value the env is meant to take (a test hook's)."""
+    from jaxlab.env.registry import env_type
+
+    defaults = {p.name: p.default for p in env_type(name, library).params}
+    moved = {key: value for key, value in setting.items() if key not in held}
+    if not moved:
+        return f"env '{name}' failed while checked (not an overrun): {err}"
+    shown = ", ".join(f"{key}={value:g}" for key, value in moved.items())
+    hold = " ".join(f"--param {key}={defaults[key]:g}" for key in moved)
+    return (f"env '{name}' failed while checked with {shown}, an end of its range (not an overrun): {err}\n"
+            f"fix the env for {shown}, narrow the range in its parameter table, or hold it with {hold}")
 
 
 def _check_sanitizers(args, header: Path, held: dict, state: dict) -> str | None:
