@@ -1471,6 +1471,36 @@ def test_check_env_names_the_parameter_end_an_env_failed_at_and_the_param_that_h
     assert code == 0 and "PASS  overruns" in "\n".join(lines), lines + [err]
 
 
+def test_check_env_leaves_out_a_range_end_whose_observation_is_too_large_and_names_it(user_env, tmp_path, capsys,
+                                                                                       monkeypatch):
+    """An int parameter that sizes the observation, declared up to 1e9 (a header's 'no limit'), made the overrun
+    check build that env at the high end: a MemoryError traceback (or the machine out of memory) instead of a
+    line. A range end whose one env's observation rows pass overrun.MAX_OBSERVATION_BYTES (here made small,
+    so that a 10,000-wide observation passes it) is left out and named on the PASS line; --param checks a value
+    of one's choice."""
+    from jaxlab.env import overrun
+    from jaxlab.env.registry import observation_bytes
+
+    header = stroll_variant(user_env, tmp_path, "wide", '"reward lost per step that does not reach the goal"},',
+                            '"reward lost per step that does not reach the goal"},\n'
+                            '    {"width", 2, 2, 10000, 1, "observation size"},')
+    header.write_text(header.read_text().replace("    (void)params;\n", "", 1)
+                      .replace("out->obs_shape[0] = 2;", "out->obs_shape[0] = (int)params[3];", 1))
+    assert observation_bytes(str(header), width=10000) == 40000  # 1 agent x 10,000 float32
+    monkeypatch.setattr(overrun, "MAX_OBSERVATION_BYTES", 4096, raising=False)
+    code, lines, err = check_env(capsys, header, *QUICK)
+    assert code == 0, lines + [err]
+    assert lines[2].startswith("PASS  overruns    ") and lines[3].strip() == (
+        "not stepped with width=10000 (its observation rows would take 39.1 KiB): too large to check; "
+        "--param NAME=VALUE checks a value of your choice"), lines
+    code, lines, err = check_env(capsys, header, *QUICK, "--param", "width=1000")
+    assert code == 0 and lines[2].startswith("PASS  overruns") and lines[3].startswith("SKIP  sanitizers"), lines
+    header.write_text(header.read_text().replace("= (int)params[3];", "= 10000 - (int)params[3];", 1))
+    code, lines, err = check_env(capsys, header, *QUICK)  # spaces it cannot describe at an end: stepped, named
+    assert code == 1 and lines[2].startswith("FAIL  overruns    env 'wide' failed while checked with width=10000, "
+                                             "an end of its range (not an overrun): cannot create env 'wide'"), lines
+
+
 def test_check_env_runs_the_header_under_the_sanitizers(user_env, tmp_path, capsys):
     """A signed overflow passes the release build and the overrun check (it wraps); the sanitizer check
     steps the header with the SDK's C driver under UBSan, which stops at it."""

@@ -186,13 +186,17 @@ def _check_registry(args, header: Path, held: dict, state: dict) -> None:
             raise ConfigError(f"--param: {err}") from None
 
 
-def _check_overruns(args, header: Path, held: dict, state: dict) -> None:
-    """check_overruns for each env of the header, one parameter setting at a time (parameter_extremes), so
-    that an error of the env itself names the setting it came with."""
-    from jaxlab.env.overrun import OverrunError, check_overruns, parameter_extremes
+def _check_overruns(args, header: Path, held: dict, state: dict) -> str | None:
+    """check_overruns for each env of the header, one parameter setting at a time (overrun_settings), so
+    that an error of the env itself names the setting it came with; the PASS line names the range ends
+    left out (an observation too large to step)."""
+    from jaxlab.env.overrun import OverrunError, check_overruns, overrun_settings
 
+    left_out = []
     for name in state["names"]:
-        for setting in parameter_extremes(name, state["library"], **held):
+        settings, too_large = overrun_settings(name, state["library"], **held)
+        left_out += [f"{name}'s {setting}" if len(state["names"]) > 1 else setting for setting in too_large]
+        for setting in settings:
             try:
                 check_overruns(name, seeds=tuple(range(args.seeds)), steps=args.steps, library=state["library"],
                                settings=[setting])
@@ -200,6 +204,10 @@ def _check_overruns(args, header: Path, held: dict, state: dict) -> None:
                 raise CheckFailed(str(err)) from None
             except (RuntimeError, ValueError) as err:
                 raise CheckFailed(_failed_while_checked(name, state["library"], setting, held, err)) from None
+    if not left_out:
+        return None
+    return (f"{CHECKS['overruns']}\nnot stepped with {', '.join(left_out)}: too large to check; --param NAME=VALUE "
+            "checks a value of your choice")
 
 
 def _failed_while_checked(name: str, library: str, setting: dict, held: dict, err: Exception) -> str:
@@ -208,12 +216,12 @@ def _failed_while_checked(name: str, library: str, setting: dict, held: dict, er
     holds it at its default when that end is not a value the env is meant to take (a test hook's)."""
     from jaxlab.env.registry import env_type
 
-    defaults = {p.name: p.default for p in env_type(name, library).params}
+    defaults = {p.name: p.default_value for p in env_type(name, library).params}
     moved = {key: value for key, value in setting.items() if key not in held}
     if not moved:
         return f"env '{name}' failed while checked (not an overrun): {err}"
-    shown = ", ".join(f"{key}={value:g}" for key, value in moved.items())
-    hold = " ".join(f"--param {key}={defaults[key]:g}" for key in moved)
+    shown = ", ".join(f"{key}={value}" for key, value in moved.items())
+    hold = " ".join(f"--param {key}={defaults[key]}" for key in moved)
     return (f"env '{name}' failed while checked with {shown}, an end of its range (not an overrun): {err}\n"
             f"fix the env for {shown}, narrow the range in its parameter table, or hold it with {hold}")
 

@@ -31,24 +31,61 @@ class OverrunError(AssertionError):
     buffer and how far it wrote (an AssertionError, so that pytest shows it as a failed check)."""
 
 
+#: The most bytes of one env's observation rows the check steps an env with at a parameter's range end: the
+#: guards double each buffer, and an int parameter declared up to 1e9 that sizes the observation would ask
+#: for gigabytes (such a setting is left out and named, see check_overruns).
+MAX_OBSERVATION_BYTES = 64 << 20
+
+
 def check_overruns(env: str, seeds: tuple[int, ...] = (0, 1, 2), steps: int = 300, library: str | None = None,
-                   settings: list[dict] | None = None, **params) -> None:
+                   settings: list[dict] | None = None, **params) -> list[str]:
     """Steps the C env ``env`` (a name, or a header "path/NAME.h", as jaxlab.make takes it) alone in a vector,
     once per seed in ``seeds`` and parameter setting: a reset, then ``steps`` steps of random legal actions,
     with guard bytes before and after each buffer the C side writes (observations, rewards, terminals,
     truncations, action_mask, active: the rows of its agents_per_env agents; final_observations) and the
     actions. ``settings``: the env parameters to step it with, each a dict (the rest at their defaults);
     None: ``params``, then each declared parameter at the low and at the high end of its range
-    (parameter_extremes). OverrunError at the first call after which a guard byte or an action changed; the
-    env's own errors (a broken step contract, a value it refuses) come through as they are."""
+    (parameter_extremes), except a range end whose observation rows would take more than
+    MAX_OBSERVATION_BYTES. OverrunError at the first call after which a guard byte or an action changed; the
+    env's own errors (a broken step contract, a value it refuses) come through as they are. Returns the
+    settings left out, each as "NAME=VALUE (its observation rows would take SIZE)"."""
     from jaxlab.env.vecenv import VecEnv, make
 
-    for setting in parameter_extremes(env, library, **params) if settings is None else settings:
+    settings, left_out = overrun_settings(env, library, **params) if settings is None else (settings, [])
+    for setting in settings:
         for seed in seeds:
             with make(env, num_envs=1, seed=seed, library=library, **setting) as vec:
                 if not isinstance(vec, VecEnv):
                     raise ValueError(f"{env!r} is a Python env: the overrun check is for C envs")
                 _check_one(vec, seed, steps)
+    return left_out
+
+
+def overrun_settings(env: str, library: str | None = None, **params) -> tuple[list[dict], list[str]]:
+    """(the parameter settings check_overruns steps ``env`` with by default: parameter_extremes' within
+    MAX_OBSERVATION_BYTES, the ones left out as "NAME=VALUE (its observation rows would take SIZE)")."""
+    return _within_memory(env, library, parameter_extremes(env, library, **params), params)
+
+
+def _within_memory(env: str, library: str | None, settings: list[dict], given: dict) -> tuple[list[dict], list[str]]:
+    """(the ``settings`` whose one env's observation rows take at most MAX_OBSERVATION_BYTES, the others as
+    "NAME=VALUE (its observation rows would take SIZE)"); the first setting (``given``, the rest at their
+    defaults) is always kept."""
+    from jaxlab.config.memory import format_bytes
+    from jaxlab.env.registry import observation_bytes
+
+    kept, left_out = settings[:1], []
+    for setting in settings[1:]:
+        try:
+            size = observation_bytes(env, library, **setting)
+        except (ValueError, TypeError):  # spaces it cannot describe: stepping it says so, naming the setting
+            size = 0
+        if size <= MAX_OBSERVATION_BYTES:
+            kept.append(setting)
+        else:
+            moved = ", ".join(f"{key}={value}" for key, value in setting.items() if key not in given)
+            left_out.append(f"{moved} (its observation rows would take {format_bytes(size)})")
+    return kept, left_out
 
 
 def parameter_extremes(env: str, library: str | None = None, **params) -> list[dict]:

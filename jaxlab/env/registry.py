@@ -13,13 +13,14 @@ import ctypes
 import difflib
 import re
 import functools
+import math
 from dataclasses import dataclass
 
 from pathlib import Path
 
 from jaxlab.env import library as library_module
 from jaxlab.env.library import LibraryError, load
-from jaxlab.env.spaces import EnvSpaces, describe_handle
+from jaxlab.env.spaces import EnvSpaces, describe_handle, handle_observation
 
 
 @dataclass(frozen=True)
@@ -314,6 +315,23 @@ def spaces_of(name: str, library: str | Path | None = None, **params) -> EnvSpac
     without creating envs or threads: agents_per_env, observation_space, action_space, has_mask,
     mask_width (see EnvSpaces). Raises like ``jaxlab.make``: ValueError for an unknown env or a value
     out of range, TypeError for an unknown parameter or one of the wrong type."""
+    return _described(name, library, params, describe_handle)
+
+
+def observation_bytes(name: str, library: str | Path | None = None, **params) -> int:
+    """Bytes of one env's observation rows (agents_per_env x the observation's size x its item size) of env
+    ``name`` with ``params``, as spaces_of reads them but without building the spaces (their bounds are
+    two tuples as long as the observation); raises as spaces_of."""
+    def read(lib, handle, kind) -> int:
+        shape, dtype = handle_observation(lib, handle)
+        return int(lib.cenv_agents_per_env(handle)) * math.prod(shape) * dtype.itemsize
+
+    return _described(name, library, params, read)
+
+
+def _described(name: str, library: str | Path | None, params: dict, read):
+    """``read(lib, handle, kind)`` of a describe handle (cenv_describe: no env, no threads) of env ``name``
+    with ``params`` (see spaces_of), closed after it."""
     name, library = name_and_library(name, library)
     kind = env_type(name, library)
     values = resolve_params(kind, params)
@@ -324,6 +342,6 @@ def spaces_of(name: str, library: str | Path | None = None, **params) -> EnvSpac
     if not handle:
         raise ValueError(f"cannot describe env '{name}': {with_param_values(err.value.decode(), kind, values)}")
     try:
-        return describe_handle(lib, handle, kind)
+        return read(lib, handle, kind)
     finally:
         lib.cenv_close(handle)

@@ -114,15 +114,20 @@ class EnvSpaces:
     agents_wait: bool = False
 
 
+def handle_observation(lib, handle) -> tuple[tuple[int, ...], np.dtype]:
+    """(shape, dtype) of one agent's observation of a C handle of library ``lib``, read through its
+    accessors (describe_handle's observation space without its bounds)."""
+    ndim = lib.cenv_obs_ndim(handle)
+    shape = (ctypes.c_int64 * library.constants()["MAX_OBS_DIMS"])()
+    lib.cenv_obs_shape(handle, shape)
+    return tuple(int(n) for n in shape[:ndim]), np.dtype(library.dtypes()[lib.cenv_obs_dtype(handle)])
+
+
 def describe_handle(lib, handle, env_type) -> EnvSpaces:
     """The spaces of a C handle of library ``lib`` (from cenv_create or cenv_describe) of ``env_type``
     (registry.EnvType), read through its accessors."""
     limits = library.constants()
-    ndim = lib.cenv_obs_ndim(handle)
-    shape = (ctypes.c_int64 * limits["MAX_OBS_DIMS"])()
-    lib.cenv_obs_shape(handle, shape)
-    obs_dtype = np.dtype(library.dtypes()[lib.cenv_obs_dtype(handle)])
-    obs_shape = tuple(int(n) for n in shape[:ndim])
+    obs_shape, obs_dtype = handle_observation(lib, handle)
     high = 255.0 if obs_dtype == np.uint8 else np.inf
     low = 0.0 if obs_dtype == np.uint8 else -np.inf
     size = int(np.prod(obs_shape))
