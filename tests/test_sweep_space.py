@@ -830,3 +830,22 @@ def test_importances_of_a_score_cost_study_rank_good_scores_not_low_ones(tmp_pat
         lines = results.plot(study, spec, tmp_path, "again")
     assert not [w for w in shown if "low `target` values" in str(w.message)]
     assert f"wrote {tmp_path / 'importances.png'}" in lines
+
+
+def test_the_trials_of_a_python_env_get_no_thread_flag_that_warns_in_each_trial(tmp_path, capsys):
+    """Every trial of a sweep of gymnasium:CartPole-v1 warned '--vec.num-threads does nothing with env
+    gymnasium:CartPole-v1, a Python env' in its output: the sweep gave each trial its slot's C threads as a
+    flag, which a Python env (stepped in the calling thread) does not use. A C env's trials keep it."""
+    pytest.importorskip("gymnasium")
+    from jaxlab import cli
+    from jaxlab.sweep.trials import Slot, train_command
+
+    slot = Slot(0, (0,), 2, None)
+    for env, threaded in (("gymnasium:CartPole-v1", False), ("cartpole", True)):
+        for resume in (False, True):
+            args = train_command(env, tmp_path / "run", tmp_path / "base.toml", [], 0, slot, "", resume=resume)
+            assert ("--vec.num-threads" in args) == threaded, args
+        args = train_command(env, tmp_path / "run", tmp_path / "base.toml", [], 0, slot, "", resume=False)
+        flags = args[args.index("--train.seed"):args.index("--run-dir")]  # the config flags after the trial's own
+        assert cli.main(["config", env, *flags]) == 0
+        assert "does nothing" not in capsys.readouterr().err

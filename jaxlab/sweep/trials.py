@@ -36,9 +36,10 @@ class Slot:
     memory_fraction: float | None
     env: dict = field(default_factory=dict)
 
-    def flags(self) -> list[str]:
-        """Config flags of a trial in this slot (they change no result)."""
-        flags = ["--vec.num-threads", str(self.num_threads)]
+    def flags(self, python_env: bool = False) -> list[str]:
+        """Config flags of a trial in this slot (they change no result); no C threads for a ``python_env``,
+        whose envs step in the calling thread (the flag would be a warning that it does nothing)."""
+        flags = [] if python_env else ["--vec.num-threads", str(self.num_threads)]
         if self.memory_fraction is not None:
             flags += ["--device.memory-fraction", str(self.memory_fraction)]
         return flags
@@ -100,10 +101,13 @@ def train_command(env_name: str, run_dir: Path, base_config: Path, params_flags:
                   slot: Slot, notes: str, resume: bool) -> list[str]:
     """The `jaxlab train` arguments of one run of a trial: a new run on the study's base config with
     the trial's values and seed, or ``resume`` the run in ``run_dir`` from its newest checkpoint."""
+    from jaxlab.env import is_python_env
+
+    slot_flags = slot.flags(is_python_env(env_name))
     if resume:
-        return ["train", env_name, "--resume", str(run_dir), "--run-dir", str(run_dir), *slot.flags()]
+        return ["train", env_name, "--resume", str(run_dir), "--run-dir", str(run_dir), *slot_flags]
     return ["train", env_name, "--config", str(base_config), *params_flags, "--train.seed", str(seed),
-            *slot.flags(), "--run-dir", str(run_dir), "--notes", notes]
+            *slot_flags, "--run-dir", str(run_dir), "--notes", notes]
 
 
 def start(args: list[str], slot: Slot, env: dict, log_path: Path) -> subprocess.Popen:
