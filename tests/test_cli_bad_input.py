@@ -852,6 +852,26 @@ def test_keys_a_config_file_sets_that_the_config_does_not_use_are_named_with_the
     assert "does nothing" not in capsys.readouterr().err
 
 
+def test_a_run_dirs_config_toml_is_quiet_about_the_keys_its_recorded_presets_set(tmp_path, capsys):
+    """A run's config.toml passed back as --config (as README suggests) warned 'policy.hidden_size = 256 in
+    config.toml does nothing with policy.lstm false; remove that line' for a pendulum run of --preset heavy,
+    and 'device.memory_fraction = 0.3 ...' on a CPU for a run of the gpu preset: values the run's presets
+    set, which the file records with its preset line. The presets a file's preset line names lie under the
+    file for that comparison (not applied); a key the file sets to another value is still named."""
+    from jaxlab.config import load_config, to_toml
+
+    saved = tmp_path / "config.toml"
+    for env, preset, flags in (("pendulum", "cpu,heavy", []), ("cartpole", "gpu", ["--train.minibatch-size", "1024"])):
+        saved.write_text(to_toml(load_config(env, preset=preset, flags=flags)[0]))
+        assert f'preset = "{preset}"' in saved.read_text()
+        assert cli.main(["config", env, "--config", str(saved)]) == 0
+        assert "does nothing" not in capsys.readouterr().err
+    saved.write_text(to_toml(load_config("pendulum", preset="cpu,heavy", flags=["--policy.hidden-size", "32"])[0]))
+    assert cli.main(["config", "pendulum", "--config", str(saved)]) == 0
+    assert (f"jaxlab: warning: policy.hidden_size = 32 in {saved} does nothing with policy.lstm false; remove that "
+            f"line from {saved}\n") in capsys.readouterr().err
+
+
 def test_a_checkpoint_that_is_not_there_names_those_that_are(tmp_path, capsys):
     checkpoints = tmp_path / "run" / "checkpoints"
     for step in ("4", "12"):

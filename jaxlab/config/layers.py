@@ -617,6 +617,7 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
         if "agents" in info:
             preset_agents = (info["agents"], f"configs/presets/{name}.toml")
     layers += list(extra_layers or [])
+    file_preset = "none"  # the --config file's preset line: not layered (presets come from --preset alone)
     if config_file is not None:
         path = Path(config_file)
         if not path.is_file():
@@ -657,7 +658,11 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
     if file_choices is not None:
         users = {label for label, _ in layers if label.endswith(".toml") and not label.startswith("configs/")}
         users |= {str(Path(config_file))} if config_file is not None else set()  # a header's NAME.toml, --config
-        file_choices.update(chosen_in_files(layers, users))
+        chosen = chosen_in_files(layers, users)
+        if config_file is not None:  # nor a key at the value of a preset the file's preset line records
+            recorded = chosen_in_files(with_recorded_presets(layers, str(Path(config_file)), file_preset), users)
+            chosen = {key: label for key, label in chosen.items() if key in recorded}
+        file_choices.update(chosen)
     if preset_agents is not None and "num_envs" not in set_after_preset:
         minibatch = config.train.minibatch_size
         config = with_agents(config, *preset_agents, keep_minibatch="minibatch_size" in set_after_preset)
@@ -685,6 +690,25 @@ def chosen_in_files(layers: list[tuple[str, dict]], files: set[str]) -> dict[str
                     chosen[name] = label
                 merged[name] = value
     return chosen
+
+
+def with_recorded_presets(layers: list[tuple[str, dict]], file_label: str, written) -> list[tuple[str, dict]]:
+    """``layers`` with the layers of the presets that the --config file's ``preset = "..."`` line names
+    (``written``; a run dir's config.toml records its run's: "cpu,heavy") right under the file's layer
+    (labelled ``file_label``), for chosen_in_files alone: they are not applied (presets come from --preset
+    alone), but a key the file holds at its recorded preset's value is that preset's, not the file's choice
+    (nor is one at the value of the layers applied under it). A name that is no preset is left out
+    (file_preset_warning names it)."""
+    if not isinstance(written, str):  # a preset file's [preset] table
+        return layers
+    recorded = []
+    for name in preset_list(written):
+        try:
+            recorded.append((f"configs/presets/{name}.toml (recorded by {file_label})", read_preset(name)[1]))
+        except ConfigError:
+            continue
+    at = max(i for i, (label, _) in enumerate(layers) if label == file_label)
+    return [*layers[:at], *recorded, *layers[at:]]
 
 
 _UNSET = object()
