@@ -1220,18 +1220,26 @@ def test_a_config_files_relative_env_library_is_taken_against_the_files_folder(u
     assert config_from_toml((run / "config.toml").read_text()).env_library == str(tmp_path / "moved/envs/stroll.h")
 
 
-def test_a_key_the_toml_beside_a_header_sets_that_the_config_does_not_use_is_named(user_env, tmp_path, capsys):
-    """min_lr_ratio = 0.3 with anneal_lr = "none" in the stroll.toml beside stroll.h did nothing without a
-    word (the same key as a flag got a warning): it names that file now."""
+def test_the_toml_beside_a_header_is_the_envs_defaults_and_names_no_key_as_doing_nothing(user_env, tmp_path, capsys):
+    """A stroll.toml beside stroll.h written like configs/envs/pendulum.toml (lstm = false, hidden_size = 64:
+    the LSTM's size for --policy.lstm true) warned on every run of the header 'policy.hidden_size = 64 in
+    stroll.toml does nothing with policy.lstm false; remove that line', while pendulum.toml's same lines
+    are quiet. The file is the env's defaults (BUILD.md: like configs/envs/NAME.toml), so it names nothing;
+    the same lines in a --config file, the user's choice for this run, are still named."""
     from jaxlab.cli import main
 
     header = tmp_path / "stroll.h"
     shutil.copy(user_env / "stroll.h", header)
     beside = tmp_path / "stroll.toml"
-    beside.write_text('[train]\nanneal_lr = "none"\nmin_lr_ratio = 0.3\n')
+    beside.write_text('[policy]\nlstm = false\nhidden_size = 64\n[train]\nanneal_lr = "none"\nmin_lr_ratio = 0.3\n')
     assert main(["config", str(header)]) == 0
-    assert (f"jaxlab: warning: train.min_lr_ratio = 0.3 in {beside} does nothing with train.anneal_lr none; "
-            f"remove that line from {beside}\n") in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert "hidden_size = 64 " in out and "does nothing" not in err, err
+    mine = tmp_path / "mine.toml"
+    mine.write_text('[train]\nmin_lr_ratio = 0.5\n')
+    assert main(["config", str(header), "--config", str(mine)]) == 0
+    assert (f"jaxlab: warning: train.min_lr_ratio = 0.5 in {mine} does nothing with train.anneal_lr none; "
+            f"remove that line from {mine}\n") in capsys.readouterr().err
 
 
 def test_every_form_that_names_a_header_reads_its_toml(user_env, tmp_path, capsys):

@@ -587,8 +587,9 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
     ``preset`` is a preset's name, or several joined by commas (a card preset and workload presets,
     layered in that order: "h100,heavy"; ``auto`` is resolved by jaxlab.presets before this), or None
     for none. ``file_choices``, when given, is filled with {"section.key": the user's file} for each key
-    outside [env] that a user's file (``config_file``, the NAME.toml beside a header) sets, and no later
-    layer does, to another value than the layers under that file give (chosen_in_files)."""
+    outside [env] that the user's ``config_file`` (not the env's own defaults: configs/envs/, the NAME.toml
+    beside a header) sets, and no later layer does, to another value than the layers under it give
+    (chosen_in_files)."""
     from jaxlab.env.python_envs import C_TWINS, is_python_env
 
     header = None
@@ -656,8 +657,9 @@ def load_config(env_name: str, config_file: str | Path | None = None, flags: lis
     config = build_config(env_name, values, env_params, preset or "none")
     check_env_ranges(config, env_params, sources)
     if file_choices is not None:
-        users = {label for label, _ in layers if label.endswith(".toml") and not label.startswith("configs/")}
-        users |= {str(Path(config_file))} if config_file is not None else set()  # a header's NAME.toml, --config
+        # --config alone: a header's NAME.toml, like configs/envs/NAME.toml, holds the env's defaults, also for
+        # settings a user may turn on (hidden_size = 64 beside lstm = false sizes the LSTM of --policy.lstm true)
+        users = {str(Path(config_file))} if config_file is not None else set()
         chosen = chosen_in_files(layers, users)
         if config_file is not None:  # nor a key at the value of a preset the file's preset line records
             recorded = chosen_in_files(with_recorded_presets(layers, str(Path(config_file)), file_preset), users)
