@@ -872,6 +872,27 @@ def test_a_run_dirs_config_toml_is_quiet_about_the_keys_its_recorded_presets_set
             f"line from {saved}\n") in capsys.readouterr().err
 
 
+def test_a_files_keys_that_a_flag_of_this_command_turns_off_are_not_named(tmp_path, capsys):
+    """`jaxlab train cartpole --config RUN/config.toml --log.wandb false` (a run's config without wandb) warned
+    'log.wandb_project = "myproj" in config.toml does nothing with log.wandb false; remove that line': the
+    user's flag turned the setting off over the file, whose line for it is not wrong. A file's key is named
+    only when the key that turns it off is not a flag of this command; a flag's key is named as before."""
+    from jaxlab.config import load_config, to_toml
+
+    saved = tmp_path / "config.toml"
+    saved.write_text(to_toml(load_config("cartpole", flags=["--log.wandb", "true", "--log.wandb-project", "myproj",
+                                                            "--train.min-lr-ratio", "0.1"])[0]))
+    assert cli.main(["config", "cartpole", "--config", str(saved), "--log.wandb", "false",
+                     "--train.anneal-lr", "none"]) == 0
+    assert "does nothing" not in capsys.readouterr().err
+    assert cli.main(["config", "cartpole", "--config", str(saved), "--train.anneal-lr", "none",
+                     "--log.wandb-group", "g"]) == 0
+    assert capsys.readouterr().err == ""  # wandb is on: the group is used
+    assert cli.main(["config", "cartpole", "--config", str(saved), "--log.wandb", "false",
+                     "--log.wandb-group", "g"]) == 0
+    assert capsys.readouterr().err == "jaxlab: warning: --log.wandb-group does nothing with log.wandb false\n"
+
+
 def test_a_checkpoint_that_is_not_there_names_those_that_are(tmp_path, capsys):
     checkpoints = tmp_path / "run" / "checkpoints"
     for step in ("4", "12"):

@@ -233,6 +233,13 @@ def given_as(config, key: str, where: str) -> str:
     return f"{key} = {shown_value(getattr(getattr(config, section), name))} in {where}"
 
 
+def switched_off_by_flag(given: dict[str, str], key: str, switch: str) -> bool:
+    """Whether ``key``, which a user's file set (given_keys' ``given``), does nothing because of config key
+    ``switch`` that a flag of this command set: the flag turns a setting off over the file (--log.wandb false
+    on a run's config.toml, which records its wandb project), and the file's lines for it are not wrong."""
+    return given[key] != "command line" and given.get(switch) == "command line"
+
+
 def lines_fix(given: dict[str, str], keys) -> str:
     """The fix for the file lines among ``keys`` (given_keys' ``given``): "remove that line from FILE", or ""
     when flags set them all."""
@@ -247,7 +254,8 @@ def ignored_flags_warning(config, flags: list[str], file_choices: dict[str, str]
     """The warning for the [policy] keys that ``flags`` (this command's config flags) or a user's file
     (``file_choices``: load_config's) set and that ``config``'s policy.module ignores (the built-in
     network's), or None. Presets and defaults say nothing about intent, nor a file's key at the value the
-    layers under it give (a run dir's config.toml records every key)."""
+    layers under it give (a run dir's config.toml records every key), nor a file's key when a flag gave the
+    module (switched_off_by_flag)."""
     from jaxlab.agent.custom import ignored_keys, load_module_class
 
     module = config.policy.module
@@ -255,7 +263,8 @@ def ignored_flags_warning(config, flags: list[str], file_choices: dict[str, str]
         return None
     cls = load_module_class(module)  # imported already by check_network
     given = given_keys(flags, file_choices)
-    ignored = [key for key in ignored_keys(cls) if key in given]
+    ignored = [key for key in ignored_keys(cls)
+               if key in given and not switched_off_by_flag(given, key, "policy.module")]
     if not ignored:
         return None
     why = "".join(f"; {cls.__name__} {what}" for key, what in (("policy.hidden_size", "declares no hidden_size field"),
@@ -273,12 +282,13 @@ def unused_flags_warning(config, flags: list[str], platform: str | None = None,
                          file_choices: dict[str, str] | None = None) -> str | None:
     """The warning for keys that ``flags`` or a user's file (``file_choices``: load_config's, a key set to
     another value than the layers under the file give) set and that ``config`` does not use
-    (config.validate.unused_keys: the keys and why), or None."""
+    (config.validate.unused_keys: the keys and why), or None. A file's key is not named when a flag set the key
+    that turns it off (switched_off_by_flag)."""
     from jaxlab.config.validate import unused_keys
 
     unused = unused_keys(config, platform)
     given = given_keys(flags, file_choices)
-    named = [key for key in unused if key in given]
+    named = [key for key, why in unused.items() if key in given and not switched_off_by_flag(given, key, why[0])]
     lines = [f"{given_as(config, key, given[key])} does nothing with {unused[key][0]} {unused[key][1]}"
              for key in named]
     fix = lines_fix(given, named)
