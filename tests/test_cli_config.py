@@ -175,6 +175,27 @@ def test_a_preset_line_in_a_config_file_is_named_as_not_applied(tmp_path, capsys
         "heavy (see `jaxlab presets`); remove the line, or pass a preset as --preset\n")
 
 
+def test_a_line_of_jaxlabs_own_config_file_given_as_config_is_not_to_be_removed_from_it(capsys):
+    """configs/presets/heavy.toml given as --config on pendulum (no LSTM) warned '... remove that line from
+    .../configs/presets/heavy.toml': an edit of jaxlab's own preset, which every later --preset heavy reads.
+    The fix for a file of jaxlab's configs/ names --preset for a preset's, and a copy for another's."""
+    from jaxlab import cli
+    from jaxlab.config import configs_dir
+
+    heavy = configs_dir() / "presets" / "heavy.toml"
+    assert cli.main(["config", "pendulum", "--config", str(heavy)]) == 0
+    assert capsys.readouterr().err == (
+        f"jaxlab: warning: policy.hidden_size = 256 in {heavy} does nothing with policy.lstm false; pass --preset "
+        f"heavy instead of --config {heavy}, or copy that file (jaxlab's own) and remove that line from the copy\n")
+    assert cli.main(["config", "pendulum", "--preset", "heavy"]) == 0
+    assert capsys.readouterr().err == ""  # as the fix says
+    pendulum = configs_dir() / "envs" / "pendulum.toml"
+    assert cli.main(["config", "cartpole", "--config", str(pendulum)]) == 0
+    assert capsys.readouterr().err == (
+        f"jaxlab: warning: policy.hidden_size = 64 in {pendulum} does nothing with policy.lstm false; copy "
+        f"{pendulum} (jaxlab's own file) and remove that line from the copy\n")
+
+
 def test_a_card_preset_file_given_as_config_names_its_agents_as_not_applied(tmp_path, capsys):
     """configs/presets/gpu.toml given as --config applied its keys but not its [preset] agents = 1024 (the table a
     --config file does not read), silently: the run kept the env file's 64 envs under the preset's minibatch."""
@@ -190,7 +211,8 @@ def test_a_card_preset_file_given_as_config_names_its_agents_as_not_applied(tmp_
         f"jaxlab: warning: [preset] agents = 1024 in --config {gpu} is not applied (it is a preset file's table, and "
         "vec.num_envs stays as set without it): presets come from --preset only; pass --preset gpu")
     on_cpu = [f"jaxlab: warning: device.memory_fraction = 0.3 in {gpu} does nothing with JAX's devices cpu (it caps "
-              f"GPU memory); remove that line from {gpu}"]  # the file's line, as a flag's would be
+              f"GPU memory); pass --preset gpu instead of --config {gpu}, or copy that file (jaxlab's own) and "
+              "remove that line from the copy"]  # the file's line, as a flag's would be; jaxlab's file is not edited
     assert lines[1:] == (on_cpu if jax.default_backend() == "cpu" else []), lines
     heavy = configs_dir() / "presets" / "heavy.toml"  # a workload size's table sets nothing: every key applies
     assert cli.main(["config", "cartpole", "--config", str(heavy)]) == 0

@@ -242,12 +242,33 @@ def switched_off_by_flag(given: dict[str, str], key: str, switch: str) -> bool:
 
 def lines_fix(given: dict[str, str], keys) -> str:
     """The fix for the file lines among ``keys`` (given_keys' ``given``): "remove that line from FILE", or ""
-    when flags set them all."""
+    when flags set them all; for a file of jaxlab's own configs/ (a preset's given as --config), which is
+    not the user's to edit, "copy FILE and remove that line from the copy" (a preset's: "pass --preset NAME
+    instead of --config FILE, or ...")."""
     files = sorted({given[key] for key in keys if given[key] != "command line"})
     if not files:
         return ""
     count = sum(given[key] != "command line" for key in keys)
-    return f"remove {'that line' if count == 1 else 'those lines'} from {' and '.join(files)}"
+    lines = "that line" if count == 1 else "those lines"
+    return "; ".join(shipped_file_fix(Path(file), lines) or f"remove {lines} from {file}" for file in files)
+
+
+def shipped_file_fix(path: Path, lines: str) -> str | None:
+    """The fix for ``lines`` of ``path`` when it is a file of jaxlab's own configs/ folder (None otherwise): a
+    preset's is passed as --preset (whose keys are not named), another is copied and the copy edited."""
+    from jaxlab.config import ConfigError, configs_dir
+
+    try:
+        shipped = configs_dir().resolve()
+    except ConfigError:
+        return None
+    folder = path.resolve().parent
+    if folder == shipped / "presets":
+        return (f"pass --preset {path.stem} instead of --config {path}, or copy that file (jaxlab's own) and "
+                f"remove {lines} from the copy")
+    if folder == shipped or shipped in folder.parents:
+        return f"copy {path} (jaxlab's own file) and remove {lines} from the copy"
+    return None
 
 
 def ignored_flags_warning(config, flags: list[str], file_choices: dict[str, str] | None = None) -> str | None:
