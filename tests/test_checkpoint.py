@@ -967,6 +967,27 @@ def test_a_best_metric_that_never_changes_is_a_warning_at_the_end_of_the_run(tmp
     assert not [line for line in said if "best_metric" in line]
 
 
+def test_a_best_metric_that_never_changes_from_a_value_other_than_0_is_not_put_down_to_self_play():
+    """A new env whose episodes all ended alike in a short run (every one truncated at the same cost: -0.64)
+    got the self-play warning '(a zero-sum self-play game's episode_return is always 0)', which says nothing
+    of that run. A value other than 0 names what it is likely to mean instead; 0 keeps the self-play words."""
+    from jaxlab.run.loop import SaveCheckpoints
+
+    def warning_of(values):
+        saving = SaveCheckpoints(None, None, "episode_return", None)
+        for value in values:
+            saving._rank(value)
+        return saving.unchanging_best_metric()
+
+    line = warning_of([-0.64, -0.64, -0.64, -0.64])
+    assert line == ("checkpoint.best_metric episode_return was -0.64 in all 4 updates that logged it, so every "
+                    "checkpoint tied and the one kept as the best is arbitrary (the policy's episode_return never "
+                    "changed: it may not have learned anything yet); pick a metric that ranks the policy with "
+                    "--checkpoint.best-metric NAME, or \"\" for none"), line
+    assert "zero-sum self-play" in warning_of([0.0, 0.0])
+    assert warning_of([-0.64, -0.5]) is None and warning_of([-0.64]) is None
+
+
 def save_all(directory, metrics, best_metric="episode_return", first=1, keep=1):
     """Saves a tiny checkpoint per value of ``metrics`` (updates first, first + 1, ...) through the run's
     RunCheckpoints, then closes; returns the updates left on disk."""

@@ -154,10 +154,13 @@ class SaveCheckpoints:
         if self.ranked_updates < 2 or len(self.ranked_values) != 1:
             return None
         (value,) = self.ranked_values
+        if value == 0:
+            why = "a zero-sum self-play game's episode_return is always 0"
+        else:  # an env whose episodes all end alike, e.g. every one truncated with the same cost: nothing learned
+            why = f"the policy's {self.best_metric} never changed: it may not have learned anything yet"
         return (f"checkpoint.best_metric {self.best_metric} was {value:g} in all {self.ranked_updates} updates "
-                f"that logged it, so every checkpoint tied and the one kept as the best is arbitrary (a zero-sum "
-                f"self-play game's episode_return is always 0); pick a metric that ranks the policy with "
-                f"--checkpoint.best-metric NAME, or \"\" for none")
+                f"that logged it, so every checkpoint tied and the one kept as the best is arbitrary ({why}); pick "
+                f"a metric that ranks the policy with --checkpoint.best-metric NAME, or \"\" for none")
 
     def _previous_write_in_every_process(self) -> None:
         """Finishes the previous save in every process, agreeing on each step with the other processes
