@@ -1115,3 +1115,32 @@ def test_uint8_observations_of_one_dimension_warn_that_auto_takes_them_for_pixel
     for args in (["config", str(header), "--train.obs-norm", "false"], ["config", "spot"]):
         assert cli.main(args) == 0
         assert "takes uint8 for pixels" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, option, first, second", [
+    (["train", "cartpole", "--run-dir", "A", "--run-dir", "B"], "--run-dir", "A", "B"),
+    (["train", "--resume", "A", "--resume=B"], "--resume", "A", "B"),
+    (["eval", "--checkpoint", "A", "--checkpoint", "B"], "--checkpoint", "A", "B"),
+    (["eval", "--checkpoint", "A", "--episodes", "3", "--episodes", "4"], "--episodes", "3", "4"),
+    (["bench", "cartpole", "--updates", "2", "--updates", "5"], "--updates", "2", "5"),
+    (["sweep", "cartpole", "--parallel", "2", "--parallel", "3"], "--parallel", "2", "3"),
+    (["sweep", "cartpole", "--sweep", "A", "--sweep", "B"], "--sweep", "A", "B"),
+])
+def test_an_option_of_one_value_given_twice_is_refused_not_the_first_dropped(tmp_path, monkeypatch, capsys, argv,
+                                                                            option, first, second):
+    """argparse kept the last value in silence (`--run-dir a --run-dir b` trained into b), as it did for
+    --config and --preset before they were refused."""
+    monkeypatch.chdir(tmp_path)  # what a command would write without the refusal
+    with pytest.raises(SystemExit) as end:
+        cli.main(argv)
+    assert end.value.code == 2
+    err = capsys.readouterr().err
+    assert (f"error: argument {option}: given twice ({first}, then {second}); give {option} once, with the value "
+            "you mean\n") in err
+
+
+def test_an_option_given_twice_with_one_value_is_taken(capsys):
+    assert cli.main(["config", "cartpole", "--vec.num-envs", "16", "--preset", "cpu", "--preset", "cpu"]) == 0
+    assert "num_envs = 16 " in capsys.readouterr().out
+    args, _ = cli.build_parser().parse_known_args(["eval", "--checkpoint", "A", "--episodes", "3", "--episodes=3"])
+    assert args.episodes == 3

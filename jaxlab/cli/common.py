@@ -23,6 +23,7 @@ def command_adder(commands):
                                   epilog=config_help() if with_config else None,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
         sub.set_defaults(run=run, takes_flags=with_config)
+        sub.register("action", None, GivenOnce)  # every option of one value: a second, different one is refused
         if with_config:
             add_config_arguments(sub)
         return sub
@@ -108,17 +109,20 @@ def user_path(text: str) -> str:
 
 class GivenOnce(argparse.Action):
     """An option's action that refuses a second, different value (argparse keeps the last in silence, which for
-    `--config a.toml --config b.toml` dropped a.toml's whole layer, and for `--preset h100 --preset heavy`
-    the card): the error names both values and what to do instead."""
+    `--config a.toml --config b.toml` dropped a.toml's whole layer, for `--preset h100 --preset heavy` the card,
+    and for `--run-dir a --run-dir b` the first folder): the error names both values and what to do instead
+    (``instead``; by default, to give the option once). Every command's options of one value take it
+    (command_adder); a positional argument is stored as argparse's own store action does."""
 
-    def __init__(self, *args, instead: str, **kwargs):
+    def __init__(self, *args, instead: str | None = None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.instead = instead
+        self.instead = instead or (f"give {self.option_strings[-1] if self.option_strings else self.dest} once, "
+                                   "with the value you mean")
 
     def __call__(self, parser, namespace, values, option_string=None):
         given = f"_{self.dest}_given"
         before = getattr(namespace, given, None)
-        if before is not None and before != values:
+        if self.option_strings and before is not None and before != values:
             raise argparse.ArgumentError(self, f"given twice ({before}, then {values}); {self.instead}")
         setattr(namespace, given, values)
         setattr(namespace, self.dest, values)
