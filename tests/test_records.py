@@ -686,3 +686,15 @@ def test_a_wandb_login_to_a_self_hosted_server_counts_as_credentials(tmp_path, m
     assert has_credentials()
     (tmp_path / "netrc").write_text("machine api.wandb.ai\n  login user\n  password " + "k" * 40 + "\n")
     assert has_credentials()
+
+
+@pytest.mark.parametrize("kl, shown", [(3e-6, "3.00e-06"), (-4.2e-5, "-4.20e-05"), (0.0, "0.0000"),
+                                       (0.0123, "0.0123")])
+def test_plain_line_and_dashboard_show_a_small_kl_as_not_zero(kl, shown):
+    """An approx KL of 3e-6 (CleanRL's learning rates) was printed "kl 0.0000"."""
+    from rich.console import Console
+
+    assert f"  kl {shown}  " in dashboard.plain_line(record(1, approx_kl=kl), INFO)
+    console = Console(file=io.StringIO(), width=160)
+    console.print(dashboard.render(record(1, approx_kl=kl), INFO, []))
+    assert f"approx KL {shown}" in " ".join(console.file.getvalue().split())

@@ -39,6 +39,14 @@ def clock(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
+def loss_number(value: float) -> str:
+    """``value`` with 4 decimals, or 3 significant digits in scientific notation when it is nonzero and below
+    1e-3 in size: an approx KL of 3e-6 (CleanRL's learning rates) was "0.0000", which reads as no change."""
+    if value == 0 or abs(value) >= 1e-3:
+        return f"{value:.4f}"
+    return f"{value:.2e}"
+
+
 def time_split(record: dict) -> list[tuple[str, float, float]]:
     """(name, seconds, percent of wall time) for env, policy, copy, learn, other."""
     wall = max(record.get("wall_time", 0.0), 1e-9)
@@ -71,7 +79,7 @@ def render(record: dict, info: RunInfo, warnings: list[str], start: str | None =
     losses = numbers_table("losses", 1)
     for key, name in LOSSES:
         if key in record:
-            losses.add_row(name, f"{record[key]:.4f}")
+            losses.add_row(name, loss_number(record[key]))
     stats = numbers_table(f"episodes ({record['episodes']} in this update)", 1)
     for name in info.stat_names:
         value = record.get(name)
@@ -133,7 +141,7 @@ def plain_line(record: dict, info: RunInfo) -> str:
     memory = f"  mem {plain_memory(record)}" if "device_memory_gib" in record else ""
     return (f"update {record['update']:>5}/{info.num_updates}  step {record['global_step']:>10,}  "
             f"{record['wall_time']:6.1f}s  {record['sps']:>9,.0f} SPS  "
-            f"{episode or 'no episode ended'}  entropy {record['entropy']:.3f}  kl {record['approx_kl']:.4f}  "
+            f"{episode or 'no episode ended'}  entropy {record['entropy']:.3f}  kl {loss_number(record['approx_kl'])}  "
             f"[{split}]{memory}")
 
 
