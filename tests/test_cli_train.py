@@ -121,3 +121,16 @@ def test_runs_started_in_the_same_second_get_a_run_dir_each(tmp_path, monkeypatc
     assert len((earlier.parent / "cartpole-20260101-000000-2" / "metrics.jsonl").read_text().splitlines()) == 2
     assert (earlier / "metrics.jsonl").read_text() == '{"update": 1}\n' and sorted(earlier.iterdir()) == [
         earlier / "metrics.jsonl"]
+
+
+def test_epochs_run_is_written_to_metrics_jsonl_as_a_whole_number(tmp_path):
+    """epochs_run (the epochs an update ran; train.target_kl stops it early) was written 1.0, as every metric
+    was made a float."""
+    run_dir = tmp_path / "run"
+    result = jaxlab("train", "cartpole", "--train.total-timesteps", "256", "--vec.num-envs=8", "--train.minibatch-size",
+                    "64", "--policy.hidden_size", "16", "--train.update-epochs", "3", "--train.target-kl", "1e-9",
+                    "--log.dashboard", "none", "--run-dir", str(run_dir))
+    assert result.returncode == 0, result.stderr
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and all('"epochs_run": 1,' in line or '"epochs_run": 1}' in line for line in lines), lines
+    assert [type(json.loads(line)["epochs_run"]) for line in lines] == [int, int]

@@ -113,6 +113,12 @@ def refuse_an_earlier_run(run_dir: str | Path, update: int = 0) -> None:
                                  "that run away first")
 
 
+def python_number(value) -> int | float:
+    """A 0-d metric array as a Python number: an int for an integer one (epochs_run, written 2.0 to
+    metrics.jsonl when every metric was made a float), else a float."""
+    return int(value) if np.issubdtype(np.asarray(value).dtype, np.integer) else float(value)
+
+
 class Trainer:
     """PPO on one VecEnv. evaluate() collects a segment, train() updates on it, mean_and_log() returns
     (and, with a run_dir or after record_to(run_dir), appends to metrics.jsonl) the metrics of the update.
@@ -378,7 +384,7 @@ class Trainer:
         self.update_key, key = self._split_key(self.update_key)
         self.state, self.norm.state, metrics = self._update(self.state, self.norm.state, self.segment, key)
         self.segment = None
-        self._last_metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+        self._last_metrics = {k: python_number(v) for k, v in jax.device_get(metrics).items()}
         self.learn_time += time.perf_counter() - tic
         self.update_index += 1
         return self._last_metrics
