@@ -804,6 +804,16 @@ def test_flags_the_config_does_not_use_are_named(capsys):
     assert "does nothing" not in capsys.readouterr().err  # used: the schedule is linear, the advantage V-trace
 
 
+def test_target_kl_with_one_epoch_an_update_is_named_as_doing_nothing(capsys):
+    """train.target_kl is checked after each epoch: with update_epochs 1 there is none left to stop, and the run
+    trained without a word."""
+    assert cli.main(["config", "cartpole", "--train.target-kl", "0.02", "--train.update-epochs", "1"]) == 0
+    assert ("jaxlab: warning: --train.target-kl does nothing with train.update_epochs 1 (it is checked after each "
+            "epoch: none is left to stop)") in capsys.readouterr().err
+    assert cli.main(["config", "cartpole", "--train.target-kl", "0.02", "--train.update-epochs", "2"]) == 0
+    assert "does nothing" not in capsys.readouterr().err
+
+
 def test_wandb_flags_without_log_wandb_are_named(capsys):
     """--log.wandb-project foo alone trained with no wandb and no word: wandb is opt-in (--log.wandb true)."""
     assert cli.main(["config", "cartpole", "--log.wandb-project", "foo", "--log.wandb-tags", "a,b"]) == 0

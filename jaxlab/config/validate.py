@@ -189,10 +189,11 @@ def check_network(config: Config, obs_shape: tuple[int, ...]) -> None:
 def unused_keys(config: Config, platform: str | None = None) -> dict[str, tuple[str, str]]:
     """The keys ``config`` does not use, each with the key (or thing) and value that make it so: [train]'s
     min_lr_ratio without an LR schedule, the V-trace clips with GAE advantages, prio_beta0 without prioritised
-    sampling; the built-in network's hidden_size and scan_unroll without its LSTM, its cnn_* keys with the mlp
-    encoder (policy.module's own case: cli.common.ignored_flags_warning); vec.num_threads with a Python env, whose
-    envs step one after the other in the calling thread; the wandb_* keys without log.wandb; device.memory_fraction
-    when JAX's devices are of ``platform`` cpu (it caps XLA's share of GPU memory)."""
+    sampling, target_kl with one epoch an update (it is checked after each); the built-in network's hidden_size and
+    scan_unroll without its LSTM, its cnn_* keys with the mlp encoder (policy.module's own case:
+    cli.common.ignored_flags_warning); vec.num_threads with a Python env, whose envs step one after the other in
+    the calling thread; the wandb_* keys without log.wandb; device.memory_fraction when JAX's devices are of
+    ``platform`` cpu (it caps XLA's share of GPU memory)."""
     from jaxlab.env import is_python_env
 
     t, p = config.train, config.policy
@@ -204,6 +205,8 @@ def unused_keys(config: Config, platform: str | None = None) -> dict[str, tuple[
               "train.vtrace_rho_clip": ("train.advantage", "gae") if t.advantage == "gae" else None,
               "train.vtrace_c_clip": ("train.advantage", "gae") if t.advantage == "gae" else None,
               "train.prio_beta0": ("train.prio_alpha", "0") if t.prio_alpha == 0 else None,
+              "train.target_kl": ("train.update_epochs", "1 (it is checked after each epoch: none is left to stop)")
+              if t.update_epochs == 1 else None,
               "policy.hidden_size": no_lstm, "policy.scan_unroll": no_lstm,
               "policy.cnn_channels": mlp, "policy.cnn_kernels": mlp, "policy.cnn_strides": mlp,
               "vec.num_threads": python_env,
