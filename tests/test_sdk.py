@@ -566,6 +566,18 @@ def test_a_header_that_defines_a_built_in_envs_name_is_named_not_its_cached_libr
             "(the first argument of CENV_ENV)\n") in result.stderr, result.stderr
 
 
+def test_build_env_refuses_a_built_in_envs_name_before_writing_the_library(tmp_path, user_env):
+    """`jaxlab build-env cartpole.h -o LIB.so` compiled, wrote LIB.so, then refused it: the library, which no
+    command can load, was left behind."""
+    header = tmp_path / "cartpole.h"
+    header.write_text((user_env / "stroll.h").read_text().replace("stroll", "cartpole").replace("Stroll", "Cartpole2"))
+    result = jaxlab_cli("build-env", str(header), "-o", str(tmp_path / "libclash.so"))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (f"jaxlab build-env: error: env header {header} defines 'cartpole', the name of a "
+                             "built-in env; rename it (the first argument of CENV_ENV)\n")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["cartpole.h"]
+
+
 @pytest.mark.parametrize("case", ["other abi", "missing symbol", "no such env", "built-in name", "no such file",
                                   "a folder", "not a library"])
 def test_bad_libraries_get_one_clear_line_and_exit_2(case, tmp_path, user_env):

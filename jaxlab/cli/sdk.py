@@ -47,11 +47,14 @@ def new_env_command(args: argparse.Namespace) -> int:
 
 
 def build_env_command(args: argparse.Namespace) -> int:
-    """Compiles env headers into one env library and lists its envs."""
-    from jaxlab.env.registry import env_types
-    from jaxlab.env.sdk import build_library, header_env
+    """Compiles env headers into one env library and lists its envs; refuses a header whose env has a built-in
+    env's name before compiling (the library was left behind, unusable, by the refusal after it)."""
+    from jaxlab.env.registry import env_types, refuse_built_in_names
+    from jaxlab.env.sdk import build_library, header_env, header_envs
 
     output = args.output or f"lib{_sdk_errors(lambda: header_env(args.headers[0]))}.so"
+    for header in args.headers:
+        _sdk_errors(lambda: refuse_built_in_names(header_envs(header), f"env header {Path(header).absolute()}"))
     library = _sdk_errors(lambda: build_library(args.headers, output, sanitize=args.sanitize, verbose=True))
     if args.sanitize:
         print(f"built {library} with AddressSanitizer and UBSan; load it with "

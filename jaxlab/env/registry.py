@@ -100,14 +100,20 @@ def env_types(library: str | Path | None = None) -> dict[str, EnvType]:
     header that ``library`` names, if it is one, rather than the library built from it into the cache)."""
     file = library_file(library)
     types = _env_types(file)
-    clash = sorted(set(types) & set(_env_types(None))) if file is not None else []
-    if clash:
+    if file is not None:
         header = str(Path(library).expanduser().absolute()) if Path(library).suffix == ".h" else None
-        source = f"env header {header}" if header else f"env library {file}"
-        fix = "" if header else " and rebuild"
+        refuse_built_in_names(types, f"env header {header}" if header else f"env library {file}",
+                              "" if header else " and rebuild")
+    return types
+
+
+def refuse_built_in_names(names, source: str, fix: str = "") -> None:
+    """LibraryError when one of the env ``names`` that ``source`` ("env header PATH", "env library PATH")
+    defines is a built-in env's, whose name would hide it; ``fix``: what to do after renaming it."""
+    clash = sorted(set(names) & set(_env_types(None)))
+    if clash:
         raise LibraryError(f"{source} defines {', '.join(map(repr, clash))}, the name of a built-in env; rename it "
                            f"(the first argument of CENV_ENV){fix}")
-    return types
 
 
 @functools.lru_cache(maxsize=None)
