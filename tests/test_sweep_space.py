@@ -849,3 +849,29 @@ def test_the_trials_of_a_python_env_get_no_thread_flag_that_warns_in_each_trial(
         flags = args[args.index("--train.seed"):args.index("--run-dir")]  # the config flags after the trial's own
         assert cli.main(["config", env, *flags]) == 0
         assert "does nothing" not in capsys.readouterr().err
+
+
+def test_plot_that_skips_a_picture_removes_the_one_an_earlier_plot_drew(tmp_path, monkeypatch):
+    """--show --plot that skipped importances.png (Optuna could not compute them) left the one an earlier --plot
+    drew, which looked current."""
+    import optuna
+    import optuna.visualization.matplotlib as vis
+
+    from jaxlab.sweep import results
+
+    def cannot(*args, **kwargs):
+        raise ValueError("Cannot evaluate parameter importances")
+
+    study_lib.quiet_optuna()
+    study = optuna.create_study(direction="maximize")
+    study.add_trial(optuna.trial.create_trial(params={"train.gamma": 0.95}, value=1.0, distributions={
+        "train.gamma": optuna.distributions.FloatDistribution(0.9, 0.99)}))
+    spec = spec_of({"train.gamma": {"low": 0.9, "high": 0.99}})
+    (tmp_path / "importances.png").write_bytes(b"an earlier plot")
+    monkeypatch.setattr(vis, "plot_param_importances", cannot)
+    lines = results.plot(study, spec, tmp_path, "again")
+    assert lines[1] == (f"importances.png: skipped (Cannot evaluate parameter importances); removed "
+                        f"{tmp_path / 'importances.png'}, an earlier --plot's, which showed the study as it was then")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["history.png"]
+    assert results.plot(study, spec, tmp_path, "again")[1] == \
+        "importances.png: skipped (Cannot evaluate parameter importances)"

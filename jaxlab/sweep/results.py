@@ -132,7 +132,7 @@ def plot(study, spec: SweepSpec, study_dir: Path, again: str) -> list[str]:
             with warnings.catch_warnings(record=True) as caught:  # Optuna's, e.g. too few trials for importances
                 axes = draw()
         except (ValueError, RuntimeError, ZeroDivisionError) as err:
-            lines.append(f"{filename}: skipped ({str(err).splitlines()[0]})")
+            lines.append(f"{filename}: skipped ({str(err).splitlines()[0]}){removed_stale(study_dir / filename)}")
             continue
         figure = axes.figure if hasattr(axes, "figure") else axes.flat[0].figure
         figure.set_size_inches(8, 5)
@@ -144,6 +144,18 @@ def plot(study, spec: SweepSpec, study_dir: Path, again: str) -> list[str]:
             warnings.warn_explicit(other.message, other.category, other.filename, other.lineno)
         lines.append(f"wrote {study_dir / filename}" + "".join(f" (Optuna: {note})" for note in notes))
     return lines
+
+
+def removed_stale(picture: Path) -> str:
+    """Removes ``picture``, a plot of an earlier --plot that this one skipped drawing (it showed the study as it
+    was then, and was left looking current); the words that say so, or "" when there was none."""
+    if not picture.is_file():
+        return ""
+    try:
+        picture.unlink()
+    except OSError as err:
+        return f"; {picture} is an earlier --plot's, stale (it could not be removed: {err.strerror or err})"
+    return f"; removed {picture}, an earlier --plot's, which showed the study as it was then"
 
 
 def importance_target(spec: SweepSpec):
