@@ -1154,3 +1154,23 @@ def test_an_option_given_twice_with_one_value_is_taken(capsys):
     assert "num_envs = 16 " in capsys.readouterr().out
     args, _ = cli.build_parser().parse_known_args(["eval", "--checkpoint", "A", "--episodes", "3", "--episodes=3"])
     assert args.episodes == 3
+
+
+def test_a_resumed_sweep_runs_with_the_studys_parallel_and_says_so_when_its_file_sets_another(tmp_path, capsys):
+    """A resume with a --sweep FILE whose parallel differs from the study's ran the study's without a word, as if
+    the file's were taken: the sweep now says which it runs and how to run the file's."""
+    pytest.importorskip("optuna")
+    space = tmp_path / "space.toml"
+    space.write_text('[sweep]\nparallel = 1\n"train.gamma" = {low = 0.95, high = 0.999}\n')
+    sweep = ["sweep", "cartpole", "--root", str(tmp_path), "--study", "p", "--trials", "0", "--sweep", str(space)]
+    assert cli.main(sweep) == 0
+    capsys.readouterr()
+    space.write_text(space.read_text().replace("parallel = 1", "parallel = 2"))
+    assert cli.main(sweep) == 0
+    out, err = capsys.readouterr()
+    assert "sweep p (resumed): cartpole, 0 trials (0 in the study), 1 at a time" in out
+    assert (f"jaxlab sweep: the study runs 1 at a time, as it was created; {space}'s parallel = 2 is a new study's "
+            "default (--parallel 2 runs 2 at a time on this resume)\n") in err
+    assert cli.main([*sweep, "--parallel", "2"]) == 0
+    out, err = capsys.readouterr()
+    assert "2 at a time" in out and "as it was created" not in err

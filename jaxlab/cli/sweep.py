@@ -186,8 +186,22 @@ def create_or_check(args, name: str, storage, overrides: dict, exists: bool = Fa
     warning = None if resumed else unused_pruner(spec, "pruner" in table)
     if warning:
         print(f"jaxlab sweep: warning: {warning}", file=sys.stderr, flush=True)
+    note = None if resumed or not exists else stored_parallel_note(table, path, stored.parallel, args.parallel)
+    if note:
+        print(f"jaxlab sweep: {note}", file=sys.stderr, flush=True)
     # trials may change on a resume (study.RUN_SETTINGS): a --sweep FILE's trials is this command's default of --trials
     return study, replace(stored, trials=spec.trials), base_toml, presets.current_devices()[0].platform
+
+
+def stored_parallel_note(table: dict, path: Path, stored: int, given: int | None) -> str | None:
+    """The line for a resume whose sweep file (``table``, read from ``path``) sets another parallel than the
+    study's own (``stored``, which it runs with, as with no file), or None: --parallel (``given``) chose, or the
+    file agrees or sets none."""
+    wanted = table.get("parallel")
+    if given is not None or wanted is None or wanted == stored:
+        return None
+    return (f"the study runs {stored} at a time, as it was created; {path}'s parallel = {wanted} is a new study's "
+            f"default (--parallel {wanted} runs {wanted} at a time on this resume)")
 
 
 def with_commands_bookkeeping(stored_base: str, config, sources: dict, config_file: str | None) -> str:
