@@ -156,7 +156,7 @@ def test_a_damaged_newest_meta_is_reported_once_on_resume(tmp_path, capsys):
                      "--log.dashboard", "none"])
     err = capsys.readouterr().err
     assert code == 0, err
-    assert err.count(f"checkpoint {run / 'checkpoints' / '4'} is unreadable") == 1, err
+    assert err.count(f"checkpoint {run / 'checkpoints' / '4'} is damaged: meta/metadata has 10 bytes") == 1, err
     assert err.count("falling back to an older checkpoint") == 1, err
     assert f"resumed from {run / 'checkpoints' / '2'} at update 2" in err
 

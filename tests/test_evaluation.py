@@ -259,6 +259,25 @@ def test_eval_latest_passes_over_a_damaged_newest_checkpoint(tmp_path, monkeypat
     assert f"cartpole from {Path('runs/cp/checkpoints/1')}: 2 episodes" in out
 
 
+def test_eval_of_a_run_whose_checkpoints_meta_is_damaged_names_the_damaged_file(tmp_path, capsys):
+    """A run dir whose one checkpoint's meta/metadata was altered: `jaxlab eval --checkpoint RUN` said only "no
+    usable checkpoint in RUN/checkpoints" (the ENV-less lookup of the env swallowed the reason), and the checkpoint
+    itself was "unreadable: JSONDecodeError" though its files.json names the file whose bytes changed."""
+    from jaxlab import cli
+
+    run = tmp_path / "runs" / "cp"
+    with trainer_for("cartpole") as trainer:
+        trainer.save_checkpoint(run / "checkpoints" / "1")
+    meta = run / "checkpoints" / "1" / "meta" / "metadata"
+    meta.write_bytes(b"#" + meta.read_bytes()[1:])
+    for target in (run, run / "checkpoints" / "1"):
+        assert cli.main(["eval", "--checkpoint", str(target), "--episodes", "2"]) == 2
+        err = capsys.readouterr().err
+        damage = (f"checkpoint {run / 'checkpoints' / '1'} is damaged: the bytes of meta/metadata changed since it "
+                  "was written (CRC-32 mismatch)")
+        assert err.count(damage) == 1, err
+
+
 def test_eval_without_env_plays_the_checkpoints_own_as_train_resume_does(tmp_path, monkeypatch, capsys):
     """`jaxlab eval --checkpoint RUN` was refused by argparse ("the following arguments are required: ENV")
     though the checkpoint names its env, and `jaxlab train --resume RUN` takes it from there."""

@@ -488,9 +488,16 @@ def eval_command(args: argparse.Namespace) -> int:
             require_pillow()  # before anything is loaded: a missing extra is one line
         except PillowMissing as err:
             raise ConfigError(str(err)) from None
+    said: set[str] = set()
+
+    def warn_once(message: str) -> None:  # the same warning for each damaged checkpoint passed over: once
+        if message not in said:
+            said.add(message)
+            warn(message)
+
     if args.env is None:  # the checkpoint's env (required_env refused --checkpoint latest without ENV)
         found = find_checkpoint(args.checkpoint, "", flag="--checkpoint")
-        args.env = newest_usable(found, read_meta, lambda message: None)[1]["env_name"]  # warned when it loads
+        args.env = newest_usable(found, read_meta, warn_once)[1]["env_name"]  # load passes over them again, quietly
     name = env_name_of(args.env)
     if (args.render or args.save_frames or args.gif) and is_python_env(name):  # before anything is loaded
         raise ConfigError(f"env {name!r} is a Python env: jaxlab draws no text or pictures of it (Gymnasium and "
@@ -498,13 +505,7 @@ def eval_command(args: argparse.Namespace) -> int:
     # a header named as ENV is the env's source (as for train --resume), else the one the checkpoint records
     library = str(Path(args.env).expanduser().absolute()) if args.env.endswith(".h") else None
 
-    said: set[str] = set()
     num_envs = args.num_envs or min(args.episodes, 64)
-
-    def warn_once(message: str) -> None:  # the same warning for each damaged checkpoint passed over: once
-        if message not in said:
-            said.add(message)
-            warn(message)
 
     def load(checkpoint):
         meta = read_meta(checkpoint)
@@ -535,7 +536,7 @@ def eval_command(args: argparse.Namespace) -> int:
         memory.check_play_fits(here, memory.env_shape(here), num_envs, limit)
         return load_trainer(checkpoint, warn=warn_once, library=library, module=args.policy_module)
 
-    path, trainer = newest_usable(find_checkpoint(args.checkpoint, name, flag="--checkpoint"), load, warn)
+    path, trainer = newest_usable(find_checkpoint(args.checkpoint, name, flag="--checkpoint"), load, warn_once)
     watching = bool(args.render or args.save_frames)
     if watching and not trainer.env.kind.has("render"):
         trainer.close()
