@@ -75,6 +75,45 @@ def test_multi_agent_episodes_are_kept_in_whole_envs():
     assert result["episode_return"] == pytest.approx(result["returns"].mean(), rel=1e-5, abs=1e-6)
 
 
+def actor_loop_returns(env, actor, rounds: int, reset_carries: bool = True) -> np.ndarray:
+    """The returns [rounds * A] of each agent's first ``rounds`` episodes in a loop of one's own, stepping ``env``
+    with ``actor``, in order of (round, agent) as play keeps them; ``reset_carries`` False: the mistake of never
+    telling the actor which episodes ended."""
+    observations, ended = env.reset(), np.ones(env.num_agents, bool)
+    returns, running = np.zeros((rounds, env.num_agents)), np.zeros(env.num_agents)
+    finished = np.zeros(env.num_agents, np.int64)
+    while (finished < rounds).any():
+        actions = actor(observations, ended if reset_carries else np.zeros_like(ended), env.action_mask)
+        observations, rewards, terminals, truncations, _ = env.step(actions)
+        running += rewards
+        ended = terminals | truncations
+        for agent in np.flatnonzero(ended & (finished < rounds)):
+            returns[finished[agent], agent] = running[agent]
+        finished += ended
+        running[ended] = 0.0
+    return returns.reshape(-1)
+
+
+@pytest.mark.parametrize("env_name", ["cartpole", "lure"])
+def test_an_actor_in_ones_own_loop_plays_as_play_does(env_name):
+    """Actor, the policy acting in a user's own loop with its LSTM carry kept and started over where an episode
+    ended, takes the same deterministic actions as play over several episodes per agent (the same returns, masks
+    included); a loop that never says which episodes ended plays otherwise; input of the wrong shape is one error
+    naming both shapes."""
+    from jaxlab.config import env_args
+    from jaxlab.train.evaluation import Actor
+
+    with trainer_for(env_name) as trainer:
+        played = play(trainer, episodes=24, num_envs=8, seed=3)["returns"]
+        for reset_carries in (True, False) if env_name == "cartpole" else (True,):  # lure's 8 steps end anyway
+            with jaxlab.make(env_name, num_envs=8, seed=3, **env_args(trainer.config)) as env:
+                ours = actor_loop_returns(env, Actor(trainer, 8), rounds=3, reset_carries=reset_carries)
+            assert np.array_equal(ours, played) == reset_carries, (ours, played)
+        with jaxlab.make(env_name, num_envs=8, seed=3, **env_args(trainer.config)) as env:
+            with pytest.raises(ValueError, match=r"observations of shape \(3, 8\) float32, the policy takes \(8, "):
+                Actor(trainer, 8)(np.zeros((3, 8), np.float32), np.zeros(3, bool), env.action_mask)
+
+
 def test_play_refuses_counts_below_one():
     """episodes=0 (or a negative count) returned 0 episodes in silence."""
     with trainer_for("memory") as trainer:
