@@ -374,3 +374,18 @@ def test_eval_refuses_env_flags_the_policy_cannot_play_with_in_one_line(tmp_path
     out, err = capsys.readouterr()
     assert out == "" and len(err.splitlines()) == 1
     assert re.fullmatch(rf"jaxlab eval: error: {message}.*\n", err), err
+
+
+def test_a_checkpoint_whose_header_is_gone_names_the_header_of_that_name_on_the_env_path(tmp_path):
+    """A checkpoint of jaxlab's own example env copied from another machine (or from a jaxlab installed at another
+    path since) records a header path that is not here: the refusal said `pass its new path as ENV: jaxlab eval
+    path/to/cards.h ...`, leaving the user to find where jaxlab keeps cards.h; it names that header now."""
+    from jaxlab.cli.common import check_saved_header
+    from jaxlab.config import ConfigError
+    from jaxlab.env.sdk import find_header
+
+    for name, new_path in (("cards", str(find_header("cards"))), ("nothing_here", "path/to/nothing_here.h")):
+        meta = {"env_source": {"library": str(tmp_path / "old_machine" / f"{name}.h")}}
+        with pytest.raises(ConfigError) as err:
+            check_saved_header(meta, "eval", "--checkpoint CK")
+        assert f"pass its new path as ENV: `jaxlab eval {new_path} --checkpoint CK`" in str(err.value)
