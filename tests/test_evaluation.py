@@ -389,3 +389,15 @@ def test_a_checkpoint_whose_header_is_gone_names_the_header_of_that_name_on_the_
         with pytest.raises(ConfigError) as err:
             check_saved_header(meta, "eval", "--checkpoint CK")
         assert f"pass its new path as ENV: `jaxlab eval {new_path} --checkpoint CK`" in str(err.value)
+
+
+def test_eval_of_one_episode_says_one_episode(tmp_path, capsys):
+    """`jaxlab eval --episodes 1` printed "1 episodes" twice (the first line and the statistics' line)."""
+    from jaxlab import cli
+
+    with trainer_for("cartpole") as trainer:
+        trainer.save_checkpoint(tmp_path / "ck")
+    assert cli.main(["eval", "--checkpoint", str(tmp_path / "ck"), "--episodes", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"cartpole from {tmp_path / 'ck'}: 1 episode, sampled actions" in out and "over 1 episode)" in out, out
+    assert "1 episodes" not in out

@@ -590,14 +590,14 @@ def eval_command(args: argparse.Namespace) -> int:
     returns, lengths = result["returns"], result["lengths"]
     mode = "deterministic" if args.deterministic else "sampled"
     changed = "".join(f", env.{key} = {value}" for key, value in overrides.items())
-    print(f"{name} from {path}: {len(returns)} episodes, {mode} actions, seed {args.seed}{changed}")
+    print(f"{name} from {path}: {counted(len(returns), 'episode')}, {mode} actions, seed {args.seed}{changed}")
     print(f"  return {returns.mean():.2f} ± {returns.std():.2f}   length {lengths.mean():.1f} ± {lengths.std():.1f}")
     stats = {k: v for k, v in result.items()
              if k not in ("returns", "lengths", "episodes", "stat_episodes") and v is not None}
     if stats:
-        counted = result["stat_episodes"]
-        over = (f"over {counted} episodes" if counted == result["episodes"] else
-                f"over {counted} of the {result['episodes']} episodes: those that ended in steps where every "
+        stat_episodes = result["stat_episodes"]
+        over = (f"over {counted(stat_episodes, 'episode')}" if stat_episodes == result["episodes"] else
+                f"over {stat_episodes} of the {counted(result['episodes'], 'episode')}: those that ended in steps where every "
                 "agent ending in the same env was one of the kept episodes, which favours short ones")
         print("  " + "   ".join(f"{k} {v:.3f}" for k, v in stats.items()) + f"   (the env's statistics {over})")
     if args.save_frames:
