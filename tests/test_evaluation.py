@@ -401,3 +401,17 @@ def test_eval_of_one_episode_says_one_episode(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"cartpole from {tmp_path / 'ck'}: 1 episode, sampled actions" in out and "over 1 episode)" in out, out
     assert "1 episodes" not in out
+
+
+def test_eval_says_why_it_played_more_episodes_than_asked(tmp_path, capsys):
+    """`jaxlab eval --episodes 3` on envs of 2 agents (here played on 4 agents per env) reported "4 episodes" with no
+    word on the 3 asked for; the line says it rounded up to whole envs, naming the agents per env played."""
+    from jaxlab import cli
+
+    with trainer_for("target", "--env.agents-per-env", "2", "--vec.num-envs", "2", "--train.minibatch-size", "32") as trainer:
+        trainer.save_checkpoint(tmp_path / "ck")
+    assert cli.main(["eval", "--checkpoint", str(tmp_path / "ck"), "--episodes", "3", "--env.agents-per-env", "4",
+                     "--env.max-steps", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "4 episodes (--episodes 3 rounded up to whole envs of 4 agents), sampled actions" in out, out
+    assert "agents_per_env 4" not in out  # not one of the env's statistics

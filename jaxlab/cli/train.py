@@ -590,10 +590,12 @@ def eval_command(args: argparse.Namespace) -> int:
     returns, lengths = result["returns"], result["lengths"]
     mode = "deterministic" if args.deterministic else "sampled"
     changed = "".join(f", env.{key} = {value}" for key, value in overrides.items())
-    print(f"{name} from {path}: {counted(len(returns), 'episode')}, {mode} actions, seed {args.seed}{changed}")
+    rounded = (f" (--episodes {args.episodes} rounded up to whole envs of {result['agents_per_env']} agents)"
+               if len(returns) > args.episodes else "")
+    print(f"{name} from {path}: {counted(len(returns), 'episode')}{rounded}, {mode} actions, seed {args.seed}{changed}")
     print(f"  return {returns.mean():.2f} ± {returns.std():.2f}   length {lengths.mean():.1f} ± {lengths.std():.1f}")
     stats = {k: v for k, v in result.items()
-             if k not in ("returns", "lengths", "episodes", "stat_episodes") and v is not None}
+             if k not in ("returns", "lengths", "episodes", "stat_episodes", "agents_per_env") and v is not None}
     if stats:
         stat_episodes = result["stat_episodes"]
         over = (f"over {counted(stat_episodes, 'episode')}" if stat_episodes == result["episodes"] else

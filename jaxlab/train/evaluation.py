@@ -174,7 +174,7 @@ def play(trainer, steps: int | None = None, num_envs: int | None = None, seed: i
     keep the episodes complete by then.
 
     Returns "returns" and "lengths" (float64 [n]) per kept agent-episode, in order of (round, agent),
-    "episodes" = n, and the mean of each of the env's statistics over exactly those n episodes (None
+    "episodes" = n, "agents_per_env" of the envs played, and the mean of each of the env's statistics over exactly those n episodes (None
     when n is 0; the env reports statistics per env and step, so an env whose agents end at
     different steps contributes only the steps in which every ending agent's episode is kept: then
     the statistics cover "stat_episodes" < n of them, which favours short episodes)."""
@@ -236,7 +236,8 @@ def play(trainer, steps: int | None = None, num_envs: int | None = None, seed: i
             t += 1
     kept.sort(key=lambda episode: episode[:2])
     result = {"episodes": len(kept), "returns": np.asarray([e[2] for e in kept], np.float64),
-              "lengths": np.asarray([e[3] for e in kept], np.float64), "stat_episodes": stat_count}
+              "lengths": np.asarray([e[3] for e in kept], np.float64), "stat_episodes": stat_count,
+              "agents_per_env": per_env}
     for name, total in zip(names, stat_sums):
         result[name] = float(total / stat_count) if stat_count else None
     return result
