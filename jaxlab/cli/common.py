@@ -637,6 +637,9 @@ def output_file_problem(flag: str, name: str, suffix: str | None = None) -> str 
         return f"{flag} {name}: the file is written as {suffix}, so its name must end in {suffix}, e.g. {flag} " \
                f"{path.with_suffix(suffix).name}"
     if not folder.is_dir():
+        above = next((f for f in (folder, *folder.parents) if f.exists()), None)  # a file in the way, e.g. x.txt/
+        if above is not None and not above.is_dir():
+            return f"{flag} {name}: {above} is a file, not a folder; give a path in a folder"
         return f"{flag} {name}: its folder {folder} does not exist; create it or give another path"
     if path.exists():
         try:
