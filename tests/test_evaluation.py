@@ -112,6 +112,9 @@ def test_an_actor_in_ones_own_loop_plays_as_play_does(env_name):
         with jaxlab.make(env_name, num_envs=8, seed=3, **env_args(trainer.config)) as env:
             with pytest.raises(ValueError, match=r"observations of shape \(3, 8\) float32, the policy takes \(8, "):
                 Actor(trainer, 8)(np.zeros((3, 8), np.float32), np.zeros(3, bool), env.action_mask)
+            if env.action_mask is not None:  # a mask of another width was a traceback from inside JAX
+                with pytest.raises(ValueError, match=r"mask of shape \(8, 3\), must be \(8, 4\)"):
+                    Actor(trainer, 8)(env.reset(), np.ones(8, bool), np.ones((8, 3), bool))
 
 
 def test_play_refuses_counts_below_one():

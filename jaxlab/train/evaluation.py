@@ -260,6 +260,7 @@ class Actor:
         space = trainer.env.observation_space
         self.num_agents, self.obs_shape, self.obs_dtype = num_agents, tuple(space.shape), np.dtype(space.dtype)
         self.has_mask, self.params = trainer.env.has_mask, trainer.acting_params
+        self.mask_shape = (num_agents, trainer.env.action_mask.shape[1]) if self.has_mask else None
         policy, spec = trainer.norm.acting_policy(trainer.policy), trainer.spec
         self.carry = policy.initial_carry(num_agents)
         self.key = jax.random.PRNGKey(seed)
@@ -284,6 +285,10 @@ class Actor:
         if (mask is None) == self.has_mask:
             raise ValueError("Actor: the env has action masks: pass mask=env.action_mask" if self.has_mask
                              else "Actor: the env has no action mask: leave mask out")
+        if mask is not None and np.shape(mask) != self.mask_shape:
+            raise ValueError(f"Actor: mask of shape {np.shape(mask)}, must be {self.mask_shape}: one row of legal "
+                             "actions per agent, as env.action_mask")
+        mask = None if mask is None else np.asarray(mask, bool)
         self.key, key = jax.random.split(self.key)
         self.carry, actions = self._act(self.params, self.carry, observations, ended, mask, key)
         return np.asarray(actions)
