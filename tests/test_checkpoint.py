@@ -1037,8 +1037,9 @@ def test_a_path_that_names_no_checkpoint_says_why_and_which_to_give(tmp_path, mo
     for part in ("state/d", "meta"):
         (tmp_path / "runs" / "cp" / "checkpoints" / "4" / part).mkdir(parents=True)
     monkeypatch.chdir(tmp_path)
-    cases = {"runs/cp/checkpoints/4/state/d": f"a part of the checkpoint {Path('runs/cp/checkpoints/4')}, not a "
-                                              f"checkpoint: give the checkpoint, --checkpoint {Path('runs/cp/checkpoints/4')}",
+    checkpoint_4 = Path("runs/cp/checkpoints/4")
+    cases = {"runs/cp/checkpoints/4/state/d": f"a part of the checkpoint {checkpoint_4}, not a checkpoint: give the "
+                                              f"checkpoint, --checkpoint {checkpoint_4}",
              "runs": f"a folder of runs (cp), not a run: give one of them, e.g. --checkpoint {Path('runs/cp')}",
              "runs/cq": "no such file or folder (expected a run dir"}
     for given, words in cases.items():

@@ -411,7 +411,8 @@ def test_eval_says_why_it_played_more_episodes_than_asked(tmp_path, capsys):
     word on the 3 asked for; the line says it rounded up to whole envs, naming the agents per env played."""
     from jaxlab import cli
 
-    with trainer_for("target", "--env.agents-per-env", "2", "--vec.num-envs", "2", "--train.minibatch-size", "32") as trainer:
+    with trainer_for("target", "--env.agents-per-env", "2", "--vec.num-envs", "2",
+                     "--train.minibatch-size", "32") as trainer:
         trainer.save_checkpoint(tmp_path / "ck")
     assert cli.main(["eval", "--checkpoint", str(tmp_path / "ck"), "--episodes", "3", "--env.agents-per-env", "4",
                      "--env.max-steps", "8"]) == 0

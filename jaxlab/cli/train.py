@@ -599,8 +599,8 @@ def eval_command(args: argparse.Namespace) -> int:
     if stats:
         stat_episodes = result["stat_episodes"]
         over = (f"over {counted(stat_episodes, 'episode')}" if stat_episodes == result["episodes"] else
-                f"over {stat_episodes} of the {counted(result['episodes'], 'episode')}: those that ended in steps where every "
-                "agent ending in the same env was one of the kept episodes, which favours short ones")
+                f"over {stat_episodes} of the {counted(result['episodes'], 'episode')}: those that ended in steps "
+                "where every agent ending in the same env was one of the kept episodes, which favours short ones")
         print("  " + "   ".join(f"{k} {v:.3f}" for k, v in stats.items()) + f"   (the env's statistics {over})")
     if args.save_frames:
         print(f"  {len(frames)} frames of env 0's first episode in {args.save_frames}")
