@@ -162,6 +162,7 @@ def read_meta(path: Path) -> dict:
     try:
         meta = json.loads((path / "meta" / "metadata").read_text())
     except (OSError, ValueError) as err:
+        verify(path)  # its files.json names the damaged file (meta/metadata cut short or altered) where it has one
         raise CheckpointError(f"checkpoint {path} is unreadable: {type(err).__name__}: {err}") from err
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_VERSION:
         raise CheckpointError(f"checkpoint {path} has format {meta.get('format') if isinstance(meta, dict) else '?'}"

@@ -156,7 +156,7 @@ def test_a_damaged_newest_meta_is_reported_once_on_resume(tmp_path, capsys):
                      "--log.dashboard", "none"])
     err = capsys.readouterr().err
     assert code == 0, err
-    assert err.count(f"checkpoint {run / 'checkpoints' / '4'} is unreadable") == 1, err
+    assert err.count(f"checkpoint {run / 'checkpoints' / '4'} is damaged: meta/metadata has 10 bytes") == 1, err
     assert err.count("falling back to an older checkpoint") == 1, err
     assert f"resumed from {run / 'checkpoints' / '2'} at update 2" in err
 
@@ -775,7 +775,7 @@ def test_eval_command_prints_returns_and_renders(tmp_path):
     result = jaxlab("eval", "pendulum", "--checkpoint", str(run))
     assert result.returncode == 2 and "is a checkpoint of 'cartpole', not 'pendulum'" in result.stderr
     result = jaxlab("eval", "cartpole", "--checkpoint", str(tmp_path / "nothing"))
-    assert result.returncode == 2 and f"--checkpoint {tmp_path / 'nothing'}: no checkpoint there" in result.stderr
+    assert result.returncode == 2 and f"--checkpoint {tmp_path / 'nothing'}: no such file or folder" in result.stderr
 
 
 def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
@@ -1025,3 +1025,25 @@ def test_a_damaged_metrics_file_in_an_older_checkpoint_is_one_line_naming_it(tmp
     with pytest.raises(checkpoint.CheckpointError, match=rf"checkpoint {tmp_path / '1'} is damaged \(its "
                                                          rf"metrics/metrics is not JSON\); move it out of"):
         checkpoint.RunCheckpoints(tmp_path, 0, 0, 2, "episode_return")
+
+
+def test_a_path_that_names_no_checkpoint_says_why_and_which_to_give(tmp_path, monkeypatch):
+    """--checkpoint (or --resume) given a folder inside a checkpoint (its state/), a folder of runs, or a path that
+    does not exist said the same "no checkpoint there (expected a run dir ...)" for each; each names what it is
+    now, and the checkpoint or run to give where there is one."""
+    from jaxlab.checkpoint import CheckpointError
+    from jaxlab.run.resume import find_checkpoint
+
+    for part in ("state/d", "meta"):
+        (tmp_path / "runs" / "cp" / "checkpoints" / "4" / part).mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    checkpoint_4 = Path("runs/cp/checkpoints/4")
+    cases = {"runs/cp/checkpoints/4/state/d": f"a part of the checkpoint {checkpoint_4}, not a checkpoint: give the "
+                                              f"checkpoint, --checkpoint {checkpoint_4}",
+             "runs": f"a folder of runs (cp), not a run: give one of them, e.g. --checkpoint {Path('runs/cp')}",
+             "runs/cq": "no such file or folder (expected a run dir"}
+    for given, words in cases.items():
+        with pytest.raises(CheckpointError) as err:
+            find_checkpoint(given, "cartpole", flag="--checkpoint")
+        assert str(err.value).startswith(f"--checkpoint {given}: {words}"), str(err.value)
+    assert find_checkpoint("runs/cp", "cartpole") == Path("runs/cp/checkpoints")

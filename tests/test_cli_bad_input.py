@@ -23,8 +23,12 @@ from jaxlab.run.resume import keep_metrics_until
     (["--gif", ""], "--gif '': an empty name; give a file name, e.g. --gif out.gif"),  # was a ValueError traceback
     (["--save-frames", ""], "--save-frames '': an empty name; give a file name, e.g. --save-frames out.txt"),
     (["--gif", "FOLDER"], "--gif FOLDER is a folder; give a file name, e.g. --gif FOLDER/out.gif"),
+    # said "its folder FOLDER/file.txt does not exist" of a file
+    (["--gif", "FOLDER/file.txt/sub/a.gif"], "--gif FOLDER/file.txt/sub/a.gif: FOLDER/file.txt is a file, not a "
+                                             "folder; give a path in a folder"),
 ])
 def test_eval_refuses_what_it_could_not_finish_before_loading_anything(tmp_path, capsys, flags, message):
+    (tmp_path / "file.txt").write_text("")
     flags = [f.replace("FOLDER", str(tmp_path)) for f in flags]
     # no checkpoint exists there: the checks come first
     assert cli.main(["eval", "cartpole", "--checkpoint", str(tmp_path / "none"), *flags]) == 2

@@ -75,6 +75,48 @@ def test_multi_agent_episodes_are_kept_in_whole_envs():
     assert result["episode_return"] == pytest.approx(result["returns"].mean(), rel=1e-5, abs=1e-6)
 
 
+def actor_loop_returns(env, actor, rounds: int, reset_carries: bool = True) -> np.ndarray:
+    """The returns [rounds * A] of each agent's first ``rounds`` episodes in a loop of one's own, stepping ``env``
+    with ``actor``, in order of (round, agent) as play keeps them; ``reset_carries`` False: the mistake of never
+    telling the actor which episodes ended."""
+    observations, ended = env.reset(), np.ones(env.num_agents, bool)
+    returns, running = np.zeros((rounds, env.num_agents)), np.zeros(env.num_agents)
+    finished = np.zeros(env.num_agents, np.int64)
+    while (finished < rounds).any():
+        actions = actor(observations, ended if reset_carries else np.zeros_like(ended), env.action_mask)
+        observations, rewards, terminals, truncations, _ = env.step(actions)
+        running += rewards
+        ended = terminals | truncations
+        for agent in np.flatnonzero(ended & (finished < rounds)):
+            returns[finished[agent], agent] = running[agent]
+        finished += ended
+        running[ended] = 0.0
+    return returns.reshape(-1)
+
+
+@pytest.mark.parametrize("env_name", ["cartpole", "lure"])
+def test_an_actor_in_ones_own_loop_plays_as_play_does(env_name):
+    """Actor, the policy acting in a user's own loop with its LSTM carry kept and started over where an episode
+    ended, takes the same deterministic actions as play over several episodes per agent (the same returns, masks
+    included); a loop that never says which episodes ended plays otherwise; input of the wrong shape is one error
+    naming both shapes."""
+    from jaxlab.config import env_args
+    from jaxlab.train.evaluation import Actor
+
+    with trainer_for(env_name) as trainer:
+        played = play(trainer, episodes=24, num_envs=8, seed=3)["returns"]
+        for reset_carries in (True, False) if env_name == "cartpole" else (True,):  # lure's 8 steps end anyway
+            with jaxlab.make(env_name, num_envs=8, seed=3, **env_args(trainer.config)) as env:
+                ours = actor_loop_returns(env, Actor(trainer, 8), rounds=3, reset_carries=reset_carries)
+            assert np.array_equal(ours, played) == reset_carries, (ours, played)
+        with jaxlab.make(env_name, num_envs=8, seed=3, **env_args(trainer.config)) as env:
+            with pytest.raises(ValueError, match=r"observations of shape \(3, 8\) float32, the policy takes \(8, "):
+                Actor(trainer, 8)(np.zeros((3, 8), np.float32), np.zeros(3, bool), env.action_mask)
+            if env.action_mask is not None:  # a mask of another width was a traceback from inside JAX
+                with pytest.raises(ValueError, match=r"mask of shape \(8, 3\), must be \(8, 4\)"):
+                    Actor(trainer, 8)(env.reset(), np.ones(8, bool), np.ones((8, 3), bool))
+
+
 def test_play_refuses_counts_below_one():
     """episodes=0 (or a negative count) returned 0 episodes in silence."""
     with trainer_for("memory") as trainer:
@@ -138,7 +180,7 @@ def test_load_trainer_takes_a_run_dir_as_eval_does(tmp_path):
     with load_trainer(run, warn=warnings.append) as loaded:
         assert loaded.update_index == 0
     assert len(warnings) == 1 and "falling back to an older checkpoint" in warnings[0]
-    with pytest.raises(CheckpointError, match=rf"load_trainer {tmp_path / 'nothing'}: no checkpoint there"):
+    with pytest.raises(CheckpointError, match=rf"load_trainer {tmp_path / 'nothing'}: no such file or folder"):
         load_trainer(tmp_path / "nothing")
 
 
@@ -259,6 +301,25 @@ def test_eval_latest_passes_over_a_damaged_newest_checkpoint(tmp_path, monkeypat
     assert f"cartpole from {Path('runs/cp/checkpoints/1')}: 2 episodes" in out
 
 
+def test_eval_of_a_run_whose_checkpoints_meta_is_damaged_names_the_damaged_file(tmp_path, capsys):
+    """A run dir whose one checkpoint's meta/metadata was altered: `jaxlab eval --checkpoint RUN` said only "no
+    usable checkpoint in RUN/checkpoints" (the ENV-less lookup of the env swallowed the reason), and the checkpoint
+    itself was "unreadable: JSONDecodeError" though its files.json names the file whose bytes changed."""
+    from jaxlab import cli
+
+    run = tmp_path / "runs" / "cp"
+    with trainer_for("cartpole") as trainer:
+        trainer.save_checkpoint(run / "checkpoints" / "1")
+    meta = run / "checkpoints" / "1" / "meta" / "metadata"
+    meta.write_bytes(b"#" + meta.read_bytes()[1:])
+    for target in (run, run / "checkpoints" / "1"):
+        assert cli.main(["eval", "--checkpoint", str(target), "--episodes", "2"]) == 2
+        err = capsys.readouterr().err
+        damage = (f"checkpoint {run / 'checkpoints' / '1'} is damaged: the bytes of meta/metadata changed since it "
+                  "was written (CRC-32 mismatch)")
+        assert err.count(damage) == 1, err
+
+
 def test_eval_without_env_plays_the_checkpoints_own_as_train_resume_does(tmp_path, monkeypatch, capsys):
     """`jaxlab eval --checkpoint RUN` was refused by argparse ("the following arguments are required: ENV")
     though the checkpoint names its env, and `jaxlab train --resume RUN` takes it from there."""
@@ -316,3 +377,45 @@ def test_eval_refuses_env_flags_the_policy_cannot_play_with_in_one_line(tmp_path
     out, err = capsys.readouterr()
     assert out == "" and len(err.splitlines()) == 1
     assert re.fullmatch(rf"jaxlab eval: error: {message}.*\n", err), err
+
+
+def test_a_checkpoint_whose_header_is_gone_names_the_header_of_that_name_on_the_env_path(tmp_path):
+    """A checkpoint of jaxlab's own example env copied from another machine (or from a jaxlab installed at another
+    path since) records a header path that is not here: the refusal said `pass its new path as ENV: jaxlab eval
+    path/to/cards.h ...`, leaving the user to find where jaxlab keeps cards.h; it names that header now."""
+    from jaxlab.cli.common import check_saved_header
+    from jaxlab.config import ConfigError
+    from jaxlab.env.sdk import find_header
+
+    for name, new_path in (("cards", str(find_header("cards"))), ("nothing_here", "path/to/nothing_here.h")):
+        meta = {"env_source": {"library": str(tmp_path / "old_machine" / f"{name}.h")}}
+        with pytest.raises(ConfigError) as err:
+            check_saved_header(meta, "eval", "--checkpoint CK")
+        assert f"pass its new path as ENV: `jaxlab eval {new_path} --checkpoint CK`" in str(err.value)
+
+
+def test_eval_of_one_episode_says_one_episode(tmp_path, capsys):
+    """`jaxlab eval --episodes 1` printed "1 episodes" twice (the first line and the statistics' line)."""
+    from jaxlab import cli
+
+    with trainer_for("cartpole") as trainer:
+        trainer.save_checkpoint(tmp_path / "ck")
+    assert cli.main(["eval", "--checkpoint", str(tmp_path / "ck"), "--episodes", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"cartpole from {tmp_path / 'ck'}: 1 episode, sampled actions" in out and "over 1 episode)" in out, out
+    assert "1 episodes" not in out
+
+
+def test_eval_says_why_it_played_more_episodes_than_asked(tmp_path, capsys):
+    """`jaxlab eval --episodes 3` on envs of 2 agents (here played on 4 agents per env) reported "4 episodes" with no
+    word on the 3 asked for; the line says it rounded up to whole envs, naming the agents per env played."""
+    from jaxlab import cli
+
+    with trainer_for("target", "--env.agents-per-env", "2", "--vec.num-envs", "2",
+                     "--train.minibatch-size", "32") as trainer:
+        trainer.save_checkpoint(tmp_path / "ck")
+    assert cli.main(["eval", "--checkpoint", str(tmp_path / "ck"), "--episodes", "3", "--env.agents-per-env", "4",
+                     "--env.max-steps", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "4 episodes (--episodes 3 rounded up to whole envs of 4 agents), sampled actions" in out, out
+    assert "agents_per_env 4" not in out  # not one of the env's statistics

@@ -181,10 +181,15 @@ def check_saved_header(meta: dict, command: str, rest: str) -> None:
     is gone: restore it, or give its new path as ENV (`jaxlab COMMAND path/to/NAME.h REST`)."""
     from jaxlab.config import ConfigError
 
+    from jaxlab.env.sdk import find_header
+
     header = (meta.get("env_source") or {}).get("library")
     if header and header.endswith(".h") and not Path(header).is_file():
+        found = find_header(Path(header).stem)  # e.g. jaxlab's own example env, installed elsewhere since
+        new_path = f"path/to/{Path(header).name}" if found is None else str(found)
+        where = "" if found is None else f" (the {Path(header).name} on the env path)"
         raise ConfigError(f"the checkpoint's env header {header} does not exist (moved or deleted); restore it "
-                          f"there, or pass its new path as ENV: `jaxlab {command} path/to/{Path(header).name} {rest}`")
+                          f"there, or pass its new path as ENV: `jaxlab {command} {new_path} {rest}`{where}")
 
 
 def check_saved_module(spec: str, command: str, rest: str, flag: str) -> None:
@@ -636,6 +641,9 @@ def output_file_problem(flag: str, name: str, suffix: str | None = None) -> str 
         return f"{flag} {name}: the file is written as {suffix}, so its name must end in {suffix}, e.g. {flag} " \
                f"{path.with_suffix(suffix).name}"
     if not folder.is_dir():
+        above = next((f for f in (folder, *folder.parents) if f.exists()), None)  # a file in the way, e.g. x.txt/
+        if above is not None and not above.is_dir():
+            return f"{flag} {name}: {above} is a file, not a folder; give a path in a folder"
         return f"{flag} {name}: its folder {folder} does not exist; create it or give another path"
     if path.exists():
         try:

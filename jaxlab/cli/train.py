@@ -488,9 +488,16 @@ def eval_command(args: argparse.Namespace) -> int:
             require_pillow()  # before anything is loaded: a missing extra is one line
         except PillowMissing as err:
             raise ConfigError(str(err)) from None
+    said: set[str] = set()
+
+    def warn_once(message: str) -> None:  # the same warning for each damaged checkpoint passed over: once
+        if message not in said:
+            said.add(message)
+            warn(message)
+
     if args.env is None:  # the checkpoint's env (required_env refused --checkpoint latest without ENV)
         found = find_checkpoint(args.checkpoint, "", flag="--checkpoint")
-        args.env = newest_usable(found, read_meta, lambda message: None)[1]["env_name"]  # warned when it loads
+        args.env = newest_usable(found, read_meta, warn_once)[1]["env_name"]  # load passes over them again, quietly
     name = env_name_of(args.env)
     if (args.render or args.save_frames or args.gif) and is_python_env(name):  # before anything is loaded
         raise ConfigError(f"env {name!r} is a Python env: jaxlab draws no text or pictures of it (Gymnasium and "
@@ -498,13 +505,7 @@ def eval_command(args: argparse.Namespace) -> int:
     # a header named as ENV is the env's source (as for train --resume), else the one the checkpoint records
     library = str(Path(args.env).expanduser().absolute()) if args.env.endswith(".h") else None
 
-    said: set[str] = set()
     num_envs = args.num_envs or min(args.episodes, 64)
-
-    def warn_once(message: str) -> None:  # the same warning for each damaged checkpoint passed over: once
-        if message not in said:
-            said.add(message)
-            warn(message)
 
     def load(checkpoint):
         meta = read_meta(checkpoint)
@@ -535,7 +536,7 @@ def eval_command(args: argparse.Namespace) -> int:
         memory.check_play_fits(here, memory.env_shape(here), num_envs, limit)
         return load_trainer(checkpoint, warn=warn_once, library=library, module=args.policy_module)
 
-    path, trainer = newest_usable(find_checkpoint(args.checkpoint, name, flag="--checkpoint"), load, warn)
+    path, trainer = newest_usable(find_checkpoint(args.checkpoint, name, flag="--checkpoint"), load, warn_once)
     watching = bool(args.render or args.save_frames)
     if watching and not trainer.env.kind.has("render"):
         trainer.close()
@@ -589,15 +590,17 @@ def eval_command(args: argparse.Namespace) -> int:
     returns, lengths = result["returns"], result["lengths"]
     mode = "deterministic" if args.deterministic else "sampled"
     changed = "".join(f", env.{key} = {value}" for key, value in overrides.items())
-    print(f"{name} from {path}: {len(returns)} episodes, {mode} actions, seed {args.seed}{changed}")
+    rounded = (f" (--episodes {args.episodes} rounded up to whole envs of {result['agents_per_env']} agents)"
+               if len(returns) > args.episodes else "")
+    print(f"{name} from {path}: {counted(len(returns), 'episode')}{rounded}, {mode} actions, seed {args.seed}{changed}")
     print(f"  return {returns.mean():.2f} ± {returns.std():.2f}   length {lengths.mean():.1f} ± {lengths.std():.1f}")
     stats = {k: v for k, v in result.items()
-             if k not in ("returns", "lengths", "episodes", "stat_episodes") and v is not None}
+             if k not in ("returns", "lengths", "episodes", "stat_episodes", "agents_per_env") and v is not None}
     if stats:
-        counted = result["stat_episodes"]
-        over = (f"over {counted} episodes" if counted == result["episodes"] else
-                f"over {counted} of the {result['episodes']} episodes: those that ended in steps where every "
-                "agent ending in the same env was one of the kept episodes, which favours short ones")
+        stat_episodes = result["stat_episodes"]
+        over = (f"over {counted(stat_episodes, 'episode')}" if stat_episodes == result["episodes"] else
+                f"over {stat_episodes} of the {counted(result['episodes'], 'episode')}: those that ended in steps "
+                "where every agent ending in the same env was one of the kept episodes, which favours short ones")
         print("  " + "   ".join(f"{k} {v:.3f}" for k, v in stats.items()) + f"   (the env's statistics {over})")
     if args.save_frames:
         print(f"  {len(frames)} frames of env 0's first episode in {args.save_frames}")

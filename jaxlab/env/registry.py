@@ -184,7 +184,7 @@ RESERVED_LOG_NAMES = (
     "old_approx_kl", "clip_fraction", "grad_norm", "learning_rate", "explained_variance", "epochs_run", "return_std",
     "episodes", "time_env", "time_policy", "time_copy", "time_learn", "time_other", "compile_cache",
     "launch_to_first_update_s", "device_memory_gib", "device_memory_peak_gib", "device_memory_limit_gib", "returns",
-    "lengths", "stat_episodes")
+    "lengths", "stat_episodes", "agents_per_env")
 
 
 def log_names_problem(env: str, log_names: tuple[str, ...]) -> str | None:

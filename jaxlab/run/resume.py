@@ -77,8 +77,24 @@ def find_checkpoint(target: str, env_name: str, runs_root: Path = Path("runs"), 
                                              f"or pass another run")
         raise checkpoint.CheckpointError(f"{flag} {target}: no checkpoint there, and no process is running it "
                                          f"(it ended before its first save: {saves}); pass another run, or train again")
-    raise checkpoint.CheckpointError(f"{flag} {target}: no checkpoint there (expected a run dir with "
-                                     "checkpoints/, a checkpoints/ directory or one checkpoint directory)")
+    raise checkpoint.CheckpointError(f"{flag} {target}: {not_a_checkpoint_words(path, flag)}")
+
+
+def not_a_checkpoint_words(path: Path, flag: str) -> str:
+    """Why ``path`` (neither a checkpoint nor a run dir, nor a checkpoints/ directory) names no checkpoint, with
+    the fix where one is plain: a path that does not exist, a folder inside a checkpoint (its state/ or meta/),
+    a folder of runs."""
+    expected = "expected a run dir with checkpoints/, a checkpoints/ directory or one checkpoint directory"
+    if not path.exists():
+        return f"no such file or folder ({expected})"
+    inside = next((p for p in path.parents if checkpoint.is_checkpoint(p)), None)
+    if inside is not None:
+        return f"a part of the checkpoint {inside}, not a checkpoint: give the checkpoint, {flag} {inside}"
+    runs = sorted(run for run in path.glob("*/checkpoints") if checkpoint.step_dirs(run)) if path.is_dir() else []
+    if runs:
+        names = ", ".join(run.parent.name for run in runs[:5]) + (", ..." if len(runs) > 5 else "")
+        return f"a folder of runs ({names}), not a run: give one of them, e.g. {flag} {runs[0].parent}"
+    return f"no checkpoint there ({expected})"
 
 
 def newest_usable(location: Path, use: Callable[[Path], T], warn: Callable[[str], None],

@@ -174,8 +174,8 @@ def play(trainer, steps: int | None = None, num_envs: int | None = None, seed: i
     keep the episodes complete by then.
 
     Returns "returns" and "lengths" (float64 [n]) per kept agent-episode, in order of (round, agent),
-    "episodes" = n, and the mean of each of the env's statistics over exactly those n episodes (None
-    when n is 0; the env reports statistics per env and step, so an env whose agents end at
+    "episodes" = n, "agents_per_env" of the envs played, and the mean of each of the env's statistics over
+    exactly those n episodes (None when n is 0; the env reports statistics per env and step, so an env whose agents end at
     different steps contributes only the steps in which every ending agent's episode is kept: then
     the statistics cover "stat_episodes" < n of them, which favours short episodes)."""
     if steps is None and episodes is None:
@@ -236,7 +236,59 @@ def play(trainer, steps: int | None = None, num_envs: int | None = None, seed: i
             t += 1
     kept.sort(key=lambda episode: episode[:2])
     result = {"episodes": len(kept), "returns": np.asarray([e[2] for e in kept], np.float64),
-              "lengths": np.asarray([e[3] for e in kept], np.float64), "stat_episodes": stat_count}
+              "lengths": np.asarray([e[3] for e in kept], np.float64), "stat_episodes": stat_count,
+              "agents_per_env": per_env}
     for name, total in zip(names, stat_sums):
         result[name] = float(total / stat_count) if stat_count else None
     return result
+
+
+class Actor:
+    """``trainer``'s policy acting in a loop of your own: ``actor(observations, ended, mask)`` -> actions, for
+    ``num_agents`` agents whose LSTM carry it keeps between calls (frozen observation statistics, as in play).
+
+    ``ended`` [A] bool: which agents' previous step ended their episode (the step's terminals | truncations),
+    so the carry of those agents starts over before they act, as in training; all True on the first call
+    (a new Actor's carry is the initial one either way). ``observations`` [A, *obs_shape] of the env's
+    dtype, ``mask`` [A, sum(nvec)] bool for an env with action masks. Returns numpy actions [A] int32
+    (discrete), [A, k] int32 (multi-discrete) or [A, k] float32 (continuous, the Gaussian's mean or a draw,
+    unclipped: the env clips). ``deterministic``: the most likely action, else a draw from ``seed``'s key."""
+
+    def __init__(self, trainer, num_agents: int, deterministic: bool = True, seed: int = 0):
+        from jaxlab.agent import distributions
+
+        space = trainer.env.observation_space
+        self.num_agents, self.obs_shape, self.obs_dtype = num_agents, tuple(space.shape), np.dtype(space.dtype)
+        self.has_mask, self.params = trainer.env.has_mask, trainer.acting_params
+        self.mask_shape = (num_agents, trainer.env.action_mask.shape[1]) if self.has_mask else None
+        policy, spec = trainer.norm.acting_policy(trainer.policy), trainer.spec
+        self.carry = policy.initial_carry(num_agents)
+        self.key = jax.random.PRNGKey(seed)
+
+        def act(params, carry, obs, reset, mask, key):
+            carry, head, _, log_std = policy.apply(params, carry, obs, reset)
+            if deterministic:
+                return carry, distributions.deterministic(spec, head, mask)
+            return carry, distributions.sample(spec, head, log_std, key, mask)
+
+        self._act = jax.jit(act)
+
+    def __call__(self, observations: np.ndarray, ended: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+        observations, ended = np.asarray(observations), np.asarray(ended, bool)
+        want = (self.num_agents, *self.obs_shape)
+        if observations.shape != want or observations.dtype != self.obs_dtype:
+            raise ValueError(f"Actor: observations of shape {observations.shape} {observations.dtype}, the policy "
+                             f"takes {want} {self.obs_dtype} (num_agents {self.num_agents}, the env's observation)")
+        if ended.shape != (self.num_agents,):
+            raise ValueError(f"Actor: ended of shape {ended.shape}, must be ({self.num_agents},): which agents' "
+                             "previous step ended their episode (terminals | truncations)")
+        if (mask is None) == self.has_mask:
+            raise ValueError("Actor: the env has action masks: pass mask=env.action_mask" if self.has_mask
+                             else "Actor: the env has no action mask: leave mask out")
+        if mask is not None and np.shape(mask) != self.mask_shape:
+            raise ValueError(f"Actor: mask of shape {np.shape(mask)}, must be {self.mask_shape}: one row of legal "
+                             "actions per agent, as env.action_mask")
+        mask = None if mask is None else np.asarray(mask, bool)
+        self.key, key = jax.random.split(self.key)
+        self.carry, actions = self._act(self.params, self.carry, observations, ended, mask, key)
+        return np.asarray(actions)
