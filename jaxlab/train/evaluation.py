@@ -175,9 +175,9 @@ def play(trainer, steps: int | None = None, num_envs: int | None = None, seed: i
 
     Returns "returns" and "lengths" (float64 [n]) per kept agent-episode, in order of (round, agent),
     "episodes" = n, "agents_per_env" of the envs played, and the mean of each of the env's statistics over
-    exactly those n episodes (None when n is 0; the env reports statistics per env and step, so an env whose agents end at
-    different steps contributes only the steps in which every ending agent's episode is kept: then
-    the statistics cover "stat_episodes" < n of them, which favours short episodes)."""
+    exactly those n episodes (None when n is 0; the env reports statistics per env and step, so an env whose
+    agents end at different steps contributes only the steps in which every ending agent's episode is kept:
+    then the statistics cover "stat_episodes" < n of them, which favours short episodes)."""
     if steps is None and episodes is None:
         raise ValueError("play needs steps or episodes")
     for name, value in (("episodes", episodes), ("steps", steps), ("num_envs", num_envs)):
