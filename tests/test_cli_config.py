@@ -285,8 +285,9 @@ def test_bench_neither_refuses_nor_silently_ignores_a_total_it_does_not_use(tmp_
     assert cli.main(["bench", "cartpole", *SMALL_BENCH, "--config", str(config)]) == 0
     assert capsys.readouterr().err == (f"jaxlab: warning: jaxlab bench ignores train.total_timesteps=-5 (from "
                                        f"--config {config}): its run is the first update and --updates 1 more\n")
-    assert cli.main(["bench", "cartpole", *SMALL_BENCH, "--config", str(config), "--train.total-timesteps", "1e6",
-                     "--updates", "2"]) == 0  # the flag wins over the file: the flag is named
+    two_updates = ["--updates", "2", *SMALL_BENCH[2:]]  # SMALL_BENCH's --updates 1 swapped (not given twice)
+    assert cli.main(["bench", "cartpole", *two_updates, "--config", str(config), "--train.total-timesteps", "1e6"]) \
+        == 0  # the flag wins over the file: the flag is named
     assert capsys.readouterr().err == ("jaxlab: warning: jaxlab bench ignores train.total_timesteps=1,000,000 "
                                        "(from --train.total-timesteps): its run is the first update and --updates 2 "
                                        "more\n")
