@@ -204,14 +204,6 @@ static int breach(cenv_vec *vec, int chunk, int kind, int64_t env, int ended, in
     return 1;
 }
 
-/* The index of the first statistic that env's Log holds (not 0), or -1 when it holds none. */
-static int first_logged_field(const cenv_spec *spec, void *env) {
-    const float *stats = spec->log(env);
-    for (int f = 0; f < spec->num_log; f++)
-        if (stats[f] != 0.0f) return f;
-    return -1;
-}
-
 /* After env `index` stepped (its step returned `ended`): overrides the rows of agents that wait
  * (option agents_wait), checks the step contract, records each ending agent's final observation and
  * the env's statistics, then resets the env (every agent ended or waits), respawns the ending agents
@@ -243,7 +235,7 @@ static int after_step(void *ctx, int64_t index, int ended) {
     }
     if (flagged != ended) return breach(vec, end->chunk, BREACH_COUNT, index, ended, flagged, waiting_flagged);
     if (ended == 0) {
-        int field = first_logged_field(spec, env_at(vec, index));
+        int field = cenv__first_logged(spec->log(env_at(vec, index)), (size_t)spec->num_log);
         return field < 0 ? 0 : breach(vec, end->chunk, BREACH_LOG_WITHOUT_END, index, 0, field, 0);
     }
     if (flagged + waiting < apa && spec->reset_agent == NULL && !spec->agents_wait)

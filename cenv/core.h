@@ -144,13 +144,14 @@ typedef struct {
 
 #define CENV_COUNT(array) ((int)(sizeof(array) / sizeof((array)[0])))
 
-/* 1 when a statistic of a Log (`count` floats) is not 0: its step wrote it. A step that ends no episode
- * must write none (the Log holds the sums over the episodes that end in that step and is cleared before
- * the next), so the vectorized layer reports such a step instead of dropping the values. */
-static inline int cenv__logged(const float *log, size_t count) {
+/* The index of the first statistic of a Log (`count` floats) that is not 0, which its step wrote, or -1
+ * when none is. A step that ends no episode must write none (the Log holds the sums over the episodes that
+ * end in that step and is cleared before the next), so the vectorized layer reports such a step (naming
+ * that statistic) instead of dropping the values. */
+static inline int cenv__first_logged(const float *log, size_t count) {
     for (size_t k = 0; k < count; k++)
-        if (log[k] != 0.0f) return 1;
-    return 0;
+        if (log[k] != 0.0f) return (int)k;
+    return -1;
 }
 
 /* ---- CENV_ENV's machinery: one wrapper and one initializer per option word ---- */
@@ -254,7 +255,8 @@ static inline int cenv__logged(const float *log, size_t count) {
             if (ended == 0 && !every) {                                                           \
                 int flagged = 0;                                                                  \
                 for (int a = 0; a < agents; a++) flagged |= env[i].terminals[a] | env[i].truncations[a]; \
-                if (!flagged && !cenv__logged((const float *)&env[i].log, sizeof(env[i].log) / sizeof(float))) \
+                size_t logs = sizeof(env[i].log) / sizeof(float);                                \
+                if (!flagged && cenv__first_logged((const float *)&env[i].log, logs) < 0)         \
                     continue; /* statistics without an end: after_step reports them */            \
             }                                                                                     \
             int rc = after_step(ctx, i, ended);                                                   \
