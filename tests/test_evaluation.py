@@ -117,6 +117,43 @@ def test_an_actor_in_ones_own_loop_plays_as_play_does(env_name):
                     Actor(trainer, 8)(env.reset(), np.ones(8, bool), np.ones((8, 3), bool))
 
 
+def test_an_actor_with_waiting_agents_keeps_the_carries_play_keeps(tmp_path):
+    """An env whose agents wait for their env's reset (agents_wait: tests/agent_ends.py's relay_wait) flags a
+    waiting agent's rows terminal, so play (and training) start its carry over while it waits and when its next
+    episode starts. An Actor fed those flags acts as play does; one fed each agent's own ends (what a loop
+    counting episodes has) and env.active keeps the same carries, where it used to carry a waiting agent's old
+    episode into its next one."""
+    import jax
+
+    from agent_ends import build
+    from jaxlab.config import env_args
+    from jaxlab.train.evaluation import Actor
+
+    library = build(tmp_path)
+    with trainer_for("relay_wait", "--env.library", library, "--vec.num-envs", "2", "--train.minibatch-size",
+                     "24") as trainer:
+        played = []
+        play(trainer, steps=20, num_envs=2, seed=3, on_step=lambda t, o, actions, r, e: played.append(actions))
+        with jaxlab.make("relay_wait", num_envs=2, seed=3, **env_args(trainer.config)) as env:
+            as_play, own = Actor(trainer, env.num_agents), Actor(trainer, env.num_agents)
+            observations, flagged, own_ends = env.reset(), np.ones(env.num_agents, bool), np.ones(env.num_agents, bool)
+            waits = 0
+            for t in range(20):
+                active = env.active.copy()
+                waits += int((~active).sum())
+                actions = as_play(observations, flagged)
+                np.testing.assert_array_equal(actions, played[t])
+                np.testing.assert_array_equal(own(observations, own_ends, active=active), actions)
+                for ours, theirs in zip(jax.tree.leaves(own.carry), jax.tree.leaves(as_play.carry)):
+                    np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-7, err_msg=f"step {t}")
+                observations, _, terminals, truncations, _ = env.step(actions)
+                flagged = terminals | truncations
+                own_ends = flagged & active  # a waiting agent's rows are no episode's end
+            assert waits > 0
+            with pytest.raises(ValueError, match=r"active of shape \(3,\), must be \(6,\)"):
+                own(observations, own_ends, active=np.ones(3, bool))
+
+
 def test_play_refuses_counts_below_one():
     """episodes=0 (or a negative count) returned 0 episodes in silence."""
     with trainer_for("memory") as trainer:

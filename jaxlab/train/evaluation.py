@@ -252,7 +252,12 @@ class Actor:
     (a new Actor's carry is the initial one either way). ``observations`` [A, *obs_shape] of the env's
     dtype, ``mask`` [A, sum(nvec)] bool for an env with action masks. Returns numpy actions [A] int32
     (discrete), [A, k] int32 (multi-discrete) or [A, k] float32 (continuous, the Gaussian's mean or a draw,
-    unclipped: the env clips). ``deterministic``: the most likely action, else a draw from ``seed``'s key."""
+    unclipped: the env clips). ``deterministic``: the most likely action, else a draw from ``seed``'s key.
+
+    ``active`` [A] bool, for an env whose agents wait for their env's reset (option agents_wait; pass
+    env.active, None otherwise): a waiting agent (False) still gets an action, which the env ignores, and its
+    carry starts over while it waits and again when it acts next, as in play and training (where the env's
+    rows of a waiting agent are flagged terminal), so ``ended`` may name each agent's own ends only."""
 
     def __init__(self, trainer, num_agents: int, deterministic: bool = True, seed: int = 0):
         from jaxlab.agent import distributions
@@ -263,6 +268,7 @@ class Actor:
         self.mask_shape = (num_agents, trainer.env.action_mask.shape[1]) if self.has_mask else None
         policy, spec = trainer.norm.acting_policy(trainer.policy), trainer.spec
         self.carry = policy.initial_carry(num_agents)
+        self.waited = np.zeros(num_agents, bool)  # [A]: the agents that were waiting in the previous call
         self.key = jax.random.PRNGKey(seed)
 
         def act(params, carry, obs, reset, mask, key):
@@ -273,7 +279,8 @@ class Actor:
 
         self._act = jax.jit(act)
 
-    def __call__(self, observations: np.ndarray, ended: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    def __call__(self, observations: np.ndarray, ended: np.ndarray, mask: np.ndarray | None = None,
+                 active: np.ndarray | None = None) -> np.ndarray:
         observations, ended = np.asarray(observations), np.asarray(ended, bool)
         want = (self.num_agents, *self.obs_shape)
         if observations.shape != want or observations.dtype != self.obs_dtype:
@@ -289,6 +296,13 @@ class Actor:
             raise ValueError(f"Actor: mask of shape {np.shape(mask)}, must be {self.mask_shape}: one row of legal "
                              "actions per agent, as env.action_mask")
         mask = None if mask is None else np.asarray(mask, bool)
+        reset = ended | self.waited
+        if active is not None:
+            if np.shape(active) != (self.num_agents,):
+                raise ValueError(f"Actor: active of shape {np.shape(active)}, must be ({self.num_agents},): which "
+                                 "agents act in this step (env.active), or leave it out for an env without waiting")
+            self.waited = ~np.asarray(active, bool)
+            reset = reset | self.waited
         self.key, key = jax.random.split(self.key)
-        self.carry, actions = self._act(self.params, self.carry, observations, ended, mask, key)
+        self.carry, actions = self._act(self.params, self.carry, observations, reset, mask, key)
         return np.asarray(actions)
