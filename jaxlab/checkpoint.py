@@ -5,8 +5,9 @@ A checkpoint is a directory with two Orbax items:
             state and its step (the LR-schedule position), the update RNG key, the rollout's key,
             LSTM carry, current observations, reset and truncation flags and final observations, and
             the C envs' state (VecEnv.save_state).
-    meta/   JSON: format version, env name, the resolved config as TOML, global step, update index,
-            the rollout's step count, wall time and time split so far, and the caller's metadata.
+    meta/   JSON: format version, the jaxlab version that wrote it (jaxlab_version), env name, the resolved
+            config as TOML, global step, update index, the rollout's step count, wall time and time split
+            so far, and the caller's metadata.
 A run keeps its checkpoints in RUN_DIR/checkpoints/<update>/ through an Orbax CheckpointManager:
 saves are asynchronous (arrays are copied to host memory first, then written by a background
 thread), written to a temporary directory and renamed when complete, so a process killed mid-save
@@ -168,6 +169,19 @@ def read_meta(path: Path) -> dict:
         raise CheckpointError(f"checkpoint {path} has format {meta.get('format') if isinstance(meta, dict) else '?'}"
                               f", this jaxlab reads format {FORMAT_VERSION}")
     return meta
+
+
+def version_note(meta: dict) -> str | None:
+    """One line naming the jaxlab version that wrote a checkpoint (its meta's jaxlab_version) and this one's
+    when they differ; None when they match or the checkpoint predates the record. Not refused: the format
+    (FORMAT_VERSION, checked by read_meta) is what decides whether a checkpoint can be read."""
+    import jaxlab
+
+    written = meta.get("jaxlab_version")
+    if written is None or written == jaxlab.__version__:
+        return None
+    return (f"note: the checkpoint was written by jaxlab {written}, this is jaxlab {jaxlab.__version__} "
+            f"(both read checkpoint format {FORMAT_VERSION})")
 
 
 def read(path: Path, target: Any, meta: dict | None = None) -> tuple[Any, dict]:

@@ -63,6 +63,39 @@ def test_save_stop_resume_equals_uninterrupted_bit_for_bit(tmp_path):
         assert int(second.state.step) == int(reference.step)
 
 
+def test_a_checkpoint_records_the_jaxlab_version_and_another_versions_is_loaded_with_one_line(tmp_path):
+    """A checkpoint did not say which jaxlab wrote it. Its meta records jaxlab_version; a resume or eval of one
+    written by another version loads it and says so in one line naming both versions; one from before the
+    record (no field) and one of this version load without a word."""
+    from jaxlab import __version__
+    from jaxlab.train.evaluation import load_trainer
+
+    with Trainer(small_config(2)) as trainer:
+        train_loop(trainer, updates=2)
+        path = trainer.save_checkpoint(tmp_path / "ck")
+    metadata = path / "meta" / "metadata"
+    meta = json.loads(metadata.read_text())
+    assert meta["jaxlab_version"] == __version__
+
+    def said_on_load(jaxlab_version):
+        """What a resume (load_checkpoint) and an eval (load_trainer) say of the checkpoint with
+        ``jaxlab_version`` in its meta (None: without the field, as before the record)."""
+        edited = {k: v for k, v in meta.items() if k != "jaxlab_version"}
+        if jaxlab_version is not None:
+            edited["jaxlab_version"] = jaxlab_version
+        metadata.write_text(json.dumps(edited))
+        checkpoint.write_manifest(path)  # files.json's CRC of the edited file: not damage
+        said = []
+        with Trainer(small_config(2)) as resumed:
+            assert resumed.load_checkpoint(path, warn=said.append)["update"] == 2
+        with load_trainer(path, warn=said.append) as played:
+            assert played.update_index == 2
+        return said
+
+    line = f"note: the checkpoint was written by jaxlab 0.0.1, this is jaxlab {__version__} (both read checkpoint "
+    assert said_on_load("0.0.1") == [line + "format 1)"] * 2
+    assert said_on_load(None) == said_on_load(__version__) == []
+
 def test_a_run_stopped_by_a_signal_and_resumed_matches_an_uninterrupted_run(tmp_path):
     config = small_config(8, "--checkpoint.interval", "2")
     straight = train_run(config, tmp_path / "straight")

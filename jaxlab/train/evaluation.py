@@ -60,6 +60,9 @@ def load_one_trainer(path: str | Path, warn: Callable[[str], None] = print, libr
             edited = policy_source_change(meta.get("policy_source"), trainer.policy_source)
             if edited:  # load_checkpoint warns of it itself
                 warn(f"warning: {edited}")
+            note = checkpoint.version_note(meta)  # load_checkpoint says it itself too
+            if note:
+                warn(note)
         else:
             trainer.load_checkpoint(path, meta, warn=warn)
     except BaseException:

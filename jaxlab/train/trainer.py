@@ -473,9 +473,11 @@ class Trainer:
         return state
 
     def checkpoint_meta(self, metadata: dict | None = None) -> dict:
+        from jaxlab import __version__ as jaxlab_version
         from jaxlab.checkpoint import FORMAT_VERSION
 
-        return {"format": FORMAT_VERSION, "env_name": self.config.env_name, "env_source": self.env_source,
+        return {"format": FORMAT_VERSION, "jaxlab_version": jaxlab_version, "env_name": self.config.env_name,
+                "env_source": self.env_source,
                 "policy_source": self.policy_source,
                 "config": config_lib.to_toml(self.config),
                 "global_step": self.global_step, "update": self.update_index, "rollout_steps": self.rollout.step_count,
@@ -561,6 +563,9 @@ class Trainer:
         edited = policy_source_change(meta.get("policy_source"), self.policy_source)
         if edited:  # after the read: a damaged checkpoint passed over does not warn twice
             warn(f"warning: {edited}")
+        note = checkpoint.version_note(meta)
+        if note:
+            warn(note)
         return meta
 
     def load_policy(self, path: str | Path, meta: dict | None = None) -> dict:
