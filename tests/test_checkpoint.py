@@ -1021,6 +1021,33 @@ def test_a_best_metric_that_never_changes_from_a_value_other_than_0_is_not_put_d
     assert warning_of([-0.64, -0.5]) is None and warning_of([-0.64]) is None
 
 
+def test_a_resumed_run_whose_best_metric_sits_at_the_best_it_rose_to_is_not_warned_of(tmp_path):
+    """A run resumed once solved (its episode_return at its maximum in every update since the resume) got
+    the warning that its best metric never changed. The records before the resume (metrics.jsonl) show the
+    metric rose to that value: no warning. A resumed self-play run, 0 before and after, keeps its warning."""
+    def self_play(steps):
+        config, _ = load_config("cards", flags=["--env.opponent", "self", *SMALL, "--train.total-timesteps",
+                                                str(steps)])
+        return config
+
+    run = tmp_path / "run"
+    train_run(self_play(1024), run, warn=lambda line: None)
+    history = (run / "metrics.jsonl").read_text()
+    said = []
+    train_run(self_play(2048), run, resume=run / "checkpoints", warn=said.append)
+    assert [line for line in said if "best_metric episode_return was 0 in all" in line]  # the real case
+
+    records = [json.loads(line) for line in history.splitlines()]
+    first = next(r for r in records if r.get("episode_return") is not None)
+    assert first["episode_return"] == 0.0
+    first["episode_return"] = -1.0  # as if it had learned up to 0, its maximum, before the resume
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    said.clear()
+    result = train_run(self_play(2048), run, resume=run / "checkpoints" / str(records[-1]["update"]),
+                       warn=said.append)
+    assert {r["episode_return"] for r in result.records if r.get("episode_return") is not None} == {0.0}
+    assert not [line for line in said if "best_metric" in line], said
+
 def save_all(directory, metrics, best_metric="episode_return", first=1, keep=1):
     """Saves a tiny checkpoint per value of ``metrics`` (updates first, first + 1, ...) through the run's
     RunCheckpoints, then closes; returns the updates left on disk."""

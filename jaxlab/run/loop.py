@@ -24,7 +24,7 @@ from pathlib import Path
 from jaxlab import checkpoint
 from jaxlab import config as config_lib
 from jaxlab.observe.alerts import nonfinite_losses
-from jaxlab.observe.records import earlier_run
+from jaxlab.observe.records import earlier_run, read_metrics
 from jaxlab.run.distributed import any_process, is_primary, sync_processes
 from jaxlab.run.resume import keep_metrics_until, newest_usable, resume_run_dir, set_aside_after
 from jaxlab.run.lock import RunDirLock
@@ -123,8 +123,10 @@ class SaveCheckpoints:
     process is not agreed: Orbax's save runs collectives of its own, which an agreement there would
     be matched against.)"""
 
-    def __init__(self, saves: checkpoint.RunCheckpoints, stop: StopSignals, best_metric: str, result: RunResult):
+    def __init__(self, saves: checkpoint.RunCheckpoints, stop: StopSignals, best_metric: str, result: RunResult,
+                 earlier: list[float] = ()):
         self.saves, self.stop, self.best_metric, self.result = saves, stop, best_metric, result
+        self.earlier = list(earlier)  # the best metric's values before a resume (earlier_metric_values)
         self.best = None
         self.ranked_updates = 0  # the updates whose record held a finite best metric
         self.ranked_values: set[float] = set()  # their values, at most two kept: enough to tell whether it changed
@@ -150,10 +152,13 @@ class SaveCheckpoints:
     def unchanging_best_metric(self) -> str | None:
         """A warning when the best metric had the same value in every update (two or more) that logged it,
         as a zero-sum self-play game's episode_return does (always 0): every checkpoint ties, so the one
-        kept as the best is arbitrary; else None."""
+        kept as the best is arbitrary; else None. None too for a resumed run whose metric sat at its best
+        throughout, a best it rose to before the resume (``earlier``: a run resumed once solved, at its maximum)."""
         if self.ranked_updates < 2 or len(self.ranked_values) != 1:
             return None
         (value,) = self.ranked_values
+        if self.earlier and min(self.earlier) < value and value >= max(self.earlier):  # it rose to its best
+            return None
         if value == 0:
             why = "a zero-sum self-play game's episode_return is always 0"
         else:  # an env whose episodes all end alike, e.g. every one truncated with the same cost: nothing learned
@@ -195,6 +200,17 @@ class SaveCheckpoints:
         if failed:
             failed_checkpoint = saves.directory / str(saves.last_saved_update)
             raise checkpoint.CheckpointError(others_say(failed_checkpoint, saves.last_good))
+
+
+def earlier_metric_values(resume: Path, update: int, best_metric: str) -> list[float]:
+    """The finite values of ``best_metric`` in the records (metrics.jsonl) of the run that ``resume`` (a
+    checkpoint, checkpoints/ or run dir) belongs to, up to ``update``, the update it resumed at: the
+    metric's history before the resume ([] without records or metric)."""
+    if not best_metric:
+        return []
+    values = (record.get(best_metric) for record in read_metrics(resume_run_dir(Path(resume)))
+              if isinstance(record.get("update"), int) and record["update"] <= update)
+    return [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
 
 
 def other_things_problem(run_dir: Path, resume: Path | None, env_name: str,
@@ -377,7 +393,8 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
                 trainer_hook(trainer, saves)
             hooks = [log_to(result.records.append)] + ([log_to(on_log)] if on_log is not None else [])
             hooks += [profile] if profile is not None else []
-            saving = SaveCheckpoints(saves, stop, best_metric, result)
+            earlier = earlier_metric_values(resume, trainer.update_index, best_metric) if resume and primary else []
+            saving = SaveCheckpoints(saves, stop, best_metric, result, earlier)
             hooks += [NonfiniteStop(result), saving]
             train_loop(trainer, hooks)
             if primary and (unchanging := saving.unchanging_best_metric()):
