@@ -511,6 +511,32 @@ def test_a_sweep_refuses_a_config_file_with_a_dist_table_before_creating_its_stu
     assert (tmp_path / "e" / "base.toml").is_file()
 
 
+@pytest.mark.parametrize("file, flags", [("envs/cartpole.toml", []), ("presets/cpu.toml", ["--preset", "cpu"])],
+                         ids=["env file", "preset"])
+def test_a_sweep_leaves_out_a_dist_table_of_an_env_file_or_preset_in_one_line(tmp_path, capsys, monkeypatch, file,
+                                                                              flags):
+    """An env's config file's or a preset's [dist] reached every trial through the study's base config (only a
+    --config file's was refused), with a warning that told the sweep to pass --dist.* flags it refuses. It is left
+    out of the base config, said in one line naming the key, its value and its file."""
+    pytest.importorskip("optuna")
+    import shutil
+
+    from jaxlab.config import config_from_toml, layers
+    from jaxlab.config.schema import DistConfig
+
+    configs = tmp_path / "configs"
+    shutil.copytree(layers.configs_dir(), configs)
+    with open(configs / file, "a") as table:
+        table.write("\n[dist]\nnum_processes = 2\n")
+    monkeypatch.setattr(layers, "configs_dir", lambda: configs)
+    assert cli.main(["sweep", "cartpole", "--root", str(tmp_path), "--study", "d", "--trials", "0", *flags]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if "dist" in line]
+    assert said == [f"jaxlab sweep: note: [dist] num_processes = 2 (from configs/{file}) left out of the study's base "
+                    "config: jaxlab sweep starts each run of a trial as one process (--parallel K runs K side by "
+                    "side)"], said
+    base = (tmp_path / "d" / "base.toml").read_text()
+    assert config_from_toml(base.partition("\n")[2]).dist == DistConfig()
+
 def test_a_sweep_refuses_a_flag_on_a_key_it_searches_while_a_config_file_may_set_one(tmp_path, capsys):
     """`--train.gamma 0.9` beside a sweep file searching train.gamma went into the base config and every trial's
     sampled gamma replaced it: the flag looked like it fixed gamma and did nothing. Refused, naming the flag, its

@@ -325,21 +325,35 @@ def unused_flags_warning(config, flags: list[str], platform: str | None = None,
     return f"warning: {'; '.join([*lines, *([fix] if fix else [])])}" if lines else None
 
 
+def dist_from_files(config, sources: dict) -> list[tuple[str, str]]:
+    """[(key, the file that set it)] for the [dist] keys that a file (a --config file, an env's TOML, a
+    preset) set to other than their defaults. ``sources``: load_config's {key: layer that set it}."""
+    from jaxlab.config.schema import DistConfig
+
+    default = DistConfig()
+    return [(key, sources[f"dist.{key}"]) for key in ("coordinator", "num_processes", "process_id")
+            if sources.get(f"dist.{key}", "command line") != "command line"
+            and getattr(config.dist, key) != getattr(default, key)]
+
+
+def named_dist_values(config, keys: list[tuple[str, str]]) -> str:
+    """'num_processes = 2 (from FILE), ...' for dist_from_files's ``keys``."""
+    from jaxlab.config.validate import shown_value
+
+    return ", ".join(f"{key} = {shown_value(getattr(config.dist, key))} (from {source})" for key, source in keys)
+
+
 def dist_in_file_warning(config, sources: dict) -> str | None:
     """The warning for [dist] keys that a file (a --config file, an env's TOML, a preset) set to other
     than their defaults, or None: the processes of a run come from the --dist.* flags and the
     environment only (they meet in jax.distributed.initialize before the config is loaded), so a file's
     [dist] does nothing. ``sources``: load_config's {key: layer that set it}."""
-    from jaxlab.config.schema import DistConfig
-    from jaxlab.config.validate import flag_of, shown_value
+    from jaxlab.config.validate import flag_of
 
-    default = DistConfig()
-    ignored = [(key, sources[f"dist.{key}"]) for key in ("coordinator", "num_processes", "process_id")
-               if sources.get(f"dist.{key}", "command line") != "command line"
-               and getattr(config.dist, key) != getattr(default, key)]
+    ignored = dist_from_files(config, sources)
     if not ignored:
         return None
-    named = ", ".join(f"{key} = {shown_value(getattr(config.dist, key))} (from {source})" for key, source in ignored)
+    named = named_dist_values(config, ignored)
     flags = " ".join(f"{flag_of('dist.' + key)} {getattr(config.dist, key)}" for key, _ in ignored)
     verb = "is" if len(ignored) == 1 else "are"
     return (f"warning: [dist] {named} {verb} not read: a run's processes come from the command line or the "
@@ -480,7 +494,7 @@ def total_without_file(args: argparse.Namespace, preset: str, config) -> int | N
 
 
 def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, updates: int | None = None,
-            processes: int | None = None) -> Resolved:
+            processes: int | None = None, warn_file_dist: bool = True) -> Resolved:
     """The config of ARGS (preset, --config, flags) with its sizes checked and its memory estimate
     checked against the device's and the host's; ConfigError (or CheckpointError for --resume)
     otherwise, which main() reports with exit status 2. Warnings go to ``warn`` (a run over several
@@ -488,7 +502,8 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, update
     in the config's train.total_timesteps, instead of that key, which is then not checked and, when a
     flag set it or a --config file changed it, gets a warning (`jaxlab bench`: ignored_total_warning).
     ``processes``: the run's process count for the sizes' per-process checks (default: the processes JAX
-    has joined; `jaxlab config` passes the --dist.* count it does not join).
+    has joined; `jaxlab config` passes the --dist.* count it does not join). ``warn_file_dist`` False: no
+    dist_in_file_warning (jaxlab sweep says what it does with a file's [dist] itself).
     Nothing is compiled; JAX's backend is started (to see the devices) with its memory options set."""
     from jaxlab.config import ConfigError, check_network, derive_sizes, load_config, memory, presets
     from jaxlab.config.layers import flags_library, repeated_flags
@@ -546,7 +561,8 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, update
             reason += f"; workload size {', '.join(workloads)}"
     for line in repeated_flags(args.flags):
         warn(f"warning: {line}")
-    for line in (dist_in_file_warning(config, sources), None if resume else file_preset_warning(args.config, preset),
+    for line in (dist_in_file_warning(config, sources) if warn_file_dist else None,
+                 None if resume else file_preset_warning(args.config, preset),
                  unread_header_toml_warning(config)):
         if line is not None:
             warn(line)

@@ -121,6 +121,23 @@ def refuse_dist_in_config_file(config_file: str | None) -> None:
                           "ignore it; remove [dist] from the file, or sweep with a copy without it")
 
 
+def without_file_dist(resolved):
+    """``resolved`` (common.Resolved) with the [dist] keys that an env's config file or a preset set (a --config
+    file's are refused, refuse_dist_in_config_file: the sweep's own input) back at their defaults, said in one
+    line on stderr: every trial runs as one process, so they would reach each trial's config and do nothing."""
+    from jaxlab.cli.common import dist_from_files, named_dist_values
+    from jaxlab.config.schema import DistConfig
+
+    keys = dist_from_files(resolved.config, resolved.sources)
+    if not keys:
+        return resolved
+    print(f"jaxlab sweep: note: [dist] {named_dist_values(resolved.config, keys)} left out of the study's base "
+          "config: jaxlab sweep starts each run of a trial as one process (--parallel K runs K side by side)",
+          file=sys.stderr, flush=True)
+    sources = {k: v for k, v in resolved.sources.items() if not k.startswith("dist.")}
+    return resolved._replace(config=replace(resolved.config, dist=DistConfig()), sources=sources)
+
+
 def refuse_plot_without_matplotlib() -> None:
     """ConfigError naming the install command when --plot cannot import matplotlib (Optuna alone, installed
     without the sweep extra, has no matplotlib): before --show prints or anything is written."""
@@ -170,7 +187,7 @@ def create_or_check(args, name: str, storage, overrides: dict, exists: bool = Fa
     # this process only supervises: on a GPU it takes memory as needed (next to nothing) instead of the
     # card preset's share, which its trials get (each its own, set in its environment)
     presets.prepare_backend(None)
-    resolved = resolve(args)
+    resolved = without_file_dist(resolve(args, warn_file_dist=False))
     env_name, library = resolved.config.env_name, resolved.config.env_library or None  # path/NAME.h: NAME, the .h
     if resumed:
         spec = with_settings(stored_spec, env_name, overrides, library)
