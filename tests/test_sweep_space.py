@@ -875,3 +875,27 @@ def test_plot_that_skips_a_picture_removes_the_one_an_earlier_plot_drew(tmp_path
     assert sorted(path.name for path in tmp_path.iterdir()) == ["history.png"]
     assert results.plot(study, spec, tmp_path, "again")[1] == \
         "importances.png: skipped (Cannot evaluate parameter importances)"
+
+
+def timed_records(first_update_s: float, update_s: list[float], compiles: int = 3) -> list[dict]:
+    """Hand-made metrics.jsonl records of a run: the first update took ``first_update_s`` (JAX's compiles
+    included: it holds compile_cache), update k + 2 took ``update_s[k]``."""
+    records = [{"update": 1, "wall_time": first_update_s, "compiles": compiles, "compile_cache": "miss"}]
+    for seconds in update_s:
+        last = records[-1]
+        records.append({"update": last["update"] + 1, "wall_time": last["wall_time"] + seconds, "compiles": compiles})
+    return records
+
+
+def test_the_cost_of_a_run_leaves_out_its_compiles_so_the_compile_cache_does_not_change_it():
+    """score,cost's cost was the run's last wall_time, JAX's compiles included: the same trial cost 20 s more
+    with a cold compile cache than with a warm one. It is now the run's updates times the mean time of an update
+    that compiled nothing (a process's first, with compile_cache; one whose compiles count changed)."""
+    cold, warm = timed_records(20.5, [0.5] * 9), timed_records(2.5, [0.5] * 9)
+    assert study_lib.run_cost(cold) == study_lib.run_cost(warm) == pytest.approx(10 * 0.5)
+    resumed = cold[:4] + [{**r, "wall_time": r["wall_time"] + 15.0} for r in cold[4:]]  # update 5 compiled again
+    resumed[4]["compile_cache"] = "hit"
+    recompiled = [*cold[:6], *({**r, "compiles": 4} for r in cold[6:])]  # update 7 compiled (a new shape)
+    recompiled[6:] = [{**r, "wall_time": r["wall_time"] + 8.0} for r in recompiled[6:]]
+    assert study_lib.run_cost(resumed) == study_lib.run_cost(recompiled) == pytest.approx(5.0)
+    assert study_lib.run_cost(timed_records(7.0, [])) == 7.0 and study_lib.run_cost([]) is None

@@ -273,7 +273,7 @@ def run_sweep(args, study, storage, spec, base_toml: str, study_dir: Path, platf
           f"{counted(spec.seeds, 'seed')} per trial; {spec.sampler} sampler, "
           f"{'no' if spec.multi_objective or spec.pruner == 'none' else spec.pruner} pruner; "
           f"{'maximise' if spec.direction == 'maximize' else 'minimise'} {spec.metric} (mean over the last "
-          f"{spec.average_last:.0%} of each run){' and minimise wall time' if spec.multi_objective else ''}",
+          f"{spec.average_last:.0%} of each run){' and minimise training time' if spec.multi_objective else ''}",
           flush=True)
     print("  " + "; ".join(p.describe() for p in spec.params), flush=True)
     print(f"  run dirs in {study_dir}/ (`jaxlab runs {study_dir}`); storage "
@@ -408,8 +408,8 @@ def add_commands(add) -> None:
     sweep.add_argument("--root", default=DEFAULT_ROOT, type=user_path, metavar="DIR", help="folder of the study dirs "
                        "(default runs/sweeps)")
     sweep.add_argument("--seeds", type=whole_number, metavar="S", help="seeds per trial, averaged (default: the file's)")
-    sweep.add_argument("--objective", metavar="WHAT", help="score, or score,cost: also minimise wall time "
-                       "(Pareto front)")
+    sweep.add_argument("--objective", metavar="WHAT", help="score, or score,cost: also minimise training time "
+                       "without compiles (Pareto front)")
     sweep.add_argument("--sampler", metavar="NAME", help="tpe (default) or cmaes")
     sweep.add_argument("--pruner", metavar="NAME", help="median (default), hyperband or none")
     sweep.add_argument("--show", action="store_true", help="print the best trials (or the Pareto front) with their "

@@ -71,7 +71,7 @@ def show(study, spec: SweepSpec, base_toml: str, study_dir: Path, env_name: str,
     what = "Pareto front (score up, wall time down)" if spec.multi_objective else f"best {min(SHOWN, len(best))}"
     lines.append(what + ":")
     names = [p.name for p in spec.params]
-    header = ["trial", spec.metric, "wall s", *names, "run dir"]
+    header = ["trial", spec.metric, "cost s" if spec.multi_objective else "wall s", *names, "run dir"]
     rows = [header]
     for t in best[:SHOWN if not spec.multi_objective else None]:
         wall = t.values[1] if spec.multi_objective else sum(t.user_attrs.get("wall_times", [0])) / max(

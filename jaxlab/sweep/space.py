@@ -11,7 +11,7 @@ config, or "env.PARAM"); the others are settings::
                                 # the run's agent-steps (an episode statistic weighted by each update's
                                 # episodes: updates that ended none do not count), then the mean of
                                 # that over the trial's seeds
-    objective = "score"         # or "score,cost": also minimise the run's wall time (seconds)
+    objective = "score"         # or "score,cost": also minimise the run's training time without compiles (s)
     sampler = "tpe"             # tpe or cmaes (cmaes: single objective)
     pruner = "median"           # median, hyperband or none
     reports = 10                # the metric is reported at each tenth of a run (the pruner's steps)
@@ -118,7 +118,7 @@ class SweepSpec:
 
     @property
     def directions(self) -> list[str]:
-        """Optuna's directions: the metric's, then "minimize" for the cost (wall time) when multi."""
+        """Optuna's directions: the metric's, then "minimize" for the cost (training seconds, run_cost) when multi."""
         return [self.direction, "minimize"] if self.multi_objective else [self.direction]
 
     def to_dict(self) -> dict:

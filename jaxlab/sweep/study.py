@@ -6,8 +6,8 @@ Objective of one run (one seed): the mean of ``spec.metric`` over the metrics re
 ``global_step`` lies in the last ``average_last`` of the run's agent-steps, an episode statistic weighted
 by each record's episodes (so it is the mean over those episodes; records of updates that ended no episode
 do not count); a trial's score is the mean over its seeds, and its
-cost (objective "score,cost") the mean of its runs' wall time in seconds (the trainer's wall_time:
-JAX compilation and training, without the process start).
+cost (objective "score,cost") the mean of its runs' seconds of training without JAX's compiles (run_cost),
+which depend on the compile cache.
 """
 
 from __future__ import annotations
@@ -287,6 +287,26 @@ def run_score(records: list[dict], spec: SweepSpec, total_steps: int) -> float |
     if not records:
         return None
     return window_mean(records, spec.metric, records[-1]["global_step"], spec.average_last * total_steps)
+
+
+def run_cost(records: list[dict]) -> float | None:
+    """The cost of one finished run (objective score,cost): its updates times the mean seconds of an update
+    that compiled nothing, so that neither a warm compile cache nor a cold one changes it. A record's time is
+    its wall_time less the record before's (the first's: its own); a record that compiled is a process's first
+    (it holds compile_cache: the run's start and each resume) or one whose compiles count changed. The last
+    record's wall_time (compiles included) when every update compiled (a one-update run); None without records."""
+    if not records:
+        return None
+    seconds, updates, before = 0.0, 0, None
+    for record in records:
+        compiled = "compile_cache" in record or before is None or record.get("compiles") != before.get("compiles")
+        if not compiled:
+            seconds += record["wall_time"] - before["wall_time"]
+            updates += record["update"] - before["update"]
+        before = record
+    if updates <= 0:
+        return float(records[-1]["wall_time"])
+    return seconds / updates * records[-1]["update"]
 
 
 def report_step(record: dict, total_steps: int, reports: int) -> int:

@@ -48,6 +48,7 @@ class SeedRun:
     stop_reason: str | None = None  # why the sweep stopped it: prune, sweep, trial failed
     score: float | None = None
     wall_time: float | None = None  # seconds (the trainer's wall_time of its last update)
+    cost: float | None = None  # seconds of its updates without JAX's compiles (study.run_cost)
     error: str | None = None
     follower: MetricsFollower = field(init=False)
 
@@ -301,6 +302,7 @@ class Sweep:
         records = seed_run.follower.ordered()
         seed_run.score = study_lib.run_score(records, self.spec, total_steps)
         seed_run.wall_time = records[-1]["wall_time"] if records else None
+        seed_run.cost = study_lib.run_cost(records)
         if seed_run.score is None:
             seed_run.state = "failed"
             seed_run.error = (f"no {self.spec.metric} in the last {self.spec.average_last:.0%} of the run (no "
@@ -403,13 +405,16 @@ class Sweep:
             self.told[run.number] = "pruned"
         elif all(r.state == "done" for r in runs):
             score = sum(r.score for r in runs) / len(runs)
-            cost = sum(r.wall_time for r in runs) / len(runs)
+            cost = sum(r.cost for r in runs) / len(runs)
             run.trial.set_user_attr("scores", [r.score for r in runs])
             run.trial.set_user_attr("wall_times", [r.wall_time for r in runs])
+            run.trial.set_user_attr("costs", [r.cost for r in runs])
             self.study.tell(run.trial, [score, cost] if self.spec.multi_objective else score)
             self.told[run.number] = "complete"
             seeds = f" (seeds {', '.join(f'{r.score:.4g}' for r in runs)})" if len(runs) > 1 else ""
-            self.say(f"trial {run.number} done: {self.spec.metric} {score:.4g}{seeds}, {cost:.1f} s; {dirs}")
+            wall = sum(r.wall_time for r in runs) / len(runs)
+            costs = f" (cost {cost:.1f} s without compiles)" if self.spec.multi_objective else ""
+            self.say(f"trial {run.number} done: {self.spec.metric} {score:.4g}{seeds}, {wall:.1f} s{costs}; {dirs}")
         else:
             self.say(f"trial {run.number} stopped; it continues with the next `jaxlab sweep ... --study "
                      f"{self.study.study_name}` ({dirs})")
