@@ -905,6 +905,28 @@ def test_a_pointer_after_log_in_the_env_struct_does_not_compile(user_env, tmp_pa
     assert f"{header}: Owning.{name} is a pointer" in first and fix in first, first
 
 
+def test_a_pointer_behind_a_typedef_in_an_array_or_inside_a_member_struct_does_not_compile(user_env, tmp_path):
+    """The refusal of a pointer after `log` read the struct's text and saw a `*` alone: a pointer behind a typedef
+    (`fptr x;`), an array of such pointers and a pointer inside a struct or union member built and trained, and a
+    resume crashed on them all the same. The build asks the compiler (the struct's debug information) and names
+    each, with the member that holds it; arrays and structs of plain values (`cenv_rng rng`) still build."""
+    types = "} HiddenLog;\ntypedef float *fptr;\ntypedef struct { int count; fptr cells; } Grid;\n"
+    header = stroll_variant(user_env, tmp_path, "hidden", "    cenv_rng rng;",
+                            "    fptr trail;\n    fptr marks[2];\n    Grid grid[3];\n"
+                            "    union { int i; void *p; } u;\n    int plain[4];\n    cenv_rng rng;")
+    header.write_text(header.read_text().replace("} HiddenLog;\n", types, 1))
+    with pytest.raises(sdk.BuildError) as err:
+        sdk.build_library([header], tmp_path / "libhidden.so")
+    errors = [line for line in str(err.value).splitlines() if "error:" in line]
+    expected = ["Hidden.trail is a pointer (fptr: float *)",
+                "Hidden.marks[] is a pointer (fptr: float *, inside member marks: fptr[])",
+                "Hidden.grid[].cells is a pointer (fptr: float *, inside member grid: Grid[])",
+                "Hidden.u.p is a pointer (void *, inside member u: union {...})"]
+    assert len(errors) == len(expected), errors
+    for line, expect in zip(errors, expected):
+        assert f"{header}: {expect}, but from `log` on" in line and "make it an array of fixed size" in line, line
+
+
 def test_a_header_with_pufferlibs_function_names_is_told_which_definitions_cenv_env_needs(user_env, tmp_path):
     """A PufferLib Ocean header's c_reset and c_step made the compiler print a screenful about implicit
     declarations inside CENV_ENV's expansion and nothing else: a last line names the definitions CENV_ENV

@@ -241,7 +241,10 @@ def _struct_checks(headers: list[Path], source: Path) -> list[str]:
     text = _preprocessed(source)
     if text is None:
         return []
-    return _log_field_checks(headers, text) + _saved_pointer_checks(headers, text)
+    pointers = _saved_pointer_checks_from_debug_info(headers, source)
+    if pointers is None:
+        pointers = _saved_pointer_checks(headers, text)
+    return _log_field_checks(headers, text) + pointers
 
 
 def _log_field_checks(headers: list[Path], text: str) -> list[str]:
@@ -259,13 +262,180 @@ def _log_field_checks(headers: list[Path], text: str) -> list[str]:
     return checks
 
 
+def _saved_pointer_checks_from_debug_info(headers: list[Path], source: Path) -> list[str] | None:
+    """A failing _Static_assert for each pointer that an env struct (CENV_ENV's type) holds from its `log` on, as the
+    compiler itself lays the struct out: ``source`` (the headers' includes) is compiled with -g and the env types'
+    debug information (DWARF, read with readelf) walked through typedefs, qualifiers, arrays, nested structs and
+    unions, so `typedef float *fptr; fptr x;`, `float *p[4]` and a pointer inside a member struct are seen. See
+    _saved_pointer_checks for why a pointer there is refused. [] when the headers do not compile (the build then
+    shows the compiler's messages); None when there is no readelf (the caller falls back to reading the text)."""
+    readelf = shutil.which("readelf") or shutil.which("llvm-readelf")
+    if readelf is None:
+        return None
+    env_types = {env_type: header for header in headers for env_type in _ENV_TYPE.findall(_code_of(header))}
+    if not env_types:
+        return []
+    probe = source.with_name("jaxlab_struct_probe.c")
+    probe.write_text(source.read_text() + "".join(f"{t} *jaxlab_struct_probe_{i};\n" for i, t in enumerate(env_types)))
+    obj = probe.with_suffix(".o")
+    compiler = shlex.split(_builder().find_compiler())
+    cmd = [*compiler, *compile_flags(), "-O0", "-g", "-w", "-c", str(probe), "-o", str(obj)]
+    if _run_tool(cmd) is None:
+        return []
+    dump = _run_tool([readelf, "--debug-dump=info", str(obj)])
+    if dump is None:
+        return None
+    dies = _debug_entries(dump)
+    checks = []
+    for env_type, header in env_types.items():
+        struct = _typedef_target(dies, env_type)
+        members = _saved_members(dies, struct) if struct is not None else []
+        for member in members:
+            for path, leaf, pointer in _pointers_in(dies, member["type"], member["name"]):
+                checks.append(_debug_pointer_check(header, env_type, (path, leaf, pointer), dies, member["type"]))
+    return checks
+
+
+def _run_tool(cmd: list[str]) -> str | None:
+    """The stdout of ``cmd``, or None when it fails (or cannot start)."""
+    try:
+        result = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
+    except OSError:
+        return None
+    if result.returncode < 0 and -result.returncode in (signal.SIGINT, signal.SIGTERM):
+        raise KeyboardInterrupt
+    return result.stdout if result.returncode == 0 else None
+
+
+#: A debugging information entry as `readelf --debug-dump=info` prints it: ` <1><2d>: Abbrev Number: 5 (DW_TAG_x)`.
+_DIE = re.compile(r"^\s*<(\d+)><([0-9a-f]+)>: Abbrev Number: \d+ \(DW_TAG_(\w+)\)")
+#: One of its attributes: `    <2e>   DW_AT_name        : (indirect string, offset: 0x74): fptr`.
+_ATTRIBUTE = re.compile(r"^\s*<[0-9a-f]+>\s+DW_AT_(\w+)\s*:\s*(.*)$")
+
+
+def _debug_entries(dump: str) -> dict[int, dict]:
+    """The entries of a `readelf --debug-dump=info` ``dump`` by offset: {"tag", "name", "type" (an offset),
+    "location" (a member's byte offset), "children" (offsets, in order)}."""
+    dies: dict[int, dict] = {}
+    parents: list[int] = []
+    current = None
+    for line in dump.splitlines():
+        entry = _DIE.match(line)
+        if entry:
+            depth, offset = int(entry.group(1)), int(entry.group(2), 16)
+            current = dies[offset] = {"tag": entry.group(3), "children": []}
+            del parents[depth:]
+            if parents:
+                dies[parents[-1]]["children"].append(offset)
+            parents.append(offset)
+            continue
+        attribute = _ATTRIBUTE.match(line)
+        if attribute and current is not None:
+            key, value = attribute.groups()
+            if key == "name":
+                current["name"] = value.rsplit("): ", 1)[-1].strip()
+            elif key == "type":
+                found = re.search(r"<0x([0-9a-f]+)>", value)
+                current["type"] = int(found.group(1), 16) if found else None
+            elif key == "data_member_location":
+                found = re.findall(r"\d+", value)
+                current["location"] = int(found[-1]) if found else 0
+    return dies
+
+
+def _typedef_target(dies: dict[int, dict], name: str) -> int | None:
+    """The offset of the type that the typedef ``name`` names (its struct), or None."""
+    return next((die.get("type") for die in dies.values() if die["tag"] == "typedef" and die.get("name") == name), None)
+
+
+def _saved_members(dies: dict[int, dict], struct: int) -> list[dict]:
+    """The members of the struct at ``struct`` from its `log` on (the saved part), without `log` itself and the
+    borrowed buffer pointers (CENV_ENV's layout assertion names those when they follow `log`)."""
+    members = [dies[c] for c in dies[struct]["children"] if dies[c]["tag"] == "member"]
+    start = next((i for i, m in enumerate(members) if m.get("name") == "log"), len(members))
+    return [m for m in members[start + 1:] if m.get("name") not in _BORROWED_BUFFERS and m.get("type") is not None]
+
+
+#: Debug entry tags that name their type again with a qualifier (the walk looks through them).
+_QUALIFIERS = {"typedef", "const_type", "volatile_type", "restrict_type", "atomic_type"}
+
+
+def _pointers_in(dies: dict[int, dict], type_offset: int | None, path: str) -> list[tuple[str, int, int]]:
+    """[(the member path, its declared type's offset, the pointer type's offset)] for every pointer that a value of
+    the type at ``type_offset`` holds (through typedefs, qualifiers, arrays, nested structs and unions); ``path``
+    names the value (`grid.cells`, `slots[]`)."""
+    declared = type_offset
+    die = dies.get(type_offset) if type_offset is not None else None
+    while die is not None and die["tag"] in _QUALIFIERS:
+        type_offset = die.get("type")
+        die = dies.get(type_offset) if type_offset is not None else None
+    if die is None:
+        return []
+    if die["tag"] == "pointer_type":
+        return [(path, declared, type_offset)]
+    if die["tag"] == "array_type":
+        return _pointers_in(dies, die.get("type"), f"{path}[]")
+    if die["tag"] in ("structure_type", "union_type"):
+        found = []
+        for child in (dies[c] for c in die["children"] if dies[c]["tag"] == "member"):
+            inner = f"{path}.{child['name']}" if child.get("name") else path  # an anonymous struct's members
+            found += _pointers_in(dies, child.get("type"), inner)
+        return found
+    return []
+
+
+def _type_name(dies: dict[int, dict], type_offset: int | None) -> str:
+    """The C spelling of the type at ``type_offset`` (`fptr`, `float *`, `struct Node *`), as far as it matters
+    for a message."""
+    die = dies.get(type_offset) if type_offset is not None else None
+    if die is None:
+        return "void"
+    tag, name = die["tag"], die.get("name")
+    if tag in ("typedef", "base_type") and name:
+        return name
+    if tag in ("structure_type", "union_type"):
+        return f"{tag.split('_')[0].replace('structure', 'struct')} {name or '{...}'}"
+    if tag == "pointer_type" and dies.get(die.get("type"), {}).get("tag") == "subroutine_type":
+        return "a function pointer"
+    if tag == "pointer_type":
+        return f"{_type_name(dies, die.get('type')).rstrip()} *"
+    if tag in _QUALIFIERS:
+        return f"{tag.split('_')[0]} {_type_name(dies, die.get('type'))}"
+    if tag == "array_type":
+        return f"{_type_name(dies, die.get('type'))}[]"
+    return name or tag
+
+
+def _debug_pointer_check(header: Path, env_type: str, found: tuple[str, int, int], dies: dict[int, dict],
+                         declared: int) -> str:
+    """The failing _Static_assert that names the pointer ``found`` (its path, declared type's and pointer type's
+    offsets: see _pointers_in) of ``env_type`` (whose member holding it is declared as the type at ``declared``)."""
+    path, leaf_type, pointer = found
+    target = dies[pointer].get("type")
+    while target is not None and dies.get(target, {}).get("tag") in _QUALIFIERS - {"typedef"}:
+        target = dies[target].get("type")
+    function = target is not None and dies.get(target, {}).get("tag") == "subroutine_type"
+    leaf, member = path.split(".")[-1].rstrip("[]"), path.split(".")[0].rstrip("[]")
+    shown, spelled = _type_name(dies, leaf_type), _type_name(dies, pointer)
+    declaration = shown if shown == spelled else f"{shown}: {spelled}"
+    where = f", inside member {member}: {_type_name(dies, declared)}" if path != member else ""
+    fix = ("store an int that selects the function instead" if function else
+           f"make it an array of fixed size, e.g. `{_type_name(dies, target)} {leaf}[MAX_{leaf.upper()}]` with a "
+           f"#define")
+    message = (f"{header}: {env_type}.{path} is a pointer ({declaration}{where}), but from `log` on the env struct is "
+               f"saved in checkpoints as plain bytes and loaded into other processes, where a pointer points nowhere "
+               f"(a resume crashes), and nothing frees what it points at; {fix} (BUILD.md, The env contract)")
+    return f"_Static_assert(0, {_c_string(message)});"
+
+
 def _saved_pointer_checks(headers: list[Path], text: str) -> list[str]:
     """A failing _Static_assert for each pointer member that an env struct (CENV_ENV's type, read from the
     preprocessed C ``text``) declares after its `log`: from `log` on the struct is saved in checkpoints as
     plain bytes and loaded into other processes, where the pointer points nowhere (a resume crashed with a
     segmentation fault), and nothing frees what it points at. A PufferLib env callocs its arrays in init;
-    here they are arrays of fixed size. Pointers hidden behind a typedef or inside a nested struct are not
-    seen."""
+    here they are arrays of fixed size. Read from the text, without the compiler's help: the fallback of
+    _saved_pointer_checks_from_debug_info where there is no readelf (a pointer behind a typedef or inside a nested
+    struct is not seen)."""
     checks = []
     for header in headers:
         for env_type in dict.fromkeys(_ENV_TYPE.findall(_code_of(header))):
