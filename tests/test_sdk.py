@@ -965,6 +965,37 @@ def test_a_step_that_resets_its_own_env_does_not_compile(user_env, tmp_path, cal
     assert "return how many instead" in first
 
 
+def test_a_step_that_resets_its_env_through_a_helper_does_not_compile(user_env, tmp_path):
+    """The refusal above saw a call of the env's reset in the step's own body alone: a step that called a helper
+    that reset (`finish(env)` -> `NAME_reset(env)`) built and trained with every final observation wrong. The
+    build follows the calls through the functions the header defines and names the chain."""
+    header = stroll_variant(user_env, tmp_path, "relayed", "    return 1; /* agents whose",
+                            "    stroll_finish(env);\n    return 1; /* agents whose")
+    header.write_text(header.read_text().replace("static int relayed_step(", "static void relayed_finish(Relayed *env) "
+                                                 "{ relayed_reset(env); }\nstatic int relayed_step(", 1))
+    with pytest.raises(sdk.BuildError) as err:
+        sdk.build_library([header], tmp_path / "librelayed.so")
+    first = next(line for line in str(err.value).splitlines() if "error:" in line)
+    assert (f"{header}: relayed_step calls relayed_reset through relayed_finish, but jaxlab resets the env "
+            "itself") in first, first
+
+
+def test_check_env_stops_a_step_that_reaches_its_reset_through_a_function_pointer(user_env, tmp_path, capsys):
+    """No reading of the text sees a reset called through a function pointer (or a function of another file):
+    the sanitizer run watches every function the step enters (-finstrument-functions) and fails, naming the env
+    and its reset, when the step reaches it."""
+    header = stroll_variant(user_env, tmp_path, "pointed", "    return 1; /* agents whose",
+                            "    pointed_restart(env);\n    return 1; /* agents whose")
+    header.write_text(header.read_text().replace("static int pointed_step(", "static void (*const pointed_restart)"
+                                                 "(Pointed *) = pointed_reset;\nstatic int pointed_step(", 1))
+    code, lines, err = check_env(capsys, header, "--seeds", "1", "--steps", "30")
+    output = "\n".join(lines)
+    assert code == 1 and "PASS  build" in output, output + err
+    assert "FAIL  sanitizers  the sanitizer run of " in output, output
+    assert (f"{header}: pointed_step reached pointed_reset (through a function it calls): jaxlab resets the env "
+            "itself") in output, output
+
+
 def test_a_step_that_returns_nothing_is_told_to_return_the_count(user_env, tmp_path):
     """A step declared void (a PufferLib Ocean c_step is) failed with `void value not ignored as it ought to
     be`, pointing at CENV_ENV's line: a last line now says what the step must return."""

@@ -74,7 +74,8 @@ CHECKS = {
     "build": "compiles with jaxlab's flags (warnings are errors), its Log fields are floats, no libc rand()",
     "registry": "its parameter table, statistic names and spaces (default parameters) are valid",
     "overruns": "writes only its own rows of each buffer and never its actions, at each parameter's ends",
-    "sanitizers": "stepped (1 and 3 threads), saved, loaded and drawn under AddressSanitizer and UBSan",
+    "sanitizers": "stepped (1 and 3 threads), saved, loaded and drawn under AddressSanitizer and UBSan, its step "
+                  "never reaching its reset",
 }
 
 
@@ -269,8 +270,9 @@ def add_commands(add) -> None:
                 "no libc rand()), registry (parameter table, statistic names, spaces), overruns "
                 "(jaxlab.sdk.check_overruns: guard bytes around every buffer, the actions never written, with "
                 "each parameter at both ends of its range) and sanitizers (the header stepped by the SDK's C "
-                "driver under AddressSanitizer and UBSan). When the build or registry check fails, the others "
-                "are skipped. Exit 1 when a check failed, 2 for bad input.", check_env_command)
+                "driver under AddressSanitizer and UBSan, stopped when a step reaches the env's own reset). When "
+                "the build or registry check fails, the others are skipped. Exit 1 when a check failed, 2 for bad "
+                "input.", check_env_command)
     check.add_argument("header", type=user_path, metavar="HEADER.h", help="the env header to check")
     check.add_argument("--seeds", type=whole_number, default=3, metavar="N",
                        help="seeds of the overrun check, 0..N-1 (default 3)")

@@ -484,26 +484,60 @@ def _saved_pointer_check(header: Path, env_type: str, declaration: str, declarat
 
 
 def _self_reset_checks(headers: list[Path]) -> list[str]:
-    """A failing _Static_assert for each env whose step function calls its own reset (or reset_agent) hook, as a
+    """A failing _Static_assert for each env whose step function reaches its own reset (or reset_agent) hook, as a
     PufferLib Ocean env's c_step calls c_reset: jaxlab records each ending agent's final observation after the
     step and then resets, so the final observation was the next episode's first (a truncated episode's value
-    bootstrapped from it) and the env was reset twice, with no error. Only direct calls in the step's body (the
-    header without comments) are seen."""
+    bootstrapped from it) and the env was reset twice, with no error. The calls are read from the functions the
+    header defines (without comments), through helpers it defines too (step -> finish -> reset); a call through a
+    function pointer or a function of another file is left to the sanitizer run's watch (_reset_in_step_watch)."""
     checks = []
     for header in headers:
-        code = _code_of(header)
+        bodies = _function_bodies(_code_of(header))
         for name in header_envs(header):
-            start = re.search(rf"\bint\s+{name}_step\s*\([^)]*\)\s*\{{", code)
-            body = code[start.end():_closing_brace(code, start.end() - 1)] if start else ""
-            called = re.search(rf"\b{name}_reset(_agent)?\s*\(", body)
-            if called:
-                message = (f"{header}: {name}_step calls {called.group(0)[:-1].strip()}, but jaxlab resets the env "
-                           f"itself after the step that ends its agents' episodes, once it has recorded each one's "
-                           f"final observation: reset inside the step, the final observation would be the next "
-                           f"episode's first; flag the agents that ended and return how many instead (BUILD.md, "
-                           f"The env contract)")
+            path = _call_path(bodies, f"{name}_step", {f"{name}_reset", f"{name}_reset_agent"})
+            if path:
+                through = f" through {' -> '.join(path[1:-1])}" if len(path) > 2 else ""
+                message = (f"{header}: {name}_step calls {path[-1]}{through}, but jaxlab resets the env itself after "
+                           f"the step that ends its agents' episodes, once it has recorded each one's final "
+                           f"observation: reset inside the step, the final observation would be the next episode's "
+                           f"first; flag the agents that ended and return how many instead (BUILD.md, The env "
+                           f"contract)")
                 checks.append(f"_Static_assert(0, {_c_string(message)});")
     return checks
+
+
+#: A function definition's head in C code: `name(parameters) {` (one level of parentheses inside, as in
+#: `int (*cmp)(int)`).
+_FUNCTION_HEAD = re.compile(r"\b([A-Za-z_]\w*)\s*\(([^;{}()]|\([^;{}()]*\))*\)\s*\{")
+
+
+def _function_bodies(code: str) -> dict[str, str]:
+    """{name: body} of the functions C ``code`` defines at its top level (a head inside a body taken already, an
+    `if (…) {`, is not one)."""
+    bodies: dict[str, str] = {}
+    taken = 0
+    for match in _FUNCTION_HEAD.finditer(code):
+        if match.start() < taken or match.group(1) in _C_KEYWORDS:
+            continue
+        taken = _closing_brace(code, match.end() - 1)
+        bodies.setdefault(match.group(1), code[match.end():taken])
+    return bodies
+
+
+def _call_path(bodies: dict[str, str], start: str, targets: set[str]) -> list[str]:
+    """The shortest chain of calls [start, …, target] from function ``start`` to one of ``targets`` through the
+    functions of ``bodies`` (see _function_bodies), direct calls first; [] when none reaches one."""
+    paths, queue = {start: [start]}, [start]
+    for function in queue:
+        calls = re.findall(r"\b([A-Za-z_]\w*)\s*\(", bodies.get(function, ""))
+        for called in calls:
+            if called in targets:
+                return [*paths[function], called]
+        for called in calls:
+            if called in bodies and called not in paths:
+                paths[called] = [*paths[function], called]
+                queue.append(called)
+    return []
 
 
 def _preprocessed(source: Path) -> str | None:
@@ -635,16 +669,57 @@ def run_under_sanitizers(header: str | Path, timeout_s: float = 600) -> subproce
     builder = _builder()
     with _scratch(Path(tempfile.gettempdir()), "jaxlab-sanitize-") as folder:
         source = _translation_unit([header], folder)
+        source.write_text(source.read_text() + "\n".join(_reset_in_step_watch(header)) + "\n")
         try:
             binary = builder.build(folder / "smoke", sanitize=True, shared=False,
                                    sources=[source, include_dir() / "tests" / "smoke.c"], include=[include_dir()],
-                                   verbose=False)
+                                   verbose=False, extra=["-finstrument-functions"])
         except builder.CompilerNotFound as err:
             raise BuildError(str(err)) from None
         except RuntimeError as err:
             raise BuildError(f"{header} does not compile with the sanitizers:\n{err}") from None
         return subprocess.run([str(binary)], capture_output=True, text=True, errors="replace", timeout=timeout_s,
                               env={**os.environ, **SANITIZER_ENVIRONMENT})
+
+
+#: The exit status of a sanitizer run stopped because an env's step reached its own reset (_reset_in_step_watch).
+RESET_IN_STEP_EXIT = 86
+
+
+def _reset_in_step_watch(header: Path) -> list[str]:
+    """C lines for the sanitizer build (compiled with -finstrument-functions, whose hooks the compiler calls on
+    entering and leaving every function, inlined ones included) that stop the run, naming the env and the hook,
+    when an env's reset or reset_agent is entered while its step runs: through a helper function or a function
+    pointer too, which the build's text check (_self_reset_checks) does not see. The vectorized layer resets
+    after the step returns, which the watch lets be."""
+    code = _code_of(header)
+    hooks = []
+    for name in header_envs(header):
+        hooks += [(name, f"{name}_reset")]
+        if re.search(rf"\b{name}_reset_agent\s*\(", code):
+            hooks += [(name, f"{name}_reset_agent")]
+    message = ("%s: %s_step reached %s (through a function it calls): jaxlab resets the env itself after the step "
+               "that ends its agents' episodes, once it has recorded each one's final observation; reset inside the "
+               "step, the final observation is the next episode's first. Flag the agents that ended and return how "
+               "many instead (BUILD.md, The env contract)")
+    lines = ["/* jaxlab check-env: an env's step must not reach its own reset (see _reset_in_step_watch). */",
+             "static _Thread_local const char *jaxlab__stepping; /* the env whose step runs on this thread */",
+             "__attribute__((no_instrument_function)) void __cyg_profile_func_enter(void *fn, void *caller);",
+             "__attribute__((no_instrument_function)) void __cyg_profile_func_exit(void *fn, void *caller);",
+             "__attribute__((no_instrument_function)) void __cyg_profile_func_enter(void *fn, void *caller) {",
+             "    (void)caller;"]
+    for name in header_envs(header):
+        lines.append(f'    if (fn == (void *){name}_step) {{ jaxlab__stepping = "{name}"; return; }}')
+    for name, hook in hooks:
+        stepping = f'jaxlab__stepping != NULL && strcmp(jaxlab__stepping, "{name}") == 0'
+        lines += [f"    if (fn == (void *){hook} && {stepping}) {{",
+                  f'        fprintf(stderr, {_c_string(message)} "\\n", {_c_string(str(header))}, "{name}", "{hook}");',
+                  f"        _Exit({RESET_IN_STEP_EXIT});",
+                  "    }"]
+    lines += ["}", "__attribute__((no_instrument_function)) void __cyg_profile_func_exit(void *fn, void *caller) {",
+              "    (void)caller;"]
+    lines += [f"    if (fn == (void *){name}_step) jaxlab__stepping = NULL;" for name in header_envs(header)]
+    return [*lines, "}"]
 
 
 def _unwritable(output: Path, err: OSError) -> BuildError:
