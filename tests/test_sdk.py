@@ -1588,6 +1588,21 @@ def test_check_env_runs_the_header_under_the_sanitizers(user_env, tmp_path, caps
     assert code == 0 and "PASS  sanitizers" in "\n".join(lines), lines + [err]
 
 
+def test_check_env_runs_the_sanitizer_build_at_each_parameters_range_ends_and_names_the_one_that_fails(
+        user_env, tmp_path, capsys):
+    """The overrun check stepped each parameter at both ends of its range but the sanitizer run used the defaults
+    alone: undefined behaviour only at an end (here a signed overflow with length=1000, which the release build
+    wraps) passed every check. The sanitizer build runs at the same settings and names the one that failed."""
+    header = stroll_variant(user_env, tmp_path, "edgy", "env->tick += 1;",
+                            "env->tick += 1;\n    if (env->length == 1000) env->episode_return += "
+                            "0.0f * (float)(env->tick + 2147483647);")
+    code, lines, err = check_env(capsys, header, "--seeds", "1", "--steps", "30")
+    output = "\n".join(lines)
+    assert code == 1 and "PASS  overruns" in output, output + err
+    assert f"FAIL  sanitizers  the sanitizer run of {header} with length=1000 failed (exit 1):" in output, output
+    assert "runtime error: signed integer overflow" in output, output
+
+
 @pytest.mark.parametrize("args, expect", [
     (["{dir}/strol.h"], "env header {dir}/strol.h does not exist; did you mean {dir}/stroll.h?"),
     (["{dir}/test_stroll.py"], "{dir}/test_stroll.py is not an env header file (NAME.h)"),

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 from jaxlab.cli.common import user_path, whole_number
@@ -74,8 +76,8 @@ CHECKS = {
     "build": "compiles with jaxlab's flags (warnings are errors), its Log fields are floats, no libc rand()",
     "registry": "its parameter table, statistic names and spaces (default parameters) are valid",
     "overruns": "writes only its own rows of each buffer and never its actions, at each parameter's ends",
-    "sanitizers": "stepped (1 and 3 threads), saved, loaded and drawn under AddressSanitizer and UBSan, its step "
-                  "never reaching its reset",
+    "sanitizers": "stepped (1 and 3 threads), saved, loaded and drawn under AddressSanitizer and UBSan at each "
+                  "parameter's ends, its step never reaching its reset",
 }
 
 
@@ -230,19 +232,67 @@ def _failed_while_checked(name: str, library: str, setting: dict, held: dict, er
             f"fix the env for {shown}, narrow the range in its parameter table, or hold it with {hold}")
 
 
+#: The most seconds one run of the sanitizer build may take (a longer one fails, as hung), and the most all of a
+#: header's runs may take together (settings not started by then are left out and named).
+SANITIZER_RUN_TIMEOUT_S = 120.0
+SANITIZER_BUDGET_S = 600.0
+
+
 def _check_sanitizers(args, header: Path, held: dict, state: dict) -> str | None:
-    from jaxlab.env.sdk import BuildError, run_under_sanitizers
+    """The sanitizer build of the header (built once) run for each env at each parameter setting of the overrun
+    check (sanitizer_settings: ``held``, then each other parameter at both ends of its range), each run within
+    SANITIZER_RUN_TIMEOUT_S and all within SANITIZER_BUDGET_S; a failure names the setting. The PASS line names
+    the settings left out (too large, or past the budget)."""
+    from jaxlab.env.overrun import sanitizer_settings
+    from jaxlab.env.sdk import BuildError, sanitizer_driver
 
     if args.no_sanitize:
         return "(--no-sanitize)"
+    started, left_out = time.monotonic(), []
     try:
-        run = run_under_sanitizers(header)
+        with sanitizer_driver(header) as run:
+            for name in state["names"]:
+                settings, too_large = sanitizer_settings(name, state["library"], **held)
+                left_out += [f"{name}'s {s}" if len(state["names"]) > 1 else s for s in too_large]
+                for setting in settings:
+                    if time.monotonic() - started > SANITIZER_BUDGET_S:
+                        left_out.append(f"{_setting_text(name, setting, held, state)} (past the check's "
+                                        f"{SANITIZER_BUDGET_S:.0f} s)")
+                        continue
+                    _sanitizer_run(run, name, setting, header, held, state)
     except BuildError as err:
         raise CheckFailed(str(err)) from None
-    if run.returncode != 0:
-        tail = (run.stdout + run.stderr).strip().splitlines()[-20:]
-        raise CheckFailed("\n".join([f"the sanitizer run of {header} failed (exit {run.returncode}):", *tail]))
-    return None
+    if not left_out:
+        return None
+    return f"{CHECKS['sanitizers']}\nnot run with {', '.join(left_out)}; --param NAME=VALUE runs a value of your choice"
+
+
+def _setting_text(name: str, setting: dict, held: dict, state: dict) -> str:
+    """``setting`` as a sanitizer line names it: the parameters moved from ``held`` (`length=1000`), else "the
+    default parameters" (or those held); the env's name too when the header has several."""
+    moved = ", ".join(f"{key}={value}" for key, value in setting.items() if key not in held)
+    text = moved or ("the parameters given" if held else "the default parameters")
+    return f"{name}'s {text}" if len(state["names"]) > 1 else text
+
+
+def _sanitizer_run(run, name: str, setting: dict, header: Path, held: dict, state: dict) -> None:
+    """One run of the sanitizer build (``run``, see sanitizer_driver) of env ``name`` with ``setting``; CheckFailed
+    naming the setting when it fails or does not finish within SANITIZER_RUN_TIMEOUT_S."""
+    from jaxlab.env.registry import env_type, resolve_params
+
+    kind = env_type(name, state["library"])
+    params = dict(zip((p.name for p in kind.params), resolve_params(kind, setting)))
+    shown = _setting_text(name, setting, held, state)
+    try:
+        result = run(name, params, timeout_s=SANITIZER_RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise CheckFailed(f"the sanitizer run of {header} with {shown} did not finish within "
+                          f"{SANITIZER_RUN_TIMEOUT_S:.0f} s (stopped): it hangs there, or is too slow to check; fix "
+                          f"the env for it or narrow the range in its parameter table") from None
+    if result.returncode != 0:
+        tail = (result.stdout + result.stderr).strip().splitlines()[-20:]
+        raise CheckFailed("\n".join([f"the sanitizer run of {header} with {shown} failed (exit {result.returncode}):",
+                                     *tail]))
 
 
 def add_commands(add) -> None:
@@ -270,7 +320,8 @@ def add_commands(add) -> None:
                 "no libc rand()), registry (parameter table, statistic names, spaces), overruns "
                 "(jaxlab.sdk.check_overruns: guard bytes around every buffer, the actions never written, with "
                 "each parameter at both ends of its range) and sanitizers (the header stepped by the SDK's C "
-                "driver under AddressSanitizer and UBSan, stopped when a step reaches the env's own reset). When "
+                "driver under AddressSanitizer and UBSan at the same parameter settings, each run within 120 s, "
+                "stopped when a step reaches the env's own reset). When "
                 "the build or registry check fails, the others are skipped. Exit 1 when a check failed, 2 for bad "
                 "input.", check_env_command)
     check.add_argument("header", type=user_path, metavar="HEADER.h", help="the env header to check")

@@ -665,6 +665,16 @@ def run_under_sanitizers(header: str | Path, timeout_s: float = 600) -> subproce
     env of the header with its default parameters, stepped with 1 and 3 threads and compared, its states
     saved and loaded, its pictures drawn. The finished run (returncode 0: no failure and no sanitizer
     report; its stdout has a line "NAME N episodes, ok" per env). BuildError when it does not compile."""
+    with sanitizer_driver(header) as run:
+        return run(timeout_s=timeout_s)
+
+
+@contextmanager
+def sanitizer_driver(header: str | Path):
+    """The sanitizer build of ``header`` (see run_under_sanitizers), built once, as a function
+    ``run(env=None, params=None, timeout_s=600) -> CompletedProcess`` that runs it: every env with its defaults,
+    or env ``env`` alone with ``params`` ({NAME: number}, the rest at their defaults). subprocess.TimeoutExpired
+    (the run killed) past ``timeout_s``. BuildError when it does not compile."""
     header = Path(header).expanduser().absolute()
     builder = _builder()
     with _scratch(Path(tempfile.gettempdir()), "jaxlab-sanitize-") as folder:
@@ -678,8 +688,13 @@ def run_under_sanitizers(header: str | Path, timeout_s: float = 600) -> subproce
             raise BuildError(str(err)) from None
         except RuntimeError as err:
             raise BuildError(f"{header} does not compile with the sanitizers:\n{err}") from None
-        return subprocess.run([str(binary)], capture_output=True, text=True, errors="replace", timeout=timeout_s,
-                              env={**os.environ, **SANITIZER_ENVIRONMENT})
+
+        def run(env: str | None = None, params: dict | None = None, timeout_s: float = 600):
+            given = [f"{key}={float(value).hex()}" for key, value in (params or {}).items()]  # exact for strtod
+            return subprocess.run([str(binary), *([env, *given] if env else [])], capture_output=True, text=True,
+                                  errors="replace", timeout=timeout_s, env={**os.environ, **SANITIZER_ENVIRONMENT})
+
+        yield run
 
 
 #: The exit status of a sanitizer run stopped because an env's step reached its own reset (_reset_in_step_watch).
