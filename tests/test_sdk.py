@@ -1603,6 +1603,39 @@ def test_check_env_runs_the_sanitizer_build_at_each_parameters_range_ends_and_na
     assert "runtime error: signed integer overflow" in output, output
 
 
+def test_check_env_fails_an_env_that_crashes_or_hangs_in_init_at_a_range_end_naming_the_value(user_env, tmp_path,
+                                                                                            capsys, monkeypatch):
+    """An int parameter declared up to 1e9 that sizes a loop in init (marks cells of a fixed array, or counts) made
+    the overrun check, which creates the env at each range end in check-env's own process, crash it with a
+    segmentation fault or hang it for ever. Each setting is checked in a forked process with a time and memory
+    limit: the FAIL line names the parameter and value, and the --param that holds it."""
+    from jaxlab.cli import sdk as cli_sdk
+
+    header = stroll_variant(user_env, tmp_path, "marking", '"reward lost per step that does not reach the goal"},',
+                            '"reward lost per step that does not reach the goal"},\n'
+                            '    {"cells", 4, 1, 1e9, 1, "cells marked at init"},\n'
+                            '    {"rounds", 1, 1, 1e9, 1, "rounds of warm-up at init"},')
+    header.write_text(header.read_text().replace("    cenv_rng rng;", "    int marks[16];\n    cenv_rng rng;", 1)
+                      .replace("    env->step_cost = (float)params[2];\n",
+                               "    env->step_cost = (float)params[2];\n"
+                               "    volatile int *marks = env->marks;\n"
+                               "    for (long i = 0; i < (long)params[3]; i++) marks[i] = 1;\n"
+                               "    for (volatile long i = 0; i < (long)params[4] * 1000000000L; i++) {}\n", 1))
+    code, lines, err = check_env(capsys, header, *QUICK)
+    output = "\n".join(lines)
+    assert code == 1 and "PASS  registry" in output, output + err
+    assert ("FAIL  overruns    env 'marking' failed while checked with cells=1000000000, an end of its range (not "
+            "an overrun): its process crashed (signal SIGSEGV;") in output, output
+    assert "or hold it with --param cells=4" in output, output
+    monkeypatch.setattr(cli_sdk, "OVERRUN_SETTING_TIMEOUT_S", 3.0)
+    code, lines, err = check_env(capsys, header, *QUICK, "--param", "cells=4")
+    output = "\n".join(lines)
+    assert code == 1, output + err
+    assert ("FAIL  overruns    env 'marking' failed while checked with rounds=1000000000, an end of its range (not "
+            "an overrun): it did not finish within 3 s and was stopped") in output, output
+    assert "or hold it with --param rounds=1" in output, output
+
+
 @pytest.mark.parametrize("args, expect", [
     (["{dir}/strol.h"], "env header {dir}/strol.h does not exist; did you mean {dir}/stroll.h?"),
     (["{dir}/test_stroll.py"], "{dir}/test_stroll.py is not an env header file (NAME.h)"),
