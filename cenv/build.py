@@ -60,10 +60,11 @@ def compile_flags(sanitize: bool = False) -> list[str]:
 
 
 def compile_command(output: Path, sanitize: bool = False, shared: bool = True,
-                    sources: list[Path] | None = None, include: list[Path] | None = None) -> list[str]:
+                    sources: list[Path] | None = None, include: list[Path] | None = None,
+                    extra: list[str] | None = None) -> list[str]:
     """The compiler command line that builds ``sources`` (default: the library) into ``output``, with
-    ``include`` directories on the header search path."""
-    cmd = [*shlex.split(find_compiler()), *compile_flags(sanitize)]
+    ``include`` directories on the header search path and the ``extra`` flags of one build."""
+    cmd = [*shlex.split(find_compiler()), *compile_flags(sanitize), *(extra or [])]
     cmd += [f"-I{directory}" for directory in include or []]
     if shared:
         cmd.append("-shared")
@@ -72,13 +73,13 @@ def compile_command(output: Path, sanitize: bool = False, shared: bool = True,
     return cmd
 
 
-def build(output: Path, sanitize: bool = False, shared: bool = True,
-          sources: list[Path] | None = None, verbose: bool = True, include: list[Path] | None = None) -> Path:
-    """Compiles into ``output``; raises RuntimeError with the command and the compiler's messages on
-    failure."""
+def build(output: Path, sanitize: bool = False, shared: bool = True, sources: list[Path] | None = None,
+          verbose: bool = True, include: list[Path] | None = None, extra: list[str] | None = None) -> Path:
+    """Compiles into ``output`` (``extra``: flags of this build alone); raises RuntimeError with the command
+    and the compiler's messages on failure."""
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    cmd = compile_command(output, sanitize=sanitize, shared=shared, sources=sources, include=include)
+    cmd = compile_command(output, sanitize=sanitize, shared=shared, sources=sources, include=include, extra=extra)
     if verbose:
         print(" ".join(cmd), file=sys.stderr)
     result = subprocess.run(cmd, capture_output=True, text=True, errors="replace")

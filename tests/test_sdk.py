@@ -905,6 +905,28 @@ def test_a_pointer_after_log_in_the_env_struct_does_not_compile(user_env, tmp_pa
     assert f"{header}: Owning.{name} is a pointer" in first and fix in first, first
 
 
+def test_a_pointer_behind_a_typedef_in_an_array_or_inside_a_member_struct_does_not_compile(user_env, tmp_path):
+    """The refusal of a pointer after `log` read the struct's text and saw a `*` alone: a pointer behind a typedef
+    (`fptr x;`), an array of such pointers and a pointer inside a struct or union member built and trained, and a
+    resume crashed on them all the same. The build asks the compiler (the struct's debug information) and names
+    each, with the member that holds it; arrays and structs of plain values (`cenv_rng rng`) still build."""
+    types = "} HiddenLog;\ntypedef float *fptr;\ntypedef struct { int count; fptr cells; } Grid;\n"
+    header = stroll_variant(user_env, tmp_path, "hidden", "    cenv_rng rng;",
+                            "    fptr trail;\n    fptr marks[2];\n    Grid grid[3];\n"
+                            "    union { int i; void *p; } u;\n    int plain[4];\n    cenv_rng rng;")
+    header.write_text(header.read_text().replace("} HiddenLog;\n", types, 1))
+    with pytest.raises(sdk.BuildError) as err:
+        sdk.build_library([header], tmp_path / "libhidden.so")
+    errors = [line for line in str(err.value).splitlines() if "error:" in line]
+    expected = ["Hidden.trail is a pointer (fptr: float *)",
+                "Hidden.marks[] is a pointer (fptr: float *, inside member marks: fptr[])",
+                "Hidden.grid[].cells is a pointer (fptr: float *, inside member grid: Grid[])",
+                "Hidden.u.p is a pointer (void *, inside member u: union {...})"]
+    assert len(errors) == len(expected), errors
+    for line, expect in zip(errors, expected):
+        assert f"{header}: {expect}, but from `log` on" in line and "make it an array of fixed size" in line, line
+
+
 def test_a_header_with_pufferlibs_function_names_is_told_which_definitions_cenv_env_needs(user_env, tmp_path):
     """A PufferLib Ocean header's c_reset and c_step made the compiler print a screenful about implicit
     declarations inside CENV_ENV's expansion and nothing else: a last line names the definitions CENV_ENV
@@ -941,6 +963,37 @@ def test_a_step_that_resets_its_own_env_does_not_compile(user_env, tmp_path, cal
     first = next(line for line in str(err.value).splitlines() if "error:" in line)
     assert f"{header}: resetting_step calls {called}, but jaxlab resets the env itself" in first, first
     assert "return how many instead" in first
+
+
+def test_a_step_that_resets_its_env_through_a_helper_does_not_compile(user_env, tmp_path):
+    """The refusal above saw a call of the env's reset in the step's own body alone: a step that called a helper
+    that reset (`finish(env)` -> `NAME_reset(env)`) built and trained with every final observation wrong. The
+    build follows the calls through the functions the header defines and names the chain."""
+    header = stroll_variant(user_env, tmp_path, "relayed", "    return 1; /* agents whose",
+                            "    stroll_finish(env);\n    return 1; /* agents whose")
+    header.write_text(header.read_text().replace("static int relayed_step(", "static void relayed_finish(Relayed *env) "
+                                                 "{ relayed_reset(env); }\nstatic int relayed_step(", 1))
+    with pytest.raises(sdk.BuildError) as err:
+        sdk.build_library([header], tmp_path / "librelayed.so")
+    first = next(line for line in str(err.value).splitlines() if "error:" in line)
+    assert (f"{header}: relayed_step calls relayed_reset through relayed_finish, but jaxlab resets the env "
+            "itself") in first, first
+
+
+def test_check_env_stops_a_step_that_reaches_its_reset_through_a_function_pointer(user_env, tmp_path, capsys):
+    """No reading of the text sees a reset called through a function pointer (or a function of another file):
+    the sanitizer run watches every function the step enters (-finstrument-functions) and fails, naming the env
+    and its reset, when the step reaches it."""
+    header = stroll_variant(user_env, tmp_path, "pointed", "    return 1; /* agents whose",
+                            "    pointed_restart(env);\n    return 1; /* agents whose")
+    header.write_text(header.read_text().replace("static int pointed_step(", "static void (*const pointed_restart)"
+                                                 "(Pointed *) = pointed_reset;\nstatic int pointed_step(", 1))
+    code, lines, err = check_env(capsys, header, "--seeds", "1", "--steps", "30")
+    output = "\n".join(lines)
+    assert code == 1 and "PASS  build" in output, output + err
+    assert "FAIL  sanitizers  the sanitizer run of " in output, output
+    assert (f"{header}: pointed_step reached pointed_reset (through a function it calls): jaxlab resets the env "
+            "itself") in output, output
 
 
 def test_a_step_that_returns_nothing_is_told_to_return_the_count(user_env, tmp_path):
@@ -1533,6 +1586,54 @@ def test_check_env_runs_the_header_under_the_sanitizers(user_env, tmp_path, caps
     assert "runtime error: signed integer overflow" in output, output
     code, lines, err = check_env(capsys, user_env / "stroll.h", "--seeds", "1", "--steps", "30")
     assert code == 0 and "PASS  sanitizers" in "\n".join(lines), lines + [err]
+
+
+def test_check_env_runs_the_sanitizer_build_at_each_parameters_range_ends_and_names_the_one_that_fails(
+        user_env, tmp_path, capsys):
+    """The overrun check stepped each parameter at both ends of its range but the sanitizer run used the defaults
+    alone: undefined behaviour only at an end (here a signed overflow with length=1000, which the release build
+    wraps) passed every check. The sanitizer build runs at the same settings and names the one that failed."""
+    header = stroll_variant(user_env, tmp_path, "edgy", "env->tick += 1;",
+                            "env->tick += 1;\n    if (env->length == 1000) env->episode_return += "
+                            "0.0f * (float)(env->tick + 2147483647);")
+    code, lines, err = check_env(capsys, header, "--seeds", "1", "--steps", "30")
+    output = "\n".join(lines)
+    assert code == 1 and "PASS  overruns" in output, output + err
+    assert f"FAIL  sanitizers  the sanitizer run of {header} with length=1000 failed (exit 1):" in output, output
+    assert "runtime error: signed integer overflow" in output, output
+
+
+def test_check_env_fails_an_env_that_crashes_or_hangs_in_init_at_a_range_end_naming_the_value(user_env, tmp_path,
+                                                                                            capsys, monkeypatch):
+    """An int parameter declared up to 1e9 that sizes a loop in init (marks cells of a fixed array, or counts) made
+    the overrun check, which creates the env at each range end in check-env's own process, crash it with a
+    segmentation fault or hang it for ever. Each setting is checked in a forked process with a time and memory
+    limit: the FAIL line names the parameter and value, and the --param that holds it."""
+    from jaxlab.cli import sdk as cli_sdk
+
+    header = stroll_variant(user_env, tmp_path, "marking", '"reward lost per step that does not reach the goal"},',
+                            '"reward lost per step that does not reach the goal"},\n'
+                            '    {"cells", 4, 1, 1e9, 1, "cells marked at init"},\n'
+                            '    {"rounds", 1, 1, 1e9, 1, "rounds of warm-up at init"},')
+    header.write_text(header.read_text().replace("    cenv_rng rng;", "    int marks[16];\n    cenv_rng rng;", 1)
+                      .replace("    env->step_cost = (float)params[2];\n",
+                               "    env->step_cost = (float)params[2];\n"
+                               "    volatile int *marks = env->marks;\n"
+                               "    for (long i = 0; i < (long)params[3]; i++) marks[i] = 1;\n"
+                               "    for (volatile long i = 0; i < (long)params[4] * 1000000000L; i++) {}\n", 1))
+    code, lines, err = check_env(capsys, header, *QUICK)
+    output = "\n".join(lines)
+    assert code == 1 and "PASS  registry" in output, output + err
+    assert ("FAIL  overruns    env 'marking' failed while checked with cells=1000000000, an end of its range (not "
+            "an overrun): its process crashed (signal SIGSEGV;") in output, output
+    assert "or hold it with --param cells=4" in output, output
+    monkeypatch.setattr(cli_sdk, "OVERRUN_SETTING_TIMEOUT_S", 3.0)
+    code, lines, err = check_env(capsys, header, *QUICK, "--param", "cells=4")
+    output = "\n".join(lines)
+    assert code == 1, output + err
+    assert ("FAIL  overruns    env 'marking' failed while checked with rounds=1000000000, an end of its range (not "
+            "an overrun): it did not finish within 3 s and was stopped") in output, output
+    assert "or hold it with --param rounds=1" in output, output
 
 
 @pytest.mark.parametrize("args, expect", [

@@ -4,7 +4,8 @@
  * handle, step before reset, saved states, and extreme states set by set_state (NaN, infinities,
  * 1e30) rendered, drawn and stepped. Built with
  * -fsanitize=address,undefined,float-cast-overflow by
- * tests/test_build.py::test_sanitizer_build_steps_every_env; exits non-zero on any mismatch. */
+ * tests/test_build.py::test_sanitizer_build_steps_every_env; exits non-zero on any mismatch.
+ * `smoke ENV NAME=VALUE ...` runs env ENV alone with those parameters (jaxlab check-env: each range end). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,15 +27,70 @@ typedef struct {
     uint8_t *terminals, *truncations, *mask, *active;
 } run;
 
-static int open_run(run *r, int type, int threads) {
+/* Parameters given on the command line (`smoke ENV NAME=VALUE ...`: env ENV alone, these parameters set, the
+ * others at their defaults; without arguments every env with its defaults), as jaxlab check-env runs the
+ * driver at each parameter's range ends. */
+static const char *only_env;
+static int num_given;
+static const char *given_names[CENV_MAX_PARAMS];
+static double given_values[CENV_MAX_PARAMS];
+
+/* The parameters env `type` runs with (its defaults, then those given); returns how many it has. */
+static int env_params(int type, double *params) {
     int np = cenv_num_params(type);
-    double params[CENV_MAX_PARAMS];
     for (int i = 0; i < np; i++) {
         const char *name, *help;
         double lo, hi;
         int is_int;
         cenv_param_info(type, i, &name, &help, &params[i], &lo, &hi, &is_int);
+        for (int g = 0; g < num_given; g++) {
+            if (strcmp(name, given_names[g]) == 0) params[i] = given_values[g];
+        }
     }
+    return np;
+}
+
+/* Reads `ENV NAME=VALUE ...` into only_env and the given parameters; 0, or 1 (with a message) for bad ones. */
+static int read_arguments(int argc, char **argv) {
+    if (argc < 2) return 0;
+    only_env = argv[1];
+    int type = -1;
+    for (int t = 0; t < cenv_num_env_types(); t++) {
+        if (strcmp(cenv_env_name(t), only_env) == 0) type = t;
+    }
+    if (type < 0) {
+        fprintf(stderr, "smoke: no env %s in this library\n", only_env);
+        return 1;
+    }
+    for (int a = 2; a < argc; a++) {
+        char *eq = strchr(argv[a], '='), *end = NULL;
+        if (eq == NULL || num_given == CENV_MAX_PARAMS) {
+            fprintf(stderr, "smoke: %s is not NAME=VALUE\n", argv[a]);
+            return 1;
+        }
+        *eq = '\0';
+        given_names[num_given] = argv[a];
+        given_values[num_given] = strtod(eq + 1, &end);
+        int known = 0;
+        for (int i = 0; i < cenv_num_params(type); i++) {
+            const char *name, *help;
+            double d, lo, hi;
+            int is_int;
+            cenv_param_info(type, i, &name, &help, &d, &lo, &hi, &is_int);
+            known |= strcmp(name, argv[a]) == 0;
+        }
+        if (!known || end == eq + 1 || *end != '\0') {
+            fprintf(stderr, "smoke: env %s has no parameter %s, or %s is no number\n", only_env, argv[a], eq + 1);
+            return 1;
+        }
+        num_given++;
+    }
+    return 0;
+}
+
+static int open_run(run *r, int type, int threads) {
+    double params[CENV_MAX_PARAMS];
+    int np = env_params(type, params);
     char err[256];
     r->vec = cenv_create(type, NUM_ENVS, 1234, params, np, threads, err, sizeof(err));
     if (r->vec == NULL) {
@@ -81,14 +137,8 @@ static void close_run(run *r) {
 
 /* A describe-only handle has the spaces of a created vector and refuses everything else. */
 static int check_describe(const run *r, int type) {
-    int np = cenv_num_params(type);
     double params[CENV_MAX_PARAMS];
-    for (int i = 0; i < np; i++) {
-        const char *name, *help;
-        double lo, hi;
-        int is_int;
-        cenv_param_info(type, i, &name, &help, &params[i], &lo, &hi, &is_int);
-    }
+    int np = env_params(type, params);
     char err[CENV_ERROR_LEN];
     cenv_vec *d = cenv_describe(type, params, np, err, sizeof(err));
     if (d == NULL) return 1;
@@ -139,10 +189,12 @@ static void fill_actions(run *r, cenv_rng *rng) {
     }
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     int failures = 0;
+    if (read_arguments(argc, argv)) return 2;
     if (cenv_step(NULL) != CENV_ERR_NULL) failures++;
     for (int type = 0; type < cenv_num_env_types(); type++) {
+        if (only_env != NULL && strcmp(cenv_env_name(type), only_env) != 0) continue;
         run one, three;
         if (open_run(&one, type, 1) || open_run(&three, type, 3)) {
             fprintf(stderr, "%s: could not open\n", cenv_env_name(type));

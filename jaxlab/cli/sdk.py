@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 from jaxlab.cli.common import user_path, whole_number
@@ -74,7 +76,8 @@ CHECKS = {
     "build": "compiles with jaxlab's flags (warnings are errors), its Log fields are floats, no libc rand()",
     "registry": "its parameter table, statistic names and spaces (default parameters) are valid",
     "overruns": "writes only its own rows of each buffer and never its actions, at each parameter's ends",
-    "sanitizers": "stepped (1 and 3 threads), saved, loaded and drawn under AddressSanitizer and UBSan",
+    "sanitizers": "stepped (1 and 3 threads), saved, loaded and drawn under AddressSanitizer and UBSan at each "
+                  "parameter's ends, its step never reaching its reset",
 }
 
 
@@ -200,17 +203,88 @@ def _check_overruns(args, header: Path, held: dict, state: dict) -> str | None:
         settings, too_large = overrun_settings(name, state["library"], **held)
         left_out += [f"{name}'s {setting}" if len(state["names"]) > 1 else setting for setting in too_large]
         for setting in settings:
-            try:
+            def check(setting=setting, name=name):
                 check_overruns(name, seeds=tuple(range(args.seeds)), steps=args.steps, library=state["library"],
                                settings=[setting])
+
+            try:
+                _isolated(check, OVERRUN_SETTING_TIMEOUT_S, OVERRUN_MEMORY_BYTES)
             except OverrunError as err:
                 raise CheckFailed(str(err)) from None
-            except (RuntimeError, ValueError) as err:
+            except (RuntimeError, ValueError, MemoryError) as err:
                 raise CheckFailed(_failed_while_checked(name, state["library"], setting, held, err)) from None
     if not left_out:
         return None
     return (f"{CHECKS['overruns']}\nnot stepped with {', '.join(left_out)}: too large to check; --param NAME=VALUE "
             "checks a value of your choice")
+
+
+#: The most seconds the overrun check of one parameter setting may take (its env's init, reset and steps; a longer
+#: one is stopped and fails, named), and the memory it may take beyond what check-env holds already.
+OVERRUN_SETTING_TIMEOUT_S = 120.0
+OVERRUN_MEMORY_BYTES = 4 << 30
+
+
+def _isolated(function, timeout_s: float, memory_bytes: int) -> None:
+    """Runs ``function()`` in a forked process whose address space may grow by ``memory_bytes`` at most
+    (RLIMIT_AS), so that a C env that hangs, crashes or takes the machine's memory in its init (a parameter at an
+    end of its range that sizes a loop) fails instead of stopping check-env. Raises what ``function`` raised
+    (an OverrunError, RuntimeError, ValueError or MemoryError, as the same type with its message), a
+    RuntimeError for a crash (the signal named) or past ``timeout_s`` (the process killed)."""
+    import multiprocessing
+    import signal
+
+    from jaxlab.env.overrun import OverrunError
+
+    context = multiprocessing.get_context("fork")
+    receiver, sender = context.Pipe(duplex=False)
+    child = context.Process(target=_run_limited, args=(function, memory_bytes, sender), daemon=True)
+    child.start()
+    sender.close()
+    child.join(timeout_s)
+    if child.is_alive():
+        child.kill()
+        child.join()
+        raise RuntimeError(f"it did not finish within {timeout_s:.0f} s and was stopped: its init, reset or step "
+                           f"hangs there, or is too slow to check")
+    try:
+        outcome = receiver.recv() if receiver.poll() else None
+    except EOFError:  # it died before sending anything
+        outcome = None
+    receiver.close()
+    if outcome is not None:
+        kinds = {"OverrunError": OverrunError, "RuntimeError": RuntimeError, "ValueError": ValueError,
+                 "MemoryError": MemoryError}
+        raise kinds[outcome[0]](outcome[1])
+    if child.exitcode != 0:
+        crash = (f"signal {signal.Signals(-child.exitcode).name}" if child.exitcode < 0 else
+                 f"exit status {child.exitcode}")
+        raise RuntimeError(f"its process crashed ({crash}; its memory was limited to {memory_bytes >> 30} GiB more "
+                           f"than check-env's own): its init, reset or step writes out of bounds or allocates "
+                           f"too much there")
+
+
+def _run_limited(function, memory_bytes: int, sender) -> None:
+    """In _isolated's child: limits its address space to its current size plus ``memory_bytes``, runs ``function``
+    and sends None, or (the error's type name, its message)."""
+    import resource
+
+    try:
+        with open("/proc/self/statm") as statm:
+            size = int(statm.read().split()[0]) * resource.getpagesize()
+        resource.setrlimit(resource.RLIMIT_AS, (size + memory_bytes, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    except (OSError, ValueError):
+        pass  # no /proc (not Linux) or a hard limit below: the time limit alone
+    from jaxlab.env.overrun import OverrunError
+
+    try:
+        function()
+    except (OverrunError, RuntimeError, ValueError, MemoryError) as err:
+        kind = next(k for k in (OverrunError, MemoryError, ValueError, RuntimeError) if isinstance(err, k))
+        sender.send((kind.__name__, str(err)))
+    else:
+        sender.send(None)
+    sender.close()
 
 
 def _failed_while_checked(name: str, library: str, setting: dict, held: dict, err: Exception) -> str:
@@ -229,19 +303,67 @@ def _failed_while_checked(name: str, library: str, setting: dict, held: dict, er
             f"fix the env for {shown}, narrow the range in its parameter table, or hold it with {hold}")
 
 
+#: The most seconds one run of the sanitizer build may take (a longer one fails, as hung), and the most all of a
+#: header's runs may take together (settings not started by then are left out and named).
+SANITIZER_RUN_TIMEOUT_S = 120.0
+SANITIZER_BUDGET_S = 600.0
+
+
 def _check_sanitizers(args, header: Path, held: dict, state: dict) -> str | None:
-    from jaxlab.env.sdk import BuildError, run_under_sanitizers
+    """The sanitizer build of the header (built once) run for each env at each parameter setting of the overrun
+    check (sanitizer_settings: ``held``, then each other parameter at both ends of its range), each run within
+    SANITIZER_RUN_TIMEOUT_S and all within SANITIZER_BUDGET_S; a failure names the setting. The PASS line names
+    the settings left out (too large, or past the budget)."""
+    from jaxlab.env.overrun import sanitizer_settings
+    from jaxlab.env.sdk import BuildError, sanitizer_driver
 
     if args.no_sanitize:
         return "(--no-sanitize)"
+    started, left_out = time.monotonic(), []
     try:
-        run = run_under_sanitizers(header)
+        with sanitizer_driver(header) as run:
+            for name in state["names"]:
+                settings, too_large = sanitizer_settings(name, state["library"], **held)
+                left_out += [f"{name}'s {s}" if len(state["names"]) > 1 else s for s in too_large]
+                for setting in settings:
+                    if time.monotonic() - started > SANITIZER_BUDGET_S:
+                        left_out.append(f"{_setting_text(name, setting, held, state)} (past the check's "
+                                        f"{SANITIZER_BUDGET_S:.0f} s)")
+                        continue
+                    _sanitizer_run(run, name, setting, header, held, state)
     except BuildError as err:
         raise CheckFailed(str(err)) from None
-    if run.returncode != 0:
-        tail = (run.stdout + run.stderr).strip().splitlines()[-20:]
-        raise CheckFailed("\n".join([f"the sanitizer run of {header} failed (exit {run.returncode}):", *tail]))
-    return None
+    if not left_out:
+        return None
+    return f"{CHECKS['sanitizers']}\nnot run with {', '.join(left_out)}; --param NAME=VALUE runs a value of your choice"
+
+
+def _setting_text(name: str, setting: dict, held: dict, state: dict) -> str:
+    """``setting`` as a sanitizer line names it: the parameters moved from ``held`` (`length=1000`), else "the
+    default parameters" (or those held); the env's name too when the header has several."""
+    moved = ", ".join(f"{key}={value}" for key, value in setting.items() if key not in held)
+    text = moved or ("the parameters given" if held else "the default parameters")
+    return f"{name}'s {text}" if len(state["names"]) > 1 else text
+
+
+def _sanitizer_run(run, name: str, setting: dict, header: Path, held: dict, state: dict) -> None:
+    """One run of the sanitizer build (``run``, see sanitizer_driver) of env ``name`` with ``setting``; CheckFailed
+    naming the setting when it fails or does not finish within SANITIZER_RUN_TIMEOUT_S."""
+    from jaxlab.env.registry import env_type, resolve_params
+
+    kind = env_type(name, state["library"])
+    params = dict(zip((p.name for p in kind.params), resolve_params(kind, setting)))
+    shown = _setting_text(name, setting, held, state)
+    try:
+        result = run(name, params, timeout_s=SANITIZER_RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise CheckFailed(f"the sanitizer run of {header} with {shown} did not finish within "
+                          f"{SANITIZER_RUN_TIMEOUT_S:.0f} s (stopped): it hangs there, or is too slow to check; fix "
+                          f"the env for it or narrow the range in its parameter table") from None
+    if result.returncode != 0:
+        tail = (result.stdout + result.stderr).strip().splitlines()[-20:]
+        raise CheckFailed("\n".join([f"the sanitizer run of {header} with {shown} failed (exit {result.returncode}):",
+                                     *tail]))
 
 
 def add_commands(add) -> None:
@@ -268,15 +390,18 @@ def add_commands(add) -> None:
                 "one PASS, FAIL or SKIP line each: build (jaxlab's flags, warnings as errors, float Log fields, "
                 "no libc rand()), registry (parameter table, statistic names, spaces), overruns "
                 "(jaxlab.sdk.check_overruns: guard bytes around every buffer, the actions never written, with "
-                "each parameter at both ends of its range) and sanitizers (the header stepped by the SDK's C "
-                "driver under AddressSanitizer and UBSan). When the build or registry check fails, the others "
-                "are skipped. Exit 1 when a check failed, 2 for bad input.", check_env_command)
+                "each parameter at both ends of its range, each setting in a process of its own stopped after 120 s "
+                "or at 4 GiB more memory) and sanitizers (the header stepped by the SDK's C "
+                "driver under AddressSanitizer and UBSan at the same parameter settings, each run within 120 s, "
+                "stopped when a step reaches the env's own reset). When "
+                "the build or registry check fails, the others are skipped. Exit 1 when a check failed, 2 for bad "
+                "input.", check_env_command)
     check.add_argument("header", type=user_path, metavar="HEADER.h", help="the env header to check")
     check.add_argument("--seeds", type=whole_number, default=3, metavar="N",
                        help="seeds of the overrun check, 0..N-1 (default 3)")
     check.add_argument("--steps", type=whole_number, default=300, metavar="N",
                        help="steps per seed and parameter setting of the overrun check (default 300)")
     check.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
-                       help="hold an env parameter at VALUE in the overrun check (the others still go to both "
-                       "ends of their ranges); repeat for more")
+                       help="hold an env parameter at VALUE in the overrun and sanitizer checks (the others still go "
+                       "to both ends of their ranges); repeat for more")
     check.add_argument("--no-sanitize", action="store_true", help="skip the sanitizer check")

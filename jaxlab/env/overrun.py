@@ -61,26 +61,40 @@ def check_overruns(env: str, seeds: tuple[int, ...] = (0, 1, 2), steps: int = 30
     return left_out
 
 
+#: The most bytes of one env's observation rows `jaxlab check-env`'s sanitizer run steps an env with at a range
+#: end: the SDK's C driver holds 37 envs in each of two vectors, final observations too, under AddressSanitizer.
+SANITIZER_MAX_OBSERVATION_BYTES = 1 << 20
+
+
 def overrun_settings(env: str, library: str | None = None, **params) -> tuple[list[dict], list[str]]:
     """(the parameter settings check_overruns steps ``env`` with by default: parameter_extremes' within
     MAX_OBSERVATION_BYTES, the ones left out as "NAME=VALUE (its observation rows would take SIZE)")."""
     return _within_memory(env, library, parameter_extremes(env, library, **params), params)
 
 
-def _within_memory(env: str, library: str | None, settings: list[dict], given: dict) -> tuple[list[dict], list[str]]:
-    """(the ``settings`` whose one env's observation rows take at most MAX_OBSERVATION_BYTES, the others as
-    "NAME=VALUE (its observation rows would take SIZE)"); the first setting (``given``, the rest at their
-    defaults) is always kept."""
+def sanitizer_settings(env: str, library: str | None = None, **params) -> tuple[list[dict], list[str]]:
+    """As overrun_settings, for the sanitizer run of `jaxlab check-env` (the same range ends, within
+    SANITIZER_MAX_OBSERVATION_BYTES)."""
+    return _within_memory(env, library, parameter_extremes(env, library, **params), params,
+                          SANITIZER_MAX_OBSERVATION_BYTES)
+
+
+def _within_memory(env: str, library: str | None, settings: list[dict], given: dict,
+                   limit: int | None = None) -> tuple[list[dict], list[str]]:
+    """(the ``settings`` whose one env's observation rows take at most ``limit`` bytes (None:
+    MAX_OBSERVATION_BYTES), the others as "NAME=VALUE (its observation rows would take SIZE)"); the first setting
+    (``given``, the rest at their defaults) is always kept."""
     from jaxlab.config.memory import format_bytes
     from jaxlab.env.registry import observation_bytes
 
+    limit = MAX_OBSERVATION_BYTES if limit is None else limit
     kept, left_out = settings[:1], []
     for setting in settings[1:]:
         try:
             size = observation_bytes(env, library, **setting)
         except (ValueError, TypeError):  # spaces it cannot describe: stepping it says so, naming the setting
             size = 0
-        if size <= MAX_OBSERVATION_BYTES:
+        if size <= limit:
             kept.append(setting)
         else:
             moved = ", ".join(f"{key}={value}" for key, value in setting.items() if key not in given)

@@ -241,7 +241,10 @@ def _struct_checks(headers: list[Path], source: Path) -> list[str]:
     text = _preprocessed(source)
     if text is None:
         return []
-    return _log_field_checks(headers, text) + _saved_pointer_checks(headers, text)
+    pointers = _saved_pointer_checks_from_debug_info(headers, source)
+    if pointers is None:
+        pointers = _saved_pointer_checks(headers, text)
+    return _log_field_checks(headers, text) + pointers
 
 
 def _log_field_checks(headers: list[Path], text: str) -> list[str]:
@@ -259,13 +262,180 @@ def _log_field_checks(headers: list[Path], text: str) -> list[str]:
     return checks
 
 
+def _saved_pointer_checks_from_debug_info(headers: list[Path], source: Path) -> list[str] | None:
+    """A failing _Static_assert for each pointer that an env struct (CENV_ENV's type) holds from its `log` on, as the
+    compiler itself lays the struct out: ``source`` (the headers' includes) is compiled with -g and the env types'
+    debug information (DWARF, read with readelf) walked through typedefs, qualifiers, arrays, nested structs and
+    unions, so `typedef float *fptr; fptr x;`, `float *p[4]` and a pointer inside a member struct are seen. See
+    _saved_pointer_checks for why a pointer there is refused. [] when the headers do not compile (the build then
+    shows the compiler's messages); None when there is no readelf (the caller falls back to reading the text)."""
+    readelf = shutil.which("readelf") or shutil.which("llvm-readelf")
+    if readelf is None:
+        return None
+    env_types = {env_type: header for header in headers for env_type in _ENV_TYPE.findall(_code_of(header))}
+    if not env_types:
+        return []
+    probe = source.with_name("jaxlab_struct_probe.c")
+    probe.write_text(source.read_text() + "".join(f"{t} *jaxlab_struct_probe_{i};\n" for i, t in enumerate(env_types)))
+    obj = probe.with_suffix(".o")
+    compiler = shlex.split(_builder().find_compiler())
+    cmd = [*compiler, *compile_flags(), "-O0", "-g", "-w", "-c", str(probe), "-o", str(obj)]
+    if _run_tool(cmd) is None:
+        return []
+    dump = _run_tool([readelf, "--debug-dump=info", str(obj)])
+    if dump is None:
+        return None
+    dies = _debug_entries(dump)
+    checks = []
+    for env_type, header in env_types.items():
+        struct = _typedef_target(dies, env_type)
+        members = _saved_members(dies, struct) if struct is not None else []
+        for member in members:
+            for path, leaf, pointer in _pointers_in(dies, member["type"], member["name"]):
+                checks.append(_debug_pointer_check(header, env_type, (path, leaf, pointer), dies, member["type"]))
+    return checks
+
+
+def _run_tool(cmd: list[str]) -> str | None:
+    """The stdout of ``cmd``, or None when it fails (or cannot start)."""
+    try:
+        result = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
+    except OSError:
+        return None
+    if result.returncode < 0 and -result.returncode in (signal.SIGINT, signal.SIGTERM):
+        raise KeyboardInterrupt
+    return result.stdout if result.returncode == 0 else None
+
+
+#: A debugging information entry as `readelf --debug-dump=info` prints it: ` <1><2d>: Abbrev Number: 5 (DW_TAG_x)`.
+_DIE = re.compile(r"^\s*<(\d+)><([0-9a-f]+)>: Abbrev Number: \d+ \(DW_TAG_(\w+)\)")
+#: One of its attributes: `    <2e>   DW_AT_name        : (indirect string, offset: 0x74): fptr`.
+_ATTRIBUTE = re.compile(r"^\s*<[0-9a-f]+>\s+DW_AT_(\w+)\s*:\s*(.*)$")
+
+
+def _debug_entries(dump: str) -> dict[int, dict]:
+    """The entries of a `readelf --debug-dump=info` ``dump`` by offset: {"tag", "name", "type" (an offset),
+    "location" (a member's byte offset), "children" (offsets, in order)}."""
+    dies: dict[int, dict] = {}
+    parents: list[int] = []
+    current = None
+    for line in dump.splitlines():
+        entry = _DIE.match(line)
+        if entry:
+            depth, offset = int(entry.group(1)), int(entry.group(2), 16)
+            current = dies[offset] = {"tag": entry.group(3), "children": []}
+            del parents[depth:]
+            if parents:
+                dies[parents[-1]]["children"].append(offset)
+            parents.append(offset)
+            continue
+        attribute = _ATTRIBUTE.match(line)
+        if attribute and current is not None:
+            key, value = attribute.groups()
+            if key == "name":
+                current["name"] = value.rsplit("): ", 1)[-1].strip()
+            elif key == "type":
+                found = re.search(r"<0x([0-9a-f]+)>", value)
+                current["type"] = int(found.group(1), 16) if found else None
+            elif key == "data_member_location":
+                found = re.findall(r"\d+", value)
+                current["location"] = int(found[-1]) if found else 0
+    return dies
+
+
+def _typedef_target(dies: dict[int, dict], name: str) -> int | None:
+    """The offset of the type that the typedef ``name`` names (its struct), or None."""
+    return next((die.get("type") for die in dies.values() if die["tag"] == "typedef" and die.get("name") == name), None)
+
+
+def _saved_members(dies: dict[int, dict], struct: int) -> list[dict]:
+    """The members of the struct at ``struct`` from its `log` on (the saved part), without `log` itself and the
+    borrowed buffer pointers (CENV_ENV's layout assertion names those when they follow `log`)."""
+    members = [dies[c] for c in dies[struct]["children"] if dies[c]["tag"] == "member"]
+    start = next((i for i, m in enumerate(members) if m.get("name") == "log"), len(members))
+    return [m for m in members[start + 1:] if m.get("name") not in _BORROWED_BUFFERS and m.get("type") is not None]
+
+
+#: Debug entry tags that name their type again with a qualifier (the walk looks through them).
+_QUALIFIERS = {"typedef", "const_type", "volatile_type", "restrict_type", "atomic_type"}
+
+
+def _pointers_in(dies: dict[int, dict], type_offset: int | None, path: str) -> list[tuple[str, int, int]]:
+    """[(the member path, its declared type's offset, the pointer type's offset)] for every pointer that a value of
+    the type at ``type_offset`` holds (through typedefs, qualifiers, arrays, nested structs and unions); ``path``
+    names the value (`grid.cells`, `slots[]`)."""
+    declared = type_offset
+    die = dies.get(type_offset) if type_offset is not None else None
+    while die is not None and die["tag"] in _QUALIFIERS:
+        type_offset = die.get("type")
+        die = dies.get(type_offset) if type_offset is not None else None
+    if die is None:
+        return []
+    if die["tag"] == "pointer_type":
+        return [(path, declared, type_offset)]
+    if die["tag"] == "array_type":
+        return _pointers_in(dies, die.get("type"), f"{path}[]")
+    if die["tag"] in ("structure_type", "union_type"):
+        found = []
+        for child in (dies[c] for c in die["children"] if dies[c]["tag"] == "member"):
+            inner = f"{path}.{child['name']}" if child.get("name") else path  # an anonymous struct's members
+            found += _pointers_in(dies, child.get("type"), inner)
+        return found
+    return []
+
+
+def _type_name(dies: dict[int, dict], type_offset: int | None) -> str:
+    """The C spelling of the type at ``type_offset`` (`fptr`, `float *`, `struct Node *`), as far as it matters
+    for a message."""
+    die = dies.get(type_offset) if type_offset is not None else None
+    if die is None:
+        return "void"
+    tag, name = die["tag"], die.get("name")
+    if tag in ("typedef", "base_type") and name:
+        return name
+    if tag in ("structure_type", "union_type"):
+        return f"{tag.split('_')[0].replace('structure', 'struct')} {name or '{...}'}"
+    if tag == "pointer_type" and dies.get(die.get("type"), {}).get("tag") == "subroutine_type":
+        return "a function pointer"
+    if tag == "pointer_type":
+        return f"{_type_name(dies, die.get('type')).rstrip()} *"
+    if tag in _QUALIFIERS:
+        return f"{tag.split('_')[0]} {_type_name(dies, die.get('type'))}"
+    if tag == "array_type":
+        return f"{_type_name(dies, die.get('type'))}[]"
+    return name or tag
+
+
+def _debug_pointer_check(header: Path, env_type: str, found: tuple[str, int, int], dies: dict[int, dict],
+                         declared: int) -> str:
+    """The failing _Static_assert that names the pointer ``found`` (its path, declared type's and pointer type's
+    offsets: see _pointers_in) of ``env_type`` (whose member holding it is declared as the type at ``declared``)."""
+    path, leaf_type, pointer = found
+    target = dies[pointer].get("type")
+    while target is not None and dies.get(target, {}).get("tag") in _QUALIFIERS - {"typedef"}:
+        target = dies[target].get("type")
+    function = target is not None and dies.get(target, {}).get("tag") == "subroutine_type"
+    leaf, member = path.split(".")[-1].rstrip("[]"), path.split(".")[0].rstrip("[]")
+    shown, spelled = _type_name(dies, leaf_type), _type_name(dies, pointer)
+    declaration = shown if shown == spelled else f"{shown}: {spelled}"
+    where = f", inside member {member}: {_type_name(dies, declared)}" if path != member else ""
+    fix = ("store an int that selects the function instead" if function else
+           f"make it an array of fixed size, e.g. `{_type_name(dies, target)} {leaf}[MAX_{leaf.upper()}]` with a "
+           f"#define")
+    message = (f"{header}: {env_type}.{path} is a pointer ({declaration}{where}), but from `log` on the env struct is "
+               f"saved in checkpoints as plain bytes and loaded into other processes, where a pointer points nowhere "
+               f"(a resume crashes), and nothing frees what it points at; {fix} (BUILD.md, The env contract)")
+    return f"_Static_assert(0, {_c_string(message)});"
+
+
 def _saved_pointer_checks(headers: list[Path], text: str) -> list[str]:
     """A failing _Static_assert for each pointer member that an env struct (CENV_ENV's type, read from the
     preprocessed C ``text``) declares after its `log`: from `log` on the struct is saved in checkpoints as
     plain bytes and loaded into other processes, where the pointer points nowhere (a resume crashed with a
     segmentation fault), and nothing frees what it points at. A PufferLib env callocs its arrays in init;
-    here they are arrays of fixed size. Pointers hidden behind a typedef or inside a nested struct are not
-    seen."""
+    here they are arrays of fixed size. Read from the text, without the compiler's help: the fallback of
+    _saved_pointer_checks_from_debug_info where there is no readelf (a pointer behind a typedef or inside a nested
+    struct is not seen)."""
     checks = []
     for header in headers:
         for env_type in dict.fromkeys(_ENV_TYPE.findall(_code_of(header))):
@@ -314,26 +484,60 @@ def _saved_pointer_check(header: Path, env_type: str, declaration: str, declarat
 
 
 def _self_reset_checks(headers: list[Path]) -> list[str]:
-    """A failing _Static_assert for each env whose step function calls its own reset (or reset_agent) hook, as a
+    """A failing _Static_assert for each env whose step function reaches its own reset (or reset_agent) hook, as a
     PufferLib Ocean env's c_step calls c_reset: jaxlab records each ending agent's final observation after the
     step and then resets, so the final observation was the next episode's first (a truncated episode's value
-    bootstrapped from it) and the env was reset twice, with no error. Only direct calls in the step's body (the
-    header without comments) are seen."""
+    bootstrapped from it) and the env was reset twice, with no error. The calls are read from the functions the
+    header defines (without comments), through helpers it defines too (step -> finish -> reset); a call through a
+    function pointer or a function of another file is left to the sanitizer run's watch (_reset_in_step_watch)."""
     checks = []
     for header in headers:
-        code = _code_of(header)
+        bodies = _function_bodies(_code_of(header))
         for name in header_envs(header):
-            start = re.search(rf"\bint\s+{name}_step\s*\([^)]*\)\s*\{{", code)
-            body = code[start.end():_closing_brace(code, start.end() - 1)] if start else ""
-            called = re.search(rf"\b{name}_reset(_agent)?\s*\(", body)
-            if called:
-                message = (f"{header}: {name}_step calls {called.group(0)[:-1].strip()}, but jaxlab resets the env "
-                           f"itself after the step that ends its agents' episodes, once it has recorded each one's "
-                           f"final observation: reset inside the step, the final observation would be the next "
-                           f"episode's first; flag the agents that ended and return how many instead (BUILD.md, "
-                           f"The env contract)")
+            path = _call_path(bodies, f"{name}_step", {f"{name}_reset", f"{name}_reset_agent"})
+            if path:
+                through = f" through {' -> '.join(path[1:-1])}" if len(path) > 2 else ""
+                message = (f"{header}: {name}_step calls {path[-1]}{through}, but jaxlab resets the env itself after "
+                           f"the step that ends its agents' episodes, once it has recorded each one's final "
+                           f"observation: reset inside the step, the final observation would be the next episode's "
+                           f"first; flag the agents that ended and return how many instead (BUILD.md, The env "
+                           f"contract)")
                 checks.append(f"_Static_assert(0, {_c_string(message)});")
     return checks
+
+
+#: A function definition's head in C code: `name(parameters) {` (one level of parentheses inside, as in
+#: `int (*cmp)(int)`).
+_FUNCTION_HEAD = re.compile(r"\b([A-Za-z_]\w*)\s*\(([^;{}()]|\([^;{}()]*\))*\)\s*\{")
+
+
+def _function_bodies(code: str) -> dict[str, str]:
+    """{name: body} of the functions C ``code`` defines at its top level (a head inside a body taken already, an
+    `if (…) {`, is not one)."""
+    bodies: dict[str, str] = {}
+    taken = 0
+    for match in _FUNCTION_HEAD.finditer(code):
+        if match.start() < taken or match.group(1) in _C_KEYWORDS:
+            continue
+        taken = _closing_brace(code, match.end() - 1)
+        bodies.setdefault(match.group(1), code[match.end():taken])
+    return bodies
+
+
+def _call_path(bodies: dict[str, str], start: str, targets: set[str]) -> list[str]:
+    """The shortest chain of calls [start, …, target] from function ``start`` to one of ``targets`` through the
+    functions of ``bodies`` (see _function_bodies), direct calls first; [] when none reaches one."""
+    paths, queue = {start: [start]}, [start]
+    for function in queue:
+        calls = re.findall(r"\b([A-Za-z_]\w*)\s*\(", bodies.get(function, ""))
+        for called in calls:
+            if called in targets:
+                return [*paths[function], called]
+        for called in calls:
+            if called in bodies and called not in paths:
+                paths[called] = [*paths[function], called]
+                queue.append(called)
+    return []
 
 
 def _preprocessed(source: Path) -> str | None:
@@ -461,20 +665,76 @@ def run_under_sanitizers(header: str | Path, timeout_s: float = 600) -> subproce
     env of the header with its default parameters, stepped with 1 and 3 threads and compared, its states
     saved and loaded, its pictures drawn. The finished run (returncode 0: no failure and no sanitizer
     report; its stdout has a line "NAME N episodes, ok" per env). BuildError when it does not compile."""
+    with sanitizer_driver(header) as run:
+        return run(timeout_s=timeout_s)
+
+
+@contextmanager
+def sanitizer_driver(header: str | Path):
+    """The sanitizer build of ``header`` (see run_under_sanitizers), built once, as a function
+    ``run(env=None, params=None, timeout_s=600) -> CompletedProcess`` that runs it: every env with its defaults,
+    or env ``env`` alone with ``params`` ({NAME: number}, the rest at their defaults). subprocess.TimeoutExpired
+    (the run killed) past ``timeout_s``. BuildError when it does not compile."""
     header = Path(header).expanduser().absolute()
     builder = _builder()
     with _scratch(Path(tempfile.gettempdir()), "jaxlab-sanitize-") as folder:
         source = _translation_unit([header], folder)
+        source.write_text(source.read_text() + "\n".join(_reset_in_step_watch(header)) + "\n")
         try:
             binary = builder.build(folder / "smoke", sanitize=True, shared=False,
                                    sources=[source, include_dir() / "tests" / "smoke.c"], include=[include_dir()],
-                                   verbose=False)
+                                   verbose=False, extra=["-finstrument-functions"])
         except builder.CompilerNotFound as err:
             raise BuildError(str(err)) from None
         except RuntimeError as err:
             raise BuildError(f"{header} does not compile with the sanitizers:\n{err}") from None
-        return subprocess.run([str(binary)], capture_output=True, text=True, errors="replace", timeout=timeout_s,
-                              env={**os.environ, **SANITIZER_ENVIRONMENT})
+
+        def run(env: str | None = None, params: dict | None = None, timeout_s: float = 600):
+            given = [f"{key}={float(value).hex()}" for key, value in (params or {}).items()]  # exact for strtod
+            return subprocess.run([str(binary), *([env, *given] if env else [])], capture_output=True, text=True,
+                                  errors="replace", timeout=timeout_s, env={**os.environ, **SANITIZER_ENVIRONMENT})
+
+        yield run
+
+
+#: The exit status of a sanitizer run stopped because an env's step reached its own reset (_reset_in_step_watch).
+RESET_IN_STEP_EXIT = 86
+
+
+def _reset_in_step_watch(header: Path) -> list[str]:
+    """C lines for the sanitizer build (compiled with -finstrument-functions, whose hooks the compiler calls on
+    entering and leaving every function, inlined ones included) that stop the run, naming the env and the hook,
+    when an env's reset or reset_agent is entered while its step runs: through a helper function or a function
+    pointer too, which the build's text check (_self_reset_checks) does not see. The vectorized layer resets
+    after the step returns, which the watch lets be."""
+    code = _code_of(header)
+    hooks = []
+    for name in header_envs(header):
+        hooks += [(name, f"{name}_reset")]
+        if re.search(rf"\b{name}_reset_agent\s*\(", code):
+            hooks += [(name, f"{name}_reset_agent")]
+    message = ("%s: %s_step reached %s (through a function it calls): jaxlab resets the env itself after the step "
+               "that ends its agents' episodes, once it has recorded each one's final observation; reset inside the "
+               "step, the final observation is the next episode's first. Flag the agents that ended and return how "
+               "many instead (BUILD.md, The env contract)")
+    lines = ["/* jaxlab check-env: an env's step must not reach its own reset (see _reset_in_step_watch). */",
+             "static _Thread_local const char *jaxlab__stepping; /* the env whose step runs on this thread */",
+             "__attribute__((no_instrument_function)) void __cyg_profile_func_enter(void *fn, void *caller);",
+             "__attribute__((no_instrument_function)) void __cyg_profile_func_exit(void *fn, void *caller);",
+             "__attribute__((no_instrument_function)) void __cyg_profile_func_enter(void *fn, void *caller) {",
+             "    (void)caller;"]
+    for name in header_envs(header):
+        lines.append(f'    if (fn == (void *){name}_step) {{ jaxlab__stepping = "{name}"; return; }}')
+    for name, hook in hooks:
+        stepping = f'jaxlab__stepping != NULL && strcmp(jaxlab__stepping, "{name}") == 0'
+        lines += [f"    if (fn == (void *){hook} && {stepping}) {{",
+                  f'        fprintf(stderr, {_c_string(message)} "\\n", {_c_string(str(header))}, "{name}", "{hook}");',
+                  f"        _Exit({RESET_IN_STEP_EXIT});",
+                  "    }"]
+    lines += ["}", "__attribute__((no_instrument_function)) void __cyg_profile_func_exit(void *fn, void *caller) {",
+              "    (void)caller;"]
+    lines += [f"    if (fn == (void *){name}_step) jaxlab__stepping = NULL;" for name in header_envs(header)]
+    return [*lines, "}"]
 
 
 def _unwritable(output: Path, err: OSError) -> BuildError:
