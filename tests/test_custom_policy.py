@@ -241,6 +241,18 @@ class Recurrent(Good):
         return h, nn.Dense(self.action.head_size)(h), nn.Dense(1)(h)[:, 0]
 
 
+class ForgetsNewCarry(Recurrent):
+    @nn.compact
+    def __call__(self, carry, obs):  # the new carry computed, the old one returned: memory never changes
+        return carry, *Recurrent.__call__(self, carry, obs)[1:]
+
+
+class ReadsNoCarry(Recurrent):
+    @nn.compact
+    def __call__(self, carry, obs):  # steps from a zero state, whatever the carry holds
+        return Recurrent.__call__(self, jnp.zeros_like(carry), obs)
+
+
 class UnrollResets(Recurrent):
     def unroll(self, carry, obs, reset):  # the contract: the carry reset where reset, then a step
         def step(module, carry, inputs):
@@ -479,6 +491,23 @@ def test_an_unroll_that_ignores_reset_is_refused_before_training(broken):
                                           r"obs, reset\) must give what stepping gives .* it differs: its head "
                                           r"\[T, A, k\] by up to .*; reset the carry of agent a before step t"):
         Trainer(config_of("memory", 2, broken + "UnrollIgnoresReset"))
+
+
+@pytest.mark.parametrize("name, words", [
+    ("ForgetsNewCarry", "returns the carry it is given, unchanged: its memory stays initial_carry's in every step"),
+    ("ReadsNoCarry", "gives the same carry, head and value for any carry: it reads none of the carry it is given"),
+    ("Recurrent", None), ("Good", None)])
+def test_a_module_that_ignores_its_carry_gets_a_warning(broken, name, words, capsys):
+    """A module declaring initial_carry whose step returned the carry it was given (the new one computed
+    and dropped), or stepped from a zero state whatever the carry, trained as a feed-forward policy that
+    its author believed had memory, without a word. The Trainer now warns, naming the module; a module
+    that uses its carry, or a feed-forward one without initial_carry, gets no warning."""
+    Trainer(config_of("memory", 2, broken + name)).close()
+    out = capsys.readouterr().out
+    if words is None:
+        assert "warning" not in out, out
+    else:
+        assert f"jaxlab: warning: policy.module='{broken}{name}': {name}(carry, obs) {words}" in out, out
 
 
 def test_a_policy_file_that_raises_at_import_is_named_with_its_line(tmp_path):

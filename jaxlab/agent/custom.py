@@ -25,6 +25,9 @@ The contract (examples/policies/gru.py is a complete one). Your class is a ``fla
     multi-discrete, masked by jaxlab where the env has masks), the Gaussian mean for continuous ones
     (jaxlab adds the learned state-independent log-std, param "log_std"). value is the critic's.
 
+A step that ignores the carry initial_carry declares (returns the carry it was given, or gives the same
+outputs for any carry: ModulePolicy.carry_unused) gets a warning at start: it has no memory.
+
 jaxlab resets the carry itself: before a step, the carry of every agent whose previous step ended an
 episode is replaced by initial_carry's. For training it unrolls your step over T steps with a
 lax.scan (resetting the same way); a module may define ``unroll(self, carry, obs [T, A, ...], reset
@@ -276,6 +279,16 @@ def _reset(carry, initial, reset: jax.Array):
                         carry, initial)
 
 
+def _random_like(key: jax.Array, like) -> jax.Array:
+    """Random values of ``like``'s shape and dtype: integers in [0, 256) (uint8 pixels), booleans, or
+    standard normal floats."""
+    if jnp.issubdtype(like.dtype, jnp.bool_):
+        return jax.random.bernoulli(key, 0.5, like.shape)
+    if jnp.issubdtype(like.dtype, jnp.integer):
+        return jax.random.randint(key, like.shape, 0, 256).astype(like.dtype)
+    return jax.random.normal(key, like.shape).astype(like.dtype)
+
+
 class ModulePolicy:
     """The built-in ActorCritic's interface (init, apply with method None or "unroll", initial_carry; see
     jaxlab.agent.policy) over a user's module that follows the contract above."""
@@ -393,10 +406,7 @@ class ModulePolicy:
         if not hasattr(self.module, "unroll"):
             return None
         T, A, key = 3, 2, jax.random.PRNGKey(0)
-        if jnp.issubdtype(obs_dtype, jnp.integer):
-            obs = jax.random.randint(key, (T, A, *obs_shape), 0, 256).astype(obs_dtype)
-        else:
-            obs = jax.random.normal(key, (T, A, *obs_shape)).astype(obs_dtype)
+        obs = _random_like(key, jax.ShapeDtypeStruct((T, A, *obs_shape), obs_dtype))
         reset = jnp.zeros((T, A), bool).at[T - 1, 0].set(True)
 
         def largest_differences(params, carry):  # per part (head, value, carry): (max |a - b|, max |b|) per leaf
@@ -411,6 +421,34 @@ class ModulePolicy:
                   for part, pairs in zip(("head [T, A, k]", "value [T, A]", "carry"), found)
                   if any(float(d) > 0.05 * float(m) + 1e-6 for d, m in pairs)]
         return ", ".join(differ) or None
+
+    def carry_unused(self, params, obs_shape: tuple, obs_dtype) -> str | None:
+        """None, or words saying how the module's step ignores the carry its initial_carry declares: it returns
+        the carry it was given, unchanged (its memory stays initial_carry's in every step), or its outputs
+        (carry, head, value) are the same for two carries (it reads none of it). Run on A = 2 agents of random
+        observations [A, *obs_shape] and random carries of initial_carry's shapes and dtypes. None without
+        an initial_carry method (the default carry is a placeholder a feed-forward step passes on)."""
+        if not hasattr(self.module, "initial_carry"):
+            return None
+        A, keys = 2, jax.random.split(jax.random.PRNGKey(0), 3)
+        obs = _random_like(keys[0], jax.ShapeDtypeStruct((A, *obs_shape), obs_dtype))
+        first, second = (jax.tree.map(lambda x, k=k: _random_like(k, x), self.initial_carry(A)) for k in keys[1:])
+
+        def equal(a, b):
+            return all(bool(jnp.array_equal(x, y)) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+        step = jax.jit(lambda p, c: self.module.apply(p["module"], c, obs))
+        out_first, out_second = step(params, first), step(params, second)
+        name = type(self.module).__name__
+        if equal(out_first[0], first):
+            return (f"{name}(carry, obs) returns the carry it is given, unchanged: its memory stays "
+                    "initial_carry's in every step; return the new carry (e.g. `h, _ = cell(carry, x); return h, "
+                    "head, value`), or drop initial_carry for a feed-forward module")
+        if equal(out_first, out_second):
+            return (f"{name}(carry, obs) gives the same carry, head and value for any carry: it reads none of "
+                    "the carry it is given; compute the step from `carry` (not a new zero state), or drop "
+                    "initial_carry for a feed-forward module")
+        return None
 
     def _scan_steps(self, params, carry, obs, reset):
         """(carry, head [T, A, k], value [T, A]): __call__ over T steps by a lax.scan, resetting the carry
