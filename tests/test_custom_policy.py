@@ -323,6 +323,23 @@ def test_a_module_breaking_the_contract_is_a_config_error_before_anything_is_bui
         memory.network_size(config.policy, memory.env_shape(config))
 
 
+@pytest.mark.parametrize("env, words", [
+    ("pendulum", "head [2, 1] (action.head_size 1: the Gaussian mean of a continuous action of 1 dims, not logits"),
+    ("multicue", "head [2, 12] (action.head_size 12: the logits of MultiDiscrete([3, 4, 5]), one block per component)"),
+    ("memory", "head [2, 4] (action.head_size 4: the logits of Discrete(4))")])
+def test_a_head_of_the_wrong_size_is_named_with_the_envs_action(broken, env, words):
+    """A discrete head of 7 logits on a continuous action was refused with "head [2, 1] (the action head size)",
+    which did not say that pendulum's head is a Gaussian mean; on a multi-discrete env the message was built on a
+    made-up spec (the memory estimate's MultiDiscrete([10, 1, 1]) for multicue's [3, 4, 5]). It now names the
+    env's action space and what the head holds."""
+    from jaxlab.config import memory
+
+    config = config_of(env, 2, broken + "WrongHead")
+    with pytest.raises(ConfigError) as err:
+        memory.network_size(config.policy, memory.env_shape(config))
+    assert f"WrongHead(carry, obs) must return {words}" in str(err.value), str(err.value)
+
+
 def test_the_command_line_refuses_a_broken_module_in_one_line(broken):
     result = subprocess.run([sys.executable, "-m", "jaxlab.cli", "config", "cartpole", "--policy.module",
                              broken + "WrongHead"], capture_output=True, text=True, timeout=300,

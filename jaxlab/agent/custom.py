@@ -273,6 +273,19 @@ def _collections_hint(err: Exception) -> str:
             "Dropout (use nn.LayerNorm, or BatchNorm(use_running_average=True) and Dropout(deterministic=True))")
 
 
+def head_words(action: ActionSpec) -> str:
+    """What the head's last axis of ``action.head_size`` holds, for errors: "action.head_size 4: the logits of
+    Discrete(4)", "... the Gaussian mean of a continuous action of 1 dims", ..."""
+    if action.kind == "continuous":
+        what = (f"the Gaussian mean of a continuous action of {action.dim} dims, not logits (jaxlab adds the "
+                "log-std)")
+    elif action.kind == "discrete":
+        what = f"the logits of Discrete({action.nvec[0]})"
+    else:
+        what = f"the logits of MultiDiscrete({list(action.nvec)}), one block per component"
+    return f"action.head_size {action.head_size}: {what}"
+
+
 def _reset(carry, initial, reset: jax.Array):
     """``carry`` with the entries of agents where ``reset`` [A] replaced by ``initial``'s."""
     return jax.tree.map(lambda c, i: jnp.where(reset.reshape(reset.shape + (1,) * (c.ndim - 1)), i, c),
@@ -360,7 +373,7 @@ class ModulePolicy:
                              f"{type(out).__name__} {jax.tree.map(lambda x: x.shape, out)}")
         new_carry, head, value = out
         if head.shape != (*lead, k) or value.shape != lead:
-            raise ValueError(f"{what} must return head {[*lead, k]} (the action head size) and value "
+            raise ValueError(f"{what} must return head {[*lead, k]} ({head_words(self.action)}) and value "
                              f"{list(lead)}; it returned head {list(head.shape)} and value {list(value.shape)}")
         if not (jnp.issubdtype(head.dtype, jnp.floating) and jnp.issubdtype(value.dtype, jnp.floating)):
             raise ValueError(f"{what} must return a float head and value (they are cast to float32 and "
@@ -487,6 +500,8 @@ def module_size(spec: str, shape, hidden_size: int, dtype: str = "float32") -> t
     naming ``spec`` when the module cannot be loaded, made or initialised, or breaks the contract."""
     if shape.log_std:
         action = ActionSpec("continuous", dim=shape.log_std)
+    elif shape.nvec:  # the env's own, for the errors' words
+        action = ActionSpec("discrete" if len(shape.nvec) == 1 else "multi_discrete", shape.nvec)
     elif shape.action_size == 1:
         action = ActionSpec("discrete", (shape.head_size,))
     else:  # the sizes of the factors do not change the count of a head of head_size outputs
