@@ -476,6 +476,33 @@ def test_a_moved_module_file_resumes_and_evaluates_from_its_new_path(tmp_path, c
     assert [p.name for p in checkpoint.step_dirs(run / "checkpoints")][0] == "4"
 
 
+def test_load_trainer_of_a_run_whose_module_file_moved_names_the_module_argument(tmp_path):
+    """load_trainer (and Actor's users) on a run whose policy file moved said only "no such file PATH",
+    where `jaxlab eval` names its --policy-module flag: load_trainer's own way, module=, was in no message.
+    It now says the file is gone and the call that takes its new path; that call loads it."""
+    import shutil
+
+    from jaxlab import cli
+    from jaxlab.config.schema import PolicyModuleError
+    from jaxlab.train.evaluation import load_trainer
+
+    home = tmp_path / "project" / "gru.py"
+    home.parent.mkdir()
+    shutil.copy(ROOT / "examples" / "policies" / "gru.py", home)
+    run = tmp_path / "run"
+    flags = [*SMALL, "--train.total-timesteps", "128", "--log.dashboard", "none"]
+    assert cli.main(["train", "cartpole", *flags, "--policy.module", f"{home}:GRUPolicy", "--run-dir", str(run)]) == 0
+    moved = tmp_path / "moved.py"
+    home.rename(moved)
+    with pytest.raises(PolicyModuleError, match=r"^the checkpoint's policy.module file .*/project/gru.py does not "
+                                                r"exist \(moved or deleted\); restore it there, or pass its new path: "
+                                                r"load_trainer\('.*/run/checkpoints/2', "
+                                                r"module='path/to/gru.py:GRUPolicy'\)$"):
+        load_trainer(run)
+    with load_trainer(run, module=f"{moved}:GRUPolicy") as trainer:
+        assert trainer.config.policy.module == f"{moved}:GRUPolicy"
+
+
 def test_a_module_returning_nan_at_initialisation_is_named_as_the_cause_not_the_learning_rate(broken, tmp_path):
     """A step that gives NaN from its first call made every loss NaN at update 1, reported with "lower
     train.learning_rate?"; the batch's values show that the policy was NaN before any learning step."""

@@ -80,6 +80,18 @@ def missing_file_words(spec: str) -> str | None:
     return f"no such file {path.absolute()} (a relative path is taken from the current directory, {Path.cwd()})"
 
 
+def gone_file_words(spec: str, how_to_pass) -> str | None:
+    """"the checkpoint's policy.module file PATH does not exist (...); restore it there, or pass its new path:
+    HOW" when the file of ``spec`` (a checkpoint's policy.module) is gone, else None; HOW is
+    ``how_to_pass("path/to/FILE.py:Class")``: the command, or the call, that takes the new path."""
+    path = module_file(spec) if spec else None
+    if path is None or path.is_file():
+        return None
+    new = f"path/to/{path.name}:{spec.partition(':')[2]}"
+    return (f"the checkpoint's policy.module file {path} does not exist (moved or deleted); restore it there, or "
+            f"pass its new path: {how_to_pass(new)}")
+
+
 def moved_module(saved: str, now: str) -> bool:
     """Whether policy.module ``now`` is ``saved``'s class, in a file moved or copied elsewhere (or the
     same): the same class, and the saved file gone or of the same contents. (A checkpoint's arrays are
