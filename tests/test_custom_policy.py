@@ -253,6 +253,18 @@ class ReadsNoCarry(Recurrent):
         return Recurrent.__call__(self, jnp.zeros_like(carry), obs)
 
 
+class NormalisesOverAgents(Good):
+    @nn.compact
+    def __call__(self, carry, obs):  # statistics over the agent axis: another minibatch, other outputs
+        return Good.__call__(self, carry, (obs - obs.mean(0)) / (obs.std(0) + 1e-5))
+
+
+class CarryMeanOverAgents(Recurrent):
+    @nn.compact
+    def __call__(self, carry, obs):  # every agent's memory pooled with the others'
+        return Recurrent.__call__(self, jnp.broadcast_to(carry.mean(0), carry.shape), obs)
+
+
 class UnrollResets(Recurrent):
     def unroll(self, carry, obs, reset):  # the contract: the carry reset where reset, then a step
         def step(module, carry, inputs):
@@ -552,6 +564,18 @@ def test_a_module_that_ignores_its_carry_gets_a_warning(broken, name, words, cap
         assert "warning" not in out, out
     else:
         assert f"jaxlab: warning: policy.module='{broken}{name}': {name}(carry, obs) {words}" in out, out
+
+
+@pytest.mark.parametrize("name, parts", [("NormalisesOverAgents", "head and value"),
+                                         ("CarryMeanOverAgents", "carry, head and value")])
+def test_a_module_mixing_agents_is_refused_before_training(broken, name, parts):
+    """A step whose agents' outputs depend on the other agents' inputs (statistics over axis 0, written as
+    observation normalisation, or a carry pooled over agents) acted with all agents at once but was trained
+    on minibatches of other agents, so its ratios were of outputs it never acted on, without a word."""
+    with pytest.raises(ConfigError, match=rf"^policy.module='.*:{name}': {name}\(carry, obs\) must compute each "
+                                          rf"agent's outputs from its own observation and carry: agent 0's {parts} "
+                                          r"changed when only the other agents' inputs did"):
+        Trainer(config_of("memory", 2, broken + name))
 
 
 def test_a_policy_file_that_raises_at_import_is_named_with_its_line(tmp_path):

@@ -25,6 +25,10 @@ The contract (examples/policies/gru.py is a complete one). Your class is a ``fla
     multi-discrete, masked by jaxlab where the env has masks), the Gaussian mean for continuous ones
     (jaxlab adds the learned state-independent log-std, param "log_std"). value is the critic's.
 
+Each agent's outputs must depend on its own observation and carry only (no statistics, pooling or attention
+over the agent axis): the update trains agents in minibatches of other agents than those that acted together
+(checked at start: ModulePolicy.check_agents_apart).
+
 A step that ignores the carry initial_carry declares (returns the carry it was given, or gives the same
 outputs for any carry: ModulePolicy.carry_unused) gets a warning at start: it has no memory.
 
@@ -446,6 +450,42 @@ class ModulePolicy:
                   for part, pairs in zip(("head [T, A, k]", "value [T, A]", "carry"), found)
                   if any(float(d) > 0.05 * float(m) + 1e-6 for d, m in pairs)]
         return ", ".join(differ) or None
+
+    def check_agents_apart(self, params, obs_shape: tuple, obs_dtype) -> None:
+        """ValueError naming the class when an agent's step outputs (carry, head, value) depend on the other
+        agents' observations or carries (a mean over the agent axis, attention across agents): the update
+        steps agents in minibatches of other agents than the rollout's, so such a step trains on outputs
+        unlike those it acted with. Run on A = 3 agents of random observations and carries, agents 1 and 2
+        then given others: agent 0's outputs must stay within float rounding (1e-3 of their magnitude)."""
+        A, keys = 3, jax.random.split(jax.random.PRNGKey(1), 4)
+
+        def random_inputs(obs_key, carry_key):
+            obs = _random_like(obs_key, jax.ShapeDtypeStruct((A, *obs_shape), obs_dtype))
+            return obs, jax.tree.map(lambda x: _random_like(carry_key, x), self.initial_carry(A))
+
+        (obs, carry), (other_obs, other_carry) = random_inputs(*keys[:2]), random_inputs(*keys[2:])
+
+        def largest_differences(mine, theirs):  # per leaf: (max |a - b|, max |b|) over agent 0's entries
+            return [(jnp.max(jnp.abs(a[0].astype(jnp.float32) - b[0].astype(jnp.float32))),
+                     jnp.max(jnp.abs(b[0].astype(jnp.float32)))) for a, b in zip(mine, theirs)]
+
+        def agent_zero(params, obs, carry):  # per part (carry, head, value): largest_differences
+            out = self.module.apply(params["module"], carry, obs)
+            mixed = self.module.apply(params["module"], jax.tree.map(lambda c, o: c.at[1:].set(o[1:]), carry,
+                                                                     other_carry), obs.at[1:].set(other_obs[1:]))
+            return [largest_differences(jax.tree.leaves(x), jax.tree.leaves(y)) for x, y in zip(mixed, out)]
+
+        found = jax.jit(agent_zero)(params, obs, carry)
+        differ = [part for part, pairs in zip(("carry", "head", "value"), found)
+                  if any(float(d) > 1e-3 * float(m) + 1e-6 for d, m in pairs)]
+        if differ:
+            parts = " and ".join([", ".join(differ[:-1]), differ[-1]] if len(differ) > 1 else differ)
+            raise ValueError(f"{type(self.module).__name__}(carry, obs) must compute each agent's outputs from its "
+                             f"own observation and carry: agent 0's {parts} changed when only the "
+                             "other agents' inputs did (a mean, norm or attention over the agent axis, axis 0); "
+                             "jaxlab trains agents in minibatches of other agents than those it acted with, so such "
+                             "a step trains on outputs it never acted on: reduce over feature axes only (e.g. "
+                             "nn.LayerNorm, or train.obs_norm for observation statistics)")
 
     def carry_unused(self, params, obs_shape: tuple, obs_dtype) -> str | None:
         """None, or words saying how the module's step ignores the carry its initial_carry declares: it returns
