@@ -265,6 +265,13 @@ class CarryMeanOverAgents(Recurrent):
         return Recurrent.__call__(self, jnp.broadcast_to(carry.mean(0), carry.shape), obs)
 
 
+class SqueezedValue(Good):
+    @nn.compact
+    def __call__(self, carry, obs):  # [A, 1] -> [A], but [] for one agent
+        x = nn.Dense(16)(obs)
+        return carry, nn.Dense(self.action.head_size)(x), nn.Dense(1)(x).squeeze()
+
+
 class UnrollResets(Recurrent):
     def unroll(self, carry, obs, reset):  # the contract: the carry reset where reset, then a step
         def step(module, carry, inputs):
@@ -350,6 +357,30 @@ def test_a_head_of_the_wrong_size_is_named_with_the_envs_action(broken, env, wor
     with pytest.raises(ConfigError) as err:
         memory.network_size(config.policy, memory.env_shape(config))
     assert f"WrongHead(carry, obs) must return {words}" in str(err.value), str(err.value)
+
+
+def test_a_value_of_the_wrong_shape_is_refused_with_the_fix(broken):
+    """A critic's [A, 1] column, or a .squeeze() that gives [] for one agent (a checkpoint trained with many
+    envs, then played with one), was refused with the shapes alone; the message now says how to take [A]."""
+    import importlib.util
+
+    from jaxlab.agent.custom import ModulePolicy, make_module
+    from jaxlab.agent.distributions import ActionSpec
+    from jaxlab.config import memory
+
+    config = config_of("cartpole", 2, broken + "ValueColumn")
+    with pytest.raises(ConfigError, match=r"it returned head \[2, 2\] and value \[2, 1\]: take the critic's column, "
+                                          r"e.g. nn.Dense\(1\)\(x\)\[..., 0\]$"):
+        memory.network_size(config.policy, memory.env_shape(config))
+    spec = importlib.util.spec_from_file_location("squeezed", broken[:-1])
+    source = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(source)
+    action = ActionSpec("discrete", (2,))
+    policy = ModulePolicy(make_module(source.SqueezedValue, action, 16, "float32"), action)
+    policy.init(jax.random.PRNGKey(0), policy.initial_carry(2), np.zeros((2, 4), np.float32), np.ones(2, bool))
+    with pytest.raises(ValueError, match=r"and value \[1\]; it returned head \[1, 2\] and value \[\]: .squeeze\(\) "
+                                         r"drops the agent axis when there is one agent; take the critic's column"):
+        policy.init(jax.random.PRNGKey(0), policy.initial_carry(1), np.zeros((1, 4), np.float32), np.ones(1, bool))
 
 
 def test_the_command_line_refuses_a_broken_module_in_one_line(broken):

@@ -302,6 +302,17 @@ def head_words(action: ActionSpec) -> str:
     return f"action.head_size {action.head_size}: {what}"
 
 
+def _value_fix(shape: tuple, lead: tuple) -> str:
+    """A fix for a value of ``shape`` where [*lead] is due: a critic's column [*lead, 1] left as it is, or a
+    squeeze that dropped the agent axis of one agent (or of a step of one); "" for another shape."""
+    if shape == (*lead, 1):
+        return ": take the critic's column, e.g. nn.Dense(1)(x)[..., 0]"
+    if len(shape) < len(lead) and 1 in lead and shape == tuple(n for n in lead if n != 1):
+        return (": .squeeze() drops the agent axis when there is one agent; take the critic's column, e.g. "
+                "nn.Dense(1)(x)[..., 0]")
+    return ""
+
+
 def _reset(carry, initial, reset: jax.Array):
     """``carry`` with the entries of agents where ``reset`` [A] replaced by ``initial``'s."""
     return jax.tree.map(lambda c, i: jnp.where(reset.reshape(reset.shape + (1,) * (c.ndim - 1)), i, c),
@@ -390,7 +401,8 @@ class ModulePolicy:
         new_carry, head, value = out
         if head.shape != (*lead, k) or value.shape != lead:
             raise ValueError(f"{what} must return head {[*lead, k]} ({head_words(self.action)}) and value "
-                             f"{list(lead)}; it returned head {list(head.shape)} and value {list(value.shape)}")
+                             f"{list(lead)}; it returned head {list(head.shape)} and value {list(value.shape)}"
+                             f"{_value_fix(value.shape, lead)}")
         if not (jnp.issubdtype(head.dtype, jnp.floating) and jnp.issubdtype(value.dtype, jnp.floating)):
             raise ValueError(f"{what} must return a float head and value (they are cast to float32 and "
                              f"differentiated); it returned head {head.dtype} and value {value.dtype}: drop the "
