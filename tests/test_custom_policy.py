@@ -311,8 +311,9 @@ def broken(tmp_path_factory):
     ("TwoOutputs", r"TwoOutputs\(carry, obs\) must return \(carry, head \[A, 2\], value \[A\]\)"),
     ("NoCarryArgument", r"NoCarryArgument.init\(key, carry, obs\) failed: TypeError: .*__call__ must be "
                         r"\(self, carry, obs\)"),
-    ("Raises", r"Raises.init\(key, carry, obs\) failed: RuntimeError: a bug in the step"),
-    ("CarryRaises", r"CarryRaises.initial_carry\(2\) failed: RuntimeError: a bug in the carry"),
+    ("Raises", r"Raises.init\(key, carry, obs\) failed at line \d+: RuntimeError: a bug in the step$"),  # where,
+    # and no word of __call__'s signature, which was right: was "failed: RuntimeError: ...; __call__ must be ..."
+    ("CarryRaises", r"CarryRaises.initial_carry\(2\) failed at line \d+: RuntimeError: a bug in the carry"),
     ("NeedsField", r"NeedsField\(action=...\) failed: TypeError: .*'width'.*give the others defaults"),
     ("CarryWithoutAgents", r"CarryWithoutAgents.initial_carry\(2\) must return arrays \[num_agents, ...\] .*; "
                            r"it returned \[1, 8\]"),
@@ -325,8 +326,8 @@ def broken(tmp_path_factory):
                     r"and value float32"),  # was cast to float32 silently: no gradient, a policy that never learns
     ("CarryListToTuple", r"CarryListToTuple\(carry, obs\) must return a carry of initial_carry's containers "
                          r"\(PyTreeDef\(\[\*, \*\]\)\); it returned PyTreeDef\(\(\*, \*\)\)"),  # was "shaped like"
-    ("WithBatchNorm", r"WithBatchNorm\(carry, obs\) failed: ScopeCollectionNotFound: .*; jaxlab keeps only the "
-                    r"\"params\" collection and passes no RNG: .*nn.LayerNorm"),  # flax's words, no fix
+    ("WithBatchNorm", r"WithBatchNorm\(carry, obs\) failed at line \d+: ScopeCollectionNotFound: .*; jaxlab keeps "
+                      r"only the \"params\" collection and passes no RNG: .*nn.LayerNorm"),  # flax's words, no fix
     ("FeedForwardDropsCarry", r"FeedForwardDropsCarry\(carry, obs\) must return a carry shaped like initial_carry's "
                               r"\(\[2, 1\]\); it returned None \(without an initial_carry method the carry is "
                               r"zeros \[A, 1\]: a feed-forward step returns the carry it is given, unchanged\)"),
@@ -400,7 +401,9 @@ def test_eval_of_a_run_whose_module_file_was_edited_to_break_the_contract_is_one
     path.write_text(BROKEN)
     with Trainer(config_of("cartpole", 2, f"{path}:Good")) as trainer:
         trainer.save_checkpoint(tmp_path / "ck")
-    for edit, message in (("Raises", "Raises.init(key, carry, obs) failed: RuntimeError: a bug in the step"),
+    line = BROKEN.splitlines().index('        raise RuntimeError("a bug in the step")') + 1
+    raises = f"Raises.init(key, carry, obs) failed at line {line}: RuntimeError: a bug in the step"
+    for edit, message in (("Raises", raises),
                           ("ValueColumn", "it returned head [2, 2] and value [2, 1]")):
         path.write_text(BROKEN + f"\nGood = {edit}  # edited since the run\n")
         result = subprocess.run([sys.executable, "-m", "jaxlab.cli", "eval", "cartpole", "--checkpoint",

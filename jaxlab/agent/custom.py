@@ -52,6 +52,7 @@ import dataclasses
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import sys
 import traceback
 import zlib
@@ -281,6 +282,16 @@ def ignored_keys(cls: type) -> list[str]:
     return [f"policy.{key}" for key in keys]
 
 
+def _line_in_module(err: BaseException, module) -> str:
+    """" at line N": where in the file of ``module``'s class its code raised ``err`` (_line_in), or "" when
+    no frame of that file is in the traceback (the error is flax's or jax's, raised calling it)."""
+    try:
+        path = Path(inspect.getfile(type(module)))
+    except (TypeError, OSError):  # a class without a file
+        return ""
+    return _line_in(err, path)
+
+
 def _collections_hint(err: Exception) -> str:
     """A fix for a step that needs more than the "params" collection (flax's error for a BatchNorm's
     batch_stats or a Dropout's RNG), else ""."""
@@ -347,7 +358,8 @@ class ModulePolicy:
         try:
             carry = self.module.initial_carry(num_agents)
         except Exception as err:  # noqa: BLE001 - the user's code may raise anything
-            raise ValueError(f"{what} failed: {type(err).__name__}: {err}") from None
+            raise ValueError(f"{what} failed{_line_in_module(err, self.module)}: {type(err).__name__}: "
+                             f"{err}") from None
         if any(jnp.shape(x)[:1] != (num_agents,) for x in jax.tree.leaves(carry)):
             raise ValueError(f"{what} must return arrays [num_agents, ...] (one carry per agent, e.g. jnp.zeros("
                              f"(num_agents, 64))); it returned {jax.tree.map(lambda x: list(jnp.shape(x)), carry)}")
@@ -359,8 +371,10 @@ class ModulePolicy:
         try:
             variables = self.module.init(key, carry, obs)
         except Exception as err:  # noqa: BLE001 - the user's code may raise anything
-            raise ValueError(f"{type(self.module).__name__}.init(key, carry, obs) failed: {type(err).__name__}: "
-                             f"{err}; __call__ must be (self, carry, obs) -> (carry, head, value)") from None
+            where = _line_in_module(err, self.module)  # none: the call itself failed, as with another signature
+            fix = "" if where else "; __call__ must be (self, carry, obs) -> (carry, head, value)"
+            raise ValueError(f"{type(self.module).__name__}.init(key, carry, obs) failed{where}: "
+                             f"{type(err).__name__}: {err}{fix}") from None
         if not variables.get("params"):
             raise ValueError(f"{type(self.module).__name__} has no parameters (its init gave no \"params\"): "
                              "jaxlab trains them; give it a layer, e.g. nn.Dense, under @nn.compact or in setup")
@@ -378,8 +392,8 @@ class ModulePolicy:
         try:
             out = jax.eval_shape(lambda p, c, o: self.module.apply(p, c, o), params["module"], carry, obs)
         except Exception as err:  # noqa: BLE001
-            raise ValueError(f"{name}(carry, obs) failed: {type(err).__name__}: {err}"
-                             f"{_collections_hint(err)}") from None
+            raise ValueError(f"{name}(carry, obs) failed{_line_in_module(err, self.module)}: "
+                             f"{type(err).__name__}: {err}{_collections_hint(err)}") from None
         self._check_outputs(f"{name}(carry, obs)", out, carry, (A,))
         if hasattr(self.module, "unroll"):
             what, T = f"{name}.unroll(carry, obs [T, A, ...], reset [T, A])", A + 1
@@ -388,7 +402,8 @@ class ModulePolicy:
                 out = jax.eval_shape(lambda p, c, o, r: self.module.apply(p, c, o, r, method="unroll"),
                                      params["module"], carry, sequence, reset)
             except Exception as err:  # noqa: BLE001
-                raise ValueError(f"{what} failed: {type(err).__name__}: {err}") from None
+                raise ValueError(f"{what} failed{_line_in_module(err, self.module)}: {type(err).__name__}: "
+                                 f"{err}") from None
             self._check_outputs(what, out, carry, (T, A))
 
     def _check_outputs(self, what: str, out, carry, lead: tuple) -> None:
