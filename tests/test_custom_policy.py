@@ -612,6 +612,25 @@ def test_a_module_mixing_agents_is_refused_before_training(broken, name, parts):
         Trainer(config_of("memory", 2, broken + name))
 
 
+def test_a_module_name_of_a_file_in_the_current_directory_is_told_to_give_the_file(tmp_path, monkeypatch):
+    """`jaxlab train ENV --policy.module mypolicy:Net` next to mypolicy.py said "No module named 'mypolicy';
+    check the module (a package must be on PYTHONPATH)": the `jaxlab` command does not put the current
+    directory on sys.path (`python -m jaxlab` does, and then saves a name that evaluates from there alone).
+    It now names the file and the spelling that works from anywhere."""
+    from jaxlab.agent.custom import load_module_class
+
+    (tmp_path / "mypolicy.py").write_text("import flax.linen as nn\n\nclass Net(nn.Module):\n    pass\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    with pytest.raises(ValueError, match=r"importing 'mypolicy' failed: ModuleNotFoundError: No module named "
+                                         r"'mypolicy'; mypolicy.py is in the current directory, which is not on "
+                                         r"PYTHONPATH: give the file, \"mypolicy.py:Net\""):
+        load_module_class("mypolicy:Net")
+    with pytest.raises(ValueError, match=r"No module named 'elsewhere'; check the module \(a package must be on "
+                                         r"PYTHONPATH\)$"):  # no such file here: as before
+        load_module_class("elsewhere:Net")
+
+
 def test_a_policy_file_that_raises_at_import_is_named_with_its_line(tmp_path):
     """The error named the exception but not where in the file it was raised, and told a file's author
     to put a package on PYTHONPATH."""

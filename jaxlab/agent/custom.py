@@ -195,7 +195,7 @@ def load_module_class(spec: str) -> type:
     except Exception as err:  # noqa: BLE001 - the user's code may raise anything while importing
         path = module_file(spec)
         raise ValueError(f"policy.module={spec!r}: importing {where!r} failed{_line_in(err, path)}: "
-                         f"{type(err).__name__}: {err}; {_import_fix(err, where, path)}") from None
+                         f"{type(err).__name__}: {err}; {_import_fix(err, where, path, name)}") from None
     import flax.linen as nn
 
     cls = getattr(module, name, None)
@@ -210,12 +210,18 @@ def load_module_class(spec: str) -> type:
     return cls
 
 
-def _import_fix(err: Exception, where: str, path: Path | None) -> str:
+def _import_fix(err: Exception, where: str, path: Path | None, name: str) -> str:
     """The fix for ``err``, raised importing the module ``where`` (the file ``path``, or None for a package's
-    module): a module it imports that Python cannot find is named as such, not as the policy's own."""
+    module) for its class ``name``: a module it imports that Python cannot find is named as such, not as the
+    policy's own; a module name that is a file of the current directory (not on sys.path for the `jaxlab`
+    command) is to be given as that file."""
     missing = err.name if isinstance(err, ModuleNotFoundError) else None
     if missing and (path is not None or (missing != where and not where.startswith(f"{missing}."))):
         return f"{where!r} imports {missing!r}, which Python cannot find here: install it, or put it on PYTHONPATH"
+    here = Path(*where.split(".")).with_suffix(".py")
+    if missing and path is None and here.is_file():
+        return (f"{here} is in the current directory, which is not on PYTHONPATH: give the file, \"{here}:{name}\" "
+                "(saved absolute in the run's config, so its checkpoints evaluate from anywhere)")
     if path is not None and not isinstance(err, ImportError):
         return "fix the file"
     return "check the module (a package must be on PYTHONPATH)"
