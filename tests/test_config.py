@@ -279,6 +279,20 @@ def test_a_config_file_value_of_the_wrong_kind_gets_a_fix(tmp_path, text, messag
         load_config("cartpole", config_file=path)
 
 
+@pytest.mark.parametrize("env, total, example", [
+    ("pendulum", 4096, "--vec.num-envs 256"), ("pendulum", 1500, "--vec.num-envs 64 --train.minibatch-size 1024"),
+    ("cartpole", 1000, "--vec.num-envs 32")])
+def test_a_run_shorter_than_one_batch_gets_an_env_count_that_fits(env, total, example):
+    """"use fewer envs" named no count, and pendulum's 512 envs cut to 64 met the next refusal, its minibatch
+    of 2,048 not dividing the batch of 1,024: the message now gives a count (halved until a batch fits) and,
+    where needed, a minibatch size; with them the config is taken."""
+    config, _ = load_config(env, flags=["--train.total-timesteps", str(total)])
+    with pytest.raises(ConfigError, match=rf"or use fewer envs \(e.g. {example}: a batch of [\d,]+\)$"):
+        derive_sizes(config, agents_per_env=1)
+    config, _ = load_config(env, flags=["--train.total-timesteps", str(total), *example.split()])
+    assert derive_sizes(config, agents_per_env=1).batch_size <= total
+
+
 def test_gae_lambda_zero_is_one_step_td():
     config, _ = load_config("cartpole", flags=["--train.gae-lambda", "0"])
     derive_sizes(config, agents_per_env=1)  # allowed: advantages are one-step TD errors

@@ -241,6 +241,37 @@ class Recurrent(Good):
         return h, nn.Dense(self.action.head_size)(h), nn.Dense(1)(h)[:, 0]
 
 
+class ForgetsNewCarry(Recurrent):
+    @nn.compact
+    def __call__(self, carry, obs):  # the new carry computed, the old one returned: memory never changes
+        return carry, *Recurrent.__call__(self, carry, obs)[1:]
+
+
+class ReadsNoCarry(Recurrent):
+    @nn.compact
+    def __call__(self, carry, obs):  # steps from a zero state, whatever the carry holds
+        return Recurrent.__call__(self, jnp.zeros_like(carry), obs)
+
+
+class NormalisesOverAgents(Good):
+    @nn.compact
+    def __call__(self, carry, obs):  # statistics over the agent axis: another minibatch, other outputs
+        return Good.__call__(self, carry, (obs - obs.mean(0)) / (obs.std(0) + 1e-5))
+
+
+class CarryMeanOverAgents(Recurrent):
+    @nn.compact
+    def __call__(self, carry, obs):  # every agent's memory pooled with the others'
+        return Recurrent.__call__(self, jnp.broadcast_to(carry.mean(0), carry.shape), obs)
+
+
+class SqueezedValue(Good):
+    @nn.compact
+    def __call__(self, carry, obs):  # [A, 1] -> [A], but [] for one agent
+        x = nn.Dense(16)(obs)
+        return carry, nn.Dense(self.action.head_size)(x), nn.Dense(1)(x).squeeze()
+
+
 class UnrollResets(Recurrent):
     def unroll(self, carry, obs, reset):  # the contract: the carry reset where reset, then a step
         def step(module, carry, inputs):
@@ -280,8 +311,9 @@ def broken(tmp_path_factory):
     ("TwoOutputs", r"TwoOutputs\(carry, obs\) must return \(carry, head \[A, 2\], value \[A\]\)"),
     ("NoCarryArgument", r"NoCarryArgument.init\(key, carry, obs\) failed: TypeError: .*__call__ must be "
                         r"\(self, carry, obs\)"),
-    ("Raises", r"Raises.init\(key, carry, obs\) failed: RuntimeError: a bug in the step"),
-    ("CarryRaises", r"CarryRaises.initial_carry\(2\) failed: RuntimeError: a bug in the carry"),
+    ("Raises", r"Raises.init\(key, carry, obs\) failed at line \d+: RuntimeError: a bug in the step$"),  # where,
+    # and no word of __call__'s signature, which was right: was "failed: RuntimeError: ...; __call__ must be ..."
+    ("CarryRaises", r"CarryRaises.initial_carry\(2\) failed at line \d+: RuntimeError: a bug in the carry"),
     ("NeedsField", r"NeedsField\(action=...\) failed: TypeError: .*'width'.*give the others defaults"),
     ("CarryWithoutAgents", r"CarryWithoutAgents.initial_carry\(2\) must return arrays \[num_agents, ...\] .*; "
                            r"it returned \[1, 8\]"),
@@ -294,8 +326,8 @@ def broken(tmp_path_factory):
                     r"and value float32"),  # was cast to float32 silently: no gradient, a policy that never learns
     ("CarryListToTuple", r"CarryListToTuple\(carry, obs\) must return a carry of initial_carry's containers "
                          r"\(PyTreeDef\(\[\*, \*\]\)\); it returned PyTreeDef\(\(\*, \*\)\)"),  # was "shaped like"
-    ("WithBatchNorm", r"WithBatchNorm\(carry, obs\) failed: ScopeCollectionNotFound: .*; jaxlab keeps only the "
-                    r"\"params\" collection and passes no RNG: .*nn.LayerNorm"),  # flax's words, no fix
+    ("WithBatchNorm", r"WithBatchNorm\(carry, obs\) failed at line \d+: ScopeCollectionNotFound: .*; jaxlab keeps "
+                      r"only the \"params\" collection and passes no RNG: .*nn.LayerNorm"),  # flax's words, no fix
     ("FeedForwardDropsCarry", r"FeedForwardDropsCarry\(carry, obs\) must return a carry shaped like initial_carry's "
                               r"\(\[2, 1\]\); it returned None \(without an initial_carry method the carry is "
                               r"zeros \[A, 1\]: a feed-forward step returns the carry it is given, unchanged\)"),
@@ -309,6 +341,47 @@ def test_a_module_breaking_the_contract_is_a_config_error_before_anything_is_bui
     config = config_of("cartpole", 2, broken + name)
     with pytest.raises(ConfigError, match=r"^policy.module='.*broken.py:" + name + "': " + message):
         memory.network_size(config.policy, memory.env_shape(config))
+
+
+@pytest.mark.parametrize("env, words", [
+    ("pendulum", "head [2, 1] (action.head_size 1: the Gaussian mean of a continuous action of 1 dims, not logits"),
+    ("multicue", "head [2, 12] (action.head_size 12: the logits of MultiDiscrete([3, 4, 5]), one block per component)"),
+    ("memory", "head [2, 4] (action.head_size 4: the logits of Discrete(4))")])
+def test_a_head_of_the_wrong_size_is_named_with_the_envs_action(broken, env, words):
+    """A discrete head of 7 logits on a continuous action was refused with "head [2, 1] (the action head size)",
+    which did not say that pendulum's head is a Gaussian mean; on a multi-discrete env the message was built on a
+    made-up spec (the memory estimate's MultiDiscrete([10, 1, 1]) for multicue's [3, 4, 5]). It now names the
+    env's action space and what the head holds."""
+    from jaxlab.config import memory
+
+    config = config_of(env, 2, broken + "WrongHead")
+    with pytest.raises(ConfigError) as err:
+        memory.network_size(config.policy, memory.env_shape(config))
+    assert f"WrongHead(carry, obs) must return {words}" in str(err.value), str(err.value)
+
+
+def test_a_value_of_the_wrong_shape_is_refused_with_the_fix(broken):
+    """A critic's [A, 1] column, or a .squeeze() that gives [] for one agent (a checkpoint trained with many
+    envs, then played with one), was refused with the shapes alone; the message now says how to take [A]."""
+    import importlib.util
+
+    from jaxlab.agent.custom import ModulePolicy, make_module
+    from jaxlab.agent.distributions import ActionSpec
+    from jaxlab.config import memory
+
+    config = config_of("cartpole", 2, broken + "ValueColumn")
+    with pytest.raises(ConfigError, match=r"it returned head \[2, 2\] and value \[2, 1\]: take the critic's column, "
+                                          r"e.g. nn.Dense\(1\)\(x\)\[..., 0\]$"):
+        memory.network_size(config.policy, memory.env_shape(config))
+    spec = importlib.util.spec_from_file_location("squeezed", broken[:-1])
+    source = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(source)
+    action = ActionSpec("discrete", (2,))
+    policy = ModulePolicy(make_module(source.SqueezedValue, action, 16, "float32"), action)
+    policy.init(jax.random.PRNGKey(0), policy.initial_carry(2), np.zeros((2, 4), np.float32), np.ones(2, bool))
+    with pytest.raises(ValueError, match=r"and value \[1\]; it returned head \[1, 2\] and value \[\]: .squeeze\(\) "
+                                         r"drops the agent axis when there is one agent; take the critic's column"):
+        policy.init(jax.random.PRNGKey(0), policy.initial_carry(1), np.zeros((1, 4), np.float32), np.ones(1, bool))
 
 
 def test_the_command_line_refuses_a_broken_module_in_one_line(broken):
@@ -328,7 +401,9 @@ def test_eval_of_a_run_whose_module_file_was_edited_to_break_the_contract_is_one
     path.write_text(BROKEN)
     with Trainer(config_of("cartpole", 2, f"{path}:Good")) as trainer:
         trainer.save_checkpoint(tmp_path / "ck")
-    for edit, message in (("Raises", "Raises.init(key, carry, obs) failed: RuntimeError: a bug in the step"),
+    line = BROKEN.splitlines().index('        raise RuntimeError("a bug in the step")') + 1
+    raises = f"Raises.init(key, carry, obs) failed at line {line}: RuntimeError: a bug in the step"
+    for edit, message in (("Raises", raises),
                           ("ValueColumn", "it returned head [2, 2] and value [2, 1]")):
         path.write_text(BROKEN + f"\nGood = {edit}  # edited since the run\n")
         result = subprocess.run([sys.executable, "-m", "jaxlab.cli", "eval", "cartpole", "--checkpoint",
@@ -447,6 +522,33 @@ def test_a_moved_module_file_resumes_and_evaluates_from_its_new_path(tmp_path, c
     assert [p.name for p in checkpoint.step_dirs(run / "checkpoints")][0] == "4"
 
 
+def test_load_trainer_of_a_run_whose_module_file_moved_names_the_module_argument(tmp_path):
+    """load_trainer (and Actor's users) on a run whose policy file moved said only "no such file PATH",
+    where `jaxlab eval` names its --policy-module flag: load_trainer's own way, module=, was in no message.
+    It now says the file is gone and the call that takes its new path; that call loads it."""
+    import shutil
+
+    from jaxlab import cli
+    from jaxlab.config.schema import PolicyModuleError
+    from jaxlab.train.evaluation import load_trainer
+
+    home = tmp_path / "project" / "gru.py"
+    home.parent.mkdir()
+    shutil.copy(ROOT / "examples" / "policies" / "gru.py", home)
+    run = tmp_path / "run"
+    flags = [*SMALL, "--train.total-timesteps", "128", "--log.dashboard", "none"]
+    assert cli.main(["train", "cartpole", *flags, "--policy.module", f"{home}:GRUPolicy", "--run-dir", str(run)]) == 0
+    moved = tmp_path / "moved.py"
+    home.rename(moved)
+    with pytest.raises(PolicyModuleError, match=r"^the checkpoint's policy.module file .*/project/gru.py does not "
+                                                r"exist \(moved or deleted\); restore it there, or pass its new path: "
+                                                r"load_trainer\('.*/run/checkpoints/2', "
+                                                r"module='path/to/gru.py:GRUPolicy'\)$"):
+        load_trainer(run)
+    with load_trainer(run, module=f"{moved}:GRUPolicy") as trainer:
+        assert trainer.config.policy.module == f"{moved}:GRUPolicy"
+
+
 def test_a_module_returning_nan_at_initialisation_is_named_as_the_cause_not_the_learning_rate(broken, tmp_path):
     """A step that gives NaN from its first call made every loss NaN at update 1, reported with "lower
     train.learning_rate?"; the batch's values show that the policy was NaN before any learning step."""
@@ -479,6 +581,54 @@ def test_an_unroll_that_ignores_reset_is_refused_before_training(broken):
                                           r"obs, reset\) must give what stepping gives .* it differs: its head "
                                           r"\[T, A, k\] by up to .*; reset the carry of agent a before step t"):
         Trainer(config_of("memory", 2, broken + "UnrollIgnoresReset"))
+
+
+@pytest.mark.parametrize("name, words", [
+    ("ForgetsNewCarry", "returns the carry it is given, unchanged: its memory stays initial_carry's in every step"),
+    ("ReadsNoCarry", "gives the same carry, head and value for any carry: it reads none of the carry it is given"),
+    ("Recurrent", None), ("Good", None)])
+def test_a_module_that_ignores_its_carry_gets_a_warning(broken, name, words, capsys):
+    """A module declaring initial_carry whose step returned the carry it was given (the new one computed
+    and dropped), or stepped from a zero state whatever the carry, trained as a feed-forward policy that
+    its author believed had memory, without a word. The Trainer now warns, naming the module; a module
+    that uses its carry, or a feed-forward one without initial_carry, gets no warning."""
+    Trainer(config_of("memory", 2, broken + name)).close()
+    out = capsys.readouterr().out
+    if words is None:
+        assert "warning" not in out, out
+    else:
+        assert f"jaxlab: warning: policy.module='{broken}{name}': {name}(carry, obs) {words}" in out, out
+
+
+@pytest.mark.parametrize("name, parts", [("NormalisesOverAgents", "head and value"),
+                                         ("CarryMeanOverAgents", "carry, head and value")])
+def test_a_module_mixing_agents_is_refused_before_training(broken, name, parts):
+    """A step whose agents' outputs depend on the other agents' inputs (statistics over axis 0, written as
+    observation normalisation, or a carry pooled over agents) acted with all agents at once but was trained
+    on minibatches of other agents, so its ratios were of outputs it never acted on, without a word."""
+    with pytest.raises(ConfigError, match=rf"^policy.module='.*:{name}': {name}\(carry, obs\) must compute each "
+                                          rf"agent's outputs from its own observation and carry: agent 0's {parts} "
+                                          r"changed when only the other agents' inputs did"):
+        Trainer(config_of("memory", 2, broken + name))
+
+
+def test_a_module_name_of_a_file_in_the_current_directory_is_told_to_give_the_file(tmp_path, monkeypatch):
+    """`jaxlab train ENV --policy.module mypolicy:Net` next to mypolicy.py said "No module named 'mypolicy';
+    check the module (a package must be on PYTHONPATH)": the `jaxlab` command does not put the current
+    directory on sys.path (`python -m jaxlab` does, and then saves a name that evaluates from there alone).
+    It now names the file and the spelling that works from anywhere."""
+    from jaxlab.agent.custom import load_module_class
+
+    (tmp_path / "mypolicy.py").write_text("import flax.linen as nn\n\nclass Net(nn.Module):\n    pass\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    with pytest.raises(ValueError, match=r"importing 'mypolicy' failed: ModuleNotFoundError: No module named "
+                                         r"'mypolicy'; mypolicy.py is in the current directory, which is not on "
+                                         r"PYTHONPATH: give the file, \"mypolicy.py:Net\""):
+        load_module_class("mypolicy:Net")
+    with pytest.raises(ValueError, match=r"No module named 'elsewhere'; check the module \(a package must be on "
+                                         r"PYTHONPATH\)$"):  # no such file here: as before
+        load_module_class("elsewhere:Net")
 
 
 def test_a_policy_file_that_raises_at_import_is_named_with_its_line(tmp_path):

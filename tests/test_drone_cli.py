@@ -38,7 +38,7 @@ def test_the_labs_horizon_64_command_stops_with_exit_2_and_the_batch_math(tmp_pa
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip() == (
         "jaxlab train: error: train.total_timesteps=50,000 is less than one batch of 98,304 (24 envs x 64 agents x "
-        "horizon 64); raise it to at least 98304 or use fewer envs")
+        "horizon 64); raise it to at least 98304 or use fewer envs (e.g. --vec.num-envs 12: a batch of 49,152)")
     assert not (tmp_path / "runs").exists()  # refused before anything was made
 
 

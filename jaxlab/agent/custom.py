@@ -17,13 +17,21 @@ The contract (examples/policies/gru.py is a complete one). Your class is a ``fla
             return jnp.zeros((num_agents, self.hidden_size))
 
         def __call__(self, carry, obs):
-            # one step of A agents: obs [A, ...] as the env gives them (uint8 pixels stay uint8; float
-            # observations are normalised first when train.obs_norm is on)
+            # one step of A agents: obs [A, ...] as the env gives them (uint8 pixels stay uint8, not divided
+            # by 255; observations are normalised first, as float32, when train.obs_norm is on: auto turns
+            # it on for float observations)
             return carry, head, value   # head [A, action.head_size], value [A]: floats (cast to float32)
 
     head is the actor's output: logits for discrete actions (the sum of the factors' sizes for
     multi-discrete, masked by jaxlab where the env has masks), the Gaussian mean for continuous ones
     (jaxlab adds the learned state-independent log-std, param "log_std"). value is the critic's.
+
+Each agent's outputs must depend on its own observation and carry only (no statistics, pooling or attention
+over the agent axis): the update trains agents in minibatches of other agents than those that acted together
+(checked at start: ModulePolicy.check_agents_apart).
+
+A step that ignores the carry initial_carry declares (returns the carry it was given, or gives the same
+outputs for any carry: ModulePolicy.carry_unused) gets a warning at start: it has no memory.
 
 jaxlab resets the carry itself: before a step, the carry of every agent whose previous step ended an
 episode is replaced by initial_carry's. For training it unrolls your step over T steps with a
@@ -44,6 +52,7 @@ import dataclasses
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import sys
 import traceback
 import zlib
@@ -75,6 +84,18 @@ def missing_file_words(spec: str) -> str | None:
     if path is None or path.is_file():
         return None
     return f"no such file {path.absolute()} (a relative path is taken from the current directory, {Path.cwd()})"
+
+
+def gone_file_words(spec: str, how_to_pass) -> str | None:
+    """"the checkpoint's policy.module file PATH does not exist (...); restore it there, or pass its new path:
+    HOW" when the file of ``spec`` (a checkpoint's policy.module) is gone, else None; HOW is
+    ``how_to_pass("path/to/FILE.py:Class")``: the command, or the call, that takes the new path."""
+    path = module_file(spec) if spec else None
+    if path is None or path.is_file():
+        return None
+    new = f"path/to/{path.name}:{spec.partition(':')[2]}"
+    return (f"the checkpoint's policy.module file {path} does not exist (moved or deleted); restore it there, or "
+            f"pass its new path: {how_to_pass(new)}")
 
 
 def moved_module(saved: str, now: str) -> bool:
@@ -174,7 +195,7 @@ def load_module_class(spec: str) -> type:
     except Exception as err:  # noqa: BLE001 - the user's code may raise anything while importing
         path = module_file(spec)
         raise ValueError(f"policy.module={spec!r}: importing {where!r} failed{_line_in(err, path)}: "
-                         f"{type(err).__name__}: {err}; {_import_fix(err, where, path)}") from None
+                         f"{type(err).__name__}: {err}; {_import_fix(err, where, path, name)}") from None
     import flax.linen as nn
 
     cls = getattr(module, name, None)
@@ -189,12 +210,18 @@ def load_module_class(spec: str) -> type:
     return cls
 
 
-def _import_fix(err: Exception, where: str, path: Path | None) -> str:
+def _import_fix(err: Exception, where: str, path: Path | None, name: str) -> str:
     """The fix for ``err``, raised importing the module ``where`` (the file ``path``, or None for a package's
-    module): a module it imports that Python cannot find is named as such, not as the policy's own."""
+    module) for its class ``name``: a module it imports that Python cannot find is named as such, not as the
+    policy's own; a module name that is a file of the current directory (not on sys.path for the `jaxlab`
+    command) is to be given as that file."""
     missing = err.name if isinstance(err, ModuleNotFoundError) else None
     if missing and (path is not None or (missing != where and not where.startswith(f"{missing}."))):
         return f"{where!r} imports {missing!r}, which Python cannot find here: install it, or put it on PYTHONPATH"
+    here = Path(*where.split(".")).with_suffix(".py")
+    if missing and path is None and here.is_file():
+        return (f"{here} is in the current directory, which is not on PYTHONPATH: give the file, \"{here}:{name}\" "
+                "(saved absolute in the run's config, so its checkpoints evaluate from anywhere)")
     if path is not None and not isinstance(err, ImportError):
         return "fix the file"
     return "check the module (a package must be on PYTHONPATH)"
@@ -261,6 +288,16 @@ def ignored_keys(cls: type) -> list[str]:
     return [f"policy.{key}" for key in keys]
 
 
+def _line_in_module(err: BaseException, module) -> str:
+    """" at line N": where in the file of ``module``'s class its code raised ``err`` (_line_in), or "" when
+    no frame of that file is in the traceback (the error is flax's or jax's, raised calling it)."""
+    try:
+        path = Path(inspect.getfile(type(module)))
+    except (TypeError, OSError):  # a class without a file
+        return ""
+    return _line_in(err, path)
+
+
 def _collections_hint(err: Exception) -> str:
     """A fix for a step that needs more than the "params" collection (flax's error for a BatchNorm's
     batch_stats or a Dropout's RNG), else ""."""
@@ -270,10 +307,44 @@ def _collections_hint(err: Exception) -> str:
             "Dropout (use nn.LayerNorm, or BatchNorm(use_running_average=True) and Dropout(deterministic=True))")
 
 
+def head_words(action: ActionSpec) -> str:
+    """What the head's last axis of ``action.head_size`` holds, for errors: "action.head_size 4: the logits of
+    Discrete(4)", "... the Gaussian mean of a continuous action of 1 dims", ..."""
+    if action.kind == "continuous":
+        what = (f"the Gaussian mean of a continuous action of {action.dim} dims, not logits (jaxlab adds the "
+                "log-std)")
+    elif action.kind == "discrete":
+        what = f"the logits of Discrete({action.nvec[0]})"
+    else:
+        what = f"the logits of MultiDiscrete({list(action.nvec)}), one block per component"
+    return f"action.head_size {action.head_size}: {what}"
+
+
+def _value_fix(shape: tuple, lead: tuple) -> str:
+    """A fix for a value of ``shape`` where [*lead] is due: a critic's column [*lead, 1] left as it is, or a
+    squeeze that dropped the agent axis of one agent (or of a step of one); "" for another shape."""
+    if shape == (*lead, 1):
+        return ": take the critic's column, e.g. nn.Dense(1)(x)[..., 0]"
+    if len(shape) < len(lead) and 1 in lead and shape == tuple(n for n in lead if n != 1):
+        return (": .squeeze() drops the agent axis when there is one agent; take the critic's column, e.g. "
+                "nn.Dense(1)(x)[..., 0]")
+    return ""
+
+
 def _reset(carry, initial, reset: jax.Array):
     """``carry`` with the entries of agents where ``reset`` [A] replaced by ``initial``'s."""
     return jax.tree.map(lambda c, i: jnp.where(reset.reshape(reset.shape + (1,) * (c.ndim - 1)), i, c),
                         carry, initial)
+
+
+def _random_like(key: jax.Array, like) -> jax.Array:
+    """Random values of ``like``'s shape and dtype: integers in [0, 256) (uint8 pixels), booleans, or
+    standard normal floats."""
+    if jnp.issubdtype(like.dtype, jnp.bool_):
+        return jax.random.bernoulli(key, 0.5, like.shape)
+    if jnp.issubdtype(like.dtype, jnp.integer):
+        return jax.random.randint(key, like.shape, 0, 256).astype(like.dtype)
+    return jax.random.normal(key, like.shape).astype(like.dtype)
 
 
 class ModulePolicy:
@@ -293,7 +364,8 @@ class ModulePolicy:
         try:
             carry = self.module.initial_carry(num_agents)
         except Exception as err:  # noqa: BLE001 - the user's code may raise anything
-            raise ValueError(f"{what} failed: {type(err).__name__}: {err}") from None
+            raise ValueError(f"{what} failed{_line_in_module(err, self.module)}: {type(err).__name__}: "
+                             f"{err}") from None
         if any(jnp.shape(x)[:1] != (num_agents,) for x in jax.tree.leaves(carry)):
             raise ValueError(f"{what} must return arrays [num_agents, ...] (one carry per agent, e.g. jnp.zeros("
                              f"(num_agents, 64))); it returned {jax.tree.map(lambda x: list(jnp.shape(x)), carry)}")
@@ -305,8 +377,10 @@ class ModulePolicy:
         try:
             variables = self.module.init(key, carry, obs)
         except Exception as err:  # noqa: BLE001 - the user's code may raise anything
-            raise ValueError(f"{type(self.module).__name__}.init(key, carry, obs) failed: {type(err).__name__}: "
-                             f"{err}; __call__ must be (self, carry, obs) -> (carry, head, value)") from None
+            where = _line_in_module(err, self.module)  # none: the call itself failed, as with another signature
+            fix = "" if where else "; __call__ must be (self, carry, obs) -> (carry, head, value)"
+            raise ValueError(f"{type(self.module).__name__}.init(key, carry, obs) failed{where}: "
+                             f"{type(err).__name__}: {err}{fix}") from None
         if not variables.get("params"):
             raise ValueError(f"{type(self.module).__name__} has no parameters (its init gave no \"params\"): "
                              "jaxlab trains them; give it a layer, e.g. nn.Dense, under @nn.compact or in setup")
@@ -324,8 +398,8 @@ class ModulePolicy:
         try:
             out = jax.eval_shape(lambda p, c, o: self.module.apply(p, c, o), params["module"], carry, obs)
         except Exception as err:  # noqa: BLE001
-            raise ValueError(f"{name}(carry, obs) failed: {type(err).__name__}: {err}"
-                             f"{_collections_hint(err)}") from None
+            raise ValueError(f"{name}(carry, obs) failed{_line_in_module(err, self.module)}: "
+                             f"{type(err).__name__}: {err}{_collections_hint(err)}") from None
         self._check_outputs(f"{name}(carry, obs)", out, carry, (A,))
         if hasattr(self.module, "unroll"):
             what, T = f"{name}.unroll(carry, obs [T, A, ...], reset [T, A])", A + 1
@@ -334,7 +408,8 @@ class ModulePolicy:
                 out = jax.eval_shape(lambda p, c, o, r: self.module.apply(p, c, o, r, method="unroll"),
                                      params["module"], carry, sequence, reset)
             except Exception as err:  # noqa: BLE001
-                raise ValueError(f"{what} failed: {type(err).__name__}: {err}") from None
+                raise ValueError(f"{what} failed{_line_in_module(err, self.module)}: {type(err).__name__}: "
+                                 f"{err}") from None
             self._check_outputs(what, out, carry, (T, A))
 
     def _check_outputs(self, what: str, out, carry, lead: tuple) -> None:
@@ -347,8 +422,9 @@ class ModulePolicy:
                              f"{type(out).__name__} {jax.tree.map(lambda x: x.shape, out)}")
         new_carry, head, value = out
         if head.shape != (*lead, k) or value.shape != lead:
-            raise ValueError(f"{what} must return head {[*lead, k]} (the action head size) and value "
-                             f"{list(lead)}; it returned head {list(head.shape)} and value {list(value.shape)}")
+            raise ValueError(f"{what} must return head {[*lead, k]} ({head_words(self.action)}) and value "
+                             f"{list(lead)}; it returned head {list(head.shape)} and value {list(value.shape)}"
+                             f"{_value_fix(value.shape, lead)}")
         if not (jnp.issubdtype(head.dtype, jnp.floating) and jnp.issubdtype(value.dtype, jnp.floating)):
             raise ValueError(f"{what} must return a float head and value (they are cast to float32 and "
                              f"differentiated); it returned head {head.dtype} and value {value.dtype}: drop the "
@@ -393,10 +469,7 @@ class ModulePolicy:
         if not hasattr(self.module, "unroll"):
             return None
         T, A, key = 3, 2, jax.random.PRNGKey(0)
-        if jnp.issubdtype(obs_dtype, jnp.integer):
-            obs = jax.random.randint(key, (T, A, *obs_shape), 0, 256).astype(obs_dtype)
-        else:
-            obs = jax.random.normal(key, (T, A, *obs_shape)).astype(obs_dtype)
+        obs = _random_like(key, jax.ShapeDtypeStruct((T, A, *obs_shape), obs_dtype))
         reset = jnp.zeros((T, A), bool).at[T - 1, 0].set(True)
 
         def largest_differences(params, carry):  # per part (head, value, carry): (max |a - b|, max |b|) per leaf
@@ -411,6 +484,70 @@ class ModulePolicy:
                   for part, pairs in zip(("head [T, A, k]", "value [T, A]", "carry"), found)
                   if any(float(d) > 0.05 * float(m) + 1e-6 for d, m in pairs)]
         return ", ".join(differ) or None
+
+    def check_agents_apart(self, params, obs_shape: tuple, obs_dtype) -> None:
+        """ValueError naming the class when an agent's step outputs (carry, head, value) depend on the other
+        agents' observations or carries (a mean over the agent axis, attention across agents): the update
+        steps agents in minibatches of other agents than the rollout's, so such a step trains on outputs
+        unlike those it acted with. Run on A = 3 agents of random observations and carries, agents 1 and 2
+        then given others: agent 0's outputs must stay within float rounding (1e-3 of their magnitude)."""
+        A, keys = 3, jax.random.split(jax.random.PRNGKey(1), 4)
+
+        def random_inputs(obs_key, carry_key):
+            obs = _random_like(obs_key, jax.ShapeDtypeStruct((A, *obs_shape), obs_dtype))
+            return obs, jax.tree.map(lambda x: _random_like(carry_key, x), self.initial_carry(A))
+
+        (obs, carry), (other_obs, other_carry) = random_inputs(*keys[:2]), random_inputs(*keys[2:])
+
+        def largest_differences(mine, theirs):  # per leaf: (max |a - b|, max |b|) over agent 0's entries
+            return [(jnp.max(jnp.abs(a[0].astype(jnp.float32) - b[0].astype(jnp.float32))),
+                     jnp.max(jnp.abs(b[0].astype(jnp.float32)))) for a, b in zip(mine, theirs)]
+
+        def agent_zero(params, obs, carry):  # per part (carry, head, value): largest_differences
+            out = self.module.apply(params["module"], carry, obs)
+            mixed = self.module.apply(params["module"], jax.tree.map(lambda c, o: c.at[1:].set(o[1:]), carry,
+                                                                     other_carry), obs.at[1:].set(other_obs[1:]))
+            return [largest_differences(jax.tree.leaves(x), jax.tree.leaves(y)) for x, y in zip(mixed, out)]
+
+        found = jax.jit(agent_zero)(params, obs, carry)
+        differ = [part for part, pairs in zip(("carry", "head", "value"), found)
+                  if any(float(d) > 1e-3 * float(m) + 1e-6 for d, m in pairs)]
+        if differ:
+            parts = " and ".join([", ".join(differ[:-1]), differ[-1]] if len(differ) > 1 else differ)
+            raise ValueError(f"{type(self.module).__name__}(carry, obs) must compute each agent's outputs from its "
+                             f"own observation and carry: agent 0's {parts} changed when only the "
+                             "other agents' inputs did (a mean, norm or attention over the agent axis, axis 0); "
+                             "jaxlab trains agents in minibatches of other agents than those it acted with, so such "
+                             "a step trains on outputs it never acted on: reduce over feature axes only (e.g. "
+                             "nn.LayerNorm, or train.obs_norm for observation statistics)")
+
+    def carry_unused(self, params, obs_shape: tuple, obs_dtype) -> str | None:
+        """None, or words saying how the module's step ignores the carry its initial_carry declares: it returns
+        the carry it was given, unchanged (its memory stays initial_carry's in every step), or its outputs
+        (carry, head, value) are the same for two carries (it reads none of it). Run on A = 2 agents of random
+        observations [A, *obs_shape] and random carries of initial_carry's shapes and dtypes. None without
+        an initial_carry method (the default carry is a placeholder a feed-forward step passes on)."""
+        if not hasattr(self.module, "initial_carry"):
+            return None
+        A, keys = 2, jax.random.split(jax.random.PRNGKey(0), 3)
+        obs = _random_like(keys[0], jax.ShapeDtypeStruct((A, *obs_shape), obs_dtype))
+        first, second = (jax.tree.map(lambda x, k=k: _random_like(k, x), self.initial_carry(A)) for k in keys[1:])
+
+        def equal(a, b):
+            return all(bool(jnp.array_equal(x, y)) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+        step = jax.jit(lambda p, c: self.module.apply(p["module"], c, obs))
+        out_first, out_second = step(params, first), step(params, second)
+        name = type(self.module).__name__
+        if equal(out_first[0], first):
+            return (f"{name}(carry, obs) returns the carry it is given, unchanged: its memory stays "
+                    "initial_carry's in every step; return the new carry (e.g. `h, _ = cell(carry, x); return h, "
+                    "head, value`), or drop initial_carry for a feed-forward module")
+        if equal(out_first, out_second):
+            return (f"{name}(carry, obs) gives the same carry, head and value for any carry: it reads none of "
+                    "the carry it is given; compute the step from `carry` (not a new zero state), or drop "
+                    "initial_carry for a feed-forward module")
+        return None
 
     def _scan_steps(self, params, carry, obs, reset):
         """(carry, head [T, A, k], value [T, A]): __call__ over T steps by a lax.scan, resetting the carry
@@ -449,6 +586,8 @@ def module_size(spec: str, shape, hidden_size: int, dtype: str = "float32") -> t
     naming ``spec`` when the module cannot be loaded, made or initialised, or breaks the contract."""
     if shape.log_std:
         action = ActionSpec("continuous", dim=shape.log_std)
+    elif shape.nvec:  # the env's own, for the errors' words
+        action = ActionSpec("discrete" if len(shape.nvec) == 1 else "multi_discrete", shape.nvec)
     elif shape.action_size == 1:
         action = ActionSpec("discrete", (shape.head_size,))
     else:  # the sizes of the factors do not change the count of a head of head_size outputs

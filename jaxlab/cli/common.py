@@ -195,14 +195,12 @@ def check_saved_header(meta: dict, command: str, rest: str) -> None:
 def check_saved_module(spec: str, command: str, rest: str, flag: str) -> None:
     """ConfigError when the policy.module file ``spec`` (a checkpoint's) is gone: restore it, or give
     its new path with ``flag`` (`jaxlab COMMAND ENV REST FLAG path/to/FILE.py:Class`)."""
-    from jaxlab.agent.custom import module_file
+    from jaxlab.agent.custom import gone_file_words
     from jaxlab.config import ConfigError
 
-    path = module_file(spec) if spec else None
-    if path is not None and not path.is_file():
-        raise ConfigError(f"the checkpoint's policy.module file {path} does not exist (moved or deleted); restore "
-                          f"it there, or pass its new path: `jaxlab {command} {rest} {flag} "
-                          f"path/to/{path.name}:{spec.partition(':')[2]}`")
+    gone = gone_file_words(spec, lambda new: f"`jaxlab {command} {rest} {flag} {new}`")
+    if gone:
+        raise ConfigError(gone)
 
 
 def warn(message: str) -> None:

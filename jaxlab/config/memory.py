@@ -73,6 +73,7 @@ class EnvShape:
     head_size: int       # actor outputs: n, sum(nvec) or the continuous dim
     log_std: int         # learned log-std entries: the continuous dim, 0 for discrete actions
     mask_width: int      # action-mask entries, 0 without a mask
+    nvec: tuple[int, ...] = ()  # the category counts of a (multi-)discrete action, () for continuous or unknown
 
     @property
     def obs_size(self) -> int:
@@ -85,15 +86,16 @@ class EnvShape:
 
         action = spaces.action_space
         if isinstance(action, Discrete):
-            size, head, log_std = 1, action.n, 0
+            size, head, log_std, nvec = 1, action.n, 0, (int(action.n),)
         elif isinstance(action, Box):
             size = head = log_std = math.prod(action.shape)
+            nvec = ()
         else:
-            size, head, log_std = len(action.nvec), sum(action.nvec), 0
+            size, head, log_std, nvec = len(action.nvec), sum(action.nvec), 0, tuple(int(n) for n in action.nvec)
         obs = spaces.observation_space
         return cls(agents_per_env=int(spaces.agents_per_env), obs_shape=tuple(obs.shape),
                    obs_itemsize=int(obs.dtype.itemsize), action_size=size, head_size=head, log_std=log_std,
-                   mask_width=int(spaces.mask_width))
+                   mask_width=int(spaces.mask_width), nvec=nvec)
 
 
 def env_shape(config: Config) -> EnvShape:

@@ -224,6 +224,22 @@ def nearest_minibatch(wanted: int, batch: int, horizon: int) -> int:
     return min((horizon * d for d in divisors), key=lambda size: (abs(size - wanted), size))
 
 
+def fewer_envs_example(vec, train, agents_per_env: int) -> str:
+    """" (e.g. --vec.num-envs N[ --train.minibatch-size M]: a batch of B)": vec.num_envs halved until one
+    segment (envs x agents_per_env x horizon) fits train.total_timesteps, with the minibatch size nearest
+    train.minibatch_size when it no longer divides that batch; "" when no halving (a count of groups
+    dividing it) fits."""
+    envs = vec.num_envs
+    while envs * agents_per_env * train.bptt_horizon > train.total_timesteps:
+        if envs % 2 or (envs // 2) % vec.groups:
+            return ""
+        envs //= 2
+    batch = envs * agents_per_env * train.bptt_horizon
+    minibatch = ("" if batch % train.minibatch_size == 0 else
+                 f" --train.minibatch-size {nearest_minibatch(train.minibatch_size, batch, train.bptt_horizon)}")
+    return f" (e.g. --vec.num-envs {envs}{minibatch}: a batch of {batch:,})"
+
+
 def derive_sizes(config: Config, agents_per_env: int, updates: int | None = None,
                  processes: int | None = None) -> Sizes:
     """Checks every invariant; ConfigError naming the values, the rule and a fix on the first broken.
@@ -332,7 +348,8 @@ def derive_sizes(config: Config, agents_per_env: int, updates: int | None = None
     if length_in_updates:  # whatever total_timesteps says (a default below a big batch would be refused)
         t = replace(t, total_timesteps=batch * updates)
     if t.total_timesteps < batch:
-        smaller = ("use fewer envs" if batch == segment else "use fewer envs and --train.batch-size auto"
+        smaller = (f"use fewer envs{fewer_envs_example(v, t, agents_per_env)}" if batch == segment
+                   else "use fewer envs and --train.batch-size auto"
                    if t.total_timesteps < segment else
                    f"lower train.batch_size, e.g. --train.batch-size auto (one segment: {segment:,})")
         raise ConfigError(f"train.total_timesteps={t.total_timesteps:,} is less than one batch of {batch:,} "

@@ -181,6 +181,10 @@ class Trainer:
                 np.int64(t.seed), self.policy.initial_carry(A), obs, np.ones(A, bool))
             if c.policy.module:  # its own unroll, if any, must be stepping's equivalent
                 self.policy.check_unroll(params, obs.shape[1:], obs.dtype)
+                self.policy.check_agents_apart(params, obs.shape[1:], obs.dtype)
+                ignored_carry = self.policy.carry_unused(params, obs.shape[1:], obs.dtype)
+                if ignored_carry:
+                    print(f"jaxlab: warning: policy.module={c.policy.module!r}: {ignored_carry}")
         except ValueError as err:  # a policy.module breaking the contract (edited since its run was checked)
             self.close()
             if not c.policy.module or isinstance(err, config_lib.ConfigError):
