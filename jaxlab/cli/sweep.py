@@ -175,19 +175,22 @@ def create_or_check(args, name: str, storage, overrides: dict, exists: bool = Fa
     from jaxlab.config import presets, to_toml
     from jaxlab.sweep import study as study_lib
     from jaxlab.sweep.space import (check_space, default_space, parse_spec, read_sweep_file,
-                                    refuse_flags_on_searched_keys, refuse_keys_that_do_nothing, unused_pruner,
-                                    with_settings)
+                                    refuse_flags_on_searched_keys, refuse_keys_that_do_nothing, searched_names,
+                                    unused_pruner, with_settings)
 
     resumed = exists and not args.sweep  # not the default file: the study may come from another one
     if resumed:
         stored_spec = study_lib.open_study(name, storage, None, None, args.env)[1]
+        searched = frozenset(p.name for p in stored_spec.params)
     else:
         path = Path(args.sweep) if args.sweep else default_space(args.env)
         table = read_sweep_file(path)  # before JAX starts: a bad file fails fast
+        searched = searched_names(table)
     # this process only supervises: on a GPU it takes memory as needed (next to nothing) instead of the
     # card preset's share, which its trials get (each its own, set in its environment)
     presets.prepare_backend(None)
-    resolved = without_file_dist(resolve(args, warn_file_dist=False))
+    # a key that a searched key turns off does something in a trial
+    resolved = without_file_dist(resolve(args, warn_file_dist=False, searched=searched))
     env_name, library = resolved.config.env_name, resolved.config.env_library or None  # path/NAME.h: NAME, the .h
     if resumed:
         spec = with_settings(stored_spec, env_name, overrides, library)
