@@ -537,6 +537,27 @@ def test_a_sweep_leaves_out_a_dist_table_of_an_env_file_or_preset_in_one_line(tm
     base = (tmp_path / "d" / "base.toml").read_text()
     assert config_from_toml(base.partition("\n")[2]).dist == DistConfig()
 
+
+def test_a_sweep_takes_a_run_dirs_config_toml_whose_dist_table_holds_the_defaults(tmp_path, capsys):
+    """`jaxlab sweep cartpole --config runs/x/config.toml` was refused ('has a [dist] table (coordinator,
+    num_processes, process_id) ...'): a run dir's config.toml records every key, [dist] at its defaults (one
+    process, as every trial runs). Only a [dist] key set to another value is refused, and only it is named."""
+    pytest.importorskip("optuna")
+    from jaxlab.config import load_config, to_toml
+
+    file = tmp_path / "config.toml"
+    file.write_text(to_toml(load_config("cartpole", flags=["--train.learning-rate", "0.001"])[0]))
+    assert '[dist]\ncoordinator = ""\nnum_processes = 0\nprocess_id = -1\n' in file.read_text()
+    sweep = ["sweep", "cartpole", "--root", str(tmp_path), "--trials", "0", "--config", str(file)]
+    assert cli.main([*sweep, "--study", "a"]) == 0
+    assert "has a [dist] table" not in capsys.readouterr().err
+    assert (tmp_path / "a" / "base.toml").is_file()
+    file.write_text(file.read_text().replace("num_processes = 0", "num_processes = 2"))
+    assert cli.main([*sweep, "--study", "b"]) == 2
+    assert f"error: --config {file} has a [dist] table (num_processes): jaxlab sweep" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
+
+
 def test_a_sweep_refuses_a_flag_on_a_key_it_searches_while_a_config_file_may_set_one(tmp_path, capsys):
     """`--train.gamma 0.9` beside a sweep file searching train.gamma went into the base config and every trial's
     sampled gamma replaced it: the flag looked like it fixed gamma and did nothing. Refused, naming the flag, its

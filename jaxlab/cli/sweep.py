@@ -103,11 +103,14 @@ def refuse_dist_flags(flags: list[str]) -> None:
 
 
 def refuse_dist_in_config_file(config_file: str | None) -> None:
-    """ConfigError for a [dist] table with keys in the --config file ``config_file``, as refuse_dist_flags for
-    the flags: it would reach every trial in the study's base config, and each would warn that it is not
-    read. A file that cannot be read is left to the config's own checks, which name what is wrong."""
+    """ConfigError for a [dist] table with keys other than their defaults in the --config file ``config_file``, as
+    refuse_dist_flags for the flags: it would reach every trial in the study's base config, and each would warn
+    that it is not read. A run dir's config.toml records [dist] at its defaults (one process), which every
+    trial is anyway: taken. A file that cannot be read is left to the config's own checks, which name what is
+    wrong."""
     from jaxlab.config import ConfigError
     from jaxlab.config.layers import read_toml
+    from jaxlab.config.schema import DistConfig
 
     if not config_file:
         return
@@ -115,10 +118,14 @@ def refuse_dist_in_config_file(config_file: str | None) -> None:
         dist = read_toml(Path(config_file)).get("dist")
     except ConfigError:
         return
-    if isinstance(dist, dict) and dist:
-        raise ConfigError(f"--config {config_file} has a [dist] table ({', '.join(dist)}): jaxlab sweep starts each "
-                          "run of a trial as one process (--parallel K runs K side by side), so every trial would "
-                          "ignore it; remove [dist] from the file, or sweep with a copy without it")
+    if not isinstance(dist, dict):
+        return
+    default = DistConfig()
+    set_keys = [key for key, value in dist.items() if getattr(default, key, None) != value]
+    if set_keys:
+        raise ConfigError(f"--config {config_file} has a [dist] table ({', '.join(set_keys)}): jaxlab sweep starts "
+                          "each run of a trial as one process (--parallel K runs K side by side), so every trial "
+                          "would ignore it; remove [dist] from the file, or sweep with a copy without it")
 
 
 def without_file_dist(resolved):
