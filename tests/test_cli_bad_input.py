@@ -1200,6 +1200,21 @@ def test_an_option_of_one_value_given_twice_is_refused_not_the_first_dropped(tmp
             "you mean\n") in err
 
 
+def test_a_path_option_given_twice_as_one_path_written_two_ways_is_taken():
+    """`--run-dir runs/a --run-dir ./runs/a/` (a script's path beside a typed one) was refused as two values,
+    'given twice (runs/a, then ./runs/a/)': the same folder. Two folders are still refused."""
+    parser = cli.build_parser()
+    args, _ = parser.parse_known_args(["train", "cartpole", "--run-dir", "runs/a", "--run-dir", "./runs/a/"])
+    assert os.path.abspath(args.run_dir) == os.path.abspath("runs/a")
+    args, _ = parser.parse_known_args(["eval", "--checkpoint", "runs/a/checkpoints/8", "--checkpoint=runs/a/x/../"
+                                       "checkpoints/8"])
+    assert args.checkpoint.endswith("8")
+    with pytest.raises(SystemExit):
+        parser.parse_known_args(["train", "cartpole", "--run-dir", "runs/a", "--run-dir", "runs/b"])
+    with pytest.raises(SystemExit):  # not a path option: text compared as written
+        parser.parse_known_args(["eval", "--checkpoint", "A", "--gif-size", "64x64", "--gif-size", "64x64 "])
+
+
 def test_an_option_given_twice_with_one_value_is_taken(capsys):
     assert cli.main(["config", "cartpole", "--vec.num-envs", "16", "--preset", "cpu", "--preset", "cpu"]) == 0
     assert "num_envs = 16 " in capsys.readouterr().out

@@ -122,10 +122,19 @@ class GivenOnce(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         given = f"_{self.dest}_given"
         before = getattr(namespace, given, None)
-        if self.option_strings and before is not None and before != values:
+        if self.option_strings and before is not None and not self.same(before, values):
             raise argparse.ArgumentError(self, f"given twice ({before}, then {values}); {self.instead}")
         setattr(namespace, given, values)
         setattr(namespace, self.dest, values)
+
+    def same(self, before, values) -> bool:
+        """Whether two values of this option mean one: equal, or for a path option (user_path) one folder or
+        file written two ways (runs/a and ./runs/a/, as `jaxlab plot` takes a run given twice)."""
+        import os
+
+        if before == values:
+            return True
+        return self.type is user_path and os.path.abspath(before) == os.path.abspath(values)
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
