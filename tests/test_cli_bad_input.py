@@ -1215,6 +1215,30 @@ def test_a_path_option_given_twice_as_one_path_written_two_ways_is_taken():
         parser.parse_known_args(["eval", "--checkpoint", "A", "--gif-size", "64x64", "--gif-size", "64x64 "])
 
 
+@pytest.mark.parametrize("argv", [["config", "cartpole", "memory"],
+                                  ["config", "cartpole", "--train.seed", "1", "memory"],
+                                  ["train", "memory", "cartpole", "--run-dir", "R"], ["sweep", "cartpole", "lure"]])
+def test_env_given_twice_is_named_as_such(tmp_path, monkeypatch, capsys, argv):
+    """`jaxlab config cartpole memory` said 'unexpected argument 'memory'; config flags look like --train.seed 1':
+    the second ENV was read as a config flag. It is one line naming both; the same ENV twice is one."""
+    monkeypatch.chdir(tmp_path)
+    envs = [word for word in argv[1:] if word in ("cartpole", "memory", "lure")]
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"jaxlab {argv[0]}: error: ENV given twice ({envs[0]}, then {envs[1]}); a command runs one env: give ENV once"]
+    assert not (tmp_path / "R").exists()
+
+
+def test_env_given_twice_as_one_or_after_an_unknown_option_is_not_a_second_env(capsys):
+    assert cli.main(["config", "cartpole", "cartpole", "--vec.num-envs", "16"]) == 0
+    assert "num_envs = 16 " in capsys.readouterr().out
+    header = os.path.join(os.path.dirname(__file__), "..", "examples", "envs", "drone.h")
+    assert cli.main(["config", header, os.path.abspath(header)]) == 0  # one header written two ways
+    capsys.readouterr()
+    assert cli.main(["config", "cartpole", "--cuda", "False"]) == 2  # CleanRL's flag keeps its own line
+    assert "unexpected argument '--cuda'; jaxlab trains on the devices JAX sees" in capsys.readouterr().err
+
+
 def test_an_option_given_twice_with_one_value_is_taken(capsys):
     assert cli.main(["config", "cartpole", "--vec.num-envs", "16", "--preset", "cpu", "--preset", "cpu"]) == 0
     assert "num_envs = 16 " in capsys.readouterr().out

@@ -129,12 +129,16 @@ class GivenOnce(argparse.Action):
 
     def same(self, before, values) -> bool:
         """Whether two values of this option mean one: equal, or for a path option (user_path) one folder or
-        file written two ways (runs/a and ./runs/a/, as `jaxlab plot` takes a run given twice)."""
-        import os
+        file written two ways (same_path)."""
+        return before == values or (self.type is user_path and same_path(before, values))
 
-        if before == values:
-            return True
-        return self.type is user_path and os.path.abspath(before) == os.path.abspath(values)
+
+def same_path(first: str, second: str) -> bool:
+    """Whether two path arguments name one folder or file written two ways (runs/a and ./runs/a/, as `jaxlab
+    plot` takes a run given twice): their absolute paths, ./, .. and a trailing slash normalised, are equal."""
+    import os
+
+    return os.path.abspath(first) == os.path.abspath(second)
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
