@@ -537,6 +537,27 @@ def test_a_sweep_leaves_out_a_dist_table_of_an_env_file_or_preset_in_one_line(tm
     base = (tmp_path / "d" / "base.toml").read_text()
     assert config_from_toml(base.partition("\n")[2]).dist == DistConfig()
 
+
+def test_a_sweep_takes_a_run_dirs_config_toml_whose_dist_table_holds_the_defaults(tmp_path, capsys):
+    """`jaxlab sweep cartpole --config runs/x/config.toml` was refused ('has a [dist] table (coordinator,
+    num_processes, process_id) ...'): a run dir's config.toml records every key, [dist] at its defaults (one
+    process, as every trial runs). Only a [dist] key set to another value is refused, and only it is named."""
+    pytest.importorskip("optuna")
+    from jaxlab.config import load_config, to_toml
+
+    file = tmp_path / "config.toml"
+    file.write_text(to_toml(load_config("cartpole", flags=["--train.learning-rate", "0.001"])[0]))
+    assert '[dist]\ncoordinator = ""\nnum_processes = 0\nprocess_id = -1\n' in file.read_text()
+    sweep = ["sweep", "cartpole", "--root", str(tmp_path), "--trials", "0", "--config", str(file)]
+    assert cli.main([*sweep, "--study", "a"]) == 0
+    assert "has a [dist] table" not in capsys.readouterr().err
+    assert (tmp_path / "a" / "base.toml").is_file()
+    file.write_text(file.read_text().replace("num_processes = 0", "num_processes = 2"))
+    assert cli.main([*sweep, "--study", "b"]) == 2
+    assert f"error: --config {file} has a [dist] table (num_processes): jaxlab sweep" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
+
+
 def test_a_sweep_refuses_a_flag_on_a_key_it_searches_while_a_config_file_may_set_one(tmp_path, capsys):
     """`--train.gamma 0.9` beside a sweep file searching train.gamma went into the base config and every trial's
     sampled gamma replaced it: the flag looked like it fixed gamma and did nothing. Refused, naming the flag, its
@@ -1177,6 +1198,45 @@ def test_an_option_of_one_value_given_twice_is_refused_not_the_first_dropped(tmp
     err = capsys.readouterr().err
     assert (f"error: argument {option}: given twice ({first}, then {second}); give {option} once, with the value "
             "you mean\n") in err
+
+
+def test_a_path_option_given_twice_as_one_path_written_two_ways_is_taken():
+    """`--run-dir runs/a --run-dir ./runs/a/` (a script's path beside a typed one) was refused as two values,
+    'given twice (runs/a, then ./runs/a/)': the same folder. Two folders are still refused."""
+    parser = cli.build_parser()
+    args, _ = parser.parse_known_args(["train", "cartpole", "--run-dir", "runs/a", "--run-dir", "./runs/a/"])
+    assert os.path.abspath(args.run_dir) == os.path.abspath("runs/a")
+    args, _ = parser.parse_known_args(["eval", "--checkpoint", "runs/a/checkpoints/8", "--checkpoint=runs/a/x/../"
+                                       "checkpoints/8"])
+    assert args.checkpoint.endswith("8")
+    with pytest.raises(SystemExit):
+        parser.parse_known_args(["train", "cartpole", "--run-dir", "runs/a", "--run-dir", "runs/b"])
+    with pytest.raises(SystemExit):  # not a path option: text compared as written
+        parser.parse_known_args(["eval", "--checkpoint", "A", "--gif-size", "64x64", "--gif-size", "64x64 "])
+
+
+@pytest.mark.parametrize("argv", [["config", "cartpole", "memory"],
+                                  ["config", "cartpole", "--train.seed", "1", "memory"],
+                                  ["train", "memory", "cartpole", "--run-dir", "R"], ["sweep", "cartpole", "lure"]])
+def test_env_given_twice_is_named_as_such(tmp_path, monkeypatch, capsys, argv):
+    """`jaxlab config cartpole memory` said 'unexpected argument 'memory'; config flags look like --train.seed 1':
+    the second ENV was read as a config flag. It is one line naming both; the same ENV twice is one."""
+    monkeypatch.chdir(tmp_path)
+    envs = [word for word in argv[1:] if word in ("cartpole", "memory", "lure")]
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"jaxlab {argv[0]}: error: ENV given twice ({envs[0]}, then {envs[1]}); a command runs one env: give ENV once"]
+    assert not (tmp_path / "R").exists()
+
+
+def test_env_given_twice_as_one_or_after_an_unknown_option_is_not_a_second_env(capsys):
+    assert cli.main(["config", "cartpole", "cartpole", "--vec.num-envs", "16"]) == 0
+    assert "num_envs = 16 " in capsys.readouterr().out
+    header = os.path.join(os.path.dirname(__file__), "..", "examples", "envs", "drone.h")
+    assert cli.main(["config", header, os.path.abspath(header)]) == 0  # one header written two ways
+    capsys.readouterr()
+    assert cli.main(["config", "cartpole", "--cuda", "False"]) == 2  # CleanRL's flag keeps its own line
+    assert "unexpected argument '--cuda'; jaxlab trains on the devices JAX sees" in capsys.readouterr().err
 
 
 def test_an_option_given_twice_with_one_value_is_taken(capsys):

@@ -373,6 +373,25 @@ def test_steady_training_reports_the_updates_that_ran():
         steady_training(config, 5)
 
 
+def test_bench_counts_the_flops_of_the_epochs_that_target_kl_let_run():
+    """`jaxlab bench --train.target-kl` counted every train.update_epochs in the update's FLOPs, while the epochs
+    the KL stop skipped (a lax.cond that runs nothing) took no time: GFLOP/s achieved was overstated by
+    update_epochs / epochs run (4x with a stop after the first of 4)."""
+    from jaxlab.config import load_config
+    from jaxlab.run import bench
+
+    flags = ["--vec.num-envs", "8", "--train.minibatch-size", "32", "--policy.hidden-size", "16",
+             "--train.update-epochs", "4", "--train.total-timesteps", str(128 * 3)]
+    for target_kl, epochs in (("0", 4), ("1e-9", 1)):  # 1e-9: each first epoch's approx_kl (4 minibatches) exceeds it
+        config, _ = load_config("cartpole", flags=[*flags, "--train.target-kl", target_kl])
+        result = bench.steady_training(config, 2)
+        assert result["epochs"] == epochs
+        report = bench.report_training(config, 2)
+        flops = bench.update_flops(result["num_params"], result["sizes"].batch_size, epochs)
+        assert f"update: {flops / 1e9:,.2f} GFLOP each by the 6N rule" in report
+        assert ("(train.target_kl let 1 of its 4 epochs run, on average)" in report) == (epochs == 1)
+
+
 @pytest.mark.parametrize("command", ["train", "eval", "config", "bench", "presets", "envs"])
 def test_every_command_has_help(command):
     result = jaxlab(command, "--help")

@@ -154,6 +154,19 @@ def test_an_actor_with_waiting_agents_keeps_the_carries_play_keeps(tmp_path):
                 own(observations, own_ends, active=np.ones(3, bool))
 
 
+def test_an_actor_of_no_agents_or_a_count_that_is_no_whole_number_is_one_error():
+    """Actor(trainer, 0) built and its first call ended in a ZeroDivisionError from inside JAX; -1 was numpy's
+    'negative dimensions are not allowed', 8.0 and "8" a TypeError that named no argument."""
+    from jaxlab.train.evaluation import Actor
+
+    with trainer_for("cartpole") as trainer:
+        for count in (0, -1, 8.0, "8", True):
+            with pytest.raises(ValueError, match=rf"^Actor: num_agents={re.escape(repr(count))} must be a whole "
+                                                 r"number, at least 1 \(the rows of each call's observations"):
+                Actor(trainer, count)(np.zeros((1, 4), np.float32), np.ones(1, bool))
+        assert Actor(trainer, np.int64(2))(np.zeros((2, 4), np.float32), np.ones(2, bool)).shape == (2,)
+
+
 def test_play_refuses_counts_below_one():
     """episodes=0 (or a negative count) returned 0 episodes in silence."""
     with trainer_for("memory") as trainer:

@@ -899,3 +899,28 @@ def test_the_cost_of_a_run_leaves_out_its_compiles_so_the_compile_cache_does_not
     recompiled[6:] = [{**r, "wall_time": r["wall_time"] + 8.0} for r in recompiled[6:]]
     assert study_lib.run_cost(resumed) == study_lib.run_cost(recompiled) == pytest.approx(5.0)
     assert study_lib.run_cost(timed_records(7.0, [])) == 7.0 and study_lib.run_cost([]) is None
+
+
+@pytest.mark.parametrize("space, base, searched", [
+    ('"train.update_epochs" = {low = 1, high = 4}', "[train]\nupdate_epochs = 1\ntarget_kl = 0.02\n",
+     "train.update_epochs"),
+    ('"policy.lstm" = {choices = [true, false]}', "[policy]\nlstm = false\nhidden_size = 64\n", "policy.lstm"),
+])
+def test_a_base_config_key_that_a_searched_key_turns_on_is_not_named_as_doing_nothing(tmp_path, capsys, space, base,
+                                                                                      searched):
+    """`jaxlab sweep --config base.toml` whose file set update_epochs 1 and target_kl 0.02, with a sweep file that
+    searches train.update_epochs, warned that target_kl does nothing and said to remove its line: the trials of
+    2 to 4 epochs use it. A key that a searched key turns off is quiet, as a new study and when resumed."""
+    from jaxlab import cli
+
+    (tmp_path / "space.toml").write_text(f"[sweep]\n{space}\n")
+    (tmp_path / "base.toml").write_text(base)
+    sweep = ["sweep", "cartpole", "--root", str(tmp_path), "--study", "s", "--trials", "0", "--config",
+             str(tmp_path / "base.toml")]
+    for resumed in (False, True):
+        assert cli.main([*sweep, *([] if resumed else ["--sweep", str(tmp_path / "space.toml")])]) == 0
+        captured = capsys.readouterr()
+        assert "done: nothing to run" in captured.out
+        assert "does nothing" not in captured.err, (searched, resumed)
+    assert cli.main(["config", "cartpole", "--config", str(tmp_path / "base.toml")]) == 0  # no sweep: it does
+    assert "does nothing" in capsys.readouterr().err

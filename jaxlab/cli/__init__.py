@@ -106,6 +106,25 @@ def switch_given_a_value(parser: argparse.ArgumentParser, argv: list[str]) -> tu
     return None
 
 
+def env_given_twice(args: argparse.Namespace, leftovers: list[str]) -> tuple[list[str], str | None]:
+    """(``leftovers`` without a repeat of ENV, the error for a second, different ENV or None): argparse's
+    leftovers of a command with ENV (``args.env``) hold a word of their own, not the value of an option
+    argparse does not know (`--cuda False`), only when ENV was given already (`jaxlab train cartpole
+    memory`), which parse_flags took for a config flag ('config flags look like --train.seed 1'). The same
+    ENV twice is one, as an option's same value twice is (common.GivenOnce; a header's path written two ways
+    too)."""
+    from jaxlab.cli.common import same_path, user_path
+
+    env = getattr(args, "env", None)
+    for i, word in enumerate(leftovers):
+        if env is None or word.startswith("-") or (i and leftovers[i - 1].startswith("-")):
+            continue
+        if user_path(word) == env or same_path(user_path(word), env):
+            return [*leftovers[:i], *leftovers[i + 1:]], None
+        return leftovers, f"ENV given twice ({env}, then {word}); a command runs one env: give ENV once"
+    return leftovers, None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs the command of ``argv`` (default sys.argv[1:]); returns its exit status. A reader of its
     output that exits early (`jaxlab runs | head`) ends it quietly with status 0, as the reader asked:
@@ -138,6 +157,9 @@ def _main(argv: list[str] | None) -> int:
     if switch_problem:
         return fail(*switch_problem)
     args, rest = parser.parse_known_args(join_dash_values(others))  # a flag's value is never taken for ENV
+    rest, second_env = env_given_twice(args, rest) if args.takes_flags else (rest, None)
+    if second_env:
+        return fail(args.command, second_env)
     if args.takes_flags == "env" and rest:  # eval: its own options and --env.KEY flags, nothing for parse_flags
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     rest += flags

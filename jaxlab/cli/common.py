@@ -122,10 +122,23 @@ class GivenOnce(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         given = f"_{self.dest}_given"
         before = getattr(namespace, given, None)
-        if self.option_strings and before is not None and before != values:
+        if self.option_strings and before is not None and not self.same(before, values):
             raise argparse.ArgumentError(self, f"given twice ({before}, then {values}); {self.instead}")
         setattr(namespace, given, values)
         setattr(namespace, self.dest, values)
+
+    def same(self, before, values) -> bool:
+        """Whether two values of this option mean one: equal, or for a path option (user_path) one folder or
+        file written two ways (same_path)."""
+        return before == values or (self.type is user_path and same_path(before, values))
+
+
+def same_path(first: str, second: str) -> bool:
+    """Whether two path arguments name one folder or file written two ways (runs/a and ./runs/a/, as `jaxlab
+    plot` takes a run given twice): their absolute paths, ./, .. and a trailing slash normalised, are equal."""
+    import os
+
+    return os.path.abspath(first) == os.path.abspath(second)
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -307,16 +320,19 @@ def ignored_flags_warning(config, flags: list[str], file_choices: dict[str, str]
 
 
 def unused_flags_warning(config, flags: list[str], platform: str | None = None,
-                         file_choices: dict[str, str] | None = None) -> str | None:
+                         file_choices: dict[str, str] | None = None,
+                         searched: frozenset[str] = frozenset()) -> str | None:
     """The warning for keys that ``flags`` or a user's file (``file_choices``: load_config's, a key set to
     another value than the layers under the file give) set and that ``config`` does not use
     (config.validate.unused_keys: the keys and why), or None. A file's key is not named when a flag set the key
-    that turns it off (switched_off_by_flag)."""
+    that turns it off (switched_off_by_flag), nor when a sweep searches that key (``searched``: its trials set
+    it, so the key does something in some of them)."""
     from jaxlab.config.validate import unused_keys
 
     unused = unused_keys(config, platform)
     given = given_keys(flags, file_choices)
-    named = [key for key, why in unused.items() if key in given and not switched_off_by_flag(given, key, why[0])]
+    named = [key for key, why in unused.items() if key in given and why[0] not in searched
+             and not switched_off_by_flag(given, key, why[0])]
     lines = [f"{given_as(config, key, given[key])} does nothing with {unused[key][0]} {unused[key][1]}"
              for key in named]
     fix = lines_fix(given, named)
@@ -492,7 +508,8 @@ def total_without_file(args: argparse.Namespace, preset: str, config) -> int | N
 
 
 def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, updates: int | None = None,
-            processes: int | None = None, warn_file_dist: bool = True) -> Resolved:
+            processes: int | None = None, warn_file_dist: bool = True,
+            searched: frozenset[str] = frozenset()) -> Resolved:
     """The config of ARGS (preset, --config, flags) with its sizes checked and its memory estimate
     checked against the device's and the host's; ConfigError (or CheckpointError for --resume)
     otherwise, which main() reports with exit status 2. Warnings go to ``warn`` (a run over several
@@ -501,7 +518,9 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, update
     flag set it or a --config file changed it, gets a warning (`jaxlab bench`: ignored_total_warning).
     ``processes``: the run's process count for the sizes' per-process checks (default: the processes JAX
     has joined; `jaxlab config` passes the --dist.* count it does not join). ``warn_file_dist`` False: no
-    dist_in_file_warning (jaxlab sweep says what it does with a file's [dist] itself).
+    dist_in_file_warning (jaxlab sweep says what it does with a file's [dist] itself). ``searched``: the
+    "section.key" names a sweep searches, whose trials set them: a key they turn off is no key that does
+    nothing.
     Nothing is compiled; JAX's backend is started (to see the devices) with its memory options set."""
     from jaxlab.config import ConfigError, check_network, derive_sizes, load_config, memory, presets
     from jaxlab.config.layers import flags_library, repeated_flags
@@ -589,7 +608,8 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, update
         raise ConfigError(f"{err} (--resume {args.resume}: the values not given as flags are the ones the run "
                           "was saved with; a flag on this command overrides them)") from None
     for line in (ignored_flags_warning(config, args.flags, choices),  # after the checks: a broken module's comes alone
-                 unused_flags_warning(config, args.flags, devices[0].platform if devices else None, choices),
+                 unused_flags_warning(config, args.flags, devices[0].platform if devices else None, choices,
+                                      searched),
                  None if resume else codes_as_pixels_warning(config, shape)):
         if line is not None:
             warn(line)

@@ -103,11 +103,14 @@ def refuse_dist_flags(flags: list[str]) -> None:
 
 
 def refuse_dist_in_config_file(config_file: str | None) -> None:
-    """ConfigError for a [dist] table with keys in the --config file ``config_file``, as refuse_dist_flags for
-    the flags: it would reach every trial in the study's base config, and each would warn that it is not
-    read. A file that cannot be read is left to the config's own checks, which name what is wrong."""
+    """ConfigError for a [dist] table with keys other than their defaults in the --config file ``config_file``, as
+    refuse_dist_flags for the flags: it would reach every trial in the study's base config, and each would warn
+    that it is not read. A run dir's config.toml records [dist] at its defaults (one process), which every
+    trial is anyway: taken. A file that cannot be read is left to the config's own checks, which name what is
+    wrong."""
     from jaxlab.config import ConfigError
     from jaxlab.config.layers import read_toml
+    from jaxlab.config.schema import DistConfig
 
     if not config_file:
         return
@@ -115,10 +118,14 @@ def refuse_dist_in_config_file(config_file: str | None) -> None:
         dist = read_toml(Path(config_file)).get("dist")
     except ConfigError:
         return
-    if isinstance(dist, dict) and dist:
-        raise ConfigError(f"--config {config_file} has a [dist] table ({', '.join(dist)}): jaxlab sweep starts each "
-                          "run of a trial as one process (--parallel K runs K side by side), so every trial would "
-                          "ignore it; remove [dist] from the file, or sweep with a copy without it")
+    if not isinstance(dist, dict):
+        return
+    default = DistConfig()
+    set_keys = [key for key, value in dist.items() if getattr(default, key, None) != value]
+    if set_keys:
+        raise ConfigError(f"--config {config_file} has a [dist] table ({', '.join(set_keys)}): jaxlab sweep starts "
+                          "each run of a trial as one process (--parallel K runs K side by side), so every trial "
+                          "would ignore it; remove [dist] from the file, or sweep with a copy without it")
 
 
 def without_file_dist(resolved):
@@ -175,19 +182,22 @@ def create_or_check(args, name: str, storage, overrides: dict, exists: bool = Fa
     from jaxlab.config import presets, to_toml
     from jaxlab.sweep import study as study_lib
     from jaxlab.sweep.space import (check_space, default_space, parse_spec, read_sweep_file,
-                                    refuse_flags_on_searched_keys, refuse_keys_that_do_nothing, unused_pruner,
-                                    with_settings)
+                                    refuse_flags_on_searched_keys, refuse_keys_that_do_nothing, searched_names,
+                                    unused_pruner, with_settings)
 
     resumed = exists and not args.sweep  # not the default file: the study may come from another one
     if resumed:
         stored_spec = study_lib.open_study(name, storage, None, None, args.env)[1]
+        searched = frozenset(p.name for p in stored_spec.params)
     else:
         path = Path(args.sweep) if args.sweep else default_space(args.env)
         table = read_sweep_file(path)  # before JAX starts: a bad file fails fast
+        searched = searched_names(table)
     # this process only supervises: on a GPU it takes memory as needed (next to nothing) instead of the
     # card preset's share, which its trials get (each its own, set in its environment)
     presets.prepare_backend(None)
-    resolved = without_file_dist(resolve(args, warn_file_dist=False))
+    # a key that a searched key turns off does something in a trial
+    resolved = without_file_dist(resolve(args, warn_file_dist=False, searched=searched))
     env_name, library = resolved.config.env_name, resolved.config.env_library or None  # path/NAME.h: NAME, the .h
     if resumed:
         spec = with_settings(stored_spec, env_name, overrides, library)

@@ -108,7 +108,8 @@ def update_flops(num_params: int, samples: int, epochs: int) -> float:
 def steady_training(config, updates: int) -> dict:
     """Trains ``config`` for 1 + ``updates`` updates (fewer when its total steps end sooner); returns the
     first update's seconds (compiles included), the steady SPS of the updates after it, how many ran
-    (``updates``) and their time split {env, policy, copy, learn, other} in seconds. ConfigError when
+    (``updates``), the mean of their epochs_run (``epochs``: train.update_epochs unless train.target_kl
+    stopped some) and their time split {env, policy, copy, learn, other} in seconds. ConfigError when
     the config's total steps leave no update after the first."""
     from jaxlab.config import ConfigError
     from jaxlab.run.loop import train_loop
@@ -120,30 +121,35 @@ def steady_training(config, updates: int) -> dict:
         first = time.perf_counter() - tic
         before = dict(trainer.timing)
         tic = time.perf_counter()
-        ran = len(train_loop(trainer, updates=updates))
-        elapsed = time.perf_counter() - tic
+        records = train_loop(trainer, updates=updates)
+        elapsed, ran = time.perf_counter() - tic, len(records)
         if ran == 0:
             raise ConfigError(f"train.total_timesteps={config.train.total_timesteps} leaves no update to time "
                               f"after the first (a batch is {trainer.sizes.batch_size:,} steps); leave "
                               "--train.total-timesteps out, the benchmark sets it from its updates")
         split = {k: trainer.timing[k] - before[k] for k in trainer.timing}
         split["other"] = elapsed - sum(split.values())
+        epochs = sum(record["epochs_run"] for record in records) / ran
         return {"first_update_s": first, "sps": ran * trainer.sizes.batch_size / elapsed, "updates": ran,
-                "elapsed_s": elapsed, "split": split, "sizes": trainer.sizes, "num_params": trainer.num_params}
+                "epochs": epochs, "elapsed_s": elapsed, "split": split, "sizes": trainer.sizes,
+                "num_params": trainer.num_params}
 
 
 def report_training(config, updates: int) -> str:
     result = steady_training(config, updates)
     updates = result["updates"]
     split = ", ".join(f"{k} {v:.2f} s" for k, v in result["split"].items())
-    flops = update_flops(result["num_params"], result["sizes"].batch_size, config.train.update_epochs)
+    epochs = result["epochs"]  # the epochs the timed updates ran: those train.target_kl skipped cost nothing
+    flops = update_flops(result["num_params"], result["sizes"].batch_size, epochs)
+    stopped = "" if epochs == config.train.update_epochs else (
+        f" (train.target_kl let {epochs:.3g} of its {config.train.update_epochs} epochs run, on average)")
     learn_per_update = result["split"]["learn"] / updates
     achieved = flops / max(learn_per_update, 1e-9) / 1e9
     return (f"train {config.env_name}: {result['sizes'].describe()}; {result['num_params']:,} params, "
             f"lstm={config.policy.lstm}, precision {config.device.precision}\n"
             f"  first update (compiles included) {result['first_update_s']:.2f} s; steady "
             f"{result['sps']:,.0f} SPS over {counted(updates, 'update')} ({split} of {result['elapsed_s']:.2f} s)\n"
-            f"  update: {flops / 1e9:,.2f} GFLOP each by the 6N rule, {achieved:,.1f} GFLOP/s achieved "
+            f"  update: {flops / 1e9:,.2f} GFLOP each by the 6N rule{stopped}, {achieved:,.1f} GFLOP/s achieved "
             f"({learn_per_update:.3f} s per update)")
 
 

@@ -367,11 +367,23 @@ def schema_type(name: str, env_name: str, library: str | None = None) -> type | 
     return {"int": int, "float": float, "bool": bool, "str": str}.get(types[key], types[key])
 
 
+def param_name(key: str) -> str:
+    """The config key "section.key" that sweep file key ``key`` searches (dashes as underscores)."""
+    section, _, name = key.partition(".")
+    return f"{section}.{name.replace('-', '_')}"
+
+
+def searched_names(table: dict) -> frozenset[str]:
+    """The config keys a read_sweep_file ``table`` searches (its keys with a dot; the others are settings),
+    before parse_spec checks them."""
+    return frozenset(param_name(key) for key in table if "." in key)
+
+
 def parse_param(name: str, value: Any, env_name: str, source: str, library: str | None = None) -> Param:
     """One hyperparameter from its TOML value; ConfigError naming it for anything malformed."""
     kind = schema_type(name, env_name, library)
+    name = param_name(name)
     section, _, key = name.partition(".")
-    name = f"{section}.{key.replace('-', '_')}"
     where = f"sweep key {name!r} (in {source})"
     if not isinstance(value, dict):
         raise ConfigError(f"{where} = {shown_value(value)} must be a table: {{low = ..., high = ...}} or "

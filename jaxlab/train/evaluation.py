@@ -4,6 +4,7 @@ optional per-step callback (text rendering)."""
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections.abc import Callable
 from pathlib import Path
 
@@ -271,6 +272,10 @@ class Actor:
     def __init__(self, trainer, num_agents: int, deterministic: bool = True, seed: int = 0):
         from jaxlab.agent import distributions
 
+        if isinstance(num_agents, bool) or not isinstance(num_agents, numbers.Integral) or num_agents < 1:
+            raise ValueError(f"Actor: num_agents={num_agents!r} must be a whole number, at least 1 (the rows of "
+                             "each call's observations, e.g. env.num_agents)")
+        num_agents = int(num_agents)
         space = trainer.env.observation_space
         self.num_agents, self.obs_shape, self.obs_dtype = num_agents, tuple(space.shape), np.dtype(space.dtype)
         self.has_mask, self.params = trainer.env.has_mask, trainer.acting_params
