@@ -26,6 +26,9 @@ from jaxlab.config import ConfigError, load_config
 from jaxlab.config.validate import check_devices
 from jaxlab.observe.records import read_metrics
 
+# The SLURM variables of a task that srun launched, besides SLURM_NTASKS and SLURM_PROCID (JAX's SLURM detection)
+SRUN_TASK = {"SLURM_JOB_ID": "7", "SLURM_STEP_NODELIST": "node[01-02]", "SLURM_LOCALID": "0"}
+
 SCRIPT = r"""
 import json, os, sys
 import jax
@@ -231,7 +234,7 @@ def test_dist_settings_come_from_flags_or_slurm():
     flags = dist_from_flags(["--vec.groups", "2", "--dist.coordinator", "h:1234", "--dist.num-processes=4",
                              "--dist.process-id", "3"])
     assert resolve(flags, {}) == Settings("h:1234", 4, 3)
-    assert resolve(DistConfig(), {"SLURM_NTASKS": "8", "SLURM_PROCID": "5", "SLURM_JOB_ID": "1"}) == Settings("", 8, 5)
+    assert resolve(DistConfig(), {"SLURM_NTASKS": "8", "SLURM_PROCID": "5", **SRUN_TASK}) == Settings("", 8, 5)
     assert resolve(DistConfig(), {"SLURM_NTASKS": "2", "SLURM_PROCID": "1", "JAXLAB_COORDINATOR": "n0:99"}) == \
         Settings("n0:99", 2, 1)
     with pytest.raises(ConfigError, match=r"dist.num_processes=2 needs process 0's address: --dist.coordinator"):
@@ -251,6 +254,35 @@ def test_dist_settings_come_from_flags_or_slurm():
         dist_from_flags(["--dist.num-processes", "x"])
     with pytest.raises(ConfigError, match=r"--dist.process-id '' is not an integer; e.g. --dist.process-id 0"):
         dist_from_flags(["--dist.process-id"])
+
+
+def test_slurm_variables_of_an_allocation_shell_outside_srun_are_refused_naming_what_is_missing(monkeypatch, capsys):
+    """In a shell of a SLURM allocation (salloc, an sbatch script) SLURM_JOB_ID and SLURM_NTASKS are set but
+    not the job step's SLURM_STEP_NODELIST and SLURM_LOCALID, which JAX's SLURM detection needs: jaxlab passed
+    the check and `jaxlab train` crashed in jax.distributed.initialize with a traceback ('ValueError:
+    coordinator_address should be defined'). It is refused in one line now, before JAX starts, naming srun."""
+    from jaxlab import cli
+    from jaxlab.config.schema import DistConfig
+    from jaxlab.run.distributed import resolve
+
+    allocation = {"SLURM_JOB_ID": "77", "SLURM_NTASKS": "2"}
+    with pytest.raises(ConfigError) as refused:
+        resolve(DistConfig(), allocation)
+    assert str(refused.value) == (
+        "dist.num_processes=2 (from SLURM_NTASKS, as --dist.num-processes is not given) needs process 0's address, "
+        "which JAX finds under SLURM only in a task that srun launched (SLURM_STEP_NODELIST, SLURM_PROCID, "
+        "SLURM_LOCALID not set here: not a job step); launch it with srun --ntasks 2 jaxlab ..., or give every "
+        "process --dist.coordinator HOST:PORT, or --dist.num-processes 1 to run alone")
+    assert resolve(DistConfig(num_processes=1), allocation).num_processes == 1
+    assert resolve(DistConfig(), {**allocation, "JAXLAB_COORDINATOR": "n0:99"}).coordinator == "n0:99"
+    for name, value in allocation.items():
+        monkeypatch.setenv(name, value)
+    for name in ("SLURM_PROCID", "SLURM_STEP_NODELIST", "SLURM_LOCALID", "JAXLAB_COORDINATOR"):
+        monkeypatch.delenv(name, raising=False)
+    assert cli.main(["train", "cartpole", "--dist.num-processes", "2", "--dist.process-id", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jaxlab train: error: dist.num_processes=2 needs process 0's address, which JAX finds")
+    assert err.count("\n") == 1 and "Traceback" not in err
 
 
 def test_dist_refusals_name_the_slurm_variable_that_gave_the_value():
@@ -681,7 +713,7 @@ def test_under_slurm_without_a_coordinator_flags_that_disagree_with_slurm_are_re
     from jaxlab.config.schema import DistConfig
     from jaxlab.run.distributed import resolve
 
-    slurm = {"SLURM_NTASKS": "4", "SLURM_PROCID": "1", "SLURM_JOB_ID": "7"}
+    slurm = {"SLURM_NTASKS": "4", "SLURM_PROCID": "1", **SRUN_TASK}
     with pytest.raises(ConfigError) as refused:
         resolve(DistConfig(num_processes=2), slurm)
     assert str(refused.value) == (
@@ -712,7 +744,7 @@ def test_another_process_count_from_slurm_is_told_to_resume_with_srun_not_a_flag
     from jaxlab.run.distributed import resolve
     from jaxlab.train.trainer import check_processes
 
-    slurm = resolve(DistConfig(), {"SLURM_NTASKS": "2", "SLURM_PROCID": "0", "SLURM_JOB_ID": "7"})
+    slurm = resolve(DistConfig(), {"SLURM_NTASKS": "2", "SLURM_PROCID": "0", **SRUN_TASK})
     with pytest.raises(ConfigError) as refused:
         check_processes({"processes": 4}, "ck", slurm.num_processes, slurm.count)
     assert str(refused.value) == (

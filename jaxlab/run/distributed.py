@@ -114,6 +114,7 @@ def resolve(dist: DistConfig, environ: Mapping[str, str] = os.environ) -> Settin
         raise ConfigError(f"{n} needs process 0's address: --dist.coordinator HOST:PORT (or JAXLAB_COORDINATOR), "
                           f"the same for every process{alone}")
     if n.value > 1 and not coordinator:  # SLURM_JOB_ID is set: JAX finds process 0 from the job's nodes
+        check_in_slurm_job_step(n, environ)
         check_agrees_with_slurm((n, pid), environ)
     host, _, port = coordinator.rpartition(":")
     if coordinator and (not host or not port.isdigit() or not 1 <= int(port) <= 65535):
@@ -124,6 +125,24 @@ def resolve(dist: DistConfig, environ: Mapping[str, str] = os.environ) -> Settin
                           f"give every process --dist.num-processes N (N >= 2) and its --dist.process-id, or leave "
                           f"out --dist.coordinator")
     return Settings(coordinator, n.value, pid.value, n)
+
+
+# What JAX's SLURM detection (jax._src.clusters.SlurmCluster) reads; srun sets them all in each task of a job step,
+# an allocation's own shell (salloc, an sbatch script outside srun) only some.
+SLURM_STEP_VARIABLES = ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID")
+
+
+def check_in_slurm_job_step(n: Given, environ: Mapping[str, str]) -> None:
+    """ConfigError when a run of ``n`` processes with no coordinator is not in a SLURM job step: JAX finds
+    process 0 from the step's variables only when every one of SLURM_STEP_VARIABLES is set, and raised a bare
+    ValueError ('coordinator_address should be defined') otherwise."""
+    missing = [variable for variable in SLURM_STEP_VARIABLES if variable not in environ]
+    if not missing:
+        return
+    alone = ", or --dist.num-processes 1 to run alone" if n.source == "env" else ""
+    raise ConfigError(f"{n} needs process 0's address, which JAX finds under SLURM only in a task that srun "
+                      f"launched ({', '.join(missing)} not set here: not a job step); launch it with "
+                      f"srun --ntasks {n.value} jaxlab ..., or give every process --dist.coordinator HOST:PORT{alone}")
 
 
 def check_agrees_with_slurm(values: Sequence[Given], environ: Mapping[str, str]) -> None:
