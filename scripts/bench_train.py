@@ -155,7 +155,8 @@ def main() -> None:
     args = parser.parse_args()
     from jaxlab.run import distributed
 
-    distributed.start(args.flags)  # a process of a run over several (--dist.* flags), before JAX starts
+    # a process of a run over several (--dist.* flags), before JAX starts
+    distributed.start(args.flags, command="bench_train.py")
     if args.scaling:
         sps_config(args.env, args.agents, args.updates, args.flags)  # a bad flag or count: exit 2 before any run
         print(f"scaling {args.env}, {args.agents:,} agents, {args.updates} timed updates:", flush=True)

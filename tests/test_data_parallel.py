@@ -359,6 +359,30 @@ def test_a_slurm_procid_out_of_range_exits_2_with_one_line(monkeypatch, capsys):
                                  "--dist.process-id\n")
 
 
+def test_a_process_whose_peers_never_join_stops_with_one_line_after_jaxlab_join_timeout():
+    """Process 0 of 2 started alone waited silently for JAX's 5 minutes, then XLA aborted it (exit 134) with
+    'Check failure stack trace' and a C stack, naming no fix. It now stops after JAXLAB_JOIN_TIMEOUT seconds
+    with exit 2 and one line saying which processes to start."""
+    from jaxlab.config.schema import DistConfig
+    from jaxlab.run.distributed import resolve
+
+    coordinator = f"localhost:{free_port()}"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "", "JAXLAB_JOIN_TIMEOUT": "2"}
+    result = subprocess.run([sys.executable, "-m", "jaxlab.cli", "train", "cartpole", "--dist.coordinator", coordinator,
+                             "--dist.num-processes", "2", "--dist.process-id", "0"],
+                            capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (
+        f"jaxlab train: error: process 0 of 2: the run's processes did not all join at {coordinator} within 2 s "
+        f"(JAXLAB_JOIN_TIMEOUT); start the other processes with the same command, --dist.num-processes 2 and "
+        f"--dist.process-id 1, where they reach {coordinator}\n")
+    assert resolve(DistConfig("h:1", 2, 0), {}).join_timeout_s == 300
+    for bad in ("0", "x", "-3", ""):
+        with pytest.raises(ConfigError, match=rf"^JAXLAB_JOIN_TIMEOUT='{bad}' must be a whole number of seconds"):
+            resolve(DistConfig("h:1", 2, 0), {"JAXLAB_JOIN_TIMEOUT": bad})
+    assert resolve(DistConfig(), {"JAXLAB_JOIN_TIMEOUT": "x"}).num_processes == 1  # one process waits for none
+
+
 def train_in_processes(*args, processes=2, timeout=600) -> list[subprocess.CompletedProcess]:
     """`jaxlab train cartpole ARGS` in ``processes`` processes on localhost (1 CPU device each, gloo)."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
@@ -734,7 +758,7 @@ def test_under_slurm_initialize_gets_the_resolved_count_and_index(monkeypatch):
     monkeypatch.setattr(jax.config, "update", lambda *args: None)
     monkeypatch.setattr(jax.distributed, "initialize", lambda *args, **kwargs: calls.append((args, kwargs)))
     assert distributed.initialize(distributed.Settings("", 4, 0))
-    assert calls == [((), {"num_processes": 4, "process_id": 0})]
+    assert calls == [((), {"num_processes": 4, "process_id": 0, "initialization_timeout": 360})]
 
 
 def test_another_process_count_from_slurm_is_told_to_resume_with_srun_not_a_flag():

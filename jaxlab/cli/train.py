@@ -56,7 +56,7 @@ def train_command(args: argparse.Namespace) -> int:
     if empty:
         return fail("train", ConfigError(empty))
     try:
-        settings = distributed.start(args.flags)  # before anything uses JAX
+        settings = distributed.start(args.flags, command="jaxlab train")  # before anything uses JAX
     except ConfigError as err:
         return fail("train", err)
     with StopSignals(pipes=True) as stop:  # a broken stdout/stderr pipe stops the run as SIGTERM does

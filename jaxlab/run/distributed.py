@@ -30,6 +30,7 @@ class Settings:
     num_processes: int
     process_id: int
     count: Given | None = field(default=None, compare=False)  # where num_processes came from (for a fix)
+    join_timeout_s: int = field(default=300, compare=False)  # how long initialize waits for the others
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,17 @@ def resolve(dist: DistConfig, environ: Mapping[str, str] = os.environ) -> Settin
         raise ConfigError(f"dist.coordinator={dist.coordinator!r} is given but the run has 1 process{n.origin()}; "
                           f"give every process --dist.num-processes N (N >= 2) and its --dist.process-id, or leave "
                           f"out --dist.coordinator")
-    return Settings(coordinator, n.value, pid.value, n)
+    return Settings(coordinator, n.value, pid.value, n, join_timeout(environ) if n.value > 1 else 300)
+
+
+def join_timeout(environ: Mapping[str, str]) -> int:
+    """Seconds a process waits in initialize for the run's other processes: JAXLAB_JOIN_TIMEOUT, else 300
+    (JAX's own default); ConfigError when it is not a whole number above 0."""
+    text = environ.get("JAXLAB_JOIN_TIMEOUT", "300")
+    if not text.strip().isdigit() or int(text) < 1:
+        raise ConfigError(f"JAXLAB_JOIN_TIMEOUT={text!r} must be a whole number of seconds above 0 (how long a "
+                          "process waits for the run's others); e.g. JAXLAB_JOIN_TIMEOUT=300, or unset it")
+    return int(text)
 
 
 # What JAX's SLURM detection (jax._src.clusters.SlurmCluster) reads; srun sets them all in each task of a job step,
@@ -186,24 +197,64 @@ def dist_from_flags(flags: Sequence[str]) -> DistConfig:
                       process_id=integer("process_id", -1))
 
 
-def initialize(settings: Settings) -> bool:
+def initialize(settings: Settings, command: str = "jaxlab") -> bool:
     """Joins the run's processes (``jax.distributed.initialize``) when there are several; True then.
-    Call before anything else uses JAX."""
+    Call before anything else uses JAX. When they have not all joined within ``settings.join_timeout_s``,
+    prints ``command: error: ...`` (one line naming the fix) and ends the process with status 2: JAX's own
+    timeout aborts it with a fatal log and a C stack instead (its deadline is set a minute later)."""
     if settings.num_processes == 1:
         return False
+    import threading
+
     import jax
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     if settings.process_id > 0:  # process 0 starts the coordinator; the others wait for it, silently otherwise
-        where = f"at {settings.coordinator}" if settings.coordinator else "(from SLURM)"
         print(f"process {settings.process_id} of {settings.num_processes}: joining the run's coordinator "
-              f"{where}…", file=sys.stderr, flush=True)
-    if settings.coordinator:
-        jax.distributed.initialize(coordinator_address=settings.coordinator,
-                                   num_processes=settings.num_processes, process_id=settings.process_id)
-    else:  # SLURM: JAX finds process 0 from the job's nodes; the count and index are resolve's (SLURM's)
-        jax.distributed.initialize(num_processes=settings.num_processes, process_id=settings.process_id)
+              f"{coordinator_words(settings)}…", file=sys.stderr, flush=True)
+    watchdog = threading.Timer(settings.join_timeout_s, stop_unjoined, (settings, command))
+    watchdog.daemon = True
+    watchdog.start()
+    deadline = settings.join_timeout_s + 60
+    try:
+        if settings.coordinator:
+            jax.distributed.initialize(coordinator_address=settings.coordinator, num_processes=settings.num_processes,
+                                       process_id=settings.process_id, initialization_timeout=deadline)
+        else:  # SLURM: JAX finds process 0 from the job's nodes; the count and index are resolve's (SLURM's)
+            jax.distributed.initialize(num_processes=settings.num_processes, process_id=settings.process_id,
+                                       initialization_timeout=deadline)
+    finally:
+        watchdog.cancel()
     return True
+
+
+def coordinator_words(settings: Settings) -> str:
+    """Where the run's coordinator is, for a message: "at HOST:PORT", or "(from SLURM)"."""
+    return f"at {settings.coordinator}" if settings.coordinator else "(from SLURM)"
+
+
+def unjoined_message(settings: Settings) -> str:
+    """The line for a process whose run's processes did not all join within settings.join_timeout_s."""
+    n, pid, waited = settings.num_processes, settings.process_id, settings.join_timeout_s
+    if not settings.coordinator:
+        start = f"launch the {n} tasks in one job step (srun --ntasks {n}, which sets SLURM_NTASKS and SLURM_PROCID)"
+    elif pid == 0:
+        others = "--dist.process-id 1" if n == 2 else f"each its own --dist.process-id in 1..{n - 1}"
+        start = (f"start the other processes with the same command, --dist.num-processes {n} and {others}, where "
+                 f"they reach {settings.coordinator}")
+    else:
+        start = (f"start process 0 (--dist.process-id 0) with the same command on the host of {settings.coordinator} "
+                 f"and every other process with --dist.num-processes {n}, and check that it is reachable from here")
+    return (f"process {pid} of {n}: the run's processes did not all join {coordinator_words(settings)} within "
+            f"{waited} s (JAXLAB_JOIN_TIMEOUT); {start}")
+
+
+def stop_unjoined(settings: Settings, command: str) -> None:
+    """Ends this process (status 2) with unjoined_message: called from a thread while the main thread waits
+    in jax.distributed.initialize's C code, which a raised exception would not reach; nothing is saved yet."""
+    sys.stdout.flush()
+    print(f"{command}: error: {unjoined_message(settings)}", file=sys.stderr, flush=True)
+    os._exit(2)
 
 
 def settings_from_flags(flags: Sequence[str] = (), environ: Mapping[str, str] = os.environ) -> Settings:
@@ -213,11 +264,11 @@ def settings_from_flags(flags: Sequence[str] = (), environ: Mapping[str, str] = 
     return resolve(dist_from_flags(flags), environ)
 
 
-def start(flags: Sequence[str] = (), environ: Mapping[str, str] = os.environ) -> Settings:
+def start(flags: Sequence[str] = (), environ: Mapping[str, str] = os.environ, command: str = "jaxlab") -> Settings:
     """Resolves the [dist] flags and the environment (settings_from_flags) and initializes; returns the
-    settings."""
+    settings. ``command`` heads the line of a run whose processes did not all join (initialize)."""
     settings = settings_from_flags(flags, environ)
-    initialize(settings)
+    initialize(settings, command)
     return settings
 
 
