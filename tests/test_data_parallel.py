@@ -383,6 +383,25 @@ def test_a_process_whose_peers_never_join_stops_with_one_line_after_jaxlab_join_
     assert resolve(DistConfig(), {"JAXLAB_JOIN_TIMEOUT": "x"}).num_processes == 1  # one process waits for none
 
 
+def test_process_0_on_a_coordinator_port_in_use_exits_2_with_one_line():
+    """A --dist.coordinator port that another program listens on crashed process 0 (exit 139, a segmentation
+    fault after gRPC's 'Failed to add port to server'): it is refused before JAX starts, naming another port."""
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("", 0))
+        holder.listen()
+        coordinator = f"localhost:{holder.getsockname()[1]}"
+        env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "", "JAXLAB_JOIN_TIMEOUT": "30"}
+        result = subprocess.run([sys.executable, "-m", "jaxlab.cli", "train", "cartpole", "--dist.coordinator",
+                                 coordinator, "--dist.num-processes", "2", "--dist.process-id", "0"],
+                                capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert re.fullmatch(rf"jaxlab train: error: dist.coordinator='{coordinator}': process 0 cannot start the run's "
+                        rf"coordinator on port \d+ of this host \(Address already in use\); give every process "
+                        rf"another port, e.g. --dist.coordinator localhost:\d+\n", result.stderr), result.stderr
+
+
 def train_in_processes(*args, processes=2, timeout=600) -> list[subprocess.CompletedProcess]:
     """`jaxlab train cartpole ARGS` in ``processes`` processes on localhost (1 CPU device each, gloo)."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}

@@ -204,6 +204,7 @@ def initialize(settings: Settings, command: str = "jaxlab") -> bool:
     timeout aborts it with a fatal log and a C stack instead (its deadline is set a minute later)."""
     if settings.num_processes == 1:
         return False
+    check_coordinator_port(settings)
     import threading
 
     import jax
@@ -226,6 +227,46 @@ def initialize(settings: Settings, command: str = "jaxlab") -> bool:
     finally:
         watchdog.cancel()
     return True
+
+
+def check_coordinator_port(settings: Settings, environ: Mapping[str, str] = os.environ) -> None:
+    """ConfigError when this process is process 0 and cannot listen on the coordinator's port (another program
+    holds it): JAX's coordinator service then crashed it, a segmentation fault after gRPC's 'Failed to add port
+    to server'. JAX listens on every address of the host ([::]:PORT) unless JAX_COORDINATOR_BIND_ADDRESS says
+    otherwise, which is then left to JAX."""
+    if settings.process_id != 0 or not settings.coordinator or environ.get("JAX_COORDINATOR_BIND_ADDRESS"):
+        return
+    host, _, port = settings.coordinator.rpartition(":")
+    problem = port_bind_problem(int(port))
+    if problem:
+        raise ConfigError(f"dist.coordinator={settings.coordinator!r}: process 0 cannot start the run's coordinator "
+                          f"on port {port} of this host ({problem}); give every process another port, e.g. "
+                          f"--dist.coordinator {host}:{free_port()}")
+
+
+def port_bind_problem(port: int) -> str | None:
+    """Why a socket cannot listen on ``port`` of every address of this host (as JAX's coordinator does), or
+    None when it can."""
+    import socket
+
+    family, address = (socket.AF_INET6, "::") if socket.has_ipv6 else (socket.AF_INET, "")
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC: a port in TIME_WAIT is free
+            probe.bind((address, port))
+            probe.listen()
+    except OSError as err:
+        return err.strerror or str(err)
+    return None
+
+
+def free_port() -> int:
+    """A port nothing listens on now (for a fix's example)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        return probe.getsockname()[1]
 
 
 def coordinator_words(settings: Settings) -> str:
