@@ -402,6 +402,30 @@ def test_process_0_on_a_coordinator_port_in_use_exits_2_with_one_line():
                         rf"another port, e.g. --dist.coordinator localhost:\d+\n", result.stderr), result.stderr
 
 
+def test_a_coordinator_host_not_known_here_is_refused_at_once():
+    """A --dist.coordinator whose host name does not resolve (a typo) left every process waiting for the join
+    timeout (5 minutes by default) before a line that could not say why: it is refused before JAX starts."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "", "JAXLAB_JOIN_TIMEOUT": "30"}
+    result = subprocess.run([sys.executable, "-m", "jaxlab.cli", "train", "cartpole", "--dist.coordinator",
+                             "no-such-host.invalid:12345", "--dist.num-processes", "2", "--dist.process-id", "1"],
+                            capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 2 and result.stderr.startswith(
+        "jaxlab train: error: dist.coordinator='no-such-host.invalid:12345': host 'no-such-host.invalid' is not known "
+        "here ("), result.stderr
+    from jaxlab.run.distributed import Settings, check_coordinator_host
+
+    for process in (0, 1):
+        with pytest.raises(ConfigError) as refused:
+            check_coordinator_host(Settings("no-such-host.invalid:12345", 2, process))
+        assert re.fullmatch(r"dist.coordinator='no-such-host.invalid:12345': host 'no-such-host.invalid' is not "
+                            r"known here \(.+\); give process 0's host name or address, the same for every process "
+                            r"\(e.g. --dist.coordinator localhost:12345 when all run on this host\)",
+                            str(refused.value)), str(refused.value)
+    check_coordinator_host(Settings("localhost:12345", 2, 1))
+    check_coordinator_host(Settings("[::1]:12345", 2, 1))
+    check_coordinator_host(Settings("", 2, 1))  # SLURM: JAX finds it
+
+
 def train_in_processes(*args, processes=2, timeout=600) -> list[subprocess.CompletedProcess]:
     """`jaxlab train cartpole ARGS` in ``processes`` processes on localhost (1 CPU device each, gloo)."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}

@@ -204,6 +204,7 @@ def initialize(settings: Settings, command: str = "jaxlab") -> bool:
     timeout aborts it with a fatal log and a C stack instead (its deadline is set a minute later)."""
     if settings.num_processes == 1:
         return False
+    check_coordinator_host(settings)
     check_coordinator_port(settings)
     import threading
 
@@ -227,6 +228,22 @@ def initialize(settings: Settings, command: str = "jaxlab") -> bool:
     finally:
         watchdog.cancel()
     return True
+
+
+def check_coordinator_host(settings: Settings) -> None:
+    """ConfigError when the coordinator's host name is not known here (a typo, a name of another network):
+    the process waited for it until the join timeout instead."""
+    if not settings.coordinator:
+        return
+    import socket
+
+    host, _, port = settings.coordinator.rpartition(":")
+    try:
+        socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)
+    except OSError as err:
+        raise ConfigError(f"dist.coordinator={settings.coordinator!r}: host {host!r} is not known here "
+                          f"({err.strerror or err}); give process 0's host name or address, the same for every "
+                          f"process (e.g. --dist.coordinator localhost:{port} when all run on this host)") from None
 
 
 def check_coordinator_port(settings: Settings, environ: Mapping[str, str] = os.environ) -> None:
