@@ -319,6 +319,32 @@ def test_bench_says_nothing_of_a_saved_runs_total_that_is_the_envs_default(tmp_p
                                        f"--config {saved}): its run is the first update and --updates 1 more\n")
 
 
+def test_bench_refuses_dist_flags_it_would_ignore(capsys, monkeypatch, tmp_path):
+    """`jaxlab bench ENV --dist.num-processes 2 --dist.coordinator H:P --dist.process-id 0` timed one process
+    alone and printed its figures as if the flags applied (they were taken as config keys and never read). A
+    --dist.* flag is refused now, naming what times several processes; a --config file's [dist] (a run's
+    config.toml) gets a warning that does not tell bench to pass the flags it refuses."""
+    from jaxlab import cli
+
+    for name in ("SLURM_NTASKS", "SLURM_PROCID", "SLURM_JOB_ID", "JAXLAB_COORDINATOR"):
+        monkeypatch.delenv(name, raising=False)
+    assert cli.main(["bench", "cartpole", *SMALL_BENCH, "--dist.num-processes", "2", "--dist.coordinator",
+                     "localhost:12345", "--dist.process-id", "0"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == (
+        "jaxlab bench: error: unexpected argument '--dist.num-processes': jaxlab bench runs as one process, so it "
+        "takes no --dist.* flag; drop it, and time a run over several processes with `jaxlab train` and the --dist.* "
+        "flags (its SPS), or with python scripts/bench_train.py --scaling (1 and 2 devices, 2 processes on this "
+        "host)\n")
+    saved = tmp_path / "config.toml"
+    saved.write_text("[dist]\nnum_processes = 2\n")
+    assert cli.main(["bench", "cartpole", *SMALL_BENCH, "--config", str(saved)]) == 0
+    assert capsys.readouterr().err == (
+        f"jaxlab: warning: [dist] num_processes = 2 (from {saved}) is not read: jaxlab bench times one process; "
+        "time a run over several processes with `jaxlab train` and the --dist.* flags (its SPS), or with python "
+        "scripts/bench_train.py --scaling (1 and 2 devices, 2 processes on this host)\n")
+
+
 def test_bench_steps_an_env_given_as_a_header_path():
     """ENV as path/to/NAME.h: the env-stepping figures come from that header's env (it was an unknown-env
     traceback: the header was not passed on to the stepping benchmark)."""

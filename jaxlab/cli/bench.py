@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 import math
 
-from jaxlab.cli.common import LAYERS, fail, number, resolve, whole_number
+from jaxlab.cli.common import (BENCH_SEVERAL, LAYERS, config_help, fail, number, refuse_dist_flags, resolve,
+                               whole_number)
+
+
+#: the end of the line refusing a --dist.* flag (bench times one process; it used to run alone with one, silently)
+BENCH_DIST_REFUSAL = f"jaxlab bench runs as one process, so it takes no --dist.* flag; drop it, and {BENCH_SEVERAL}"
 
 
 def bench_command(args: argparse.Namespace) -> int:
@@ -19,6 +24,7 @@ def bench_command(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.seconds) and args.seconds > 0):  # inf stepped the env for ever
         return fail("bench", ConfigError(f"--seconds {args.seconds} must be a finite number > 0 (the env-stepping "
                                          "timing window), e.g. --seconds 1"))
+    refuse_dist_flags(args.flags, BENCH_DIST_REFUSAL)
     # the run's length: --updates after the compiling one (train.total_timesteps: ignored, with a warning)
     resolved = resolve(args, updates=args.updates + 1)
     config, sizes = resolved.config, resolved.sizes
@@ -42,3 +48,4 @@ def add_commands(add) -> None:
     bench.add_argument("--updates", type=whole_number, default=3, help="timed updates after the first (default 3): the "
                        "run's length, whatever train.total_timesteps says")
     bench.add_argument("--seconds", type=number, default=1.0, help="env-stepping timing window (default 1)")
+    bench.epilog = config_help(without=("dist",))  # refuse_dist_flags

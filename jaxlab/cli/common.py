@@ -339,6 +339,21 @@ def unused_flags_warning(config, flags: list[str], platform: str | None = None,
     return f"warning: {'; '.join([*lines, *([fix] if fix else [])])}" if lines else None
 
 
+#: how to time a run over several processes, for jaxlab bench's refusal of --dist.* and its [dist] warning
+BENCH_SEVERAL = ("time a run over several processes with `jaxlab train` and the --dist.* flags (its SPS), or with "
+                 "python scripts/bench_train.py --scaling (1 and 2 devices, 2 processes on this host)")
+
+
+def refuse_dist_flags(flags: list[str], why: str) -> None:
+    """ConfigError for a --dist.* flag among ``flags`` in a command that runs as one process (sweep, bench),
+    which would otherwise take it as a config key and run alone; ``why`` ends the line (the reason, the fix)."""
+    from jaxlab.config import ConfigError
+
+    for flag in flags:
+        if flag.startswith("--dist."):
+            raise ConfigError(f"unexpected argument {flag.partition('=')[0]!r}: {why}")
+
+
 def dist_from_files(config, sources: dict) -> list[tuple[str, str]]:
     """[(key, the file that set it)] for the [dist] keys that a file (a --config file, an env's TOML, a
     preset) set to other than their defaults. ``sources``: load_config's {key: layer that set it}."""
@@ -357,11 +372,12 @@ def named_dist_values(config, keys: list[tuple[str, str]]) -> str:
     return ", ".join(f"{key} = {shown_value(getattr(config.dist, key))} (from {source})" for key, source in keys)
 
 
-def dist_in_file_warning(config, sources: dict) -> str | None:
+def dist_in_file_warning(config, sources: dict, command: str = "train") -> str | None:
     """The warning for [dist] keys that a file (a --config file, an env's TOML, a preset) set to other
     than their defaults, or None: the processes of a run come from the --dist.* flags and the
     environment only (they meet in jax.distributed.initialize before the config is loaded), so a file's
-    [dist] does nothing. ``sources``: load_config's {key: layer that set it}."""
+    [dist] does nothing. ``sources``: load_config's {key: layer that set it}; ``command`` "bench": the fix is
+    not the flags, which bench refuses (it times one process)."""
     from jaxlab.config.validate import flag_of
 
     ignored = dist_from_files(config, sources)
@@ -370,6 +386,8 @@ def dist_in_file_warning(config, sources: dict) -> str | None:
     named = named_dist_values(config, ignored)
     flags = " ".join(f"{flag_of('dist.' + key)} {getattr(config.dist, key)}" for key, _ in ignored)
     verb = "is" if len(ignored) == 1 else "are"
+    if command == "bench":
+        return f"warning: [dist] {named} {verb} not read: jaxlab bench times one process; {BENCH_SEVERAL}"
     return (f"warning: [dist] {named} {verb} not read: a run's processes come from the command line or the "
             f"environment (SLURM, JAXLAB_COORDINATOR), before any config file; pass {flags}")
 
@@ -578,7 +596,7 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, update
             reason += f"; workload size {', '.join(workloads)}"
     for line in repeated_flags(args.flags):
         warn(f"warning: {line}")
-    for line in (dist_in_file_warning(config, sources) if warn_file_dist else None,
+    for line in (dist_in_file_warning(config, sources, getattr(args, "command", "train")) if warn_file_dist else None,
                  None if resume else file_preset_warning(args.config, preset),
                  unread_header_toml_warning(config)):
         if line is not None:

@@ -12,7 +12,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from jaxlab.cli.common import LAYERS, cannot_write, config_help, resolve, user_path, whole_number
+from jaxlab.cli.common import LAYERS, cannot_write, config_help, refuse_dist_flags, resolve, user_path, whole_number
 from jaxlab.observe.records import folder_name
 from jaxlab.messages import counted, install_extra
 from jaxlab.sweep.study import shown_storage
@@ -31,7 +31,8 @@ def sweep_command(args: argparse.Namespace) -> int:
     from jaxlab.config import ConfigError
 
     check_other_tools_options(args.flags)
-    refuse_dist_flags(args.flags)
+    refuse_dist_flags(args.flags, "jaxlab sweep starts each run of a trial as one process (--parallel K runs K side "
+                                  "by side), so it takes no --dist.* flag; drop it")
     refuse_dist_in_config_file(args.config)
     try:
         import optuna
@@ -88,18 +89,6 @@ def check_other_tools_options(flags: list[str]) -> None:
             following = flags[i + 1] if i + 1 < len(flags) and not flags[i + 1].startswith("-") else "2"
             example = value or following
             raise ConfigError(f"unexpected argument {flag!r}; jaxlab sweep calls it --{ours}, e.g. --{ours} {example}")
-
-
-def refuse_dist_flags(flags: list[str]) -> None:
-    """ConfigError for a --dist.* flag among ``flags``: the sweep starts each run of a trial as one process, and
-    the base config's [dist] would reach the trials as a --config file's, which a run does not read."""
-    from jaxlab.config import ConfigError
-
-    for flag in flags:
-        if flag.startswith("--dist."):
-            raise ConfigError(f"unexpected argument {flag.partition('=')[0]!r}: jaxlab sweep starts each run of a "
-                              "trial as one process (--parallel K runs K side by side), so it takes no --dist.* "
-                              "flag; drop it")
 
 
 def refuse_dist_in_config_file(config_file: str | None) -> None:
