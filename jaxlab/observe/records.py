@@ -136,7 +136,7 @@ def summarize(records: list[dict], best_metric: str = "episode_return") -> dict:
             "sps": last["global_step"] / last["wall_time"] if last["wall_time"] > 0 else 0.0,
             "sps_after_first_update": steady_steps / steady_time if steady_time > 0 else None,
             "time": {k[5:]: v for k, v in last.items() if k.startswith("time_")},
-            "starts": starts,  # one per process that trained (a resumed run has several)
+            "starts": starts,  # one per start (a resumed run has several); process 0's alone over several processes
             "final": final,
             "best": None if best is None else {"metric": best_metric, "value": best[best_metric],
                                                "update": best["update"], "global_step": best["global_step"]}}
