@@ -426,6 +426,34 @@ def test_a_coordinator_host_not_known_here_is_refused_at_once():
     check_coordinator_host(Settings("", 2, 1))  # SLURM: JAX finds it
 
 
+def test_under_slurm_process_0_on_a_coordinator_port_in_use_is_refused_naming_jax_coordinator_port():
+    """Under SLURM JAX's coordinator listens on JAX_COORDINATOR_PORT, else a port it derives from SLURM_JOB_ID
+    (61440 + job % 4096); one that another program holds crashed process 0 (a segmentation fault), and the
+    check of a --dist.coordinator port did not look at it. Both are refused now, naming JAX_COORDINATOR_PORT."""
+    import socket
+
+    from jaxlab.run.distributed import Settings, check_coordinator_port
+
+    with socket.socket() as holder:
+        holder.bind(("", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        slurm = {"SLURM_NTASKS": "2", "SLURM_PROCID": "0", **SRUN_TASK}
+        with pytest.raises(ConfigError) as refused:
+            check_coordinator_port(Settings("", 2, 0), {**slurm, "JAX_COORDINATOR_PORT": str(port)})
+        assert re.fullmatch(rf"process 0 cannot start the run's coordinator on port {port} of this host \(Address "
+                            r"already in use; the port is JAX_COORDINATOR_PORT\); set JAX_COORDINATOR_PORT to a free "
+                            r"port for every task \(e.g. JAX_COORDINATOR_PORT=\d+\), or give every process "
+                            r"--dist.coordinator HOST:PORT", str(refused.value)), str(refused.value)
+        if port >= 61440:  # a port JAX derives from a job id
+            job = port - 61440
+            with pytest.raises(ConfigError, match=rf"on port {port} of this host \(Address already in use; the "
+                                                  rf"port is JAX's choice for SLURM_JOB_ID={job}\)"):
+                check_coordinator_port(Settings("", 2, 0), {**slurm, "SLURM_JOB_ID": str(port - 61440)})
+        check_coordinator_port(Settings("", 2, 1), {**slurm, "JAX_COORDINATOR_PORT": str(port)})  # not process 0
+    check_coordinator_port(Settings("", 2, 0), {**slurm, "JAX_COORDINATOR_PORT": str(port)})  # free again
+
+
 def train_in_processes(*args, processes=2, timeout=600) -> list[subprocess.CompletedProcess]:
     """`jaxlab train cartpole ARGS` in ``processes`` processes on localhost (1 CPU device each, gloo)."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}

@@ -250,15 +250,33 @@ def check_coordinator_port(settings: Settings, environ: Mapping[str, str] = os.e
     """ConfigError when this process is process 0 and cannot listen on the coordinator's port (another program
     holds it): JAX's coordinator service then crashed it, a segmentation fault after gRPC's 'Failed to add port
     to server'. JAX listens on every address of the host ([::]:PORT) unless JAX_COORDINATOR_BIND_ADDRESS says
-    otherwise, which is then left to JAX."""
-    if settings.process_id != 0 or not settings.coordinator or environ.get("JAX_COORDINATOR_BIND_ADDRESS"):
+    otherwise, which is then left to JAX. Under SLURM (no coordinator given) the port is JAX's: slurm_port."""
+    if settings.process_id != 0 or environ.get("JAX_COORDINATOR_BIND_ADDRESS"):
         return
     host, _, port = settings.coordinator.rpartition(":")
-    problem = port_bind_problem(int(port))
-    if problem:
+    number = int(port) if settings.coordinator else slurm_port(environ)
+    problem = port_bind_problem(number) if number is not None else None
+    if not problem:
+        return
+    if settings.coordinator:
         raise ConfigError(f"dist.coordinator={settings.coordinator!r}: process 0 cannot start the run's coordinator "
                           f"on port {port} of this host ({problem}); give every process another port, e.g. "
                           f"--dist.coordinator {host}:{free_port()}")
+    source = ("JAX_COORDINATOR_PORT" if environ.get("JAX_COORDINATOR_PORT") else
+              f"JAX's choice for SLURM_JOB_ID={environ['SLURM_JOB_ID']}")
+    raise ConfigError(f"process 0 cannot start the run's coordinator on port {number} of this host "
+                      f"({problem}; the port is {source}); set JAX_COORDINATOR_PORT to a free port for every task "
+                      f"(e.g. JAX_COORDINATOR_PORT={free_port()}), or give every process --dist.coordinator HOST:PORT")
+
+
+def slurm_port(environ: Mapping[str, str]) -> int | None:
+    """The coordinator's port that JAX's SLURM detection takes (jax._src.clusters.SlurmCluster): JAX_COORDINATOR_PORT,
+    else one in 61440..65535 from SLURM_JOB_ID; None when neither is a number (left to JAX)."""
+    text = environ.get("JAX_COORDINATOR_PORT") or ""
+    if text.isdigit():
+        return int(text)
+    job = environ.get("SLURM_JOB_ID", "")
+    return int(job) % 2**12 + (65535 - 2**12 + 1) if not text and job.isdigit() else None
 
 
 def port_bind_problem(port: int) -> str | None:
