@@ -385,7 +385,9 @@ def test_a_process_whose_peers_never_join_stops_with_one_line_after_jaxlab_join_
 
 def test_process_0_on_a_coordinator_port_in_use_exits_2_with_one_line():
     """A --dist.coordinator port that another program listens on crashed process 0 (exit 139, a segmentation
-    fault after gRPC's 'Failed to add port to server'): it is refused before JAX starts, naming another port."""
+    fault after gRPC's 'Failed to add port to server'): it is refused before JAX starts, naming another port,
+    and the likelier cause on one host, two processes given --dist.process-id 0 (the second was told only to
+    change the port, which would have left it waiting for peers that joined the first)."""
     import socket
 
     with socket.socket() as holder:
@@ -398,8 +400,10 @@ def test_process_0_on_a_coordinator_port_in_use_exits_2_with_one_line():
                                 capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 2, result.stderr
     assert re.fullmatch(rf"jaxlab train: error: dist.coordinator='{coordinator}': process 0 cannot start the run's "
-                        rf"coordinator on port \d+ of this host \(Address already in use\); give every process "
-                        rf"another port, e.g. --dist.coordinator localhost:\d+\n", result.stderr), result.stderr
+                        rf"coordinator on port \d+ of this host \(Address already in use: another program, or "
+                        rf"another process given --dist.process-id 0, listens there\); give each process its own "
+                        rf"--dist.process-id, or every process another port, e.g. --dist.coordinator "
+                        rf"localhost:\d+\n", result.stderr), result.stderr
 
 
 def test_a_coordinator_host_not_known_here_is_refused_at_once():

@@ -260,8 +260,9 @@ def check_coordinator_port(settings: Settings, environ: Mapping[str, str] = os.e
         return
     if settings.coordinator:
         raise ConfigError(f"dist.coordinator={settings.coordinator!r}: process 0 cannot start the run's coordinator "
-                          f"on port {port} of this host ({problem}); give every process another port, e.g. "
-                          f"--dist.coordinator {host}:{free_port()}")
+                          f"on port {port} of this host ({problem}: another program, or another process given "
+                          f"--dist.process-id 0, listens there); give each process its own --dist.process-id, or "
+                          f"every process another port, e.g. --dist.coordinator {host}:{free_port()}")
     source = ("JAX_COORDINATOR_PORT" if environ.get("JAX_COORDINATOR_PORT") else
               f"JAX's choice for SLURM_JOB_ID={environ['SLURM_JOB_ID']}")
     raise ConfigError(f"process 0 cannot start the run's coordinator on port {number} of this host "
