@@ -123,11 +123,9 @@ def scaling(env_name: str, agents: int, updates: int, flags: list[str], counts=(
         print(f"  {count} device{'s' * (count > 1)}: {sps:,} SPS" + (f" ({sps / base:.2f}x)" if base else ""),
               flush=True)
     # 2 processes on this host, 1 device each (jax.distributed, gloo collectives on a CPU)
-    import socket
+    from jaxlab.run.distributed import free_port
 
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "")
     results = run_together([[sys.executable, __file__, "--env", env_name, "--sps-only", "--agents", str(agents),
                               "--updates", str(updates), "--flags", *flags, "--device.count", "1",
