@@ -1107,3 +1107,29 @@ def test_a_path_that_names_no_checkpoint_says_why_and_which_to_give(tmp_path, mo
             find_checkpoint(given, "cartpole", flag="--checkpoint")
         assert str(err.value).startswith(f"--checkpoint {given}: {words}"), str(err.value)
     assert find_checkpoint("runs/cp", "cartpole") == Path("runs/cp/checkpoints")
+
+
+def ranked_values(checkpoints: Path) -> dict[int, float | None]:
+    """{update: the best-metric value each checkpoint under ``checkpoints`` was ranked by (its metrics/metrics)}."""
+    def value(step):
+        metrics = step / "metrics" / "metrics"
+        return json.loads(metrics.read_text()).get("episode_return") if metrics.is_file() else None
+
+    return {int(step.name): value(step) for step in checkpoint.step_dirs(checkpoints)}
+
+
+def test_a_resumed_run_ranks_its_checkpoints_as_the_uninterrupted_run_does(tmp_path):
+    """A save after updates that ended no episode is ranked by the last value logged before it. A resume
+    started with no value: its saves before the first episode ended were ranked below every value (no
+    metrics/metrics), where the uninterrupted run's held the value, so keep-N pruning kept another best."""
+    config, _ = load_config("pendulum", flags=[*SMALL, "--env.max-steps", "16", "--train.total-timesteps", str(64 * 6),
+                                               "--checkpoint.interval", "1", "--checkpoint.keep", "10"])
+    straight = train_run(config, tmp_path / "straight")
+    assert [r["episode_return"] is None for r in straight.records] == [True, False] * 3  # episodes end every 2nd
+    resumed = train_run(config, tmp_path / "resumed", resume=tmp_path / "straight/checkpoints/2")
+    assert [r["update"] for r in resumed.records] == [3, 4, 5, 6]
+    expected = {update: value for update, value in ranked_values(tmp_path / "straight/checkpoints").items()
+                if update > 2}
+    assert ranked_values(tmp_path / "resumed/checkpoints") == expected
+    assert None not in expected.values()
+

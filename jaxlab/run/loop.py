@@ -127,7 +127,9 @@ class SaveCheckpoints:
                  earlier: list[float] = ()):
         self.saves, self.stop, self.best_metric, self.result = saves, stop, best_metric, result
         self.earlier = list(earlier)  # the best metric's values before a resume (earlier_metric_values)
-        self.best = None
+        # the value the next saves are ranked by until an update logs one: after a resume, the last before it (from
+        # none, its first saves ranked below every value, unlike the uninterrupted run's)
+        self.best = self.earlier[-1] if self.earlier else None
         self.ranked_updates = 0  # the updates whose record held a finite best metric
         self.ranked_values: set[float] = set()  # their values, at most two kept: enough to tell whether it changed
 
