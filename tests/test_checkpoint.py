@@ -1133,3 +1133,19 @@ def test_a_resumed_run_ranks_its_checkpoints_as_the_uninterrupted_run_does(tmp_p
     assert ranked_values(tmp_path / "resumed/checkpoints") == expected
     assert None not in expected.values()
 
+
+def test_a_signal_during_the_last_update_stops_nothing_the_run_is_done(tmp_path):
+    """A SIGTERM that came during a run's last update (or its final save) finished that update and saved, as
+    the run's end does, yet the run was recorded as stopped: `stopped by SIGTERM ...; continue with --resume`
+    (which had nothing to train), `jaxlab runs` said `stopped (SIGTERM)` instead of done, and a sweep took
+    the finished trial for one to continue."""
+    config = small_config(4)
+
+    def terminate_at_the_last_update(record):
+        if record["update"] == 4:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    result = train_run(config, tmp_path / "run", on_log=terminate_at_the_last_update)
+    assert [r["update"] for r in result.records] == [1, 2, 3, 4] and result.checkpoint.name == "4"
+    assert result.stopped is None and result.error is None
+    assert json.loads((tmp_path / "run/summary.json").read_text())["stopped"] is None

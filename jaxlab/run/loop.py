@@ -417,6 +417,8 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
             except checkpoint.CheckpointError as err:
                 result.error = result.error or str(err)
             result.stopped = result.stopped or stop.received  # a signal during the last update or the saves
+            if result.error is None and trainer.update_index >= trainer.sizes.num_updates:
+                result.stopped = None  # it trained to its end and saved: a signal in its last update stopped nothing
             if primary:
                 records.write_summary(run_dir, best_metric or "episode_return", stopped=result.stopped,
                                       error=result.error, checkpoint=result.checkpoint,
