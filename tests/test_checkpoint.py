@@ -1149,3 +1149,27 @@ def test_a_signal_during_the_last_update_stops_nothing_the_run_is_done(tmp_path)
     assert [r["update"] for r in result.records] == [1, 2, 3, 4] and result.checkpoint.name == "4"
     assert result.stopped is None and result.error is None
     assert json.loads((tmp_path / "run/summary.json").read_text())["stopped"] is None
+
+
+def test_a_save_cut_short_is_named_when_a_resume_passes_over_it(tmp_path):
+    """A run killed (kill -9) while Orbax wrote checkpoint 6 left checkpoints/6.orbax-checkpoint-tmp; the resume
+    took checkpoint 4 without a word of it, and a run killed during its first save was said to have ended
+    before it."""
+    from jaxlab.run.resume import find_checkpoint
+
+    run = tmp_path / "run"
+    train_run(small_config(4, "--checkpoint.interval", "2"), run)
+    cut = run / "checkpoints/6.orbax-checkpoint-tmp"
+    (cut / "state").mkdir(parents=True)  # what a save killed before its rename leaves
+    said = []
+    resumed = train_run(small_config(6, "--checkpoint.interval", "2"), run, resume=run / "checkpoints",
+                        warn=said.append)
+    assert resumed.resumed_from.name == "4" and [r["update"] for r in resumed.records] == [5, 6]
+    assert f"passed over {cut}: a save cut short (its process ended while writing it), which is removed" in said
+    assert not cut.exists()
+    first = tmp_path / "killed_in_its_first_save"
+    (first / "checkpoints/5.orbax-checkpoint-tmp").mkdir(parents=True)
+    with pytest.raises(checkpoint.CheckpointError, match=r"no checkpoint there, and no process is running it \(it "
+                                                         r"ended while writing its first save, left unfinished as "
+                                                         r"5\.orbax-checkpoint-tmp: a run saves one"):
+        find_checkpoint(str(first), "cartpole")

@@ -306,6 +306,16 @@ def check_best_metric(name: str, names: Sequence[str], warn: Callable[[str], Non
         f"{hint}metrics (higher is better): {', '.join(names)}; or \"\" for none")
 
 
+def report_unfinished_saves(resumed_from: Path, checkpoints: Path, warn: Callable[[str], None]) -> None:
+    """Names each save cut short in ``resumed_from`` (the checkpoints/ directory of the checkpoint a resume
+    took), which the resume passed over: its N.orbax-checkpoint-tmp is removed when that is this run's
+    ``checkpoints`` (the run's saves there clear it)."""
+    removed = resumed_from.resolve() == checkpoints.resolve()
+    for unfinished in checkpoint.unfinished_saves(resumed_from):
+        warn(f"passed over {unfinished}: a save cut short (its process ended while writing it)"
+             + (", which is removed" if removed else ""))
+
+
 def first_known(location: Path, known: dict) -> Path | None:
     """The newest checkpoint under ``location`` among ``known`` ({path: meta} that a caller has read, as
     newest_usable found them: the damaged ones newer than it were reported then), else None."""
@@ -377,6 +387,7 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
                 keep_metrics_until(run_dir / "metrics.jsonl", trainer.update_index)
                 for path in set_aside_after(run_dir / "checkpoints", trainer.update_index):
                     warn(f"moved {path.name} aside to {path} (newer than the checkpoint resumed from)")
+            report_unfinished_saves(result.resumed_from.parent, run_dir / "checkpoints", warn)
             warn(f"resumed from {result.resumed_from} at update {trainer.update_index}, "
                  f"step {trainer.global_step:,}")
         if primary:  # only now: a resume that fails leaves the run's records as they were

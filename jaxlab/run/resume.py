@@ -75,8 +75,12 @@ def find_checkpoint(target: str, env_name: str, runs_root: Path = Path("runs"), 
         if lock.held(path if path.name != "checkpoints" else path.parent):
             raise checkpoint.CheckpointError(f"{flag} {target}: no checkpoint there yet ({saves}); wait for one, "
                                              f"or pass another run")
+        checkpoints = path if path.name == "checkpoints" else path / "checkpoints"
+        cut = checkpoint.unfinished_saves(checkpoints)
+        ended = (f"it ended while writing its first save, left unfinished as {cut[0].name}" if cut
+                 else "it ended before its first save")
         raise checkpoint.CheckpointError(f"{flag} {target}: no checkpoint there, and no process is running it "
-                                         f"(it ended before its first save: {saves}); pass another run, or train again")
+                                         f"({ended}: {saves}); pass another run, or train again")
     raise checkpoint.CheckpointError(f"{flag} {target}: {not_a_checkpoint_words(path, flag)}")
 
 
