@@ -1173,3 +1173,16 @@ def test_a_save_cut_short_is_named_when_a_resume_passes_over_it(tmp_path):
                                                          r"ended while writing its first save, left unfinished as "
                                                          r"5\.orbax-checkpoint-tmp: a run saves one"):
         find_checkpoint(str(first), "cartpole")
+
+
+def test_the_line_of_a_run_stopped_by_an_error_names_its_last_checkpoint_once(tmp_path):
+    """`jaxlab train` added '; checkpoint X' (or '; no checkpoint') after the error, which a failed save's
+    error had named already: 'cannot save checkpoint R/checkpoints/5 (...); the last good checkpoint is none;
+    no checkpoint'."""
+    from jaxlab.cli.train import stopped_by_error
+
+    failed = "cannot save checkpoint r/checkpoints/5 (No space left on device); the last good checkpoint is none"
+    assert stopped_by_error(failed, None) == failed
+    nan = "policy_loss became nan at update 7; stopped without saving this state (lower train.learning_rate?)"
+    assert stopped_by_error(nan, tmp_path / "4") == f"{nan}; the last good checkpoint is {tmp_path / '4'}"
+    assert stopped_by_error(nan, None) == f"{nan}; no checkpoint was saved"

@@ -266,7 +266,7 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
         say(profile.where())
     where = f"checkpoint {result.checkpoint}" if result.checkpoint else "no checkpoint"
     if result.error:
-        print(f"jaxlab train: error: {result.error}; {where}", file=sys.stderr)
+        print(f"jaxlab train: error: {stopped_by_error(result.error, result.checkpoint)}", file=sys.stderr)
         return 1
     if result.stopped:
         if primary:
@@ -281,6 +281,15 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
     else:
         say(nothing_to_train(result.resumed_from, sizes))
     return 0
+
+
+def stopped_by_error(error: str, saved: Path | None) -> str:
+    """The error line's words for a run that ``error`` stopped (a failed save, a NaN loss), with its newest complete
+    checkpoint ``saved`` (None: none), unless the error names it already (a failed save names the last good
+    one; the line said it twice: `...; the last good checkpoint is none; no checkpoint`)."""
+    if "last good checkpoint" in error or "so it resumes" in error:
+        return error
+    return f"{error}; " + (f"the last good checkpoint is {saved}" if saved else "no checkpoint was saved")
 
 
 def final_return(result, run_dir: str) -> str:
