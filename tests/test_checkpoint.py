@@ -658,7 +658,8 @@ def test_a_second_ctrl_c_interrupts_at_once_and_the_run_resumes_from_what_was_sa
     assert cli.main(["train", "cartpole", *flags]) == 130
     err = capfd.readouterr().err
     assert "SIGINT: finishing this update, then saving a checkpoint; Ctrl-C again to stop at once" in err
-    assert f"interrupted; the metrics so far are in {run}/metrics.jsonl" in err and "Traceback" not in err
+    assert f"interrupted; the metrics so far are in {run}/metrics.jsonl; the last checkpoint is {run}/checkpoints/4: " \
+           f"continue with `jaxlab train cartpole --resume {run}`" in err and "Traceback" not in err
     assert [p.name for p in checkpoint.step_dirs(run / "checkpoints")] == ["4", "2"]
     assert threads_left_since(threads_before) == []
     monkeypatch.undo()

@@ -241,6 +241,10 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
         metrics = Path(run_dir) / "metrics.jsonl"
         where = (f"the metrics so far are in {metrics}" if metrics.is_file() and metrics.stat().st_size
                  else "before the first update ended; nothing was saved")
+        saved = checkpoint.step_dirs(Path(run_dir) / "checkpoints")
+        if saved:  # saved before the interrupt (its own save was cut short)
+            where += (f"; the last checkpoint is {saved[0]}: continue with `jaxlab train {config.env_name} --resume "
+                      f"{shlex.quote(str(run_dir))}`")
         print(f"interrupted; {where}", file=sys.stderr)
         return 130
     except (ConfigError, CheckpointError, RunDirInUse) as err:
