@@ -1187,3 +1187,21 @@ def test_the_line_of_a_run_stopped_by_an_error_names_its_last_checkpoint_once(tm
     nan = "policy_loss became nan at update 7; stopped without saving this state (lower train.learning_rate?)"
     assert stopped_by_error(nan, tmp_path / "4") == f"{nan}; the last good checkpoint is {tmp_path / '4'}"
     assert stopped_by_error(nan, None) == f"{nan}; no checkpoint was saved"
+
+
+def test_a_run_file_that_cannot_be_written_at_a_resume_is_one_line_naming_it(tmp_path):
+    """A file of the run dir that a resume rewrites could not be written (here a folder in its place; a disk
+    gone full or read-only alike): the resume ended with a traceback (IsADirectoryError from pathlib). It is
+    one line naming the file, the cause and the last checkpoint, exit 1, with the traceback in run.log."""
+    run = tmp_path / "run"
+    assert jaxlab("train", "cartpole", *SMALL, "--train.total-timesteps", "256", "--checkpoint.interval", "2",
+                  "--run-dir", str(run)).returncode == 0
+    (run / "metrics.jsonl.tmp").mkdir()  # where the resume writes the records it keeps
+    result = jaxlab("train", "--resume", str(run / "checkpoints/2"))
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        f"jaxlab train: error: cannot write {run}/metrics.jsonl.tmp (Is a directory): free space or move what is in "
+        f"the way, then continue with --resume {run}; the last checkpoint is {run}/checkpoints/4; the traceback is "
+        f"in {run}/run.log"), result.stderr
+    assert "Traceback" not in result.stderr and "IsADirectoryError" in (run / "run.log").read_text()
+    assert len(read_metrics(run)) == 4 and [p.name for p in checkpoint.step_dirs(run / "checkpoints")] == ["4", "2"]

@@ -252,14 +252,18 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
         return fail("train", err)
     except EnvStepError as err:  # the env's code failed: one line naming it and what was kept
         close(observers, 1)
-        saved = checkpoint.step_dirs(Path(run_dir) / "checkpoints")
-        kept = f"the last checkpoint is {saved[0]}" if saved else "no checkpoint was saved yet"
+        kept = checkpoint_words(Path(run_dir))
         print(f"jaxlab train: error: {err}; the updates before it are in {run_dir}/metrics.jsonl and {kept} "
               f"(--checkpoint.interval N saves every N updates); the traceback is in {log_traceback(err, run_dir)}",
               file=sys.stderr)
         return 1
     except Exception as err:  # an out-of-memory the estimate did not foresee: one line; the rest propagates
         close(observers, 1)
+        unwritable = run_file_unwritable(err, Path(run_dir)) if isinstance(err, OSError) else None
+        if unwritable is not None:  # a file of the run dir's own: one line, the traceback in run.log
+            print(f"jaxlab train: error: {unwritable}; the traceback is in {log_traceback(err, run_dir)}",
+                  file=sys.stderr)
+            return 1
         message = out_of_memory_message(err, config)
         if message is None:
             raise
@@ -332,6 +336,26 @@ def nothing_to_train(resumed_from: Path, sizes) -> str:
 
 def quiet(*args, **kwargs) -> None:
     """What another process than 0 of a run over several does with a message: nothing."""
+
+
+def run_file_unwritable(err: OSError, run_dir: Path) -> str | None:
+    """The words for ``err``, an OSError on a file of the run dir's own (its records, .lock, run.log, the
+    files a resume rewrites: a disk gone full or read-only, a folder where the file goes), naming the file and
+    what was kept; None for another file's error (a bug: its traceback)."""
+    name = Path(err.filename) if err.filename else None
+    if name is None or run_dir.resolve() not in (name.resolve(), *name.resolve().parents):
+        return None
+    saved = checkpoint_words(run_dir)
+    return (f"cannot write {name} ({err.strerror or err}): free space or move what is in the way, then continue "
+            f"with --resume {shlex.quote(str(run_dir))}; {saved}")
+
+
+def checkpoint_words(run_dir: Path) -> str:
+    """'the last checkpoint is RUN/checkpoints/N' (the newest complete one), or that none was saved."""
+    from jaxlab import checkpoint
+
+    saved = checkpoint.step_dirs(run_dir / "checkpoints")
+    return f"the last checkpoint is {saved[0]}" if saved else "no checkpoint was saved yet"
 
 
 def log_traceback(err: BaseException, run_dir: str) -> str:
