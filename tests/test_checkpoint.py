@@ -1205,3 +1205,59 @@ def test_a_run_file_that_cannot_be_written_at_a_resume_is_one_line_naming_it(tmp
         f"in {run}/run.log"), result.stderr
     assert "Traceback" not in result.stderr and "IsADirectoryError" in (run / "run.log").read_text()
     assert len(read_metrics(run)) == 4 and [p.name for p in checkpoint.step_dirs(run / "checkpoints")] == ["4", "2"]
+
+
+def test_a_checkpoint_pruned_while_it_is_read_is_no_damage(tmp_path):
+    """`jaxlab eval --checkpoint RUN` of a run still training (checkpoint.keep 1, a save every update): the run
+    pruned the newest checkpoint while eval read it, which said 'checkpoint RUN/checkpoints/10 is unreadable:
+    FileNotFoundError ...; falling back to an older checkpoint', then 'no usable checkpoint' (none older was
+    left). The directory is listed again and the newer checkpoint saved since is read."""
+    from jaxlab.run.resume import newest_usable
+
+    directory = tmp_path / "checkpoints"
+    assert save_all(directory, [1.0], keep=1) == [1]
+    said, tried = [], []
+
+    def read_while_the_run_saves_2_and_prunes_1(path):
+        tried.append(path.name)
+        if path.name == "1":
+            save_all(directory, [2.0], first=2, keep=1)  # the running run: saves 2, prunes 1
+            assert not path.exists()
+            return checkpoint.read_meta(path)  # what a read of a removed checkpoint raises
+        return path.name
+
+    assert newest_usable(directory, read_while_the_run_saves_2_and_prunes_1, said.append) == (directory / "2", "2")
+    assert tried == ["1", "2"] and said == []
+
+    def read_while_the_run_saves_3_and_is_removing_2(path):  # its removal part way: the folder still there
+        tried.append(path.name)
+        if path.name == "2":
+            save_all(directory, [3.0], first=3, keep=1)
+            (path / "state").mkdir(parents=True)
+            raise checkpoint.CheckpointError(f"load_trainer {path}: not a whole checkpoint (it lacks state/ or meta/)")
+        return path.name
+
+    tried.clear()
+    assert newest_usable(directory, read_while_the_run_saves_3_and_is_removing_2, said.append) == (directory / "3", "3")
+    assert tried == ["2", "3"] and said == []
+
+
+def test_checkpoints_pruned_faster_than_they_are_read_is_an_error_that_says_so(tmp_path):
+    """A run saving every update with checkpoint.keep 1 removes each checkpoint before a read of it ends: the
+    reader said each was 'unreadable' (damage), then 'no usable checkpoint'. It now says why and what to do."""
+    from jaxlab.run.resume import PRUNED_RETRIES, newest_usable
+
+    directory = tmp_path / "checkpoints"
+    assert save_all(directory, [1.0], keep=1) == [1]
+    said = []
+
+    def read_while_the_run_saves_the_next_and_prunes_this(path):
+        save_all(directory, [1.0], first=int(path.name) + 1, keep=1)
+        return checkpoint.read_meta(path)
+
+    with pytest.raises(checkpoint.CheckpointError, match=rf"no usable checkpoint in {directory}: the run saving there "
+                                                         rf"removed each of the {PRUNED_RETRIES + 1} newest while it "
+                                                         r"was read \(its checkpoint.keep prunes the older ones\); "
+                                                         r"copy one out of it first \(cp -r\), or read it once"):
+        newest_usable(directory, read_while_the_run_saves_the_next_and_prunes_this, said.append)
+    assert said == []
