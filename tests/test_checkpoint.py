@@ -1261,3 +1261,22 @@ def test_checkpoints_pruned_faster_than_they_are_read_is_an_error_that_says_so(t
                                                          r"copy one out of it first \(cp -r\), or read it once"):
         newest_usable(directory, read_while_the_run_saves_the_next_and_prunes_this, said.append)
     assert said == []
+
+
+def test_eval_of_a_damaged_newest_checkpoint_is_one_line_not_dozens_of_tracebacks(tmp_path):
+    """`jaxlab eval --checkpoint RUN` whose newest checkpoint was truncated (no files.json: killed before it was
+    written) fell back to the older one, but the failed Orbax read's late callbacks printed dozens of
+    'RuntimeError: Event loop is closed' tracebacks around its one line (train sends them to run.log)."""
+    run = tmp_path / "run"
+    result = jaxlab("train", "cartpole", *SMALL, "--train.total-timesteps", "256", "--checkpoint.interval", "2",
+                    "--run-dir", str(run))
+    assert result.returncode == 0, result.stderr
+    steps = run / "checkpoints"
+    for data in array_files(steps / "4"):
+        data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    (steps / "4" / checkpoint.MANIFEST).unlink()
+    result = jaxlab("eval", "--checkpoint", str(run), "--episodes", "2")
+    assert result.returncode == 0, result.stderr
+    assert f"checkpoint {steps / '4'} is unreadable: ValueError: OUT_OF_RANGE" in result.stderr
+    assert f"cartpole from {steps / '2'}" in result.stdout
+    assert "Event loop is closed" not in result.stderr and "Traceback" not in result.stderr, result.stderr

@@ -482,6 +482,7 @@ def eval_command(args: argparse.Namespace) -> int:
     from jaxlab.config.layers import repeated_flags
     from jaxlab.env.python_envs import is_python_env
     from jaxlab.env.spaces import Box
+    from jaxlab.observe.logfile import drop_closed_loop_noise
     from jaxlab.run.resume import find_checkpoint, newest_usable
     from jaxlab.train.evaluation import load_trainer, play, settings_for_here, with_env_params, with_module
 
@@ -573,6 +574,7 @@ def eval_command(args: argparse.Namespace) -> int:
         memory.check_play_fits(here, memory.env_shape(here), num_envs, limit)
         return load_trainer(checkpoint, warn=warn_once, library=library, module=args.policy_module)
 
+    drop_closed_loop_noise()  # a damaged checkpoint's failed read: its "unreadable" line says it all
     path, trainer = newest_usable(find_checkpoint(args.checkpoint, name, flag="--checkpoint"), load, warn_once)
     watching = bool(args.render or args.save_frames)
     if watching and not trainer.env.kind.has("render"):
