@@ -49,6 +49,8 @@ ITEMS = ("state", "meta")
 MANIFEST = "files.json"
 #: TensorStore status codes that mean the bytes on disk are missing or broken (ValueError messages).
 DAMAGE_CODES = re.compile(r"^(DATA_LOSS|OUT_OF_RANGE|NOT_FOUND|FAILED_PRECONDITION): ")
+#: the name of Orbax's temporary directory of a save in progress (or cut short): N.orbax-checkpoint-tmp[-STAMP]
+UNFINISHED_SAVE = re.compile(r"\d+\.orbax-checkpoint-tmp.*")
 #: the errno in a TensorStore error's message (a ValueError: "... No space left on device [os_error_code='28']")
 OS_ERROR_CODE = re.compile(r"\[os_error_code='(\d+)'\]")
 
@@ -292,6 +294,17 @@ def step_dirs(directory: Path) -> list[Path]:
         return []
     steps = [p for p in directory.iterdir() if p.name.isdigit() and p.is_dir()]
     return sorted(steps, key=lambda p: int(p.name), reverse=True)
+
+
+def unfinished_saves(directory: Path) -> list[Path]:
+    """Orbax's temporary directories in a run's checkpoints/ directory (N.orbax-checkpoint-tmp...): saves cut
+    short by the end of their process (kill -9, a second Ctrl-C), which no read takes and the next
+    RunCheckpoints there removes; newest first."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    saves = [p for p in directory.iterdir() if UNFINISHED_SAVE.fullmatch(p.name) and p.is_dir()]
+    return sorted(saves, key=lambda p: int(p.name.split(".")[0]), reverse=True)
 
 
 class RunCheckpoints:

@@ -658,7 +658,8 @@ def test_a_second_ctrl_c_interrupts_at_once_and_the_run_resumes_from_what_was_sa
     assert cli.main(["train", "cartpole", *flags]) == 130
     err = capfd.readouterr().err
     assert "SIGINT: finishing this update, then saving a checkpoint; Ctrl-C again to stop at once" in err
-    assert f"interrupted; the metrics so far are in {run}/metrics.jsonl" in err and "Traceback" not in err
+    assert f"interrupted; the metrics so far are in {run}/metrics.jsonl; the last checkpoint is {run}/checkpoints/4: " \
+           f"continue with `jaxlab train cartpole --resume {run}`" in err and "Traceback" not in err
     assert [p.name for p in checkpoint.step_dirs(run / "checkpoints")] == ["4", "2"]
     assert threads_left_since(threads_before) == []
     monkeypatch.undo()
@@ -1107,3 +1108,175 @@ def test_a_path_that_names_no_checkpoint_says_why_and_which_to_give(tmp_path, mo
             find_checkpoint(given, "cartpole", flag="--checkpoint")
         assert str(err.value).startswith(f"--checkpoint {given}: {words}"), str(err.value)
     assert find_checkpoint("runs/cp", "cartpole") == Path("runs/cp/checkpoints")
+
+
+def ranked_values(checkpoints: Path) -> dict[int, float | None]:
+    """{update: the best-metric value each checkpoint under ``checkpoints`` was ranked by (its metrics/metrics)}."""
+    def value(step):
+        metrics = step / "metrics" / "metrics"
+        return json.loads(metrics.read_text()).get("episode_return") if metrics.is_file() else None
+
+    return {int(step.name): value(step) for step in checkpoint.step_dirs(checkpoints)}
+
+
+def test_a_resumed_run_ranks_its_checkpoints_as_the_uninterrupted_run_does(tmp_path):
+    """A save after updates that ended no episode is ranked by the last value logged before it. A resume
+    started with no value: its saves before the first episode ended were ranked below every value (no
+    metrics/metrics), where the uninterrupted run's held the value, so keep-N pruning kept another best."""
+    config, _ = load_config("pendulum", flags=[*SMALL, "--env.max-steps", "16", "--train.total-timesteps", str(64 * 6),
+                                               "--checkpoint.interval", "1", "--checkpoint.keep", "10"])
+    straight = train_run(config, tmp_path / "straight")
+    assert [r["episode_return"] is None for r in straight.records] == [True, False] * 3  # episodes end every 2nd
+    resumed = train_run(config, tmp_path / "resumed", resume=tmp_path / "straight/checkpoints/2")
+    assert [r["update"] for r in resumed.records] == [3, 4, 5, 6]
+    expected = {update: value for update, value in ranked_values(tmp_path / "straight/checkpoints").items()
+                if update > 2}
+    assert ranked_values(tmp_path / "resumed/checkpoints") == expected
+    assert None not in expected.values()
+
+
+def test_a_signal_during_the_last_update_stops_nothing_the_run_is_done(tmp_path):
+    """A SIGTERM that came during a run's last update (or its final save) finished that update and saved, as
+    the run's end does, yet the run was recorded as stopped: `stopped by SIGTERM ...; continue with --resume`
+    (which had nothing to train), `jaxlab runs` said `stopped (SIGTERM)` instead of done, and a sweep took
+    the finished trial for one to continue."""
+    config = small_config(4)
+
+    def terminate_at_the_last_update(record):
+        if record["update"] == 4:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    result = train_run(config, tmp_path / "run", on_log=terminate_at_the_last_update)
+    assert [r["update"] for r in result.records] == [1, 2, 3, 4] and result.checkpoint.name == "4"
+    assert result.stopped is None and result.error is None
+    assert json.loads((tmp_path / "run/summary.json").read_text())["stopped"] is None
+
+
+def test_a_save_cut_short_is_named_when_a_resume_passes_over_it(tmp_path):
+    """A run killed (kill -9) while Orbax wrote checkpoint 6 left checkpoints/6.orbax-checkpoint-tmp; the resume
+    took checkpoint 4 without a word of it, and a run killed during its first save was said to have ended
+    before it."""
+    from jaxlab.run.resume import find_checkpoint
+
+    run = tmp_path / "run"
+    train_run(small_config(4, "--checkpoint.interval", "2"), run)
+    cut = run / "checkpoints/6.orbax-checkpoint-tmp"
+    (cut / "state").mkdir(parents=True)  # what a save killed before its rename leaves
+    said = []
+    resumed = train_run(small_config(6, "--checkpoint.interval", "2"), run, resume=run / "checkpoints",
+                        warn=said.append)
+    assert resumed.resumed_from.name == "4" and [r["update"] for r in resumed.records] == [5, 6]
+    assert f"passed over {cut}: a save cut short (its process ended while writing it), which is removed" in said
+    assert not cut.exists()
+    first = tmp_path / "killed_in_its_first_save"
+    (first / "checkpoints/5.orbax-checkpoint-tmp").mkdir(parents=True)
+    with pytest.raises(checkpoint.CheckpointError, match=r"no checkpoint there, and no process is running it \(it "
+                                                         r"ended while writing its first save, left unfinished as "
+                                                         r"5\.orbax-checkpoint-tmp: a run saves one"):
+        find_checkpoint(str(first), "cartpole")
+
+
+def test_the_line_of_a_run_stopped_by_an_error_names_its_last_checkpoint_once(tmp_path):
+    """`jaxlab train` added '; checkpoint X' (or '; no checkpoint') after the error, which a failed save's
+    error had named already: 'cannot save checkpoint R/checkpoints/5 (...); the last good checkpoint is none;
+    no checkpoint'."""
+    from jaxlab.cli.train import stopped_by_error
+
+    failed = "cannot save checkpoint r/checkpoints/5 (No space left on device); the last good checkpoint is none"
+    assert stopped_by_error(failed, None) == failed
+    nan = "policy_loss became nan at update 7; stopped without saving this state (lower train.learning_rate?)"
+    assert stopped_by_error(nan, tmp_path / "4") == f"{nan}; the last good checkpoint is {tmp_path / '4'}"
+    assert stopped_by_error(nan, None) == f"{nan}; no checkpoint was saved"
+
+
+def test_a_run_file_that_cannot_be_written_at_a_resume_is_one_line_naming_it(tmp_path):
+    """A file of the run dir that a resume rewrites could not be written (here a folder in its place; a disk
+    gone full or read-only alike): the resume ended with a traceback (IsADirectoryError from pathlib). It is
+    one line naming the file, the cause and the last checkpoint, exit 1, with the traceback in run.log."""
+    run = tmp_path / "run"
+    assert jaxlab("train", "cartpole", *SMALL, "--train.total-timesteps", "256", "--checkpoint.interval", "2",
+                  "--run-dir", str(run)).returncode == 0
+    (run / "metrics.jsonl.tmp").mkdir()  # where the resume writes the records it keeps
+    result = jaxlab("train", "--resume", str(run / "checkpoints/2"))
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        f"jaxlab train: error: cannot write {run}/metrics.jsonl.tmp (Is a directory): free space or move what is in "
+        f"the way, then continue with --resume {run}; the last checkpoint is {run}/checkpoints/4; the traceback is "
+        f"in {run}/run.log"), result.stderr
+    assert "Traceback" not in result.stderr and "IsADirectoryError" in (run / "run.log").read_text()
+    assert len(read_metrics(run)) == 4 and [p.name for p in checkpoint.step_dirs(run / "checkpoints")] == ["4", "2"]
+
+
+def test_a_checkpoint_pruned_while_it_is_read_is_no_damage(tmp_path):
+    """`jaxlab eval --checkpoint RUN` of a run still training (checkpoint.keep 1, a save every update): the run
+    pruned the newest checkpoint while eval read it, which said 'checkpoint RUN/checkpoints/10 is unreadable:
+    FileNotFoundError ...; falling back to an older checkpoint', then 'no usable checkpoint' (none older was
+    left). The directory is listed again and the newer checkpoint saved since is read."""
+    from jaxlab.run.resume import newest_usable
+
+    directory = tmp_path / "checkpoints"
+    assert save_all(directory, [1.0], keep=1) == [1]
+    said, tried = [], []
+
+    def read_while_the_run_saves_2_and_prunes_1(path):
+        tried.append(path.name)
+        if path.name == "1":
+            save_all(directory, [2.0], first=2, keep=1)  # the running run: saves 2, prunes 1
+            assert not path.exists()
+            return checkpoint.read_meta(path)  # what a read of a removed checkpoint raises
+        return path.name
+
+    assert newest_usable(directory, read_while_the_run_saves_2_and_prunes_1, said.append) == (directory / "2", "2")
+    assert tried == ["1", "2"] and said == []
+
+    def read_while_the_run_saves_3_and_is_removing_2(path):  # its removal part way: the folder still there
+        tried.append(path.name)
+        if path.name == "2":
+            save_all(directory, [3.0], first=3, keep=1)
+            (path / "state").mkdir(parents=True)
+            raise checkpoint.CheckpointError(f"load_trainer {path}: not a whole checkpoint (it lacks state/ or meta/)")
+        return path.name
+
+    tried.clear()
+    assert newest_usable(directory, read_while_the_run_saves_3_and_is_removing_2, said.append) == (directory / "3", "3")
+    assert tried == ["2", "3"] and said == []
+
+
+def test_checkpoints_pruned_faster_than_they_are_read_is_an_error_that_says_so(tmp_path):
+    """A run saving every update with checkpoint.keep 1 removes each checkpoint before a read of it ends: the
+    reader said each was 'unreadable' (damage), then 'no usable checkpoint'. It now says why and what to do."""
+    from jaxlab.run.resume import PRUNED_RETRIES, newest_usable
+
+    directory = tmp_path / "checkpoints"
+    assert save_all(directory, [1.0], keep=1) == [1]
+    said = []
+
+    def read_while_the_run_saves_the_next_and_prunes_this(path):
+        save_all(directory, [1.0], first=int(path.name) + 1, keep=1)
+        return checkpoint.read_meta(path)
+
+    with pytest.raises(checkpoint.CheckpointError, match=rf"no usable checkpoint in {directory}: the run saving there "
+                                                         rf"removed each of the {PRUNED_RETRIES + 1} newest while it "
+                                                         r"was read \(its checkpoint.keep prunes the older ones\); "
+                                                         r"copy one out of it first \(cp -r\), or read it once"):
+        newest_usable(directory, read_while_the_run_saves_the_next_and_prunes_this, said.append)
+    assert said == []
+
+
+def test_eval_of_a_damaged_newest_checkpoint_is_one_line_not_dozens_of_tracebacks(tmp_path):
+    """`jaxlab eval --checkpoint RUN` whose newest checkpoint was truncated (no files.json: killed before it was
+    written) fell back to the older one, but the failed Orbax read's late callbacks printed dozens of
+    'RuntimeError: Event loop is closed' tracebacks around its one line (train sends them to run.log)."""
+    run = tmp_path / "run"
+    result = jaxlab("train", "cartpole", *SMALL, "--train.total-timesteps", "256", "--checkpoint.interval", "2",
+                    "--run-dir", str(run))
+    assert result.returncode == 0, result.stderr
+    steps = run / "checkpoints"
+    for data in array_files(steps / "4"):
+        data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    (steps / "4" / checkpoint.MANIFEST).unlink()
+    result = jaxlab("eval", "--checkpoint", str(run), "--episodes", "2")
+    assert result.returncode == 0, result.stderr
+    assert f"checkpoint {steps / '4'} is unreadable: ValueError: OUT_OF_RANGE" in result.stderr
+    assert f"cartpole from {steps / '2'}" in result.stdout
+    assert "Event loop is closed" not in result.stderr and "Traceback" not in result.stderr, result.stderr

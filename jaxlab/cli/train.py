@@ -241,6 +241,10 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
         metrics = Path(run_dir) / "metrics.jsonl"
         where = (f"the metrics so far are in {metrics}" if metrics.is_file() and metrics.stat().st_size
                  else "before the first update ended; nothing was saved")
+        saved = checkpoint.step_dirs(Path(run_dir) / "checkpoints")
+        if saved:  # saved before the interrupt (its own save was cut short)
+            where += (f"; the last checkpoint is {saved[0]}: continue with `jaxlab train {config.env_name} --resume "
+                      f"{shlex.quote(str(run_dir))}`")
         print(f"interrupted; {where}", file=sys.stderr)
         return 130
     except (ConfigError, CheckpointError, RunDirInUse) as err:
@@ -248,14 +252,18 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
         return fail("train", err)
     except EnvStepError as err:  # the env's code failed: one line naming it and what was kept
         close(observers, 1)
-        saved = checkpoint.step_dirs(Path(run_dir) / "checkpoints")
-        kept = f"the last checkpoint is {saved[0]}" if saved else "no checkpoint was saved yet"
+        kept = checkpoint_words(Path(run_dir))
         print(f"jaxlab train: error: {err}; the updates before it are in {run_dir}/metrics.jsonl and {kept} "
               f"(--checkpoint.interval N saves every N updates); the traceback is in {log_traceback(err, run_dir)}",
               file=sys.stderr)
         return 1
     except Exception as err:  # an out-of-memory the estimate did not foresee: one line; the rest propagates
         close(observers, 1)
+        unwritable = run_file_unwritable(err, Path(run_dir)) if isinstance(err, OSError) else None
+        if unwritable is not None:  # a file of the run dir's own: one line, the traceback in run.log
+            print(f"jaxlab train: error: {unwritable}; the traceback is in {log_traceback(err, run_dir)}",
+                  file=sys.stderr)
+            return 1
         message = out_of_memory_message(err, config)
         if message is None:
             raise
@@ -266,7 +274,7 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
         say(profile.where())
     where = f"checkpoint {result.checkpoint}" if result.checkpoint else "no checkpoint"
     if result.error:
-        print(f"jaxlab train: error: {result.error}; {where}", file=sys.stderr)
+        print(f"jaxlab train: error: {stopped_by_error(result.error, result.checkpoint)}", file=sys.stderr)
         return 1
     if result.stopped:
         if primary:
@@ -281,6 +289,15 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
     else:
         say(nothing_to_train(result.resumed_from, sizes))
     return 0
+
+
+def stopped_by_error(error: str, saved: Path | None) -> str:
+    """The error line's words for a run that ``error`` stopped (a failed save, a NaN loss), with its newest complete
+    checkpoint ``saved`` (None: none), unless the error names it already (a failed save names the last good
+    one; the line said it twice: `...; the last good checkpoint is none; no checkpoint`)."""
+    if "last good checkpoint" in error or "so it resumes" in error:
+        return error
+    return f"{error}; " + (f"the last good checkpoint is {saved}" if saved else "no checkpoint was saved")
 
 
 def final_return(result, run_dir: str) -> str:
@@ -319,6 +336,26 @@ def nothing_to_train(resumed_from: Path, sizes) -> str:
 
 def quiet(*args, **kwargs) -> None:
     """What another process than 0 of a run over several does with a message: nothing."""
+
+
+def run_file_unwritable(err: OSError, run_dir: Path) -> str | None:
+    """The words for ``err``, an OSError on a file of the run dir's own (its records, .lock, run.log, the
+    files a resume rewrites: a disk gone full or read-only, a folder where the file goes), naming the file and
+    what was kept; None for another file's error (a bug: its traceback)."""
+    name = Path(err.filename) if err.filename else None
+    if name is None or run_dir.resolve() not in (name.resolve(), *name.resolve().parents):
+        return None
+    saved = checkpoint_words(run_dir)
+    return (f"cannot write {name} ({err.strerror or err}): free space or move what is in the way, then continue "
+            f"with --resume {shlex.quote(str(run_dir))}; {saved}")
+
+
+def checkpoint_words(run_dir: Path) -> str:
+    """'the last checkpoint is RUN/checkpoints/N' (the newest complete one), or that none was saved."""
+    from jaxlab import checkpoint
+
+    saved = checkpoint.step_dirs(run_dir / "checkpoints")
+    return f"the last checkpoint is {saved[0]}" if saved else "no checkpoint was saved yet"
 
 
 def log_traceback(err: BaseException, run_dir: str) -> str:
@@ -445,6 +482,7 @@ def eval_command(args: argparse.Namespace) -> int:
     from jaxlab.config.layers import repeated_flags
     from jaxlab.env.python_envs import is_python_env
     from jaxlab.env.spaces import Box
+    from jaxlab.observe.logfile import drop_closed_loop_noise
     from jaxlab.run.resume import find_checkpoint, newest_usable
     from jaxlab.train.evaluation import load_trainer, play, settings_for_here, with_env_params, with_module
 
@@ -536,6 +574,7 @@ def eval_command(args: argparse.Namespace) -> int:
         memory.check_play_fits(here, memory.env_shape(here), num_envs, limit)
         return load_trainer(checkpoint, warn=warn_once, library=library, module=args.policy_module)
 
+    drop_closed_loop_noise()  # a damaged checkpoint's failed read: its "unreadable" line says it all
     path, trainer = newest_usable(find_checkpoint(args.checkpoint, name, flag="--checkpoint"), load, warn_once)
     watching = bool(args.render or args.save_frames)
     if watching and not trainer.env.kind.has("render"):

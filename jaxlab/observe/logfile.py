@@ -25,6 +25,20 @@ def _is_closed_loop_callback(unraisable) -> bool:
     return isinstance(value, RuntimeError) and str(value) == "Event loop is closed"
 
 
+def drop_closed_loop_noise() -> None:
+    """Drops, for the rest of the process, the "Event loop is closed" tracebacks that the late TensorStore
+    callbacks of a failed Orbax read print (dozens, between the command's own lines), in a command that has
+    no run.log to send them to (`jaxlab eval` of a run whose newest checkpoint is damaged); any other
+    unraisable exception is reported as before."""
+    previous_hook = sys.unraisablehook
+
+    def unraisable_hook(unraisable) -> None:
+        if not _is_closed_loop_callback(unraisable):
+            previous_hook(unraisable)
+
+    sys.unraisablehook = unraisable_hook
+
+
 @contextlib.contextmanager
 def library_logs_to(path: str | Path):
     """Routes library loggers and closed-event-loop noise to ``path`` (appended) while active."""

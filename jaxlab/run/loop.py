@@ -127,7 +127,9 @@ class SaveCheckpoints:
                  earlier: list[float] = ()):
         self.saves, self.stop, self.best_metric, self.result = saves, stop, best_metric, result
         self.earlier = list(earlier)  # the best metric's values before a resume (earlier_metric_values)
-        self.best = None
+        # the value the next saves are ranked by until an update logs one: after a resume, the last before it (from
+        # none, its first saves ranked below every value, unlike the uninterrupted run's)
+        self.best = self.earlier[-1] if self.earlier else None
         self.ranked_updates = 0  # the updates whose record held a finite best metric
         self.ranked_values: set[float] = set()  # their values, at most two kept: enough to tell whether it changed
 
@@ -304,6 +306,16 @@ def check_best_metric(name: str, names: Sequence[str], warn: Callable[[str], Non
         f"{hint}metrics (higher is better): {', '.join(names)}; or \"\" for none")
 
 
+def report_unfinished_saves(resumed_from: Path, checkpoints: Path, warn: Callable[[str], None]) -> None:
+    """Names each save cut short in ``resumed_from`` (the checkpoints/ directory of the checkpoint a resume
+    took), which the resume passed over: its N.orbax-checkpoint-tmp is removed when that is this run's
+    ``checkpoints`` (the run's saves there clear it)."""
+    removed = resumed_from.resolve() == checkpoints.resolve()
+    for unfinished in checkpoint.unfinished_saves(resumed_from):
+        warn(f"passed over {unfinished}: a save cut short (its process ended while writing it)"
+             + (", which is removed" if removed else ""))
+
+
 def first_known(location: Path, known: dict) -> Path | None:
     """The newest checkpoint under ``location`` among ``known`` ({path: meta} that a caller has read, as
     newest_usable found them: the damaged ones newer than it were reported then), else None."""
@@ -375,6 +387,7 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
                 keep_metrics_until(run_dir / "metrics.jsonl", trainer.update_index)
                 for path in set_aside_after(run_dir / "checkpoints", trainer.update_index):
                     warn(f"moved {path.name} aside to {path} (newer than the checkpoint resumed from)")
+            report_unfinished_saves(result.resumed_from.parent, run_dir / "checkpoints", warn)
             warn(f"resumed from {result.resumed_from} at update {trainer.update_index}, "
                  f"step {trainer.global_step:,}")
         if primary:  # only now: a resume that fails leaves the run's records as they were
@@ -415,6 +428,8 @@ def train_run(config: config_lib.Config, run_dir: str | Path, resume: Path | Non
             except checkpoint.CheckpointError as err:
                 result.error = result.error or str(err)
             result.stopped = result.stopped or stop.received  # a signal during the last update or the saves
+            if result.error is None and trainer.update_index >= trainer.sizes.num_updates:
+                result.stopped = None  # it trained to its end and saved: a signal in its last update stopped nothing
             if primary:
                 records.write_summary(run_dir, best_metric or "episode_return", stopped=result.stopped,
                                       error=result.error, checkpoint=result.checkpoint,

@@ -75,8 +75,12 @@ def find_checkpoint(target: str, env_name: str, runs_root: Path = Path("runs"), 
         if lock.held(path if path.name != "checkpoints" else path.parent):
             raise checkpoint.CheckpointError(f"{flag} {target}: no checkpoint there yet ({saves}); wait for one, "
                                              f"or pass another run")
+        checkpoints = path if path.name == "checkpoints" else path / "checkpoints"
+        cut = checkpoint.unfinished_saves(checkpoints)
+        ended = (f"it ended while writing its first save, left unfinished as {cut[0].name}" if cut
+                 else "it ended before its first save")
         raise checkpoint.CheckpointError(f"{flag} {target}: no checkpoint there, and no process is running it "
-                                         f"(it ended before its first save: {saves}); pass another run, or train again")
+                                         f"({ended}: {saves}); pass another run, or train again")
     raise checkpoint.CheckpointError(f"{flag} {target}: {not_a_checkpoint_words(path, flag)}")
 
 
@@ -97,20 +101,43 @@ def not_a_checkpoint_words(path: Path, flag: str) -> str:
     return f"no checkpoint there ({expected})"
 
 
+#: how many times newest_usable lists a directory again for checkpoints pruned while it read them (a run that saves
+#: every update with checkpoint.keep 1 prunes each one before a read ends: then an error that says so)
+PRUNED_RETRIES = 5
+
+
 def newest_usable(location: Path, use: Callable[[Path], T], warn: Callable[[str], None],
                   start: Path | None = None) -> tuple[Path, T]:
     """(path, use(path)) for ``location`` when it is one checkpoint; else for the newest checkpoint under
     it for which ``use`` raises no CheckpointError, reporting by path each damaged one passed over.
     ``start``: a checkpoint under ``location`` to begin with, when the caller has passed over (and
-    reported) the newer ones already; they are passed over again without a second warning."""
+    reported) the newer ones already; they are passed over again without a second warning. A checkpoint
+    removed while it was read, or failing while newer ones appeared (the run writing there pruned it: keep-N,
+    the newer saved since; its removal may be part way) is no damage: the directory is listed again (at most
+    PRUNED_RETRIES times) and its newest checkpoint not tried yet is taken."""
     location = Path(location)
     if checkpoint.is_checkpoint(location):
         return location, use(location)
     steps = checkpoint.step_dirs(location)
-    for path in steps[steps.index(start):] if start in steps else steps:
+    tried = set(steps[:steps.index(start)]) if start in steps else set()
+    relists = 0
+    while (path := next((step for step in steps if step not in tried), None)) is not None:
+        tried.add(path)
         try:
             return path, use(path)
-        except checkpoint.CheckpointError as err:
+        except Exception as err:  # noqa: BLE001 - whatever a read of files that vanished raises
+            now = checkpoint.step_dirs(location)
+            pruned = path not in now or int(now[0].name) > int(steps[0].name)  # by a run saving there (part way)
+            if pruned and relists == PRUNED_RETRIES:
+                raise checkpoint.CheckpointError(
+                    f"no usable checkpoint in {location}: the run saving there removed each of the {relists + 1} "
+                    "newest while it was read (its checkpoint.keep prunes the older ones); copy one out of it "
+                    "first (cp -r), or read it once that run has ended") from err
+            if pruned:
+                steps, relists = now, relists + 1
+                continue
+            if not isinstance(err, checkpoint.CheckpointError):
+                raise
             warn(f"{err}; falling back to an older checkpoint")
     raise checkpoint.CheckpointError(f"no usable checkpoint in {location}")
 
