@@ -1162,20 +1162,21 @@ CENV_ENV(codes, Codes, CodesLog, "small uint8 codes in one dimension")
 """
 
 
-def test_uint8_observations_of_one_dimension_warn_that_auto_takes_them_for_pixels(tmp_path, capsys):
-    """A PufferLib Ocean grid of uint8 codes (0, 1, 2) trained without a word with train.obs_norm auto, which
-    takes uint8 for pixels: divided by 255 and not normalised, the codes reached the network as at most 0.008,
-    and a port that learns to 1.00 with float observations reached 0.51 in the same steps. The config's
-    resolution warns for uint8 of one dimension, naming the flag; an image (spot) or an explicit setting not."""
+def test_jaxlab_config_says_what_obs_norm_auto_does_with_uint8_codes_and_pixels(tmp_path, capsys):
+    """A PufferLib Ocean grid of uint8 codes (0, 1, 2) trained with train.obs_norm auto, which took uint8 for
+    pixels: divided by 255 and not normalised, the codes reached the network as at most 0.008 (a warning said
+    so). auto now normalises uint8 of one dimension, and `jaxlab config` says what auto resolved to: on for
+    codes, off for an image (spot's [8, 8, 3]), nothing when it is set."""
     header = tmp_path / "codes.h"
     header.write_text(CODES_H)
     assert cli.main(["config", str(header)]) == 0
-    err = capsys.readouterr().err
-    assert ("warning: codes's observations are uint8[9], one dimension, and train.obs_norm auto takes uint8 for "
-            "pixels") in err and "give --train.obs-norm true" in err, err
-    for args in (["config", str(header), "--train.obs-norm", "false"], ["config", "spot"]):
-        assert cli.main(args) == 0
-        assert "takes uint8 for pixels" not in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert "# train.obs_norm auto: on: uint8[9], one dimension, are codes, normalised\n" in out, out
+    assert "warning" not in err and "pixels" not in out + err, err
+    assert cli.main(["config", "spot"]) == 0
+    assert "# train.obs_norm auto: off: uint8[8, 8, 3] are pixels, divided by 255" in capsys.readouterr().out
+    assert cli.main(["config", str(header), "--train.obs-norm", "false"]) == 0
+    assert "train.obs_norm auto" not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, option, first, second", [

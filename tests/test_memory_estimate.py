@@ -13,7 +13,7 @@ import jaxlab
 from jaxlab.agent.distributions import ActionSpec
 from jaxlab.agent.policy import ActorCritic, zero_carry
 from jaxlab.config import ConfigError, derive_sizes, load_config, memory
-from jaxlab.config.memory import EnvShape, MemoryLimit, estimate, param_count
+from jaxlab.config.memory import EnvShape, MemoryLimit, estimate, obs_norm_on, param_count
 from jaxlab.config.presets import DeviceInfo
 from jaxlab.env import Box, Discrete, MultiDiscrete, spaces_of
 
@@ -79,6 +79,21 @@ def test_the_default_cartpole_estimate_term_by_term():
     assert 2 * 2**20 < est.device_total < 32 * 2**20          # a sane band: a few MiB
     assert est.device_total == int(1.5 * sum(est.device.values()))
 
+
+
+def test_the_estimate_sizes_uint8_codes_normalised_as_the_trainer_stores_them():
+    """train.obs_norm auto normalises uint8 observations of one dimension (codes), which the trainer then keeps
+    as float32 beside the segment; [H, W] pixels of as many elements stay uint8 alone. The estimate resolves
+    obs_norm by the trainer's rule, so the codes' segment holds 4 more bytes per element and sample."""
+    import dataclasses
+
+    config, _ = load_config("cartpole")
+    sizes = derive_sizes(config, 1)   # 1,024 samples
+    codes = dataclasses.replace(CARTPOLE, obs_shape=(64,), obs_itemsize=1)
+    pixels = dataclasses.replace(CARTPOLE, obs_shape=(8, 8), obs_itemsize=1)
+    assert obs_norm_on(config, codes) and not obs_norm_on(config, pixels)
+    extra = estimate(config, sizes, codes).device["segment"] - estimate(config, sizes, pixels).device["segment"]
+    assert extra == 2 * 1024 * 64 * 4
 
 
 def test_with_several_devices_each_holds_the_replicated_terms_and_its_share_of_the_samples():

@@ -183,13 +183,47 @@ def test_pendulum_defaults_normalise_observations_and_scale_rewards_by_the_retur
         assert np.all(np.abs(np.asarray(stats.mean)) < 8) and np.all(np.asarray(stats.var) > 0)
 
 
-def test_reward_scale_is_an_explicit_override_and_uint8_observations_are_not_normalised():
+def test_reward_scale_is_an_explicit_override_and_uint8_pixels_are_not_normalised():
     with Trainer(config_of("pendulum", 6, "--train.reward-scale", "0.1", "--train.obs-norm", "false")) as trainer:
         assert not trainer.norm.obs_norm and not trainer.norm.reward_norm and trainer.norm.state == {}
         record = train_loop(trainer, updates=1)[-1]
         assert "return_std" not in record
     with Trainer(config_of("spot", 6, "--train.minibatch-size", "64")) as trainer:  # uint8 pixels: auto is off
         assert not trainer.norm.obs_norm and trainer.norm.reward_norm
+
+
+def seek_codes(tmp_path) -> str:
+    """BUILD.md's seek port ("Coming from PufferLib") with its observations kept as the original's uint8 codes
+    (0 empty, 1 agent, 2 goal; uint8[size], one dimension): the header's path."""
+    from test_sdk import coming_from_pufferlib_headers
+
+    _, port = coming_from_pufferlib_headers()
+    header = tmp_path / "seek.h"
+    header.write_text(port.replace("float* observations;", "uint8_t* observations;")
+                      .replace("CENV_DTYPE_FLOAT32", "CENV_DTYPE_UINT8")
+                      .replace("env->size * sizeof(float)", "env->size"))
+    return str(header)
+
+
+def seek_config(header: str, *flags):
+    config, _ = load_config("seek", flags=["--env.library", header, *flags])
+    return config
+
+
+def test_uint8_codes_of_one_dimension_learn_with_the_default_obs_norm(tmp_path):
+    """train.obs_norm auto took every uint8 observation for pixels: seek's codes 1 and 2 reached the network
+    divided by 255 (0.004, 0.008), not normalised, and with the defaults it found the goal in about half the
+    episodes after 16K steps (perf 0.6, its random walk's level). auto now normalises uint8 of one dimension,
+    as the trainer and the memory estimate both resolve it, and it finds the goal in nearly every episode."""
+    from jaxlab.config.memory import env_shape, obs_norm_on
+
+    config = seek_config(seek_codes(tmp_path), "--env.size", "15", "--train.total-timesteps", "16384")
+    assert config.train.obs_norm == "auto" and obs_norm_on(config, env_shape(config))
+    with Trainer(config) as trainer:
+        assert trainer.norm.obs_norm
+        records = train_loop(trainer)
+    perf = np.mean([r["perf"] for r in records[-3:] if "perf" in r])
+    assert perf >= 0.9, [round(r.get("perf", -1), 2) for r in records]
 
 
 def test_statistics_are_frozen_in_eval():
@@ -238,3 +272,40 @@ def test_resuming_with_normalisation_switched_on_or_off_is_refused():
     constant = config_of("pendulum", 6, "--train.reward-scale", "0.1")
     changes = check_compatible(constant, config_of("pendulum", 6, "--train.reward-scale", "0.2"))
     assert any("train.reward_scale" in str(c) for c in changes)  # a number for a number: allowed, listed
+
+
+def test_a_checkpoint_of_auto_from_before_the_codes_rule_resumes_and_plays_with_obs_norm_off(tmp_path, monkeypatch,
+                                                                                              capsys):
+    """A run of train.obs_norm auto on uint8 observations of one dimension trained with obs_norm off before auto
+    normalised them, and its checkpoint's meta had no record of it: read by today's rule its resume and its eval
+    would build the statistics it never had. Made here by running the old rule (auto_obs_norm_before, and a meta
+    without "obs_norm"), it resumes and plays with obs_norm off, saying so in one line; what the resume saves
+    records the value."""
+    from jaxlab import checkpoint, cli
+    from jaxlab.config import memory
+    from jaxlab.train.evaluation import load_trainer
+
+    header, run = seek_codes(tmp_path), tmp_path / "run"
+    small = ["--env.size", "5", "--vec.num-envs", "8", "--train.bptt-horizon", "8", "--train.minibatch-size", "16"]
+    before_record = Trainer.checkpoint_meta
+    with monkeypatch.context() as old:
+        old.setattr(memory, "auto_obs_norm", memory.auto_obs_norm_before)
+        old.setattr(Trainer, "checkpoint_meta", lambda self, metadata=None: {
+            k: v for k, v in before_record(self, metadata).items() if k != "obs_norm"})
+        assert cli.main(["train", header, *small, "--train.total-timesteps", "128", "--run-dir", str(run)]) == 0
+    saved = checkpoint.step_dirs(run / "checkpoints")[0]
+    old_meta = checkpoint.read_meta(saved)
+    assert "obs_norm" not in old_meta and 'obs_norm = "auto"' in old_meta["config"]
+    capsys.readouterr()
+    note = ("note: this checkpoint of seek was trained before train.obs_norm auto normalised uint8 observations of "
+            "one dimension (uint8[5]): it keeps obs_norm off, as it was trained (divided by 255); a new run normalises "
+            "them")
+    assert cli.main(["eval", header, "--checkpoint", str(run), "--episodes", "2"]) == 0
+    assert capsys.readouterr().err.count(note) == 1
+    said = []
+    with load_trainer(saved, warn=said.append) as played:
+        assert not played.norm.obs_norm and said.count(note) == 1
+    assert cli.main(["train", header, "--resume", str(run), "--train.total-timesteps", "256"]) == 0
+    assert capsys.readouterr().err.count(note) == 1
+    resumed = checkpoint.read_meta(checkpoint.step_dirs(run / "checkpoints")[0])
+    assert resumed["update"] == 4 and resumed["obs_norm"] is False

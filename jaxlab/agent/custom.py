@@ -19,7 +19,7 @@ The contract (examples/policies/gru.py is a complete one). Your class is a ``fla
         def __call__(self, carry, obs):
             # one step of A agents: obs [A, ...] as the env gives them (uint8 pixels stay uint8, not divided
             # by 255; observations are normalised first, as float32, when train.obs_norm is on: auto turns
-            # it on for float observations)
+            # it on for float observations and for uint8 of one dimension, codes)
             return carry, head, value   # head [A, action.head_size], value [A]: floats (cast to float32)
 
     head is the actor's output: logits for discrete actions (the sum of the factors' sizes for

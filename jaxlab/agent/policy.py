@@ -19,7 +19,8 @@ layer Dense + ``activation``):
          (``cnn_channels``, ``cnn_kernels``, ``cnn_strides``; the default is Nature-DQN's 32x8/4, 64x4/2,
          64x3/1, for 84x84 frames), each + ``activation``, then flattened
 uint8 observations (pixels, 0..255) are cast to float32 and divided by 255 so they enter in [0, 1];
-float observations enter as they are (normalised before the policy when train.obs_norm is on).
+float observations enter as they are (normalised before the policy when train.obs_norm is on, as uint8 codes of
+one dimension are with its auto).
 ``mlp_layers`` None means one layer of ``hidden_size`` (the network before mlp_layers existed).
 Init: orthogonal, gain sqrt 2 for encoder layers, 1 for the LSTM, ``actor_init_scale`` (small: a near
 uniform first policy) and ``critic_init_scale`` for the heads; zero biases except the LSTM's forget gate (1).

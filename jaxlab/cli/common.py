@@ -392,18 +392,6 @@ def dist_in_file_warning(config, sources: dict, command: str = "train") -> str |
             f"environment (SLURM, JAXLAB_COORDINATOR), before any config file; pass {flags}")
 
 
-def codes_as_pixels_warning(config, shape) -> str | None:
-    """The warning for observations that train.obs_norm auto takes for pixels though they are not an image, or
-    None: uint8 of one dimension (``shape``: config.memory.EnvShape) are divided by 255 and not normalised, so a
-    grid's small codes (a PufferLib Ocean env's 0, 1, 2) reach the network as at most 0.01 and learn slowly."""
-    if config.train.obs_norm != "auto" or shape.obs_itemsize != 1 or len(shape.obs_shape) != 1:
-        return None
-    return (f"warning: {config.env_name}'s observations are uint8[{shape.obs_shape[0]}], one dimension, and "
-            "train.obs_norm auto takes uint8 for pixels: divided by 255, not normalised, so small codes (0, 1, 2) "
-            "reach the network as at most 0.01 and learn slowly; give --train.obs-norm true, or declare float "
-            "observations (--train.obs-norm false keeps them as pixels and says nothing)")
-
-
 def unread_header_toml_warning(config) -> str | None:
     """The warning for the NAME.toml beside ``config``'s env header that ``config``'s env does not read, or
     None: it is the config layer of the env `jaxlab train path/to/NAME.h` trains (its only env, or the one
@@ -571,7 +559,7 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, update
             flags = ["--env.library", str(Path(args.env).expanduser().absolute()), *flags]
         elif flags_library(flags, args.config) is None:
             check_saved_header(meta, "train", f"--resume {args.resume}")
-        config, changes = resume_config(first, args.config, flags, meta, file_choices=choices)
+        config, changes = resume_config(first, args.config, flags, meta, file_choices=choices, warn=warn)
         if not any(change.startswith("policy.module:") for change in changes):  # the saved file: still there?
             check_saved_module(config.policy.module, "train", f"{args.env} --resume {args.resume}", "--policy.module")
         if config.env_name != name:
@@ -627,8 +615,7 @@ def resolve(args: argparse.Namespace, warn: Callable[[str], None] = warn, update
                           "was saved with; a flag on this command overrides them)") from None
     for line in (ignored_flags_warning(config, args.flags, choices),  # after the checks: a broken module's comes alone
                  unused_flags_warning(config, args.flags, devices[0].platform if devices else None, choices,
-                                      searched),
-                 None if resume else codes_as_pixels_warning(config, shape)):
+                                      searched)):
         if line is not None:
             warn(line)
     return Resolved(config, sources, sizes, reason, backend, resume, tuple(changes), estimate, limit, resume_meta,

@@ -151,6 +151,7 @@ def config_command(args: argparse.Namespace) -> int:
     memory estimate. A dry run of `jaxlab train`: what it refuses before training (the --dist.* flags,
     the config, checkpoint.best_metric) is refused here too, with the same message."""
     from jaxlab.config import env_kind, to_toml
+    from jaxlab.config.memory import auto_obs_norm_words
     from jaxlab.run.distributed import settings_from_flags
 
     check_train_only_options(args.flags)
@@ -165,6 +166,8 @@ def config_command(args: argparse.Namespace) -> int:
     if resolved.config.vec.num_threads == "auto":
         print(f"# vec.num_threads auto: {counted(threads.num_threads, 'C thread')} per group "
               f"({threads.threads_reason})")
+    if resolved.config.train.obs_norm == "auto":
+        print(f"# train.obs_norm auto: {auto_obs_norm_words(resolved.shape)}")
     section = ""
     for line in to_toml(resolved.config).splitlines():
         if line.startswith("["):

@@ -478,7 +478,7 @@ def eval_command(args: argparse.Namespace) -> int:
     of env 0 as text (the env's render hook), --gif draws it as an animated GIF (its pixels hook)."""
     from jaxlab.agent.custom import missing_file_words, moved_module
     from jaxlab.checkpoint import read_meta
-    from jaxlab.config import ConfigError, config_from_toml, memory, presets
+    from jaxlab.config import ConfigError, checkpoint_config, memory, presets
     from jaxlab.config.layers import repeated_flags
     from jaxlab.env.python_envs import is_python_env
     from jaxlab.env.spaces import Box
@@ -552,7 +552,7 @@ def eval_command(args: argparse.Namespace) -> int:
                               f"run `jaxlab eval {meta['env_name']} --checkpoint {args.checkpoint}`")
         if library is None:
             check_saved_header(meta, "eval", f"--checkpoint {args.checkpoint}")
-        saved_config = config_from_toml(meta["config"], library=library)
+        saved_config = checkpoint_config(meta, library=library)
         presets.prepare_backend(saved_config.device.memory_fraction)  # before JAX starts, as train --resume does
         played = with_env_params(saved_config, overrides)  # refused before anything is built
         unplayed = unplayed_header_toml_warning(played)

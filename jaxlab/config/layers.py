@@ -809,6 +809,28 @@ def config_from_toml(text: str, library: str | None = None) -> Config:
     return build_config(env_name, values, env_params, preset)
 
 
+def checkpoint_config(meta: dict, library: str | None = None, warn=None) -> Config:
+    """The config the checkpoint of ``meta`` (checkpoint.read_meta's) was trained with: its saved config
+    (config_from_toml, ``library`` as there), with a train.obs_norm auto that meant obs_norm off set to false.
+    A checkpoint whose meta has no "obs_norm" (the value it trained with, recorded since) was trained by
+    auto_obs_norm_before's rule, which took uint8 observations of one dimension for pixels; ``warn`` gets one
+    line when that keeps its obs_norm off where auto now turns it on."""
+    from jaxlab.config.memory import auto_obs_norm, auto_obs_norm_before, env_shape
+
+    config = config_from_toml(meta["config"], library=library)
+    if config.train.obs_norm != "auto" or "obs_norm" in meta:
+        return config
+    shape = env_shape(config)
+    trained_with = auto_obs_norm_before(shape)
+    if trained_with == auto_obs_norm(shape):
+        return config
+    if warn is not None:
+        warn(f"note: this checkpoint of {config.env_name} was trained before train.obs_norm auto normalised "
+             f"uint8 observations of one dimension (uint8[{', '.join(map(str, shape.obs_shape))}]): it keeps obs_norm off, as it "
+             "was trained (divided by 255); a new run normalises them")
+    return dataclasses.replace(config, train=dataclasses.replace(config.train, obs_norm=trained_with))
+
+
 def legacy_defaults(layer: dict) -> dict:
     """A saved config ``layer`` with the keys added since it was written set to the behaviour it was trained
     with (a checkpoint from before them resumes and plays as it was trained): the encoder was one dense

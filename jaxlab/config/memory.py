@@ -200,9 +200,33 @@ def _module_size(policy, shape: EnvShape) -> NetworkSize:
 
 
 def obs_norm_on(config: Config, shape: EnvShape) -> bool:
-    """train.obs_norm resolved as the trainer does: auto is on for float observations, off for uint8."""
+    """train.obs_norm resolved, the one rule the trainer and the estimate use: auto is auto_obs_norm's."""
     value = config.train.obs_norm
-    return shape.obs_itemsize != 1 if value == "auto" else bool(value)
+    return auto_obs_norm(shape) if value == "auto" else bool(value)
+
+
+def auto_obs_norm(shape: EnvShape) -> bool:
+    """train.obs_norm auto for observations of ``shape``: on for floats and for uint8 of one dimension (codes,
+    e.g. a grid's 0 empty, 1 agent, 2 target), off for uint8 of two or more ([H, W] or [H, W, C] pixels, which
+    the network divides by 255)."""
+    return shape.obs_itemsize != 1 or len(shape.obs_shape) <= 1
+
+
+def auto_obs_norm_words(shape: EnvShape) -> str:
+    """What train.obs_norm auto does with observations of ``shape``, for `jaxlab config`: 'on: uint8[9], one
+    dimension, are codes, normalised' (or floats), 'off: uint8[8, 8, 3] are pixels, divided by 255'."""
+    dims = ", ".join(map(str, shape.obs_shape))
+    if shape.obs_itemsize != 1:
+        return f"on: float observations [{dims}], normalised"
+    if auto_obs_norm(shape):
+        return f"on: uint8[{dims}], one dimension, are codes, normalised"
+    return f"off: uint8[{dims}] are pixels, divided by 255 (--train.obs-norm true normalises them)"
+
+
+def auto_obs_norm_before(shape: EnvShape) -> bool:
+    """train.obs_norm auto as it was resolved before auto_obs_norm's rule (checkpoints whose meta has no
+    "obs_norm"): on for floats, off for any uint8 observations."""
+    return shape.obs_itemsize != 1
 
 
 @dataclass(frozen=True)

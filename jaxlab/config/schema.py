@@ -95,7 +95,8 @@ class TrainConfig:
     +-10; a number: rewards multiplied by it before GAE instead (the explicit override)"""
     obs_norm: bool | str = "auto"
     """running per-feature mean/var normalisation of observations (clipped to +-10), updated from
-    rollouts, frozen in eval; auto: on for float observations, off for uint8 (pixels are divided by 255)"""
+    rollouts, frozen in eval; auto: on for float observations and uint8 of one dimension (codes), off for uint8
+    of two or more ([H, W] or [H, W, C] pixels, divided by 255)"""
     gae_lambda: float = 0.95
     """GAE lambda"""
     clip_coef: float = 0.2

@@ -19,18 +19,19 @@ T = TypeVar("T")
 
 
 def resume_config(checkpoint_path: Path, config_file=None, flags=None, meta: dict | None = None,
-                  file_choices: dict | None = None) -> tuple[config_lib.Config, list[str]]:
+                  file_choices: dict | None = None, warn=None) -> tuple[config_lib.Config, list[str]]:
     """The config to resume with: the checkpoint's saved config, then ``config_file`` and ``flags`` on
     top, except [dist], which is this launch's own (its --dist flags: the coordinator and the process's
     index are not the saved run's; the process count is checked apart, see check_processes); returns
     it with the list of allowed changes ("key: old -> new"). ConfigError for a change the checkpoint
     cannot take. ``meta``: the checkpoint's meta when the caller has read it already. ``file_choices``: as
-    load_config's (a ``config_file`` key at another value than the checkpoint's)."""
+    load_config's (a ``config_file`` key at another value than the checkpoint's). ``warn``: for
+    config_lib.checkpoint_config's line (an old checkpoint's obs_norm kept off)."""
     from jaxlab.run.distributed import dist_from_flags
     from jaxlab.train.trainer import check_compatible
 
     meta = checkpoint.read_meta(checkpoint_path) if meta is None else meta
-    saved = config_lib.config_from_toml(meta["config"], library=flags_library(flags, config_file))
+    saved = config_lib.checkpoint_config(meta, library=flags_library(flags, config_file), warn=warn)
     config, sources = config_lib.load_config(saved.env_name, config_file=config_file, flags=flags, preset=None,
                                              extra_layers=[(f"checkpoint {checkpoint_path}",
                                                             config_lib.as_layer(saved))], file_choices=file_choices)

@@ -3,8 +3,6 @@ normalisation it trains with. Wiring only."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from jaxlab.agent.distributions import ActionSpec
 from jaxlab.agent.policy import ActorCritic
 from jaxlab.config import Config, ConfigError
@@ -31,14 +29,6 @@ def make_policy(config: Config, spec: ActionSpec):
                        activation=p.activation, shared_trunk=p.shared_trunk, critic_init_scale=p.critic_init_scale,
                        cnn_channels=tuple(p.cnn_channels), cnn_kernels=tuple(p.cnn_kernels),
                        cnn_strides=tuple(p.cnn_strides))
-
-
-def obs_norm_on(config: Config, obs_dtype) -> bool:
-    """train.obs_norm resolved: auto is on for float observations, off for uint8 ones (pixels)."""
-    value = config.train.obs_norm
-    if value == "auto":
-        return np.dtype(obs_dtype) != np.uint8
-    return bool(value)
 
 
 def reward_norm_on(config: Config) -> bool:

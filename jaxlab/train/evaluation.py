@@ -46,12 +46,12 @@ def load_one_trainer(path: str | Path, warn: Callable[[str], None] = print, libr
     (settings_for_here)."""
     from jaxlab import checkpoint
     from jaxlab.agent.custom import gone_file_words
-    from jaxlab.config import config_from_toml
+    from jaxlab.config import checkpoint_config
     from jaxlab.config.schema import PolicyModuleError
     from jaxlab.train.trainer import Trainer, checkpoint_processes, env_source_change, policy_source_change
 
     meta = checkpoint.read_meta(Path(path))
-    config = config_from_toml(meta["config"], library=library)
+    config = checkpoint_config(meta, library=library, warn=warn)
     gone = None if module else gone_file_words(config.policy.module,
                                                lambda new: f"load_trainer({str(path)!r}, module={new!r})")
     if gone:

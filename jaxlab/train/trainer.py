@@ -20,7 +20,7 @@ import jaxlab
 from jaxlab import config as config_lib
 from jaxlab.agent.custom import module_source
 from jaxlab.agent.distributions import ActionSpec
-from jaxlab.config.memory import python_env_error
+from jaxlab.config.memory import obs_norm_on, python_env_error
 from jaxlab.config.validate import flag_value, shown_value
 from jaxlab.env import is_python_env
 from jaxlab.env.sdk import SOURCE_HASH_VERSION, source_hash
@@ -30,7 +30,7 @@ from jaxlab.observe.records import json_safe
 from jaxlab.train.learner import METRICS, TrainState, lr_schedule, make_update, optimizer_over
 from jaxlab.train.parallel import DataParallel
 from jaxlab.train.process_state import ProcessState
-from jaxlab.train.build import learner_reward_scale, make_policy, obs_norm_on, reward_norm_on
+from jaxlab.train.build import learner_reward_scale, make_policy, reward_norm_on
 from jaxlab.train.normalization import RETURN_STD, Normalization
 from jaxlab.train.compiling import host_zeros, jit_once, jit_step, to_device
 from jaxlab.train.rollout import TIMING, EpisodeStats, Rollout, make_step
@@ -160,7 +160,7 @@ class Trainer:
         self.policy = make_policy(c, self.spec)  # the built-in ActorCritic or policy.module's
         self.policy_source = module_source(c.policy.module) if c.policy.module else None
         obs_space = self.env.observation_space
-        self.norm = Normalization(obs_norm_on(c, obs_space.dtype), reward_norm_on(c), obs_space.shape,
+        self.norm = Normalization(obs_norm_on(c, shape), reward_norm_on(c), obs_space.shape,
                                   self.sizes.num_agents, t.gamma, jax.process_count())
         A = self.sizes.num_agents
         # the schedule's length is the train state's total_steps, not part of any compile
@@ -483,7 +483,7 @@ class Trainer:
         return {"format": FORMAT_VERSION, "jaxlab_version": jaxlab_version, "env_name": self.config.env_name,
                 "env_source": self.env_source,
                 "policy_source": self.policy_source,
-                "config": config_lib.to_toml(self.config),
+                "config": config_lib.to_toml(self.config), "obs_norm": self.norm.obs_norm,
                 "global_step": self.global_step, "update": self.update_index, "rollout_steps": self.rollout.step_count,
                 "wall_time": time.perf_counter() - self.start_time, "timing": self.timing,
                 "metadata": metadata or {}, **({"processes": jax.process_count()} if self.process_state else {})}
@@ -557,7 +557,7 @@ class Trainer:
         meta = checkpoint.read_meta(Path(path)) if meta is None else meta
         check_processes(meta, Path(path), jax.process_count())
         check_batch(meta, Path(path), self.sizes)
-        check_compatible(config_lib.config_from_toml(meta["config"], library=self.config.env_library or None),
+        check_compatible(config_lib.checkpoint_config(meta, library=self.config.env_library or None),
                          self.config)
         changed = check_env_source(meta.get("env_source"), self.env_source, any_env)
         if changed:
@@ -580,7 +580,7 @@ class Trainer:
         from jaxlab import checkpoint
 
         meta = checkpoint.read_meta(Path(path)) if meta is None else meta
-        check_compatible(config_lib.config_from_toml(meta["config"], library=self.config.env_library or None),
+        check_compatible(config_lib.checkpoint_config(meta, library=self.config.env_library or None),
                          self.config)
         template = {k: v for k, v in self.checkpoint_template_local().items() if k in ("train", "norm")}
         parts, meta = checkpoint.read_parts(Path(path), template, meta)
