@@ -1135,7 +1135,18 @@ class OldApi(Misfit):
         return (obs, rewards, terms, infos) if self.old == "step" else (obs, rewards, terms, truncs, infos)
 
 
-parallel_env = OldApi
+class NoSeed(Misfit):
+    """Misfit whose reset takes no seed (PettingZoo's older API)."""
+
+    def __init__(self, old):
+        super().__init__()
+
+    def reset(self):
+        return super().reset()
+
+
+def parallel_env(old):
+    return NoSeed(old) if old == "noseed" else OldApi(old)
 '''
 
 
@@ -1145,13 +1156,16 @@ parallel_env = OldApi
               r"older API returned the observations alone\)"),
     ("step", r"its step\(\) returned a tuple of 4, not the tuple \(observations, rewards, terminations, truncations, "
              r"infos\) of a ParallelEnv; return those 5 dicts \(an env written for PettingZoo's older API returned "
-             r"observations, rewards, dones, infos: dones is now terminations and truncations\)")])
+             r"observations, rewards, dones, infos: dones is now terminations and truncations\)"),
+    ("noseed", r"its reset\(\) takes no seed keyword \(TypeError: NoSeed.reset\(\) got an unexpected keyword "
+               r"argument 'seed'\); the reset of a ParallelEnv is def reset\(self, seed=None, options=None\)")])
 def test_a_pettingzoo_env_of_the_old_api_says_so(tmp_path, monkeypatch, old, what):
     """A reset returning the observations alone unpacked a dict of two agents into its keys ('str' object
     has no attribute 'get'); a step of four values was 'not enough values to unpack (expected 5, got 4)'."""
     (tmp_path / "old_api_env.py").write_text(OLD_API_PZ)
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(ValueError, match="env 'pettingzoo:old_api_env' #0: " + what):
+    where = "" if old == "noseed" else " #0"  # the reset's signature: that of every env
+    with pytest.raises(ValueError, match=f"env 'pettingzoo:old_api_env'{where}: " + what):
         with jaxlab.make("pettingzoo:old_api_env", num_envs=1, old=old) as env:  # made: reset once for masks
             env.reset()
             env.step(np.zeros(2, np.int32))
@@ -1177,7 +1191,17 @@ class OldGym(Countdown):
         return obs, reward, terminated, truncated, info
 
 
+
+class NoSeedGym(Countdown):
+    """Countdown whose reset takes no seed or options (the old gym API's reset())."""
+
+    def reset(self):
+        return super().reset()
+
+
 OLD_GYM = "JaxlabTest/OldGym{}-v0"
+if OLD_GYM.format("noseed") not in gym.registry:
+    gym.register(OLD_GYM.format("noseed"), entry_point=NoSeedGym, max_episode_steps=4, disable_env_checker=True)
 for _old in ("reset", "step"):
     if OLD_GYM.format(_old) not in gym.registry:
         gym.register(OLD_GYM.format(_old), entry_point=OldGym, kwargs={"old": _old}, max_episode_steps=4,
@@ -1189,7 +1213,10 @@ for _old in ("reset", "step"):
               r"Gymnasium's API; return obs, \{\} \(an env written for the old gym API returned the observation alone\)"),
     ("step", r"its step\(\) returned a tuple of 4, not the 5 values \(observation, reward, terminated, truncated, "
              r"info\) of Gymnasium's API \(an env written for the old gym API returned 4: obs, reward, done, info; "
-             r"done is now terminated")])
+             r"done is now terminated"),
+    ("noseed", r"its reset\(\) takes no seed keyword \(TypeError: NoSeedGym.reset\(\) got an unexpected keyword "
+               r"argument 'seed'\); the reset of Gymnasium's API is def reset\(self, seed=None, options=None\), which "
+               r"calls super\(\).reset\(seed=seed\)")])
 def test_a_gymnasium_env_of_the_old_gym_api_says_so_before_training(old, what):
     """The vector env's errors for such envs named neither the env nor the API: 'numpy.float64' object
     has no attribute 'items' (reset), 'not enough values to unpack (expected 5, got 4)' (step, and only
@@ -1199,6 +1226,9 @@ def test_a_gymnasium_env_of_the_old_gym_api_says_so_before_training(old, what):
         spaces_of(name)
     with pytest.raises(ConfigError, match=f"env '{name}': " + what):  # the CLI's check before anything: exit 2
         env_shape(load_config(name)[0])
+    if old == "noseed":  # jaxlab.make's first reset, too: a TypeError naming neither the env nor the API before
+        with pytest.raises(ValueError, match=f"env '{name}': " + what), jaxlab.make(name) as env:
+            env.reset()
 
 
 SINGLETON_PZ = MISFIT_PZ + '''

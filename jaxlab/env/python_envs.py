@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import re
 import threading
 from dataclasses import dataclass, replace
 
@@ -189,6 +190,28 @@ def python_env_type(name: str) -> PythonEnvType:
         return PythonEnvType(name, f"Gymnasium vector env {target} ({how})")
     _parallel_env_factory(name, target)
     return PythonEnvType(name, f"PettingZoo parallel env {target}")
+
+
+#: The reset each API declares, and what it does, for the refusal of a reset that takes neither keyword.
+RESET_API = {"gymnasium": ("Gymnasium's API", "calls super().reset(seed=seed) to seed self.np_random and returns "
+                           "(observation, info) (an env written for the old gym API took no seed)"),
+             "pettingzoo": ("a ParallelEnv", "seeds the env's random numbers from seed and returns (observations, "
+                            "infos)")}
+
+
+def _reset_with(env, name: str, **kwargs):
+    """``env.reset(**kwargs)`` (seed, options); ValueError naming the env ``name`` and the signature to write
+    when its reset does not take those keywords (Python's TypeError 'reset() got an unexpected keyword
+    argument' names neither the env nor the API)."""
+    try:
+        return env.reset(**kwargs)
+    except TypeError as err:
+        found = re.search(r"reset\(\) got an unexpected keyword argument '(\w+)'", str(err))
+        if found is None:
+            raise
+        api, does = RESET_API[_split(name)[0]]
+        raise ValueError(f"env {name!r}: its reset() takes no {found[1]} keyword (TypeError: {err}); the reset of "
+                         f"{api} is def reset(self, seed=None, options=None), which {does}") from None
 
 
 # ---- spaces ----
@@ -608,7 +631,7 @@ class GymnasiumVecEnv(PythonVecEnv):
 
     def _reset(self, seed: int | None) -> None:
         try:
-            obs, _ = self._vec.reset(seed=seed)
+            obs, _ = _reset_with(self._vec, self.name, seed=seed)
         except (ValueError, TypeError) as err:
             if not _raised_by_vector_env(err):
                 raise
@@ -657,7 +680,7 @@ class GymnasiumVecEnv(PythonVecEnv):
         if not envs:  # a VectorEnv of the user's own: its reset and step are the vector env's
             return
         env = envs[0].unwrapped
-        result = env.reset(seed=self.seed)
+        result = _reset_with(env, self.name, seed=self.seed)
         if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)):
             raise ValueError(f"env '{self.name}': its reset() returned {_words(result)}, not the pair (observation, "
                              "info) of Gymnasium's API; return obs, {} (an env written for the old gym API returned "
@@ -878,7 +901,7 @@ class PettingZooVecEnv(PythonVecEnv):
         self._declared = obs_space  # the env's own space, for the messages of _write
         self._info_mask = False
         if not has_mask:  # masks in the infos show only there: look at one reset
-            _, infos = _returned(env.reset(seed=int(seed)), "reset", name, 0)
+            _, infos = _returned(_reset_with(env, name, seed=int(seed)), "reset", name, 0)
             has_mask = self._info_mask = any("action_mask" in (infos or {}).get(a, {}) for a in agents)
             if has_mask and isinstance(action, Box):
                 raise ValueError(_continuous_mask_problem(name, "the infos its reset returns", action, "infos"))
@@ -944,7 +967,7 @@ class PettingZooVecEnv(PythonVecEnv):
 
     def _reset_env(self, e: int, seed: int | None, returned: _Returned) -> None:
         """Resets env #``e``; its agents' observations go to ``returned``, for _write_observations."""
-        observations, infos = _returned(self._envs[e].reset(seed=seed), "reset", self.name, e)
+        observations, infos = _returned(_reset_with(self._envs[e], self.name, seed=seed), "reset", self.name, e)
         self._check_reset_agents(e, observations)
         base = e * self.agents_per_env
         rows = [base + self._index[agent] for agent in observations]
