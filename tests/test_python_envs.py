@@ -727,6 +727,44 @@ def test_pettingzoo_final_observations_are_the_steps_when_the_reset_reuses_the_a
         sys.modules.pop("reused_env", None)
 
 
+class InPlace(gym.Env):
+    """Keeps one observation array and returns it after changing it in place: [steps taken]; every
+    reset writes 0 into that same array. Registered with a TimeLimit of 3 steps."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self):
+        self.obs = np.zeros(1, np.float32)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.obs[0] = 0.0
+        return self.obs, {}
+
+    def step(self, action):
+        self.obs[0] += 1.0
+        return self.obs, 1.0, False, False, {}
+
+
+IN_PLACE = "JaxlabTest/InPlace-v0"
+if IN_PLACE not in gym.registry:
+    gym.register(IN_PLACE, entry_point=InPlace, max_episode_steps=3, disable_env_checker=True)
+
+
+def test_gymnasium_final_observations_are_the_steps_when_the_env_changes_its_array_in_place():
+    """The SyncVectorEnv kept the array the env's last step returned as final_obs, and the env's reset then
+    wrote 0 into it: the truncated episode's final observation read [0] (the next episode's first), not [3],
+    and its value was bootstrapped from that, with no error."""
+    with jaxlab.make("gymnasium:" + IN_PLACE, num_envs=2, seed=0) as env:
+        env.reset()
+        for _ in range(3):
+            env.step(np.zeros(2, np.int32))
+        np.testing.assert_array_equal(env.truncations, [True, True])
+        np.testing.assert_array_equal(env.final_observations, [[3.0], [3.0]])
+        np.testing.assert_array_equal(env.observations, [[0.0], [0.0]])
+
+
 def needs_box2d(**kwargs):
     raise gym.error.DependencyNotInstalled('Box2D is not installed, you can install it by run `pip install swig` '
                                            'followed by `pip install "gymnasium[box2d]"`')

@@ -757,7 +757,33 @@ def _make_vector_env(gym, env_id: str, num_envs: int, kwargs: dict):
         return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs)
     mode = gym.vector.AutoresetMode.SAME_STEP
     return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": mode, "copy": False}, **kwargs)
+                        vector_kwargs={"autoreset_mode": mode, "copy": False}, wrappers=[_step_copies(gym)], **kwargs)
+
+
+@functools.cache
+def _step_copies(gym):
+    """The gymnasium.Wrapper class whose step returns a copy of the observation its env's step returned.
+    The SyncVectorEnv keeps that observation as the episode's final one (info["final_obs"]) and then resets
+    the env: an env that changes one array in place and returns it (``self.obs[0] += 1; return self.obs,
+    ...``) would overwrite the final observation with the next episode's first, and a truncated episode's
+    value would be bootstrapped from that, silently."""
+
+    class StepCopies(gym.Wrapper):
+        def step(self, action):
+            result = self.env.step(action)
+            return (_copied(result[0]), *result[1:]) if isinstance(result, tuple) and result else result
+
+    return StepCopies
+
+
+def _copied(observation):
+    """A copy of ``observation``'s arrays (an array, or a dict of them, as a masked env's), other values as
+    they are."""
+    if isinstance(observation, np.ndarray):
+        return observation.copy()
+    if isinstance(observation, dict):
+        return {key: _copied(value) for key, value in observation.items()}
+    return observation
 
 
 def _check_distinct(envs: list, name: str, maker: str) -> None:
