@@ -210,6 +210,7 @@ def test_gymnasium_spaces_seeds_and_continuous_actions():
         a.step(np.ones(3, np.int32))
         np.testing.assert_array_equal(a.reset(seed=5), first)            # reseeded: the same starts
         assert not np.array_equal(a.reset(), first)                      # None: the stream goes on
+        np.testing.assert_array_equal(a.reset(seed=np.int64(5)), first)  # a numpy integer seeds as an int
     with jaxlab.make(f"gymnasium:{COUNTDOWN}", num_envs=2, continuous=True) as env:
         assert str(env.action_space) == "Box(-1, 1, (1,), float32)"
         env.reset()

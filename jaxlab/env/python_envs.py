@@ -367,6 +367,7 @@ class PythonVecEnv:
         ``seed``: reseed env i with seed + i first; None continues each env's random stream (the first
         reset of a new VecEnv uses the seed it was made with)."""
         _check_seed(seed, allow_none=True)
+        seed = None if seed is None else int(seed)  # Gymnasium's vector env seeds env i with seed + i for an int only
         with self._lock:
             self._check_open()
             if self.active is not None:
