@@ -299,6 +299,27 @@ def test_gymnasium_returns_that_do_not_fit_the_declared_space_name_the_env(kwarg
             env.step(np.zeros(2, np.int32))
 
 
+@pytest.mark.parametrize("name, reward, shown", [
+    (f"gymnasium:{MISFIT}", None, "nan"), (f"gymnasium:{MISFIT}", np.nan, "nan"),
+    (f"gymnasium:{MISFIT}", -np.inf, "-inf"), ("pettingzoo:misfit_env", np.nan, "nan")])
+def test_a_reward_that_is_not_a_finite_number_is_refused(tmp_path, monkeypatch, name, reward, shown):
+    """A Gymnasium env's reward of None (which its vector env stores as nan), NaN or infinity, and a
+    PettingZoo env's NaN, went into the rewards with no error: every return, advantage and loss of the
+    batch became NaN."""
+    (tmp_path / "misfit_env.py").write_text(MISFIT_PZ)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    agent = " agent 'a'" if name.startswith("pettingzoo") else ""
+    if name.startswith("gymnasium"):
+        shown += re.escape(" (or None, which Gymnasium's vector env stores as nan)")
+    message = (re.escape(f"env '{name}' #0{agent} at step 0: its step() returned the reward ") + shown
+               + re.escape("; a reward must be a finite number (0.0 when it earned none)"))
+    with jaxlab.make(name, num_envs=2, reward=reward) as env:
+        env.reset()
+        with pytest.raises(ValueError, match=message):
+            env.step(np.zeros(env.num_agents, np.int32))
+    sys.modules.pop("misfit_env", None)
+
+
 REGISTERS = '''
 """Registers JaxlabTest/FromModule-v0: CartPole-v1 with 7 steps an episode."""
 import gymnasium

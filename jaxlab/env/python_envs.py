@@ -331,6 +331,7 @@ class PythonVecEnv:
     episode ended in the step (bool [A]), and ``_close()``."""
 
     has_state = False  # the trainer's checkpoints leave out "env" for such an env
+    _nan_reward_causes = ""  # what else an env may have returned that the rewards hold as NaN, for the message
 
     def _setup(self, name: str, kind: PythonEnvType, num_envs: int, seed: int, mask_check: str) -> None:
         self.name, self.num_envs, self.seed, self.num_threads = name, int(num_envs), int(seed), 1
@@ -396,6 +397,7 @@ class PythonVecEnv:
             self._check_action_values()
             acting = None if self.active is None else self.active.copy()
             ended = self._step(self._env_actions())
+            self._check_rewards()
             if acting is not None:
                 ended &= acting  # a waiting agent's rows (terminal 1) are not episodes
             self._steps += 1
@@ -436,6 +438,16 @@ class PythonVecEnv:
             self.episode_stats[:, 1] = np.bincount(envs, lengths, minlength=self.num_envs)
         return {"episodes": int(rows.size), "episode_return": float(returns.mean()),
                 "episode_length": float(lengths.mean())}
+
+    def _check_rewards(self) -> None:
+        """ValueError from ``_misfit`` naming the first row whose reward [A] the step made NaN or infinite: the
+        returns, advantages and losses of the whole batch would become NaN, with no error."""
+        bad = np.flatnonzero(~np.isfinite(self.rewards))
+        if bad.size:
+            row = int(bad[0])
+            raise self._misfit(row, f"its step() returned the reward {self.rewards[row]}{self._nan_reward_causes}; a "
+                                    "reward must be a finite number (0.0 when it earned none): training would turn "
+                                    "every return and loss of the batch into NaN")
 
     def _check_action_values(self) -> None:
         """Actions in range (Discrete, MultiDiscrete), not NaN (Box), and legal under the mask when
@@ -573,6 +585,8 @@ def _check_seed(seed, allow_none: bool) -> None:
 class GymnasiumVecEnv(PythonVecEnv):
     """``num_envs`` copies of the Gymnasium env ``env_id`` in one synchronous vector env with
     autoreset_mode SAME_STEP; env i is seeded with seed + i (Gymnasium's rule). One agent per env."""
+
+    _nan_reward_causes = " (or None, which Gymnasium's vector env stores as nan)"
 
     def __init__(self, env_id: str, num_envs: int = 1, seed: int = 0, num_threads: int = 1,
                  mask_check: str = "strict", **kwargs):
