@@ -225,7 +225,9 @@ def test_gymnasium_spaces_seeds_and_continuous_actions():
 
 
 def test_gymnasium_errors_name_the_value_and_a_fix():
-    with pytest.raises(ValueError, match=r"unknown Gymnasium env 'CartPol-v1'.*Did you mean.*pprint_registry"):
+    with pytest.raises(ValueError, match=r"unknown Gymnasium env 'CartPol-v1'.*Did you mean.*; an env of your own is "
+                                         r"gymnasium:MODULE:ID, which imports MODULE \(on PYTHONPATH\) to register ID; "
+                                         r"list the ids with .*pprint_registry"):
         jaxlab.make("gymnasium:CartPol-v1")
     with pytest.raises(ValueError, match="names no env after 'gymnasium:'; write e.g. 'gymnasium:CartPole-v1'"):
         jaxlab.make("gymnasium:")

@@ -183,7 +183,8 @@ def python_env_type(name: str) -> PythonEnvType:
         try:
             spec = gym.spec(env_id)
         except gym.error.Error as err:
-            where = f"module {module} registers no such id; " if module else ""
+            where = (f"module {module} registers no such id; " if module else
+                     "an env of your own is gymnasium:MODULE:ID, which imports MODULE (on PYTHONPATH) to register ID; ")
             raise ValueError(f"unknown Gymnasium env {target!r} ({err}); {where}list the ids with python -c "
                              "'import gymnasium; gymnasium.pprint_registry()'") from None
         how = "its vector_entry_point" if spec.entry_point is None else "synchronous, same-step autoreset"
