@@ -1282,15 +1282,17 @@ for _old in ("reset", "step"):
 def test_a_gymnasium_env_of_the_old_gym_api_says_so_before_training(old, what):
     """The vector env's errors for such envs named neither the env nor the API: 'numpy.float64' object
     has no attribute 'items' (reset), 'not enough values to unpack (expected 5, got 4)' (step, and only
-    once training had started). spaces_of, which every command calls first, tries one reset and step."""
+    once training had started). spaces_of, which every command calls first, tries one reset and step;
+    jaxlab.make's envs say the same when Gymnasium fails on what they returned."""
     name = "gymnasium:" + OLD_GYM.format(old)
     with pytest.raises(ValueError, match=f"env '{name}': " + what):
         spaces_of(name)
     with pytest.raises(ConfigError, match=f"env '{name}': " + what):  # the CLI's check before anything: exit 2
         env_shape(load_config(name)[0])
-    if old == "noseed":  # jaxlab.make's first reset, too: a TypeError naming neither the env nor the API before
-        with pytest.raises(ValueError, match=f"env '{name}': " + what), jaxlab.make(name) as env:
-            env.reset()
+    # jaxlab.make's reset and step, too (no spaces_of before them): the errors above, or a TypeError for noseed
+    with pytest.raises(ValueError, match=f"env '{name}': " + what), jaxlab.make(name, num_envs=2) as env:
+        env.reset()
+        env.step(np.zeros(2, np.int32))
 
 
 SINGLETON_PZ = MISFIT_PZ + '''

@@ -648,8 +648,9 @@ class GymnasiumVecEnv(PythonVecEnv):
     def _reset(self, seed: int | None) -> None:
         try:
             obs, _ = _reset_with(self._vec, self.name, seed=seed)
-        except (ValueError, TypeError) as err:
-            if not _raised_by_vector_env(err):
+        except (ValueError, TypeError, AttributeError) as err:
+            self._refuse_old_api(err)
+            if isinstance(err, AttributeError) or not _raised_by_vector_env(err):
                 raise
             raise self._vector_misfit("reset()", err) from None
         obs = self._unpack("reset()", obs)
@@ -659,8 +660,9 @@ class GymnasiumVecEnv(PythonVecEnv):
     def _step(self, actions: np.ndarray) -> np.ndarray:
         try:
             obs, rewards, terminated, truncated, info = self._vec.step(actions)
-        except (ValueError, TypeError) as err:
-            if not _raised_by_vector_env(err):
+        except (ValueError, TypeError, AttributeError) as err:
+            self._refuse_old_api(err)
+            if isinstance(err, AttributeError) or not _raised_by_vector_env(err):
                 raise
             raise self._vector_misfit("step()", err) from None
         obs = self._unpack("step()", obs)
@@ -710,6 +712,19 @@ class GymnasiumVecEnv(PythonVecEnv):
                              "(observation, reward, terminated, truncated, info) of Gymnasium's API (an env written "
                              "for the old gym API returned 4: obs, reward, done, info; done is now terminated, "
                              "an episode's true end, and truncated, a time limit's cut)")
+
+    def _refuse_old_api(self, err: Exception) -> None:
+        """Raises check_api's refusal when ``err``, raised by Gymnasium itself (its wrappers or vector env) in a
+        reset or step, comes from an env of the old gym API ('not enough values to unpack (expected 5, got 4)',
+        'numpy.float64' object has no attribute 'items': neither names the env nor the API; jaxlab.make does
+        not run check_api before its first reset, as spaces_of does); returns otherwise, ``err`` to be raised."""
+        if not _innermost_module(err).startswith("gymnasium"):
+            return
+        try:
+            self.check_api()
+        except Exception as found:  # noqa: BLE001 (the env's own errors in check_api leave err as it is)
+            if isinstance(found, ValueError) and str(found).startswith(f"env '{self.name}': its "):
+                raise found from None
 
     def _check_batch(self, call: str, what: str, value, buffer: np.ndarray) -> None:
         """ValueError when ``value``, what the vector env's ``call`` returned as ``what``, is not of the
@@ -823,13 +838,18 @@ def _raised_by_vector_env(err: Exception) -> bool:
     """Whether ``err`` comes from Gymnasium's vector env itself (putting what an env returned into its
     batched arrays, where numpy raises) and not from inside one of its envs: its innermost frame outside
     numpy is in gymnasium.vector."""
+    return _innermost_module(err).startswith("gymnasium.vector")
+
+
+def _innermost_module(err: Exception) -> str:
+    """The module of the innermost frame of ``err``'s traceback outside numpy."""
     module, tb = "", err.__traceback__
     while tb is not None:
         name = tb.tb_frame.f_globals.get("__name__", "")
         if not name.startswith("numpy"):
             module = name
         tb = tb.tb_next
-    return module.startswith("gymnasium.vector")
+    return module
 
 
 # ---- PettingZoo ----
