@@ -789,6 +789,47 @@ def test_gymnasium_final_observations_are_the_steps_when_the_env_changes_its_arr
         np.testing.assert_array_equal(env.observations, [[0.0], [0.0]])
 
 
+LEGACY_SEEDING_PZ = MISFIT_PZ + '''
+
+seeds = []  # every seed a reset was given
+
+
+class LegacySeeding(Misfit):
+    """Seeds numpy's legacy RandomState, which takes no seed of 2**32 or more, as many envs do."""
+
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            seeds.append(seed)
+            self.rng = np.random.RandomState(seed)
+        return super().reset(seed, options)
+
+
+parallel_env = LegacySeeding
+'''
+
+
+def test_python_envs_of_every_group_take_seeds_that_numpys_legacy_seeding_takes(tmp_path, monkeypatch):
+    """With vec.groups 2, group 1's envs were seeded from a 64-bit hash, and an env seeding
+    np.random.RandomState(seed) in its reset stopped jaxlab train with 'failed while being made: ValueError:
+    Seed must be between 0 and 2**32 - 1'. The groups' seeds stay distinct."""
+    from jaxlab.train.trainer import make_group_envs
+
+    (tmp_path / "legacy_seeding_env.py").write_text(LEGACY_SEEDING_PZ)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        config = load_config("pettingzoo:legacy_seeding_env", flags=["--vec.num-envs", "4", "--vec.groups", "2"])[0]
+        envs = make_group_envs(config, 1)
+        for env in envs:
+            env.reset()
+            env.close()
+        import legacy_seeding_env
+
+        seeds = set(legacy_seeding_env.seeds)  # each group's env 0 is also reset once as it is made
+        assert len(seeds) == 4 and max(seeds) < 2**32  # 2 groups x 2 envs, each its own seed
+    finally:
+        sys.modules.pop("legacy_seeding_env", None)
+
+
 def needs_box2d(**kwargs):
     raise gym.error.DependencyNotInstalled('Box2D is not installed, you can install it by run `pip install swig` '
                                            'followed by `pip install "gymnasium[box2d]"`')
