@@ -210,6 +210,7 @@ def test_gymnasium_spaces_seeds_and_continuous_actions():
         a.step(np.ones(3, np.int32))
         np.testing.assert_array_equal(a.reset(seed=5), first)            # reseeded: the same starts
         assert not np.array_equal(a.reset(), first)                      # None: the stream goes on
+        np.testing.assert_array_equal(a.reset(seed=np.int64(5)), first)  # a numpy integer seeds as an int
     with jaxlab.make(f"gymnasium:{COUNTDOWN}", num_envs=2, continuous=True) as env:
         assert str(env.action_space) == "Box(-1, 1, (1,), float32)"
         env.reset()
@@ -224,7 +225,9 @@ def test_gymnasium_spaces_seeds_and_continuous_actions():
 
 
 def test_gymnasium_errors_name_the_value_and_a_fix():
-    with pytest.raises(ValueError, match=r"unknown Gymnasium env 'CartPol-v1'.*Did you mean.*pprint_registry"):
+    with pytest.raises(ValueError, match=r"unknown Gymnasium env 'CartPol-v1'.*Did you mean.*; an env of your own is "
+                                         r"gymnasium:MODULE:ID, which imports MODULE \(on PYTHONPATH\) to register ID; "
+                                         r"list the ids with .*pprint_registry"):
         jaxlab.make("gymnasium:CartPol-v1")
     with pytest.raises(ValueError, match="names no env after 'gymnasium:'; write e.g. 'gymnasium:CartPole-v1'"):
         jaxlab.make("gymnasium:")
@@ -296,6 +299,27 @@ def test_gymnasium_returns_that_do_not_fit_the_declared_space_name_the_env(kwarg
         env.reset()
         with pytest.raises(ValueError, match="^the env's own error$"):
             env.step(np.zeros(2, np.int32))
+
+
+@pytest.mark.parametrize("name, reward, shown", [
+    (f"gymnasium:{MISFIT}", None, "nan"), (f"gymnasium:{MISFIT}", np.nan, "nan"),
+    (f"gymnasium:{MISFIT}", -np.inf, "-inf"), ("pettingzoo:misfit_env", np.nan, "nan")])
+def test_a_reward_that_is_not_a_finite_number_is_refused(tmp_path, monkeypatch, name, reward, shown):
+    """A Gymnasium env's reward of None (which its vector env stores as nan), NaN or infinity, and a
+    PettingZoo env's NaN, went into the rewards with no error: every return, advantage and loss of the
+    batch became NaN."""
+    (tmp_path / "misfit_env.py").write_text(MISFIT_PZ)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    agent = " agent 'a'" if name.startswith("pettingzoo") else ""
+    if name.startswith("gymnasium"):
+        shown += re.escape(" (or None, which Gymnasium's vector env stores as nan)")
+    message = (re.escape(f"env '{name}' #0{agent} at step 0: its step() returned the reward ") + shown
+               + re.escape("; a reward must be a finite number (0.0 when it earned none)"))
+    with jaxlab.make(name, num_envs=2, reward=reward) as env:
+        env.reset()
+        with pytest.raises(ValueError, match=message):
+            env.step(np.zeros(env.num_agents, np.int32))
+    sys.modules.pop("misfit_env", None)
 
 
 REGISTERS = '''
@@ -727,6 +751,85 @@ def test_pettingzoo_final_observations_are_the_steps_when_the_reset_reuses_the_a
         sys.modules.pop("reused_env", None)
 
 
+class InPlace(gym.Env):
+    """Keeps one observation array and returns it after changing it in place: [steps taken]; every
+    reset writes 0 into that same array. Registered with a TimeLimit of 3 steps."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self):
+        self.obs = np.zeros(1, np.float32)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.obs[0] = 0.0
+        return self.obs, {}
+
+    def step(self, action):
+        self.obs[0] += 1.0
+        return self.obs, 1.0, False, False, {}
+
+
+IN_PLACE = "JaxlabTest/InPlace-v0"
+if IN_PLACE not in gym.registry:
+    gym.register(IN_PLACE, entry_point=InPlace, max_episode_steps=3, disable_env_checker=True)
+
+
+def test_gymnasium_final_observations_are_the_steps_when_the_env_changes_its_array_in_place():
+    """The SyncVectorEnv kept the array the env's last step returned as final_obs, and the env's reset then
+    wrote 0 into it: the truncated episode's final observation read [0] (the next episode's first), not [3],
+    and its value was bootstrapped from that, with no error."""
+    with jaxlab.make("gymnasium:" + IN_PLACE, num_envs=2, seed=0) as env:
+        env.reset()
+        for _ in range(3):
+            env.step(np.zeros(2, np.int32))
+        np.testing.assert_array_equal(env.truncations, [True, True])
+        np.testing.assert_array_equal(env.final_observations, [[3.0], [3.0]])
+        np.testing.assert_array_equal(env.observations, [[0.0], [0.0]])
+
+
+LEGACY_SEEDING_PZ = MISFIT_PZ + '''
+
+seeds = []  # every seed a reset was given
+
+
+class LegacySeeding(Misfit):
+    """Seeds numpy's legacy RandomState, which takes no seed of 2**32 or more, as many envs do."""
+
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            seeds.append(seed)
+            self.rng = np.random.RandomState(seed)
+        return super().reset(seed, options)
+
+
+parallel_env = LegacySeeding
+'''
+
+
+def test_python_envs_of_every_group_take_seeds_that_numpys_legacy_seeding_takes(tmp_path, monkeypatch):
+    """With vec.groups 2, group 1's envs were seeded from a 64-bit hash, and an env seeding
+    np.random.RandomState(seed) in its reset stopped jaxlab train with 'failed while being made: ValueError:
+    Seed must be between 0 and 2**32 - 1'. The groups' seeds stay distinct."""
+    from jaxlab.train.trainer import make_group_envs
+
+    (tmp_path / "legacy_seeding_env.py").write_text(LEGACY_SEEDING_PZ)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        config = load_config("pettingzoo:legacy_seeding_env", flags=["--vec.num-envs", "4", "--vec.groups", "2"])[0]
+        envs = make_group_envs(config, 1)
+        for env in envs:
+            env.reset()
+            env.close()
+        import legacy_seeding_env
+
+        seeds = set(legacy_seeding_env.seeds)  # each group's env 0 is also reset once as it is made
+        assert len(seeds) == 4 and max(seeds) < 2**32  # 2 groups x 2 envs, each its own seed
+    finally:
+        sys.modules.pop("legacy_seeding_env", None)
+
+
 def needs_box2d(**kwargs):
     raise gym.error.DependencyNotInstalled('Box2D is not installed, you can install it by run `pip install swig` '
                                            'followed by `pip install "gymnasium[box2d]"`')
@@ -1135,7 +1238,18 @@ class OldApi(Misfit):
         return (obs, rewards, terms, infos) if self.old == "step" else (obs, rewards, terms, truncs, infos)
 
 
-parallel_env = OldApi
+class NoSeed(Misfit):
+    """Misfit whose reset takes no seed (PettingZoo's older API)."""
+
+    def __init__(self, old):
+        super().__init__()
+
+    def reset(self):
+        return super().reset()
+
+
+def parallel_env(old):
+    return NoSeed(old) if old == "noseed" else OldApi(old)
 '''
 
 
@@ -1145,13 +1259,16 @@ parallel_env = OldApi
               r"older API returned the observations alone\)"),
     ("step", r"its step\(\) returned a tuple of 4, not the tuple \(observations, rewards, terminations, truncations, "
              r"infos\) of a ParallelEnv; return those 5 dicts \(an env written for PettingZoo's older API returned "
-             r"observations, rewards, dones, infos: dones is now terminations and truncations\)")])
+             r"observations, rewards, dones, infos: dones is now terminations and truncations\)"),
+    ("noseed", r"its reset\(\) takes no seed keyword \(TypeError: NoSeed.reset\(\) got an unexpected keyword "
+               r"argument 'seed'\); the reset of a ParallelEnv is def reset\(self, seed=None, options=None\)")])
 def test_a_pettingzoo_env_of_the_old_api_says_so(tmp_path, monkeypatch, old, what):
     """A reset returning the observations alone unpacked a dict of two agents into its keys ('str' object
     has no attribute 'get'); a step of four values was 'not enough values to unpack (expected 5, got 4)'."""
     (tmp_path / "old_api_env.py").write_text(OLD_API_PZ)
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(ValueError, match="env 'pettingzoo:old_api_env' #0: " + what):
+    where = "" if old == "noseed" else " #0"  # the reset's signature: that of every env
+    with pytest.raises(ValueError, match=f"env 'pettingzoo:old_api_env'{where}: " + what):
         with jaxlab.make("pettingzoo:old_api_env", num_envs=1, old=old) as env:  # made: reset once for masks
             env.reset()
             env.step(np.zeros(2, np.int32))
@@ -1177,7 +1294,17 @@ class OldGym(Countdown):
         return obs, reward, terminated, truncated, info
 
 
+
+class NoSeedGym(Countdown):
+    """Countdown whose reset takes no seed or options (the old gym API's reset())."""
+
+    def reset(self):
+        return super().reset()
+
+
 OLD_GYM = "JaxlabTest/OldGym{}-v0"
+if OLD_GYM.format("noseed") not in gym.registry:
+    gym.register(OLD_GYM.format("noseed"), entry_point=NoSeedGym, max_episode_steps=4, disable_env_checker=True)
 for _old in ("reset", "step"):
     if OLD_GYM.format(_old) not in gym.registry:
         gym.register(OLD_GYM.format(_old), entry_point=OldGym, kwargs={"old": _old}, max_episode_steps=4,
@@ -1189,16 +1316,24 @@ for _old in ("reset", "step"):
               r"Gymnasium's API; return obs, \{\} \(an env written for the old gym API returned the observation alone\)"),
     ("step", r"its step\(\) returned a tuple of 4, not the 5 values \(observation, reward, terminated, truncated, "
              r"info\) of Gymnasium's API \(an env written for the old gym API returned 4: obs, reward, done, info; "
-             r"done is now terminated")])
+             r"done is now terminated"),
+    ("noseed", r"its reset\(\) takes no seed keyword \(TypeError: NoSeedGym.reset\(\) got an unexpected keyword "
+               r"argument 'seed'\); the reset of Gymnasium's API is def reset\(self, seed=None, options=None\), which "
+               r"calls super\(\).reset\(seed=seed\)")])
 def test_a_gymnasium_env_of_the_old_gym_api_says_so_before_training(old, what):
     """The vector env's errors for such envs named neither the env nor the API: 'numpy.float64' object
     has no attribute 'items' (reset), 'not enough values to unpack (expected 5, got 4)' (step, and only
-    once training had started). spaces_of, which every command calls first, tries one reset and step."""
+    once training had started). spaces_of, which every command calls first, tries one reset and step;
+    jaxlab.make's envs say the same when Gymnasium fails on what they returned."""
     name = "gymnasium:" + OLD_GYM.format(old)
     with pytest.raises(ValueError, match=f"env '{name}': " + what):
         spaces_of(name)
     with pytest.raises(ConfigError, match=f"env '{name}': " + what):  # the CLI's check before anything: exit 2
         env_shape(load_config(name)[0])
+    # jaxlab.make's reset and step, too (no spaces_of before them): the errors above, or a TypeError for noseed
+    with pytest.raises(ValueError, match=f"env '{name}': " + what), jaxlab.make(name, num_envs=2) as env:
+        env.reset()
+        env.step(np.zeros(2, np.int32))
 
 
 SINGLETON_PZ = MISFIT_PZ + '''

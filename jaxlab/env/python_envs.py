@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import re
 import threading
 from dataclasses import dataclass, replace
 
@@ -182,13 +183,36 @@ def python_env_type(name: str) -> PythonEnvType:
         try:
             spec = gym.spec(env_id)
         except gym.error.Error as err:
-            where = f"module {module} registers no such id; " if module else ""
+            where = (f"module {module} registers no such id; " if module else
+                     "an env of your own is gymnasium:MODULE:ID, which imports MODULE (on PYTHONPATH) to register ID; ")
             raise ValueError(f"unknown Gymnasium env {target!r} ({err}); {where}list the ids with python -c "
                              "'import gymnasium; gymnasium.pprint_registry()'") from None
         how = "its vector_entry_point" if spec.entry_point is None else "synchronous, same-step autoreset"
         return PythonEnvType(name, f"Gymnasium vector env {target} ({how})")
     _parallel_env_factory(name, target)
     return PythonEnvType(name, f"PettingZoo parallel env {target}")
+
+
+#: The reset each API declares, and what it does, for the refusal of a reset that takes neither keyword.
+RESET_API = {"gymnasium": ("Gymnasium's API", "calls super().reset(seed=seed) to seed self.np_random and returns "
+                           "(observation, info) (an env written for the old gym API took no seed)"),
+             "pettingzoo": ("a ParallelEnv", "seeds the env's random numbers from seed and returns (observations, "
+                            "infos)")}
+
+
+def _reset_with(env, name: str, **kwargs):
+    """``env.reset(**kwargs)`` (seed, options); ValueError naming the env ``name`` and the signature to write
+    when its reset does not take those keywords (Python's TypeError 'reset() got an unexpected keyword
+    argument' names neither the env nor the API)."""
+    try:
+        return env.reset(**kwargs)
+    except TypeError as err:
+        found = re.search(r"reset\(\) got an unexpected keyword argument '(\w+)'", str(err))
+        if found is None:
+            raise
+        api, does = RESET_API[_split(name)[0]]
+        raise ValueError(f"env {name!r}: its reset() takes no {found[1]} keyword (TypeError: {err}); the reset of "
+                         f"{api} is def reset(self, seed=None, options=None), which {does}") from None
 
 
 # ---- spaces ----
@@ -308,6 +332,7 @@ class PythonVecEnv:
     episode ended in the step (bool [A]), and ``_close()``."""
 
     has_state = False  # the trainer's checkpoints leave out "env" for such an env
+    _nan_reward_causes = ""  # what else an env may have returned that the rewards hold as NaN, for the message
 
     def _setup(self, name: str, kind: PythonEnvType, num_envs: int, seed: int, mask_check: str) -> None:
         self.name, self.num_envs, self.seed, self.num_threads = name, int(num_envs), int(seed), 1
@@ -344,6 +369,7 @@ class PythonVecEnv:
         ``seed``: reseed env i with seed + i first; None continues each env's random stream (the first
         reset of a new VecEnv uses the seed it was made with)."""
         _check_seed(seed, allow_none=True)
+        seed = None if seed is None else int(seed)  # Gymnasium's vector env seeds env i with seed + i for an int only
         with self._lock:
             self._check_open()
             if self.active is not None:
@@ -372,6 +398,7 @@ class PythonVecEnv:
             self._check_action_values()
             acting = None if self.active is None else self.active.copy()
             ended = self._step(self._env_actions())
+            self._check_rewards()
             if acting is not None:
                 ended &= acting  # a waiting agent's rows (terminal 1) are not episodes
             self._steps += 1
@@ -412,6 +439,16 @@ class PythonVecEnv:
             self.episode_stats[:, 1] = np.bincount(envs, lengths, minlength=self.num_envs)
         return {"episodes": int(rows.size), "episode_return": float(returns.mean()),
                 "episode_length": float(lengths.mean())}
+
+    def _check_rewards(self) -> None:
+        """ValueError from ``_misfit`` naming the first row whose reward [A] the step made NaN or infinite: the
+        returns, advantages and losses of the whole batch would become NaN, with no error."""
+        bad = np.flatnonzero(~np.isfinite(self.rewards))
+        if bad.size:
+            row = int(bad[0])
+            raise self._misfit(row, f"its step() returned the reward {self.rewards[row]}{self._nan_reward_causes}; a "
+                                    "reward must be a finite number (0.0 when it earned none): training would turn "
+                                    "every return and loss of the batch into NaN")
 
     def _check_action_values(self) -> None:
         """Actions in range (Discrete, MultiDiscrete), not NaN (Box), and legal under the mask when
@@ -550,6 +587,8 @@ class GymnasiumVecEnv(PythonVecEnv):
     """``num_envs`` copies of the Gymnasium env ``env_id`` in one synchronous vector env with
     autoreset_mode SAME_STEP; env i is seeded with seed + i (Gymnasium's rule). One agent per env."""
 
+    _nan_reward_causes = " (or None, which Gymnasium's vector env stores as nan)"
+
     def __init__(self, env_id: str, num_envs: int = 1, seed: int = 0, num_threads: int = 1,
                  mask_check: str = "strict", **kwargs):
         name = f"gymnasium:{env_id}"
@@ -608,9 +647,10 @@ class GymnasiumVecEnv(PythonVecEnv):
 
     def _reset(self, seed: int | None) -> None:
         try:
-            obs, _ = self._vec.reset(seed=seed)
-        except (ValueError, TypeError) as err:
-            if not _raised_by_vector_env(err):
+            obs, _ = _reset_with(self._vec, self.name, seed=seed)
+        except (ValueError, TypeError, AttributeError) as err:
+            self._refuse_old_api(err)
+            if isinstance(err, AttributeError) or not _raised_by_vector_env(err):
                 raise
             raise self._vector_misfit("reset()", err) from None
         obs = self._unpack("reset()", obs)
@@ -620,8 +660,9 @@ class GymnasiumVecEnv(PythonVecEnv):
     def _step(self, actions: np.ndarray) -> np.ndarray:
         try:
             obs, rewards, terminated, truncated, info = self._vec.step(actions)
-        except (ValueError, TypeError) as err:
-            if not _raised_by_vector_env(err):
+        except (ValueError, TypeError, AttributeError) as err:
+            self._refuse_old_api(err)
+            if isinstance(err, AttributeError) or not _raised_by_vector_env(err):
                 raise
             raise self._vector_misfit("step()", err) from None
         obs = self._unpack("step()", obs)
@@ -657,7 +698,7 @@ class GymnasiumVecEnv(PythonVecEnv):
         if not envs:  # a VectorEnv of the user's own: its reset and step are the vector env's
             return
         env = envs[0].unwrapped
-        result = env.reset(seed=self.seed)
+        result = _reset_with(env, self.name, seed=self.seed)
         if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)):
             raise ValueError(f"env '{self.name}': its reset() returned {_words(result)}, not the pair (observation, "
                              "info) of Gymnasium's API; return obs, {} (an env written for the old gym API returned "
@@ -671,6 +712,19 @@ class GymnasiumVecEnv(PythonVecEnv):
                              "(observation, reward, terminated, truncated, info) of Gymnasium's API (an env written "
                              "for the old gym API returned 4: obs, reward, done, info; done is now terminated, "
                              "an episode's true end, and truncated, a time limit's cut)")
+
+    def _refuse_old_api(self, err: Exception) -> None:
+        """Raises check_api's refusal when ``err``, raised by Gymnasium itself (its wrappers or vector env) in a
+        reset or step, comes from an env of the old gym API ('not enough values to unpack (expected 5, got 4)',
+        'numpy.float64' object has no attribute 'items': neither names the env nor the API; jaxlab.make does
+        not run check_api before its first reset, as spaces_of does); returns otherwise, ``err`` to be raised."""
+        if not _innermost_module(err).startswith("gymnasium"):
+            return
+        try:
+            self.check_api()
+        except Exception as found:  # noqa: BLE001 (the env's own errors in check_api leave err as it is)
+            if isinstance(found, ValueError) and str(found).startswith(f"env '{self.name}': its "):
+                raise found from None
 
     def _check_batch(self, call: str, what: str, value, buffer: np.ndarray) -> None:
         """ValueError when ``value``, what the vector env's ``call`` returned as ``what``, is not of the
@@ -734,7 +788,33 @@ def _make_vector_env(gym, env_id: str, num_envs: int, kwargs: dict):
         return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs)
     mode = gym.vector.AutoresetMode.SAME_STEP
     return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": mode, "copy": False}, **kwargs)
+                        vector_kwargs={"autoreset_mode": mode, "copy": False}, wrappers=[_step_copies(gym)], **kwargs)
+
+
+@functools.cache
+def _step_copies(gym):
+    """The gymnasium.Wrapper class whose step returns a copy of the observation its env's step returned.
+    The SyncVectorEnv keeps that observation as the episode's final one (info["final_obs"]) and then resets
+    the env: an env that changes one array in place and returns it (``self.obs[0] += 1; return self.obs,
+    ...``) would overwrite the final observation with the next episode's first, and a truncated episode's
+    value would be bootstrapped from that, silently."""
+
+    class StepCopies(gym.Wrapper):
+        def step(self, action):
+            result = self.env.step(action)
+            return (_copied(result[0]), *result[1:]) if isinstance(result, tuple) and result else result
+
+    return StepCopies
+
+
+def _copied(observation):
+    """A copy of ``observation``'s arrays (an array, or a dict of them, as a masked env's), other values as
+    they are."""
+    if isinstance(observation, np.ndarray):
+        return observation.copy()
+    if isinstance(observation, dict):
+        return {key: _copied(value) for key, value in observation.items()}
+    return observation
 
 
 def _check_distinct(envs: list, name: str, maker: str) -> None:
@@ -758,13 +838,18 @@ def _raised_by_vector_env(err: Exception) -> bool:
     """Whether ``err`` comes from Gymnasium's vector env itself (putting what an env returned into its
     batched arrays, where numpy raises) and not from inside one of its envs: its innermost frame outside
     numpy is in gymnasium.vector."""
+    return _innermost_module(err).startswith("gymnasium.vector")
+
+
+def _innermost_module(err: Exception) -> str:
+    """The module of the innermost frame of ``err``'s traceback outside numpy."""
     module, tb = "", err.__traceback__
     while tb is not None:
         name = tb.tb_frame.f_globals.get("__name__", "")
         if not name.startswith("numpy"):
             module = name
         tb = tb.tb_next
-    return module.startswith("gymnasium.vector")
+    return module
 
 
 # ---- PettingZoo ----
@@ -878,7 +963,7 @@ class PettingZooVecEnv(PythonVecEnv):
         self._declared = obs_space  # the env's own space, for the messages of _write
         self._info_mask = False
         if not has_mask:  # masks in the infos show only there: look at one reset
-            _, infos = _returned(env.reset(seed=int(seed)), "reset", name, 0)
+            _, infos = _returned(_reset_with(env, name, seed=int(seed)), "reset", name, 0)
             has_mask = self._info_mask = any("action_mask" in (infos or {}).get(a, {}) for a in agents)
             if has_mask and isinstance(action, Box):
                 raise ValueError(_continuous_mask_problem(name, "the infos its reset returns", action, "infos"))
@@ -944,7 +1029,7 @@ class PettingZooVecEnv(PythonVecEnv):
 
     def _reset_env(self, e: int, seed: int | None, returned: _Returned) -> None:
         """Resets env #``e``; its agents' observations go to ``returned``, for _write_observations."""
-        observations, infos = _returned(self._envs[e].reset(seed=seed), "reset", self.name, e)
+        observations, infos = _returned(_reset_with(self._envs[e], self.name, seed=seed), "reset", self.name, e)
         self._check_reset_agents(e, observations)
         base = e * self.agents_per_env
         rows = [base + self._index[agent] for agent in observations]

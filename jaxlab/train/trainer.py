@@ -36,11 +36,23 @@ from jaxlab.train.compiling import host_zeros, jit_once, jit_step, to_device
 from jaxlab.train.rollout import TIMING, EpisodeStats, Rollout, make_step
 
 
-def group_seed(seed: int, group: int) -> int:
+#: A Python env's seeds (seed + env index) stay below this: numpy's legacy np.random.seed / RandomState(seed),
+#: which many an env's reset calls, takes no larger one.
+PYTHON_ENV_SEEDS = 2**32
+
+
+def group_seed(seed: int, group: int, python_envs: int = 0) -> int:
     """The env seed of group ``group``: the run's seed for group 0, a distinct 64-bit seed for the others.
     Hashed (SeedSequence), not a multiple of cenv_rng_seed's own index constant: seed * a + group *
-    0xD1B54A32D192ED03 made env g - 1 of every group g start the same random stream (with seed 0)."""
-    return seed if group == 0 else int(np.random.SeedSequence([seed, group]).generate_state(1, np.uint64)[0])
+    0xD1B54A32D192ED03 made env g - 1 of every group g start the same random stream (with seed 0).
+    ``python_envs``: the group's number of Python envs, which are seeded seed + index: a hashed seed then
+    stays below PYTHON_ENV_SEEDS - python_envs."""
+    if group == 0:
+        return seed
+    if python_envs:
+        return int(np.random.SeedSequence([seed, group]).generate_state(1, np.uint32)[0]) % (PYTHON_ENV_SEEDS
+                                                                                             - python_envs)
+    return int(np.random.SeedSequence([seed, group]).generate_state(1, np.uint64)[0])
 
 
 def make_group_envs(config: config_lib.Config, num_threads: int) -> list:
@@ -52,7 +64,8 @@ def make_group_envs(config: config_lib.Config, num_threads: int) -> list:
     envs = []
     try:
         for g in range(first, first + groups):
-            envs.append(jaxlab.make(c.env_name, num_envs=size, seed=group_seed(c.train.seed, g),
+            seed = group_seed(c.train.seed, g, python_envs=size if is_python_env(c.env_name) else 0)
+            envs.append(jaxlab.make(c.env_name, num_envs=size, seed=seed,
                                     num_threads=min(num_threads, size),
                                     **config_lib.env_args(c)))
     except BaseException as err:
@@ -510,7 +523,8 @@ class Trainer:
         else:  # no env state saved: new episodes, seeded from the run's seed, the step and the group (its
             # index among every process's groups)
             for g, env in enumerate(self.envs, start=r.first_group):
-                env.reset(seed=int(np.random.SeedSequence([self.config.train.seed, r.step_count, g]).generate_state(1)[0]))
+                entropy = np.random.SeedSequence([self.config.train.seed, r.step_count, g]).generate_state(1)[0]
+                env.reset(seed=int(entropy) % (PYTHON_ENV_SEEDS - env.num_envs))  # its seed + index fit, as above
                 env.terminals.fill(True)  # every agent starts an episode
         self.global_step, self.update_index = int(meta["global_step"]), int(meta["update"])
         self.start_time = time.perf_counter() - float(meta["wall_time"])
