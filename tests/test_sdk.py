@@ -927,6 +927,21 @@ def test_a_pointer_behind_a_typedef_in_an_array_or_inside_a_member_struct_does_n
         assert f"{header}: {expect}, but from `log` on" in line and "make it an array of fixed size" in line, line
 
 
+def test_an_anonymous_union_after_log_builds_and_a_pointer_inside_one_is_named(user_env, tmp_path):
+    """The debug-information walk read each member's name, and an anonymous union or struct member has none:
+    a header with `union { int i; float f; };` after `log` (plain values, C11) crashed the build with
+    KeyError: 'name'. It builds now, and a pointer inside an anonymous union is named as the env reaches it."""
+    plain = stroll_variant(user_env, tmp_path, "plainunion", "    cenv_rng rng;",
+                           "    union { int i; float f; };\n    struct { int u; float v; };\n    cenv_rng rng;")
+    sdk.build_library([plain], tmp_path / "libplainunion.so")
+    pointer = stroll_variant(user_env, tmp_path, "ptrunion", "    cenv_rng rng;",
+                             "    union { int j; void *q; };\n    cenv_rng rng;")
+    with pytest.raises(sdk.BuildError) as err:
+        sdk.build_library([pointer], tmp_path / "libptrunion.so")
+    errors = [line for line in str(err.value).splitlines() if "error:" in line]
+    assert len(errors) == 1 and f"{pointer}: Ptrunion.q is a pointer (void *), but from `log` on" in errors[0], errors
+
+
 def test_a_header_with_pufferlibs_function_names_is_told_which_definitions_cenv_env_needs(user_env, tmp_path):
     """A PufferLib Ocean header's c_reset and c_step made the compiler print a screenful about implicit
     declarations inside CENV_ENV's expansion and nothing else: a last line names the definitions CENV_ENV

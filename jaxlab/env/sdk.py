@@ -291,7 +291,7 @@ def _saved_pointer_checks_from_debug_info(headers: list[Path], source: Path) -> 
         struct = _typedef_target(dies, env_type)
         members = _saved_members(dies, struct) if struct is not None else []
         for member in members:
-            for path, leaf, pointer in _pointers_in(dies, member["type"], member["name"]):
+            for path, leaf, pointer in _pointers_in(dies, member["type"], member.get("name", "")):
                 checks.append(_debug_pointer_check(header, env_type, (path, leaf, pointer), dies, member["type"]))
     return checks
 
@@ -363,7 +363,8 @@ _QUALIFIERS = {"typedef", "const_type", "volatile_type", "restrict_type", "atomi
 def _pointers_in(dies: dict[int, dict], type_offset: int | None, path: str) -> list[tuple[str, int, int]]:
     """[(the member path, its declared type's offset, the pointer type's offset)] for every pointer that a value of
     the type at ``type_offset`` holds (through typedefs, qualifiers, arrays, nested structs and unions); ``path``
-    names the value (`grid.cells`, `slots[]`)."""
+    names the value (`grid.cells`, `slots[]`; "" for an anonymous member of the env struct, whose own members
+    the env reaches by their names alone)."""
     declared = type_offset
     die = dies.get(type_offset) if type_offset is not None else None
     while die is not None and die["tag"] in _QUALIFIERS:
@@ -378,7 +379,7 @@ def _pointers_in(dies: dict[int, dict], type_offset: int | None, path: str) -> l
     if die["tag"] in ("structure_type", "union_type"):
         found = []
         for child in (dies[c] for c in die["children"] if dies[c]["tag"] == "member"):
-            inner = f"{path}.{child['name']}" if child.get("name") else path  # an anonymous struct's members
+            inner = ".".join(filter(None, (path, child.get("name"))))  # an anonymous struct's members: path
             found += _pointers_in(dies, child.get("type"), inner)
         return found
     return []
