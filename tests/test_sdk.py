@@ -1702,3 +1702,32 @@ def test_the_coming_from_pufferlib_port_in_build_md_builds_steps_and_logs_its_st
     assert ended and set(ended[0]) == {"episodes", "perf", "score", "episode_return", "episode_length"}
     for info in ended:
         assert info["perf"] == info["score"] and info["episode_return"] == pytest.approx(2 * info["perf"] - 1)
+
+
+def test_a_ctrl_c_while_check_env_waits_for_a_setting_kills_its_process():
+    """check-env's overrun check waits for each setting's forked process; a Ctrl-C there ended check-env at once
+    (os._exit after 'interrupted', no atexit clean-up) and left the child running on its own: an env hung in its
+    init at a range end (which ignores the Ctrl-C in its C loop) spun on a core for ever. The child is killed
+    and reaped before the KeyboardInterrupt goes on."""
+    import multiprocessing
+    import signal
+    import time
+
+    from jaxlab.cli import sdk as cli_sdk
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 1.0)  # the Ctrl-C, while _isolated waits for the child
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            cli_sdk._isolated(lambda: time.sleep(600), 600, 1 << 30)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    left = multiprocessing.active_children()
+    for child in left:
+        child.kill()
+        child.join()
+    assert left == []

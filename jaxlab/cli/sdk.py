@@ -230,7 +230,8 @@ def _isolated(function, timeout_s: float, memory_bytes: int) -> None:
     (RLIMIT_AS), so that a C env that hangs, crashes or takes the machine's memory in its init (a parameter at an
     end of its range that sizes a loop) fails instead of stopping check-env. Raises what ``function`` raised
     (an OverrunError, RuntimeError, ValueError or MemoryError, as the same type with its message), a
-    RuntimeError for a crash (the signal named) or past ``timeout_s`` (the process killed)."""
+    RuntimeError for a crash (the signal named) or past ``timeout_s`` (the process killed). Interrupted while it
+    waits (Ctrl-C), it kills the child first: an env hung in its init ignores the Ctrl-C it gets too."""
     import multiprocessing
     import signal
 
@@ -241,7 +242,12 @@ def _isolated(function, timeout_s: float, memory_bytes: int) -> None:
     child = context.Process(target=_run_limited, args=(function, memory_bytes, sender), daemon=True)
     child.start()
     sender.close()
-    child.join(timeout_s)
+    try:
+        child.join(timeout_s)
+    except BaseException:  # a Ctrl-C: check-env then ends at once (os._exit), which would leave a hung child running
+        child.kill()
+        child.join()
+        raise
     if child.is_alive():
         child.kill()
         child.join()
