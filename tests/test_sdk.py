@@ -1731,3 +1731,37 @@ def test_a_ctrl_c_while_check_env_waits_for_a_setting_kills_its_process():
         child.kill()
         child.join()
     assert left == []
+
+
+def test_check_env_killed_while_a_setting_runs_takes_its_process_with_it(tmp_path):
+    """A check-env ended by SIGTERM or kill -9 (a CI job's time limit) while a setting's forked process ran left that
+    process behind: an env hung in its init at a range end spun on a core for ever, as nothing else stops it. The
+    child asks Linux to kill it when its parent ends (PR_SET_PDEATHSIG)."""
+    pid_file = tmp_path / "child.pid"
+    script = (f"import os, time\nfrom jaxlab.cli import sdk\n"
+              f"def hang():\n    open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n    time.sleep(600)\n"
+              f"sdk._isolated(hang, 600, 1 << 30)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        while not pid_file.exists() or not pid_file.read_text():  # the child has started
+            assert parent.poll() is None, parent.returncode
+            time.sleep(0.1)
+        child = int(pid_file.read_text())
+    finally:
+        parent.kill()
+        parent.wait()
+    for _ in range(100):  # Linux sends the child its signal as the parent ends; let it be delivered and reaped
+        if not _running(child):
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("the child of a killed check-env is still running")
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not ended (a zombie, ended but not reaped, has)."""
+    try:
+        return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False

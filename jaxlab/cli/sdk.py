@@ -233,13 +233,15 @@ def _isolated(function, timeout_s: float, memory_bytes: int) -> None:
     RuntimeError for a crash (the signal named) or past ``timeout_s`` (the process killed). Interrupted while it
     waits (Ctrl-C), it kills the child first: an env hung in its init ignores the Ctrl-C it gets too."""
     import multiprocessing
+    import os
     import signal
 
     from jaxlab.env.overrun import OverrunError
 
     context = multiprocessing.get_context("fork")
     receiver, sender = context.Pipe(duplex=False)
-    child = context.Process(target=_run_limited, args=(function, memory_bytes, sender), daemon=True)
+    child = context.Process(target=_run_limited, args=(function, memory_bytes, sender, os.getpid()),
+                            daemon=True)
     child.start()
     sender.close()
     try:
@@ -270,11 +272,18 @@ def _isolated(function, timeout_s: float, memory_bytes: int) -> None:
                            f"too much there")
 
 
-def _run_limited(function, memory_bytes: int, sender) -> None:
-    """In _isolated's child: limits its address space to its current size plus ``memory_bytes``, runs ``function``
-    and sends None, or (the error's type name, its message)."""
+def _run_limited(function, memory_bytes: int, sender, parent: int) -> None:
+    """In _isolated's child (of process ``parent``): ends with its parent (an env hung there would outlive a
+    check-env killed with SIGTERM or kill -9, spinning on a core), limits its address space to its current size
+    plus ``memory_bytes``, runs ``function`` and sends None, or (the error's type name, its message)."""
+    import os
     import resource
+    import signal
 
+    from jaxlab.run.signals import end_with_parent
+
+    if not end_with_parent(parent, signal.SIGKILL):  # check-env killed (SIGTERM, kill -9): its child goes too
+        os._exit(1)
     try:
         with open("/proc/self/statm") as statm:
             size = int(statm.read().split()[0]) * resource.getpagesize()
