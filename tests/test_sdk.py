@@ -942,6 +942,20 @@ def test_an_anonymous_union_after_log_builds_and_a_pointer_inside_one_is_named(u
     assert len(errors) == 1 and f"{pointer}: Ptrunion.q is a pointer (void *), but from `log` on" in errors[0], errors
 
 
+def test_a_pointer_after_log_of_an_env_type_named_through_a_second_typedef_does_not_compile(user_env, tmp_path):
+    """The debug-information check took the struct that CENV_ENV's type names from its typedef alone: an env type
+    declared as `typedef struct {...} chain_s; typedef chain_s Chain;` led to the typedef chain_s, which has no
+    members, so a pointer after `log` built without a word (and a resume crashed on it)."""
+    header = stroll_variant(user_env, tmp_path, "chain", "    cenv_rng rng;", "    float *trail;\n    cenv_rng rng;")
+    text = header.read_text()
+    assert text.count("} Chain;") == 1
+    header.write_text(text.replace("} Chain;", "} chain_s;\ntypedef chain_s Chain;"))
+    with pytest.raises(sdk.BuildError) as err:
+        sdk.build_library([header], tmp_path / "libchain.so")
+    errors = [line for line in str(err.value).splitlines() if "error:" in line]
+    assert len(errors) == 1 and f"{header}: Chain.trail is a pointer (float *), but from `log` on" in errors[0], errors
+
+
 def test_a_header_with_pufferlibs_function_names_is_told_which_definitions_cenv_env_needs(user_env, tmp_path):
     """A PufferLib Ocean header's c_reset and c_step made the compiler print a screenful about implicit
     declarations inside CENV_ENV's expansion and nothing else: a last line names the definitions CENV_ENV

@@ -344,8 +344,13 @@ def _debug_entries(dump: str) -> dict[int, dict]:
 
 
 def _typedef_target(dies: dict[int, dict], name: str) -> int | None:
-    """The offset of the type that the typedef ``name`` names (its struct), or None."""
-    return next((die.get("type") for die in dies.values() if die["tag"] == "typedef" and die.get("name") == name), None)
+    """The offset of the type that the typedef ``name`` names (its struct), through typedefs and qualifiers
+    (`typedef struct {...} env_s; typedef env_s Env;`), or None."""
+    target = next((die.get("type") for die in dies.values() if die["tag"] == "typedef" and die.get("name") == name),
+                  None)
+    while target is not None and dies.get(target, {}).get("tag") in _QUALIFIERS:
+        target = dies[target].get("type")
+    return target
 
 
 def _saved_members(dies: dict[int, dict], struct: int) -> list[dict]:
