@@ -956,6 +956,25 @@ def test_a_pointer_after_log_of_an_env_type_named_through_a_second_typedef_does_
     assert len(errors) == 1 and f"{header}: Chain.trail is a pointer (float *), but from `log` on" in errors[0], errors
 
 
+@pytest.mark.parametrize("flag", ["-flto", "-gsplit-dwarf", "-fdebug-types-section"])
+def test_a_pointer_after_log_is_refused_whatever_debug_information_cenv_cflags_asks_for(user_env, tmp_path,
+                                                                                        monkeypatch, flag):
+    """The debug-information check read the env struct from the probe object's .debug_info; with CENV_CFLAGS
+    -flto (LTO sections), -gsplit-dwarf (a .dwo file, whose names readelf misreads) or -fdebug-types-section (type
+    units) the struct is not there whole, so it found no pointer (nor did the text check, which it replaces): a
+    `float *trail` after `log` built without a word. The probe compile leaves those flags out."""
+    monkeypatch.setenv("CENV_CFLAGS", flag)
+    header = stroll_variant(user_env, tmp_path, "lto", "    cenv_rng rng;", "    float *trail;\n    cenv_rng rng;")
+    refusals = [line for line in sdk._generated_source([header]).splitlines() if line.startswith("_Static_assert(0")]
+    assert len(refusals) == 1 and f"{header}: Lto.trail is a pointer (float *), but from `log` on" in refusals[0], \
+        refusals
+    if flag == "-gsplit-dwarf":
+        return  # readelf shows the .dwo's entries with misread names: only leaving the flag out helps
+    monkeypatch.setattr(sdk, "_DEBUG_INFO_ELSEWHERE", ())  # an env struct not in the dump: the text check reads it
+    refusals = [line for line in sdk._generated_source([header]).splitlines() if line.startswith("_Static_assert(0")]
+    assert len(refusals) == 1 and "trail" in refusals[0], refusals
+
+
 def test_a_header_with_pufferlibs_function_names_is_told_which_definitions_cenv_env_needs(user_env, tmp_path):
     """A PufferLib Ocean header's c_reset and c_step made the compiler print a screenful about implicit
     declarations inside CENV_ENV's expansion and nothing else: a last line names the definitions CENV_ENV
