@@ -118,9 +118,9 @@ def newest_usable(location: Path, use: Callable[[Path], T], warn: Callable[[str]
     it for which ``use`` raises no CheckpointError, reporting by path each damaged one passed over.
     ``start``: a checkpoint under ``location`` to begin with, when the caller has passed over (and
     reported) the newer ones already; they are passed over again without a second warning. A checkpoint
-    removed while it was read, or whose read failed (_read_error) while newer ones appeared (the run writing there
-    pruned it: keep-N, the newer saved since; its removal may be part way) is no damage: the directory is listed again (at most
-    PRUNED_RETRIES times) and its newest checkpoint not tried yet is taken."""
+    removed while it was read, or whose read failed (_read_error) while newer ones appeared (the run writing
+    there pruned it: keep-N, the newer saved since; its removal may be part way) is no damage: the directory is
+    listed again (at most PRUNED_RETRIES times) and its newest checkpoint not tried yet is taken."""
     location = Path(location)
     if checkpoint.is_checkpoint(location):
         return location, use(location)
