@@ -1242,6 +1242,27 @@ def test_a_checkpoint_pruned_while_it_is_read_is_no_damage(tmp_path):
     assert tried == ["2", "3"] and said == []
 
 
+def test_an_error_of_the_reader_while_the_run_saves_is_raised_not_taken_for_pruning(tmp_path):
+    """`jaxlab eval --checkpoint RUN` of a run still saving whose load failed for a reason of its own (a ConfigError:
+    its policy.module moved, another env) while a newer checkpoint appeared took the failure for the run's pruning:
+    it loaded each newer one again (PRUNED_RETRIES + 1 loads), then said 'the run saving there removed each of the 6
+    newest while it was read', hiding the real error. The error is raised at once; the checkpoint is still there."""
+    from jaxlab.run.resume import newest_usable
+
+    directory = tmp_path / "checkpoints"
+    assert save_all(directory, [1.0], keep=3) == [1]
+    tried = []
+
+    def refuse_while_the_run_saves_the_next(path):
+        tried.append(path.name)
+        save_all(directory, [1.0], first=int(path.name) + 1, keep=3)  # the running run saves the next, keeps this
+        raise ConfigError(f"policy.module='gone.py:Net': no file gone.py (reading {path.name})")
+
+    with pytest.raises(ConfigError, match=r"^policy.module='gone.py:Net': no file gone.py \(reading 1\)$"):
+        newest_usable(directory, refuse_while_the_run_saves_the_next, pytest.fail)
+    assert tried == ["1"]
+
+
 def test_checkpoints_pruned_faster_than_they_are_read_is_an_error_that_says_so(tmp_path):
     """A run saving every update with checkpoint.keep 1 removes each checkpoint before a read of it ends: the
     reader said each was 'unreadable' (damage), then 'no usable checkpoint'. It now says why and what to do."""

@@ -856,3 +856,31 @@ def test_another_process_count_from_slurm_is_told_to_resume_with_srun_not_a_flag
     flags = resolve(DistConfig("h:1", 2, 0), {})
     with pytest.raises(ConfigError, match=r"this run has 2 processes; resume it with --dist.num-processes 4 \(and"):
         check_processes({"processes": 4}, "ck", flags.num_processes, flags.count)
+
+
+def test_the_coordinator_port_check_works_on_a_host_without_ipv6(monkeypatch):
+    """The port check probed with an AF_INET6 socket whenever Python was built with IPv6 (socket.has_ipv6), so on a
+    host booted with ipv6.disable=1 (no AF_INET6 sockets: EAFNOSUPPORT) every free port was refused as 'Address
+    family not supported by protocol' and no run over several processes could start; gRPC listens on IPv4 there.
+    The probe falls back to IPv4 as gRPC does, and still finds a port that another program holds."""
+    import errno
+    import socket
+
+    from jaxlab.run.distributed import port_bind_problem
+
+    real_socket = socket.socket
+
+    def ipv4_only(family=socket.AF_INET, *args, **kwargs):
+        if family == socket.AF_INET6:
+            raise OSError(errno.EAFNOSUPPORT, os.strerror(errno.EAFNOSUPPORT))
+        return real_socket(family, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "socket", ipv4_only)
+    with real_socket() as holder:
+        holder.bind(("", 0))
+        holder.listen()
+        assert port_bind_problem(holder.getsockname()[1]) == "Address already in use"
+    with real_socket() as released:
+        released.bind(("", 0))
+        port = released.getsockname()[1]
+    assert port_bind_problem(port) is None

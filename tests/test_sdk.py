@@ -927,6 +927,54 @@ def test_a_pointer_behind_a_typedef_in_an_array_or_inside_a_member_struct_does_n
         assert f"{header}: {expect}, but from `log` on" in line and "make it an array of fixed size" in line, line
 
 
+def test_an_anonymous_union_after_log_builds_and_a_pointer_inside_one_is_named(user_env, tmp_path):
+    """The debug-information walk read each member's name, and an anonymous union or struct member has none:
+    a header with `union { int i; float f; };` after `log` (plain values, C11) crashed the build with
+    KeyError: 'name'. It builds now, and a pointer inside an anonymous union is named as the env reaches it."""
+    plain = stroll_variant(user_env, tmp_path, "plainunion", "    cenv_rng rng;",
+                           "    union { int i; float f; };\n    struct { int u; float v; };\n    cenv_rng rng;")
+    sdk.build_library([plain], tmp_path / "libplainunion.so")
+    pointer = stroll_variant(user_env, tmp_path, "ptrunion", "    cenv_rng rng;",
+                             "    union { int j; void *q; };\n    cenv_rng rng;")
+    with pytest.raises(sdk.BuildError) as err:
+        sdk.build_library([pointer], tmp_path / "libptrunion.so")
+    errors = [line for line in str(err.value).splitlines() if "error:" in line]
+    assert len(errors) == 1 and f"{pointer}: Ptrunion.q is a pointer (void *), but from `log` on" in errors[0], errors
+
+
+def test_a_pointer_after_log_of_an_env_type_named_through_a_second_typedef_does_not_compile(user_env, tmp_path):
+    """The debug-information check took the struct that CENV_ENV's type names from its typedef alone: an env type
+    declared as `typedef struct {...} chain_s; typedef chain_s Chain;` led to the typedef chain_s, which has no
+    members, so a pointer after `log` built without a word (and a resume crashed on it)."""
+    header = stroll_variant(user_env, tmp_path, "chain", "    cenv_rng rng;", "    float *trail;\n    cenv_rng rng;")
+    text = header.read_text()
+    assert text.count("} Chain;") == 1
+    header.write_text(text.replace("} Chain;", "} chain_s;\ntypedef chain_s Chain;"))
+    with pytest.raises(sdk.BuildError) as err:
+        sdk.build_library([header], tmp_path / "libchain.so")
+    errors = [line for line in str(err.value).splitlines() if "error:" in line]
+    assert len(errors) == 1 and f"{header}: Chain.trail is a pointer (float *), but from `log` on" in errors[0], errors
+
+
+@pytest.mark.parametrize("flag", ["-flto", "-gsplit-dwarf", "-fdebug-types-section"])
+def test_a_pointer_after_log_is_refused_whatever_debug_information_cenv_cflags_asks_for(user_env, tmp_path,
+                                                                                        monkeypatch, flag):
+    """The debug-information check read the env struct from the probe object's .debug_info; with CENV_CFLAGS
+    -flto (LTO sections), -gsplit-dwarf (a .dwo file, whose names readelf misreads) or -fdebug-types-section (type
+    units) the struct is not there whole, so it found no pointer (nor did the text check, which it replaces): a
+    `float *trail` after `log` built without a word. The probe compile leaves those flags out."""
+    monkeypatch.setenv("CENV_CFLAGS", flag)
+    header = stroll_variant(user_env, tmp_path, "lto", "    cenv_rng rng;", "    float *trail;\n    cenv_rng rng;")
+    refusals = [line for line in sdk._generated_source([header]).splitlines() if line.startswith("_Static_assert(0")]
+    assert len(refusals) == 1 and f"{header}: Lto.trail is a pointer (float *), but from `log` on" in refusals[0], \
+        refusals
+    if flag == "-gsplit-dwarf":
+        return  # readelf shows the .dwo's entries with misread names: only leaving the flag out helps
+    monkeypatch.setattr(sdk, "_DEBUG_INFO_ELSEWHERE", ())  # an env struct not in the dump: the text check reads it
+    refusals = [line for line in sdk._generated_source([header]).splitlines() if line.startswith("_Static_assert(0")]
+    assert len(refusals) == 1 and "trail" in refusals[0], refusals
+
+
 def test_a_header_with_pufferlibs_function_names_is_told_which_definitions_cenv_env_needs(user_env, tmp_path):
     """A PufferLib Ocean header's c_reset and c_step made the compiler print a screenful about implicit
     declarations inside CENV_ENV's expansion and nothing else: a last line names the definitions CENV_ENV
@@ -1687,3 +1735,66 @@ def test_the_coming_from_pufferlib_port_in_build_md_builds_steps_and_logs_its_st
     assert ended and set(ended[0]) == {"episodes", "perf", "score", "episode_return", "episode_length"}
     for info in ended:
         assert info["perf"] == info["score"] and info["episode_return"] == pytest.approx(2 * info["perf"] - 1)
+
+
+def test_a_ctrl_c_while_check_env_waits_for_a_setting_kills_its_process():
+    """check-env's overrun check waits for each setting's forked process; a Ctrl-C there ended check-env at once
+    (os._exit after 'interrupted', no atexit clean-up) and left the child running on its own: an env hung in its
+    init at a range end (which ignores the Ctrl-C in its C loop) spun on a core for ever. The child is killed
+    and reaped before the KeyboardInterrupt goes on."""
+    import multiprocessing
+    import signal
+    import time
+
+    from jaxlab.cli import sdk as cli_sdk
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 1.0)  # the Ctrl-C, while _isolated waits for the child
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            cli_sdk._isolated(lambda: time.sleep(600), 600, 1 << 30)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    left = multiprocessing.active_children()
+    for child in left:
+        child.kill()
+        child.join()
+    assert left == []
+
+
+def test_check_env_killed_while_a_setting_runs_takes_its_process_with_it(tmp_path):
+    """A check-env ended by SIGTERM or kill -9 (a CI job's time limit) while a setting's forked process ran left that
+    process behind: an env hung in its init at a range end spun on a core for ever, as nothing else stops it. The
+    child asks Linux to kill it when its parent ends (PR_SET_PDEATHSIG)."""
+    pid_file = tmp_path / "child.pid"
+    script = (f"import os, time\nfrom jaxlab.cli import sdk\n"
+              f"def hang():\n    open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n    time.sleep(600)\n"
+              f"sdk._isolated(hang, 600, 1 << 30)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        while not pid_file.exists() or not pid_file.read_text():  # the child has started
+            assert parent.poll() is None, parent.returncode
+            time.sleep(0.1)
+        child = int(pid_file.read_text())
+    finally:
+        parent.kill()
+        parent.wait()
+    for _ in range(100):  # Linux sends the child its signal as the parent ends; let it be delivered and reaped
+        if not _running(child):
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("the child of a killed check-env is still running")
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not ended (a zombie, ended but not reaped, has)."""
+    try:
+        return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False

@@ -230,18 +230,26 @@ def _isolated(function, timeout_s: float, memory_bytes: int) -> None:
     (RLIMIT_AS), so that a C env that hangs, crashes or takes the machine's memory in its init (a parameter at an
     end of its range that sizes a loop) fails instead of stopping check-env. Raises what ``function`` raised
     (an OverrunError, RuntimeError, ValueError or MemoryError, as the same type with its message), a
-    RuntimeError for a crash (the signal named) or past ``timeout_s`` (the process killed)."""
+    RuntimeError for a crash (the signal named) or past ``timeout_s`` (the process killed). Interrupted while it
+    waits (Ctrl-C), it kills the child first: an env hung in its init ignores the Ctrl-C it gets too."""
     import multiprocessing
+    import os
     import signal
 
     from jaxlab.env.overrun import OverrunError
 
     context = multiprocessing.get_context("fork")
     receiver, sender = context.Pipe(duplex=False)
-    child = context.Process(target=_run_limited, args=(function, memory_bytes, sender), daemon=True)
+    child = context.Process(target=_run_limited, args=(function, memory_bytes, sender, os.getpid()),
+                            daemon=True)
     child.start()
     sender.close()
-    child.join(timeout_s)
+    try:
+        child.join(timeout_s)
+    except BaseException:  # a Ctrl-C: check-env then ends at once (os._exit), which would leave a hung child running
+        child.kill()
+        child.join()
+        raise
     if child.is_alive():
         child.kill()
         child.join()
@@ -264,11 +272,18 @@ def _isolated(function, timeout_s: float, memory_bytes: int) -> None:
                            f"too much there")
 
 
-def _run_limited(function, memory_bytes: int, sender) -> None:
-    """In _isolated's child: limits its address space to its current size plus ``memory_bytes``, runs ``function``
-    and sends None, or (the error's type name, its message)."""
+def _run_limited(function, memory_bytes: int, sender, parent: int) -> None:
+    """In _isolated's child (of process ``parent``): ends with its parent (an env hung there would outlive a
+    check-env killed with SIGTERM or kill -9, spinning on a core), limits its address space to its current size
+    plus ``memory_bytes``, runs ``function`` and sends None, or (the error's type name, its message)."""
+    import os
     import resource
+    import signal
 
+    from jaxlab.run.signals import end_with_parent
+
+    if not end_with_parent(parent, signal.SIGKILL):  # check-env killed (SIGTERM, kill -9): its child goes too
+        os._exit(1)
     try:
         with open("/proc/self/statm") as statm:
             size = int(statm.read().split()[0]) * resource.getpagesize()

@@ -268,7 +268,9 @@ def _saved_pointer_checks_from_debug_info(headers: list[Path], source: Path) -> 
     debug information (DWARF, read with readelf) walked through typedefs, qualifiers, arrays, nested structs and
     unions, so `typedef float *fptr; fptr x;`, `float *p[4]` and a pointer inside a member struct are seen. See
     _saved_pointer_checks for why a pointer there is refused. [] when the headers do not compile (the build then
-    shows the compiler's messages); None when there is no readelf (the caller falls back to reading the text)."""
+    shows the compiler's messages); None when there is no readelf or its dump does not show an env struct with its
+    `log` (debug information of another form): the caller falls back to reading the text. CENV_CFLAGS' flags that
+    move the debug information out of the object's .debug_info (_DEBUG_INFO_ELSEWHERE) are left out."""
     readelf = shutil.which("readelf") or shutil.which("llvm-readelf")
     if readelf is None:
         return None
@@ -279,7 +281,8 @@ def _saved_pointer_checks_from_debug_info(headers: list[Path], source: Path) -> 
     probe.write_text(source.read_text() + "".join(f"{t} *jaxlab_struct_probe_{i};\n" for i, t in enumerate(env_types)))
     obj = probe.with_suffix(".o")
     compiler = shlex.split(_builder().find_compiler())
-    cmd = [*compiler, *compile_flags(), "-O0", "-g", "-w", "-c", str(probe), "-o", str(obj)]
+    flags = [flag for flag in compile_flags() if not flag.startswith(_DEBUG_INFO_ELSEWHERE)]
+    cmd = [*compiler, *flags, "-O0", "-g", "-w", "-c", str(probe), "-o", str(obj)]
     if _run_tool(cmd) is None:
         return []
     dump = _run_tool([readelf, "--debug-dump=info", str(obj)])
@@ -289,9 +292,10 @@ def _saved_pointer_checks_from_debug_info(headers: list[Path], source: Path) -> 
     checks = []
     for env_type, header in env_types.items():
         struct = _typedef_target(dies, env_type)
-        members = _saved_members(dies, struct) if struct is not None else []
-        for member in members:
-            for path, leaf, pointer in _pointers_in(dies, member["type"], member["name"]):
+        if not _has_log_member(dies, struct):  # CENV_ENV's struct always has `log`: debug information not read
+            return None
+        for member in _saved_members(dies, struct):
+            for path, leaf, pointer in _pointers_in(dies, member["type"], member.get("name", "")):
                 checks.append(_debug_pointer_check(header, env_type, (path, leaf, pointer), dies, member["type"]))
     return checks
 
@@ -344,8 +348,26 @@ def _debug_entries(dump: str) -> dict[int, dict]:
 
 
 def _typedef_target(dies: dict[int, dict], name: str) -> int | None:
-    """The offset of the type that the typedef ``name`` names (its struct), or None."""
-    return next((die.get("type") for die in dies.values() if die["tag"] == "typedef" and die.get("name") == name), None)
+    """The offset of the type that the typedef ``name`` names (its struct), through typedefs and qualifiers
+    (`typedef struct {...} env_s; typedef env_s Env;`), or None."""
+    target = next((die.get("type") for die in dies.values() if die["tag"] == "typedef" and die.get("name") == name),
+                  None)
+    while target is not None and dies.get(target, {}).get("tag") in _QUALIFIERS:
+        target = dies[target].get("type")
+    return target
+
+
+#: Compiler flags (of CENV_CFLAGS) that put a struct's debug information where `readelf --debug-dump=info` of the
+#: object does not show it whole: LTO sections, a .dwo file (whose names it misreads), type units. The probe
+#: compile leaves them out.
+_DEBUG_INFO_ELSEWHERE = ("-flto", "-gsplit-dwarf", "-fdebug-types-section")
+
+
+def _has_log_member(dies: dict[int, dict], struct: int | None) -> bool:
+    """Whether the debug entry at ``struct`` is a struct with a member named `log` (as every env struct has)."""
+    entry = dies.get(struct) if struct is not None else None
+    return entry is not None and entry["tag"] == "structure_type" and any(
+        dies[c]["tag"] == "member" and dies[c].get("name") == "log" for c in entry["children"])
 
 
 def _saved_members(dies: dict[int, dict], struct: int) -> list[dict]:
@@ -363,7 +385,8 @@ _QUALIFIERS = {"typedef", "const_type", "volatile_type", "restrict_type", "atomi
 def _pointers_in(dies: dict[int, dict], type_offset: int | None, path: str) -> list[tuple[str, int, int]]:
     """[(the member path, its declared type's offset, the pointer type's offset)] for every pointer that a value of
     the type at ``type_offset`` holds (through typedefs, qualifiers, arrays, nested structs and unions); ``path``
-    names the value (`grid.cells`, `slots[]`)."""
+    names the value (`grid.cells`, `slots[]`; "" for an anonymous member of the env struct, whose own members
+    the env reaches by their names alone)."""
     declared = type_offset
     die = dies.get(type_offset) if type_offset is not None else None
     while die is not None and die["tag"] in _QUALIFIERS:
@@ -378,7 +401,7 @@ def _pointers_in(dies: dict[int, dict], type_offset: int | None, path: str) -> l
     if die["tag"] in ("structure_type", "union_type"):
         found = []
         for child in (dies[c] for c in die["children"] if dies[c]["tag"] == "member"):
-            inner = f"{path}.{child['name']}" if child.get("name") else path  # an anonymous struct's members
+            inner = ".".join(filter(None, (path, child.get("name"))))  # an anonymous struct's members: path
             found += _pointers_in(dies, child.get("type"), inner)
         return found
     return []

@@ -282,12 +282,17 @@ def slurm_port(environ: Mapping[str, str]) -> int | None:
 
 def port_bind_problem(port: int) -> str | None:
     """Why a socket cannot listen on ``port`` of every address of this host (as JAX's coordinator does), or
-    None when it can."""
+    None when it can. Like gRPC, it listens on IPv6's [::] (IPv4's addresses too) where the kernel has IPv6,
+    else on IPv4's 0.0.0.0: a host booted with ipv6.disable=1 has no AF_INET6 sockets, whatever Python's
+    socket.has_ipv6 (how Python was built) says."""
     import socket
 
-    family, address = (socket.AF_INET6, "::") if socket.has_ipv6 else (socket.AF_INET, "")
     try:
-        with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe, address = socket.socket(socket.AF_INET6, socket.SOCK_STREAM), "::"
+    except OSError:  # EAFNOSUPPORT: no IPv6 in this kernel
+        probe, address = None, ""
+    try:
+        with probe or socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC: a port in TIME_WAIT is free
             probe.bind((address, port))
             probe.listen()

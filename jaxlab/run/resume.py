@@ -107,15 +107,21 @@ def not_a_checkpoint_words(path: Path, flag: str) -> str:
 PRUNED_RETRIES = 5
 
 
+def _read_error(err: Exception) -> bool:
+    """Whether ``err`` is what a read of a checkpoint's files raises (a CheckpointError, or an OSError such as
+    FileNotFoundError), as files removed under the read do; not an error of what the reader does with them."""
+    return isinstance(err, (checkpoint.CheckpointError, OSError))
+
+
 def newest_usable(location: Path, use: Callable[[Path], T], warn: Callable[[str], None],
                   start: Path | None = None) -> tuple[Path, T]:
     """(path, use(path)) for ``location`` when it is one checkpoint; else for the newest checkpoint under
     it for which ``use`` raises no CheckpointError, reporting by path each damaged one passed over.
     ``start``: a checkpoint under ``location`` to begin with, when the caller has passed over (and
     reported) the newer ones already; they are passed over again without a second warning. A checkpoint
-    removed while it was read, or failing while newer ones appeared (the run writing there pruned it: keep-N,
-    the newer saved since; its removal may be part way) is no damage: the directory is listed again (at most
-    PRUNED_RETRIES times) and its newest checkpoint not tried yet is taken."""
+    removed while it was read, or whose read failed (_read_error) while newer ones appeared (the run writing
+    there pruned it: keep-N, the newer saved since; its removal may be part way) is no damage: the directory is
+    listed again (at most PRUNED_RETRIES times) and its newest checkpoint not tried yet is taken."""
     location = Path(location)
     if checkpoint.is_checkpoint(location):
         return location, use(location)
@@ -128,7 +134,9 @@ def newest_usable(location: Path, use: Callable[[Path], T], warn: Callable[[str]
             return path, use(path)
         except Exception as err:  # noqa: BLE001 - whatever a read of files that vanished raises
             now = checkpoint.step_dirs(location)
-            pruned = path not in now or int(now[0].name) > int(steps[0].name)  # by a run saving there (part way)
+            # removed by a run saving there, or a read failing while newer ones appeared (its removal part way); an
+            # error of another kind (the run's config, its policy.module) is the reader's, whoever saves there
+            pruned = path not in now or (int(now[0].name) > int(steps[0].name) and _read_error(err))
             if pruned and relists == PRUNED_RETRIES:
                 raise checkpoint.CheckpointError(
                     f"no usable checkpoint in {location}: the run saving there removed each of the {relists + 1} "

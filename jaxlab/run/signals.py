@@ -25,6 +25,23 @@ _interrupted = [False]
 _early: list[int] = []
 
 
+#: prctl's option that asks Linux to send a signal to this process when its parent ends
+PR_SET_PDEATHSIG = 1
+
+
+def end_with_parent(parent_pid: int, signum: int) -> bool:
+    """Asks Linux to send this process ``signum`` when its parent ends, however it ends (kill -9 too:
+    PR_SET_PDEATHSIG); nothing where there is no prctl (not Linux). False when the parent ``parent_pid``
+    has ended already (before the request took effect), else True."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signum)
+    except (OSError, AttributeError):
+        pass
+    return os.getppid() == parent_pid
+
+
 def catch_early_stops() -> None:
     """Holds a SIGINT that comes before the command's StopSignals is active (a sweep's trial still importing
     JAX when its sweep forwards a Ctrl-C) for the first StopSignals, which takes it as its own: the run then

@@ -5,24 +5,17 @@ The run records ``jaxlab ARGS`` as its command line."""
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import sys
 
-PR_SET_PDEATHSIG = 1
-
 
 def main(argv: list[str]) -> int:
-    from jaxlab.run.signals import catch_early_stops
+    from jaxlab.run.signals import catch_early_stops, end_with_parent
 
     catch_early_stops()  # a stop forwarded while this trial still imports JAX is not lost
     sweep_pid, args = int(argv[0]), argv[1:]
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):  # not Linux: the sweep's own stop still reaches its trials
-        pass
-    if os.getppid() != sweep_pid:  # the sweep died before prctl took effect
+    if not end_with_parent(sweep_pid, signal.SIGTERM):  # the sweep died before the request took effect
         print(f"jaxlab sweep: the sweep process {sweep_pid} is gone; not starting `jaxlab {' '.join(args)}`",
               file=sys.stderr)
         return 1
