@@ -1028,6 +1028,21 @@ def test_a_step_that_resets_its_env_through_a_helper_does_not_compile(user_env, 
             "itself") in first, first
 
 
+def test_the_reset_check_reads_past_braces_and_slashes_in_literals(user_env, tmp_path):
+    """The header is read as code without its comments: a `'}'` in the step ended the step's body there for the
+    check (a reset after it was not seen), and a `"//"` in a string cut its line (a reset after it on that line
+    was not seen). String and character literals are now emptied in the same pass that takes comments out."""
+    for name, before in (("braced", "    char closing = '}'; (void)closing;\n"),
+                         ("slashed", '    const char *url = "http://x"; (void)url; ')):
+        header = stroll_variant(user_env, tmp_path, name, "    return 1; /* agents whose",
+                                f"{before}{name}_reset(env);\n    return 1; /* agents whose")
+        assert [f"{name}_step calls {name}_reset, but" in check for check in sdk._self_reset_checks([header])] == \
+            [True], name
+    quiet = stroll_variant(user_env, tmp_path, "quoted", "    return 1; /* agents whose",
+                           '    const char *says = "quoted_reset(env) {"; (void)says;\n    return 1; /* agents whose')
+    assert sdk._self_reset_checks([quiet]) == []
+
+
 def test_check_env_stops_a_step_that_reaches_its_reset_through_a_function_pointer(user_env, tmp_path, capsys):
     """No reading of the text sees a reset called through a function pointer (or a function of another file):
     the sanitizer run watches every function the step enters (-finstrument-functions) and fails, naming the env

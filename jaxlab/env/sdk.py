@@ -92,8 +92,22 @@ def missing_header_problem(header: Path) -> str:
     return f"env header {header} does not exist; {fix}"
 
 
+#: What _code_of reads past: a comment (taken out), or a string or character literal (emptied, so that a `{`, a
+#: `//` or a call's name inside one is not read as code); one pass, so a `//` in a string starts no comment.
+_COMMENT_OR_LITERAL = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.DOTALL)
+
+
+def _without_comment(match: re.Match) -> str:
+    """A comment as nothing (a block comment as its line breaks), a literal as its quotes alone."""
+    text = match.group(0)
+    if text.startswith("/"):
+        return "\n" * text.count("\n")
+    return text[0] * 2
+
+
 def _code_of(header: str | Path) -> str:
-    """The text of ``header`` without its comments."""
+    """The text of ``header`` without its comments, and with its string and character literals emptied
+    (``"..."`` -> ``""``, ``'}'`` -> ``''``)."""
     path = Path(header)
     try:
         text = path.read_text(errors="replace")
@@ -101,8 +115,7 @@ def _code_of(header: str | Path) -> str:
         raise BuildError(missing_header_problem(path)) from None
     except OSError as err:
         raise BuildError(f"cannot read env header {path}: {err.strerror or err}") from None
-    text = re.sub(r"/\*.*?\*/", "", text, flags=re.DOTALL)
-    return re.sub(r"//[^\n]*", "", text)
+    return _COMMENT_OR_LITERAL.sub(_without_comment, text)
 
 
 def header_envs(header: str | Path) -> list[str]:
@@ -271,7 +284,7 @@ def _saved_pointer_checks_from_debug_info(headers: list[Path], source: Path) -> 
     shows the compiler's messages); None when there is no readelf or its dump does not show an env struct with its
     `log` (debug information of another form): the caller falls back to reading the text. CENV_CFLAGS' flags that
     move the debug information out of the object's .debug_info (_DEBUG_INFO_ELSEWHERE) are left out."""
-    readelf = shutil.which("readelf") or shutil.which("llvm-readelf")
+    readelf = shutil.which("readelf")  # binutils' (llvm-readelf has no --debug-dump)
     if readelf is None:
         return None
     env_types = {env_type: header for header in headers for env_type in _ENV_TYPE.findall(_code_of(header))}
