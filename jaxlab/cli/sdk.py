@@ -275,10 +275,15 @@ def _isolated(function, timeout_s: float, memory_bytes: int) -> None:
 def _run_limited(function, memory_bytes: int, sender, parent: int) -> None:
     """In _isolated's child (of process ``parent``): ends with its parent (an env hung there would outlive a
     check-env killed with SIGTERM or kill -9, spinning on a core), limits its address space to its current size
-    plus ``memory_bytes``, runs ``function`` and sends None, or (the error's type name, its message)."""
+    plus ``memory_bytes``, runs ``function`` and sends None, or (the error's type name, its message). A crash there
+    is the parent's to report (one FAIL line), so the child prints no fault dump of its own (pytest's faulthandler,
+    or PYTHONFAULTHANDLER's, inherited through the fork)."""
+    import faulthandler
     import os
     import resource
     import signal
+
+    faulthandler.disable()
 
     from jaxlab.run.signals import end_with_parent
 
