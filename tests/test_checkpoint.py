@@ -552,8 +552,9 @@ def test_an_unusable_checkpoint_dir_is_a_clear_error(tmp_path):
     (run / "checkpoints").write_text("a file where the checkpoints should go")
     result = jaxlab("train", "cartpole", *SMALL, "--train.total-timesteps", "128", "--run-dir", str(run))
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert f"cannot write '{run / 'checkpoints'}' ({run / 'checkpoints'} is a file, not a folder); pass a writable --run-dir DIR" \
-        in result.stderr
+    assert result.stderr == (f"jaxlab train: error: {run / 'checkpoints'} is a file, where the run's checkpoints/ "
+                             "folder goes; move it away, or give another --run-dir\n")
+    assert (run / "checkpoints").read_text() == "a file where the checkpoints should go"
     assert not (run / "metrics.jsonl").exists()  # refused before training
 
 
@@ -949,6 +950,52 @@ def test_train_run_refuses_a_run_dir_holding_other_things_than_a_run_and_writes_
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
+def test_a_checkpoints_folder_holding_a_users_step_named_files_is_refused_and_they_are_kept(tmp_path, capsys):
+    """Orbax takes every entry of checkpoints/ named like a step for one of its checkpoints: a user's file
+    RUN/checkpoints/10 was deleted by a save of update 10 (and a folder 11 would be pruned), without a word.
+    Refused now before training, one line naming them and the fix, exit 2, nothing deleted; the same for a
+    resume, whose own checkpoints (an empty folder too: nothing lost) go on as before."""
+    from jaxlab import cli
+
+    def train(run_dir, *flags):
+        return cli.main(["train", "cartpole", *SMALL, "--train.total-timesteps", "768", "--run-dir", str(run_dir),
+                         "--checkpoint.interval", "5", "--log.dashboard", "none", *flags])
+
+    checkpoints = tmp_path / "run" / "checkpoints"
+    (checkpoints / "11").mkdir(parents=True)
+    (checkpoints / "10").write_text("mine")
+    (checkpoints / "11" / "notes.txt").write_text("mine too")
+    capsys.readouterr()
+    assert train(tmp_path / "run") == 2
+    line = capsys.readouterr().err.strip()
+    assert line == (f"jaxlab train: error: {checkpoints} holds 10, 11, named like checkpoints but none (a file, a "
+                    f"link or a folder of other things), which the run's saves would delete or overwrite; move them "
+                    f"out of {checkpoints}, or give another --run-dir")
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["10", "11"]
+    assert (checkpoints / "10").read_text() == "mine" and (checkpoints / "11" / "notes.txt").read_text() == "mine too"
+    for stray in ("10", "11/notes.txt", "11"):
+        (checkpoints / stray).unlink() if stray != "11" else (checkpoints / stray).rmdir()
+    assert train(tmp_path / "run", "--train.total-timesteps", "384") == 0  # saves 5 and 6
+    (checkpoints / "1").mkdir()  # empty: Orbax's removal of it loses nothing
+    (checkpoints / "2").symlink_to(tmp_path)  # a link to the user's folder
+    with pytest.raises(ConfigError, match=rf"{checkpoints} holds 2, named like checkpoints but none"):
+        train_run(small_config(12), tmp_path / "run", resume=tmp_path / "run" / "checkpoints")
+    assert (checkpoints / "2").is_symlink() and (checkpoints / "1").is_dir()
+    (checkpoints / "2").unlink()
+    assert train_run(small_config(8), tmp_path / "run", resume=tmp_path / "run" / "checkpoints").error is None
+
+
+def test_train_run_refuses_a_checkpoints_file_where_its_folder_goes(tmp_path):
+    """A file RUN/checkpoints: train_run trained the whole run, then failed its first save ('Not a
+    directory'). Refused now before anything is written, and the file kept."""
+    (tmp_path / "checkpoints").write_text("mine")
+    with pytest.raises(ConfigError, match=rf"^{tmp_path / 'checkpoints'} is a file, where the run's checkpoints/ "
+                                          r"folder goes; move it away, or give another run_dir$"):
+        train_run(small_config(2), tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoints"]
+    assert (tmp_path / "checkpoints").read_text() == "mine"
+
+
 def test_a_run_refused_for_a_run_dir_in_use_leaves_the_other_runs_lock_and_files(tmp_path):
     """Two `jaxlab train` started in the same second get the same default runs/ENV-TIMESTAMP: both find it
     missing (remove_if_not_started), one takes the lock and compiles, the other is refused (RunDirInUse).
@@ -1280,3 +1327,4 @@ def test_eval_of_a_damaged_newest_checkpoint_is_one_line_not_dozens_of_traceback
     assert f"checkpoint {steps / '4'} is unreadable: ValueError: OUT_OF_RANGE" in result.stderr
     assert f"cartpole from {steps / '2'}" in result.stdout
     assert "Event loop is closed" not in result.stderr and "Traceback" not in result.stderr, result.stderr
+
