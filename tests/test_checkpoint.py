@@ -1328,3 +1328,58 @@ def test_eval_of_a_damaged_newest_checkpoint_is_one_line_not_dozens_of_traceback
     assert f"cartpole from {steps / '2'}" in result.stdout
     assert "Event loop is closed" not in result.stderr and "Traceback" not in result.stderr, result.stderr
 
+
+def damaged_newest_run(tmp_path) -> Path:
+    """A run with checkpoints 2 and 4, the newest truncated without files.json (killed before it was written)."""
+    run = tmp_path / "run"
+    assert train_run(small_config(4, "--checkpoint.interval", "2"), run).error is None
+    for data in array_files(run / "checkpoints" / "4"):
+        data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    (run / "checkpoints" / "4" / checkpoint.MANIFEST).unlink()
+    return run
+
+
+def late_callbacks_reported(reported: list) -> list:
+    """What of a failed read's late 'Event loop is closed' callback and of another unraisable exception reaches
+    ``reported`` (the hook that would print them, which the test put in place) now."""
+    from types import SimpleNamespace
+
+    reported.clear()  # any that came during the read
+    late, other = (SimpleNamespace(exc_type=type(err), exc_value=err, exc_traceback=None, err_msg=None, object=None)
+                   for err in (RuntimeError("Event loop is closed"), ValueError("a bug of ours")))
+    sys.unraisablehook(late)
+    sys.unraisablehook(other)
+    return [str(unraisable.exc_value) for unraisable in reported]
+
+
+def test_load_trainer_of_a_damaged_newest_checkpoint_is_one_warning_not_dozens_of_tracebacks(tmp_path, monkeypatch):
+    """load_trainer(RUN) from Python fell back to the older checkpoint with its one warning, but the failed
+    Orbax read's late TensorStore callbacks printed up to dozens of 'RuntimeError: Event loop is closed'
+    tracebacks (jaxlab eval drops them: test_eval_of_a_damaged_newest_checkpoint_is_one_line_not_dozens_of_tracebacks).
+    They come at no set time (none, some runs), so the test sends one itself once load_trainer has returned."""
+    from jaxlab.train.evaluation import load_trainer
+
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)  # what would print them; restored after the test
+    run = damaged_newest_run(tmp_path)
+    said = []
+    with load_trainer(run, warn=said.append) as trainer:
+        assert trainer.update_index == 2
+    assert len(said) == 1 and said[0].startswith(f"checkpoint {run / 'checkpoints' / '4'} is unreadable: ValueError")
+    assert late_callbacks_reported(reported) == ["a bug of ours"]
+
+
+def test_a_resume_past_a_damaged_checkpoint_drops_its_late_callbacks_noise_once_run_log_is_closed(
+        tmp_path, capsys, monkeypatch):
+    """`jaxlab train --resume RUN` past a damaged newest checkpoint: the failed read's late 'Event loop is closed'
+    callbacks go to run.log while the run holds it, but those that come after (its end, its error line) were
+    printed as tracebacks on the terminal. The resume now drops them from the start, as jaxlab eval does."""
+    from jaxlab import cli
+
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)  # what would print them; restored after the test
+    run = damaged_newest_run(tmp_path)
+    assert cli.main(["train", "cartpole", "--resume", str(run), "--train.total-timesteps", str(64 * 5),
+                     "--log.dashboard", "none"]) == 0
+    assert f"checkpoint {run / 'checkpoints' / '4'} is unreadable" in capsys.readouterr().err
+    assert late_callbacks_reported(reported) == ["a bug of ours"]

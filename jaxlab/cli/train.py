@@ -181,7 +181,10 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
         return 2
     claimed = False  # whether this process made the default run dir (claim_new_folder)
     if resolved.resume is not None:
+        from jaxlab.observe.logfile import drop_closed_loop_noise
         from jaxlab.run.resume import resume_run_dir, set_aside_from
+
+        drop_closed_loop_noise()  # a damaged checkpoint's failed read, after run.log closed: its line says it all
 
         aside = set_aside_from(resolved.resume)
         if aside is not None and args.run_dir is None:  # its run dir's records after it are another resume's

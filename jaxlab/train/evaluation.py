@@ -21,10 +21,14 @@ def load_trainer(path: str | Path, warn: Callable[[str], None] = print, library:
                  module: str | None = None):
     """A Trainer built from the config saved in the checkpoint at ``path`` with its state loaded; ``path``
     may be a run dir or its checkpoints/ too, as `jaxlab eval --checkpoint` takes it: its newest usable
-    checkpoint (a damaged newer one is passed over with a warning; trainer.update_index says which)."""
+    checkpoint (a damaged newer one is passed over with a warning; trainer.update_index says which). The
+    late "Event loop is closed" tracebacks of a damaged checkpoint's failed read are dropped from then on
+    (jaxlab.observe.logfile.drop_closed_loop_noise): its warning says it all."""
     from jaxlab import checkpoint
+    from jaxlab.observe.logfile import drop_closed_loop_noise
     from jaxlab.run.resume import find_checkpoint, newest_usable
 
+    drop_closed_loop_noise()
     path = Path(path)
     if checkpoint.is_checkpoint(path):
         return load_one_trainer(path, warn, library, module)
