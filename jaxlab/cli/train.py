@@ -143,7 +143,8 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
     from jaxlab.train.trainer import check_batch, check_processes
 
     processes = settings.num_processes
-    resolved = resolve(args, warn if settings.process_id == 0 else quiet)  # JAX's backend starts here
+    searched = frozenset(filter(None, getattr(args, "sweep_searched", "").split(",")))  # a sweep trial's
+    resolved = resolve(args, warn if settings.process_id == 0 else quiet, searched=searched)  # JAX's backend starts
     config, sizes = resolved.config, resolved.sizes
     differ = distributed.keys_that_differ(shared_config_values(config)) if processes > 1 else {}
     if differ:  # each process resolves its own flags: one given another value would train apart, silently
@@ -672,6 +673,8 @@ def add_commands(add) -> None:
                        "go (default runs/ENV-TIMESTAMP; with --resume, the resumed run's dir; needed to resume a "
                        "checkpoint from a run's checkpoints-replaced/): a new or empty folder, or a run dir; one "
                        "holding other things (other runs, a project) is refused")
+    # a sweep trial's searched keys (sweep.trials.train_command): a key they turn off is named in no warning
+    train.add_argument("--sweep-searched", default="", help=argparse.SUPPRESS)
     train.add_argument("--notes", metavar="TEXT", help="the run's hypothesis, saved as notes.md in the run dir "
                        "and shown by `jaxlab runs`")
     train.add_argument("--resume", type=user_path, metavar="WHAT", help="continue a run: latest (the newest run of ENV "
