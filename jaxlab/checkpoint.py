@@ -53,6 +53,11 @@ DAMAGE_CODES = re.compile(r"^(DATA_LOSS|OUT_OF_RANGE|NOT_FOUND|FAILED_PRECONDITI
 UNFINISHED_SAVE = re.compile(r"\d+\.orbax-checkpoint-tmp.*")
 #: the errno in a TensorStore error's message (a ValueError: "... No space left on device [os_error_code='28']")
 OS_ERROR_CODE = re.compile(r"\[os_error_code='(\d+)'\]")
+#: the names Orbax takes for a step in a checkpoints/ directory, whatever each is (a file too): it prunes them
+#: (checkpoint.keep) and overwrites the one of a step it saves
+ORBAX_STEP_NAME = re.compile(r"0|[1-9]\d*")
+#: what a checkpoint directory holds at its top (Orbax's files and items, jaxlab's files.json)
+CHECKPOINT_ENTRIES = frozenset({*ITEMS, "metrics", "_CHECKPOINT_METADATA", "commit_success.txt", MANIFEST})
 
 
 class CheckpointError(RuntimeError):
@@ -294,6 +299,25 @@ def step_dirs(directory: Path) -> list[Path]:
         return []
     steps = [p for p in directory.iterdir() if p.name.isdigit() and p.is_dir()]
     return sorted(steps, key=lambda p: int(p.name), reverse=True)
+
+
+def not_checkpoints(directory: Path) -> list[Path]:
+    """The entries of a checkpoints/ directory that Orbax takes for steps (named like 10) and would delete or
+    overwrite, but that are no checkpoint: a file, a link, a folder whose entries are none of a checkpoint's
+    (an empty folder, or one part way through Orbax's removal, loses nothing); oldest step first."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    return sorted((p for p in directory.iterdir() if ORBAX_STEP_NAME.fullmatch(p.name) and not _checkpoint_like(p)),
+                  key=lambda p: int(p.name))
+
+
+def _checkpoint_like(path: Path) -> bool:
+    """Whether ``path`` is a folder (not a link) that is empty or holds any of a checkpoint's entries."""
+    if path.is_symlink() or not path.is_dir():
+        return False
+    names = {p.name for p in path.iterdir()}
+    return not names or bool(names & CHECKPOINT_ENTRIES)
 
 
 def unfinished_saves(directory: Path) -> list[Path]:

@@ -184,6 +184,19 @@ def test_bench_update_counts_the_flops_of_the_config_its_flags_make():
     assert "float32 matmul [4, 24] x [24, 48] peak" in result.stdout  # the gate matmul of hidden 12, not 8
 
 
+def test_bench_update_counts_the_flops_of_the_epochs_that_target_kl_let_run():
+    """train.target_kl stops an update's epochs early, and the epochs it skips cost nothing: bench_update.py
+    counted every one of train.update_epochs (4 x the samples, the FLOPs and GFLOP/s), unlike `jaxlab bench`."""
+    result = subprocess.run([sys.executable, str(SCRIPTS / "bench_update.py"), "--agents", "8", "--minibatch", "64",
+                             "--hidden", "8", "--unroll", "1", "--repeats", "2", "--flags", "--train.update-epochs",
+                             "4", "--train.target-kl", "1e-9", "--vec.num-envs", "16"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    # 16 envs x horizon 16 x the 1 epoch that ran
+    assert (" ms for 256 samples x epochs (train.target_kl let 1 of its 4 epochs run, in the fastest update); "
+            in result.stdout), result.stdout
+
+
 def test_bench_train_prints_no_steady_sps_for_a_threshold_run_of_one_update():
     """A threshold reached in the first update (the compiles): no steady SPS, not a figure of 0."""
     result = subprocess.run([sys.executable, str(SCRIPTS / "bench_train.py"), "--threshold=-inf", "--window", "1",

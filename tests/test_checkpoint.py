@@ -552,8 +552,9 @@ def test_an_unusable_checkpoint_dir_is_a_clear_error(tmp_path):
     (run / "checkpoints").write_text("a file where the checkpoints should go")
     result = jaxlab("train", "cartpole", *SMALL, "--train.total-timesteps", "128", "--run-dir", str(run))
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert f"cannot write '{run / 'checkpoints'}' ({run / 'checkpoints'} is a file, not a folder); pass a writable --run-dir DIR" \
-        in result.stderr
+    assert result.stderr == (f"jaxlab train: error: {run / 'checkpoints'} is a file, where the run's checkpoints/ "
+                             "folder goes; move it away, or give another --run-dir\n")
+    assert (run / "checkpoints").read_text() == "a file where the checkpoints should go"
     assert not (run / "metrics.jsonl").exists()  # refused before training
 
 
@@ -949,6 +950,52 @@ def test_train_run_refuses_a_run_dir_holding_other_things_than_a_run_and_writes_
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
+def test_a_checkpoints_folder_holding_a_users_step_named_files_is_refused_and_they_are_kept(tmp_path, capsys):
+    """Orbax takes every entry of checkpoints/ named like a step for one of its checkpoints: a user's file
+    RUN/checkpoints/10 was deleted by a save of update 10 (and a folder 11 would be pruned), without a word.
+    Refused now before training, one line naming them and the fix, exit 2, nothing deleted; the same for a
+    resume, whose own checkpoints (an empty folder too: nothing lost) go on as before."""
+    from jaxlab import cli
+
+    def train(run_dir, *flags):
+        return cli.main(["train", "cartpole", *SMALL, "--train.total-timesteps", "768", "--run-dir", str(run_dir),
+                         "--checkpoint.interval", "5", "--log.dashboard", "none", *flags])
+
+    checkpoints = tmp_path / "run" / "checkpoints"
+    (checkpoints / "11").mkdir(parents=True)
+    (checkpoints / "10").write_text("mine")
+    (checkpoints / "11" / "notes.txt").write_text("mine too")
+    capsys.readouterr()
+    assert train(tmp_path / "run") == 2
+    line = capsys.readouterr().err.strip()
+    assert line == (f"jaxlab train: error: {checkpoints} holds 10, 11, named like checkpoints but none (a file, a "
+                    f"link or a folder of other things), which the run's saves would delete or overwrite; move them "
+                    f"out of {checkpoints}, or give another --run-dir")
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["10", "11"]
+    assert (checkpoints / "10").read_text() == "mine" and (checkpoints / "11" / "notes.txt").read_text() == "mine too"
+    for stray in ("10", "11/notes.txt", "11"):
+        (checkpoints / stray).unlink() if stray != "11" else (checkpoints / stray).rmdir()
+    assert train(tmp_path / "run", "--train.total-timesteps", "384") == 0  # saves 5 and 6
+    (checkpoints / "1").mkdir()  # empty: Orbax's removal of it loses nothing
+    (checkpoints / "2").symlink_to(tmp_path)  # a link to the user's folder
+    with pytest.raises(ConfigError, match=rf"{checkpoints} holds 2, named like checkpoints but none"):
+        train_run(small_config(12), tmp_path / "run", resume=tmp_path / "run" / "checkpoints")
+    assert (checkpoints / "2").is_symlink() and (checkpoints / "1").is_dir()
+    (checkpoints / "2").unlink()
+    assert train_run(small_config(8), tmp_path / "run", resume=tmp_path / "run" / "checkpoints").error is None
+
+
+def test_train_run_refuses_a_checkpoints_file_where_its_folder_goes(tmp_path):
+    """A file RUN/checkpoints: train_run trained the whole run, then failed its first save ('Not a
+    directory'). Refused now before anything is written, and the file kept."""
+    (tmp_path / "checkpoints").write_text("mine")
+    with pytest.raises(ConfigError, match=rf"^{tmp_path / 'checkpoints'} is a file, where the run's checkpoints/ "
+                                          r"folder goes; move it away, or give another run_dir$"):
+        train_run(small_config(2), tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoints"]
+    assert (tmp_path / "checkpoints").read_text() == "mine"
+
+
 def test_a_run_refused_for_a_run_dir_in_use_leaves_the_other_runs_lock_and_files(tmp_path):
     """Two `jaxlab train` started in the same second get the same default runs/ENV-TIMESTAMP: both find it
     missing (remove_if_not_started), one takes the lock and compiles, the other is refused (RunDirInUse).
@@ -1301,3 +1348,59 @@ def test_eval_of_a_damaged_newest_checkpoint_is_one_line_not_dozens_of_traceback
     assert f"checkpoint {steps / '4'} is unreadable: ValueError: OUT_OF_RANGE" in result.stderr
     assert f"cartpole from {steps / '2'}" in result.stdout
     assert "Event loop is closed" not in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def damaged_newest_run(tmp_path) -> Path:
+    """A run with checkpoints 2 and 4, the newest truncated without files.json (killed before it was written)."""
+    run = tmp_path / "run"
+    assert train_run(small_config(4, "--checkpoint.interval", "2"), run).error is None
+    for data in array_files(run / "checkpoints" / "4"):
+        data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    (run / "checkpoints" / "4" / checkpoint.MANIFEST).unlink()
+    return run
+
+
+def late_callbacks_reported(reported: list) -> list:
+    """What of a failed read's late 'Event loop is closed' callback and of another unraisable exception reaches
+    ``reported`` (the hook that would print them, which the test put in place) now."""
+    from types import SimpleNamespace
+
+    reported.clear()  # any that came during the read
+    late, other = (SimpleNamespace(exc_type=type(err), exc_value=err, exc_traceback=None, err_msg=None, object=None)
+                   for err in (RuntimeError("Event loop is closed"), ValueError("a bug of ours")))
+    sys.unraisablehook(late)
+    sys.unraisablehook(other)
+    return [str(unraisable.exc_value) for unraisable in reported]
+
+
+def test_load_trainer_of_a_damaged_newest_checkpoint_is_one_warning_not_dozens_of_tracebacks(tmp_path, monkeypatch):
+    """load_trainer(RUN) from Python fell back to the older checkpoint with its one warning, but the failed
+    Orbax read's late TensorStore callbacks printed up to dozens of 'RuntimeError: Event loop is closed'
+    tracebacks (jaxlab eval drops them: test_eval_of_a_damaged_newest_checkpoint_is_one_line_not_dozens_of_tracebacks).
+    They come at no set time (none, some runs), so the test sends one itself once load_trainer has returned."""
+    from jaxlab.train.evaluation import load_trainer
+
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)  # what would print them; restored after the test
+    run = damaged_newest_run(tmp_path)
+    said = []
+    with load_trainer(run, warn=said.append) as trainer:
+        assert trainer.update_index == 2
+    assert len(said) == 1 and said[0].startswith(f"checkpoint {run / 'checkpoints' / '4'} is unreadable: ValueError")
+    assert late_callbacks_reported(reported) == ["a bug of ours"]
+
+
+def test_a_resume_past_a_damaged_checkpoint_drops_its_late_callbacks_noise_once_run_log_is_closed(
+        tmp_path, capsys, monkeypatch):
+    """`jaxlab train --resume RUN` past a damaged newest checkpoint: the failed read's late 'Event loop is closed'
+    callbacks go to run.log while the run holds it, but those that come after (its end, its error line) were
+    printed as tracebacks on the terminal. The resume now drops them from the start, as jaxlab eval does."""
+    from jaxlab import cli
+
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)  # what would print them; restored after the test
+    run = damaged_newest_run(tmp_path)
+    assert cli.main(["train", "cartpole", "--resume", str(run), "--train.total-timesteps", str(64 * 5),
+                     "--log.dashboard", "none"]) == 0
+    assert f"checkpoint {run / 'checkpoints' / '4'} is unreadable" in capsys.readouterr().err
+    assert late_callbacks_reported(reported) == ["a bug of ours"]

@@ -119,10 +119,31 @@ def test_a_list_of_integers_takes_commas_or_spaces_between_its_items(tmp_path, t
     (["--no_norm_adv"], r"^unexpected argument '--no_norm_adv'; did you mean --train.norm-adv false\?"),
     (["--no-clip-vloss"], r"^unexpected argument '--no-clip-vloss'; CleanRL's clip_vloss clips the value change"),
     (["--no-seed"], r"^unexpected argument '--no-seed'; config flags look like --train.seed 1$"),  # no boolean
+    # a value the key refuses is not carried over into the hint (`--train.target-kl None` is refused in turn)
+    (["--target-kl", "None"], r"^unexpected argument '--target-kl'; it is --train.target-kl, but "
+                              r'train.target_kl="None" is not a number; write e.g. --train.target-kl 0.0 \(the '
+                              r"default\)$"),
+    (["--num-envs", "8.5"], r"^unexpected argument '--num-envs'; it is --vec.num-envs, but vec.num_envs=\"8.5\" is "
+                         r"not an integer; write e.g. --vec.num-envs 64 \(the default\)$"),
+    (["--norm-adv", "maybe"], r"^unexpected argument '--norm-adv'; it is --train.norm-adv, but "
+                              r'train.norm_adv="maybe" is not a boolean; use true or false'),
 ])
 def test_bad_flags(flags, message):
     with pytest.raises(ConfigError, match=message):
         load_config("cartpole", flags=flags)
+
+
+@pytest.mark.parametrize("flags", [["--target-kl", "None"], ["--num-envs", "8.5"], ["--seed=x"],
+                                   ["--target-kl", "0.02"], ["--norm-adv", "False"], ["--wandb"]])
+def test_a_flag_without_its_section_gets_a_hint_whose_flags_are_taken(flags):
+    """`--target-kl None` got 'did you mean --train.target-kl None?', which was then refused: the flags a hint
+    gives (its 'did you mean' or its 'write e.g.') load."""
+    with pytest.raises(ConfigError) as caught:
+        load_config("cartpole", flags=flags)
+    hint = re.search(r"(?:did you mean|write e\.g\.) (--[a-z_.-]+ \S+?)\??(?: \(the default\))?(?:$| config)",
+                     str(caught.value))
+    assert hint, caught.value
+    load_config("cartpole", flags=hint.group(1).split())
 
 
 @pytest.mark.parametrize("flags, message", [

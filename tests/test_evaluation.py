@@ -154,6 +154,27 @@ def test_an_actor_with_waiting_agents_keeps_the_carries_play_keeps(tmp_path):
                 own(observations, own_ends, active=np.ones(3, bool))
 
 
+def test_an_actor_refuses_a_mask_row_that_allows_no_action_naming_the_agent():
+    """A mask row with no legal action made Actor return -1 for that agent, which its docstring did not say and
+    which a loop of one's own may take for the last action. It is one error naming the agent now, as a VecEnv
+    names it when play or training act -1 there; a waiting agent's empty row (active False) still gets -1."""
+    from jaxlab.config import env_args
+    from jaxlab.train.evaluation import Actor
+
+    with trainer_for("lure") as trainer:
+        with jaxlab.make("lure", num_envs=8, seed=3, **env_args(trainer.config)) as env:
+            observations, mask = env.reset(), env.action_mask.copy()
+        mask[2] = False
+        with pytest.raises(ValueError, match=r"^Actor: agent 2's mask row allows no action \(all False\), so the "
+                                             r"policy has none to choose; give every acting agent at least one legal "
+                                             r"action \(a waiting agent's row may be empty: pass active=env.active\)$"):
+            Actor(trainer, 8)(observations, np.ones(8, bool), mask)
+        active = np.ones(8, bool)
+        active[2] = False
+        actions = Actor(trainer, 8)(observations, np.ones(8, bool), mask, active=active)
+        assert actions[2] == -1 and all(mask[agent, action] for agent, action in enumerate(actions) if agent != 2)
+
+
 def test_an_actor_of_no_agents_or_a_count_that_is_no_whole_number_is_one_error():
     """Actor(trainer, 0) built and its first call ended in a ZeroDivisionError from inside JAX; -1 was numpy's
     'negative dimensions are not allowed', 8.0 and "8" a TypeError that named no argument."""

@@ -265,3 +265,24 @@ def test_a_sweep_whose_every_trial_failed_exits_1_and_names_their_output(tmp_pat
         "the 1 trial of this sweep failed (1 fail in the study; errors above); each run's output is in "
         "train-output.log in its run dir, e.g. sweeps/f/trial-0-seed-0/train-output.log")
     assert (root / "f" / "trial-0-seed-0" / "train-output.log").is_file()
+
+
+def test_a_trial_that_draws_a_searched_keys_off_value_writes_no_does_nothing_warning(tmp_path):
+    """A trial that drew policy.lstm false wrote '--policy.hidden-size does nothing with policy.lstm false' into its
+    train-output.log (and one of update_epochs 1, of target_kl), although the sweep searches policy.lstm, so the
+    trials with the LSTM use hidden_size: the study's check is quiet about it (its searched keys), its trials now too
+    (train_command passes them as --sweep-searched)."""
+    root = tmp_path / "sweeps"
+    space = tmp_path / "space.toml"
+    space.write_text('[sweep]\npruner = "none"\n"policy.lstm" = {choices = [true, false]}\n'
+                     '"policy.hidden_size" = {choices = [16, 32]}\n')
+    command = ["sweep", "cartpole", "--sweep", str(space), "--study", "s", "--root", str(root), "--vec.num-envs", "8",
+               "--train.minibatch-size", "128", "--train.total-timesteps", "256", "--log.dashboard", "none"]
+    created = jaxlab(*command, "--trials", "0")
+    assert created.returncode == 0, created.stderr
+    load_study(root / "s").enqueue_trial({"policy.lstm": False, "policy.hidden_size": 32})
+    jaxlab(*command, "--trials", "1")
+    output = (root / "s" / "trial-0-seed-0" / "train-output.log").read_text()
+    assert "jaxlab train cartpole:" in output and "done:" in output, output
+    assert "does nothing" not in output, output
+    assert "lstm = false" in (root / "s" / "trial-0-seed-0" / "config.toml").read_text()

@@ -143,7 +143,8 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
     from jaxlab.train.trainer import check_batch, check_processes
 
     processes = settings.num_processes
-    resolved = resolve(args, warn if settings.process_id == 0 else quiet)  # JAX's backend starts here
+    searched = frozenset(filter(None, getattr(args, "sweep_searched", "").split(",")))  # a sweep trial's
+    resolved = resolve(args, warn if settings.process_id == 0 else quiet, searched=searched)  # JAX's backend starts
     config, sizes = resolved.config, resolved.sizes
     differ = distributed.keys_that_differ(shared_config_values(config)) if processes > 1 else {}
     if differ:  # each process resolves its own flags: one given another value would train apart, silently
@@ -181,7 +182,10 @@ def _train(args: argparse.Namespace, stop, settings) -> int:
         return 2
     claimed = False  # whether this process made the default run dir (claim_new_folder)
     if resolved.resume is not None:
+        from jaxlab.observe.logfile import drop_closed_loop_noise
         from jaxlab.run.resume import resume_run_dir, set_aside_from
+
+        drop_closed_loop_noise()  # a damaged checkpoint's failed read, after run.log closed: its line says it all
 
         aside = set_aside_from(resolved.resume)
         if aside is not None and args.run_dir is None:  # its run dir's records after it are another resume's
@@ -669,6 +673,8 @@ def add_commands(add) -> None:
                        "go (default runs/ENV-TIMESTAMP; with --resume, the resumed run's dir; needed to resume a "
                        "checkpoint from a run's checkpoints-replaced/): a new or empty folder, or a run dir; one "
                        "holding other things (other runs, a project) is refused")
+    # a sweep trial's searched keys (sweep.trials.train_command): a key they turn off is named in no warning
+    train.add_argument("--sweep-searched", default="", help=argparse.SUPPRESS)
     train.add_argument("--notes", metavar="TEXT", help="the run's hypothesis, saved as notes.md in the run dir "
                        "and shown by `jaxlab runs`")
     train.add_argument("--resume", type=user_path, metavar="WHAT", help="continue a run: latest (the newest run of ENV "

@@ -443,9 +443,26 @@ def _flag_without_section(flag: str, after: str) -> ConfigError:
         return ConfigError(f"unexpected argument {flag!r}; config flags look like --train.seed 1")
     if not eq and not after.startswith("--"):
         given = after
+    refused = _refused_value(elsewhere, given) if given else None
+    if refused:  # the hint with that value would be refused in turn: the key, and a value it takes
+        return ConfigError(f"unexpected argument {flag!r}; it is {flag_of(elsewhere)}, but {refused}")
     value = f" {given}" if given else " true" if _is_bool(_schema_field(elsewhere)) else ""
     return ConfigError(f"unexpected argument {flag!r}; did you mean {flag_of(elsewhere)}{value}? config flags "
                        "look like --section.key value")
+
+
+def _refused_value(key: str, value: str) -> str | None:
+    """Why config key ``key`` ("section.name") refuses the flag value ``value`` (None 'is not a number; write e.g.
+    --train.target-kl 0.0 (the default)'), or None when it takes it (its range is checked later, on its own)."""
+    field = _schema_field(key)
+    if field is None:
+        return None
+    section, _, name = key.partition(".")
+    try:
+        coerce_key(section, name, value, _type(field.type))
+    except ConfigError as err:
+        return str(err)
+    return None
 
 
 def is_a_number(text: str) -> bool:

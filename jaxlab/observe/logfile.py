@@ -28,14 +28,18 @@ def _is_closed_loop_callback(unraisable) -> bool:
 def drop_closed_loop_noise() -> None:
     """Drops, for the rest of the process, the "Event loop is closed" tracebacks that the late TensorStore
     callbacks of a failed Orbax read print (dozens, between the command's own lines), in a command that has
-    no run.log to send them to (`jaxlab eval` of a run whose newest checkpoint is damaged); any other
-    unraisable exception is reported as before."""
+    no run.log to send them to (`jaxlab eval` of a run whose newest checkpoint is damaged, load_trainer, and
+    `jaxlab train --resume` once its run.log is closed); any other unraisable exception is reported as before.
+    Installed once: a second call changes nothing."""
     previous_hook = sys.unraisablehook
+    if getattr(previous_hook, "drops_closed_loop_noise", False):
+        return
 
     def unraisable_hook(unraisable) -> None:
         if not _is_closed_loop_callback(unraisable):
             previous_hook(unraisable)
 
+    unraisable_hook.drops_closed_loop_noise = True
     sys.unraisablehook = unraisable_hook
 
 

@@ -105,6 +105,14 @@ def update_flops(num_params: int, samples: int, epochs: int) -> float:
     return 6.0 * num_params * samples * epochs
 
 
+def kl_stop_note(epochs: float, update_epochs: int, which: str = "on average") -> str:
+    """What the FLOPs of an update count when train.target_kl stopped its epochs early (``epochs``: the mean
+    epochs_run of the timed updates, or ``which`` others'), for after the figures; "" when every epoch ran."""
+    if epochs == update_epochs:
+        return ""
+    return f" (train.target_kl let {epochs:.3g} of its {update_epochs} epochs run, {which})"
+
+
 def steady_training(config, updates: int) -> dict:
     """Trains ``config`` for 1 + ``updates`` updates (fewer when its total steps end sooner); returns the
     first update's seconds (compiles included), the steady SPS of the updates after it, how many ran
@@ -141,8 +149,7 @@ def report_training(config, updates: int) -> str:
     split = ", ".join(f"{k} {v:.2f} s" for k, v in result["split"].items())
     epochs = result["epochs"]  # the epochs the timed updates ran: those train.target_kl skipped cost nothing
     flops = update_flops(result["num_params"], result["sizes"].batch_size, epochs)
-    stopped = "" if epochs == config.train.update_epochs else (
-        f" (train.target_kl let {epochs:.3g} of its {config.train.update_epochs} epochs run, on average)")
+    stopped = kl_stop_note(epochs, config.train.update_epochs)
     learn_per_update = result["split"]["learn"] / updates
     achieved = flops / max(learn_per_update, 1e-9) / 1e9
     return (f"train {config.env_name}: {result['sizes'].describe()}; {result['num_params']:,} params, "

@@ -217,8 +217,9 @@ def earlier_metric_values(resume: Path, update: int, best_metric: str) -> list[f
 
 def other_things_problem(run_dir: Path, resume: Path | None, env_name: str,
                          named: str = "--run-dir") -> str | None:
-    """Why the run cannot go into ``run_dir``, a folder that holds other things than a run's files (other
-    runs, a project: `--run-dir .`), which its metrics.jsonl and checkpoints/ would be mixed with; None for a
+    """Why the run cannot go into ``run_dir``: its checkpoints/ is a file or holds what Orbax would delete
+    (checkpoints_problem), or it is a folder that holds other things than a run's files (other runs, a
+    project: `--run-dir .`), which its metrics.jsonl and checkpoints/ would be mixed with; None for a
     new or empty folder, a run dir (refuse_an_earlier_run refuses an earlier run there) and the run dir of
     the checkpoint ``resume`` continues. ``named``: what the message calls the folder (the CLI's flag, or
     train_run's argument)."""
@@ -227,6 +228,9 @@ def other_things_problem(run_dir: Path, resume: Path | None, env_name: str,
     from jaxlab.observe.records import folder_name
     from jaxlab.observe.records import other_entries
 
+    problem = checkpoints_problem(run_dir / "checkpoints", named)
+    if problem:
+        return problem
     if resume is not None and resume_run_dir(Path(resume)).resolve() == run_dir.resolve():
         return None
     others = other_entries(run_dir)
@@ -236,6 +240,22 @@ def other_things_problem(run_dir: Path, resume: Path | None, env_name: str,
     new = run_dir / f"{folder_name(env_name)}-{time.strftime('%Y%m%d-%H%M%S')}"
     return (f"{named} {run_dir}: a folder that holds other things than a run ({shown}), which the run's "
             f"metrics.jsonl and checkpoints/ would be mixed with; give a new (or empty) folder, e.g. {named} {new}")
+
+
+def checkpoints_problem(checkpoints: Path, named: str = "--run-dir") -> str | None:
+    """Why a run cannot save into ``checkpoints`` (RUN_DIR/checkpoints), or None: it is a file, or it holds
+    entries named like a step that are no checkpoint (checkpoint.not_checkpoints), which Orbax's saves would
+    delete or overwrite without a word. ``named``: what the message calls the run dir."""
+    if checkpoints.is_file() or checkpoints.is_symlink() and not checkpoints.is_dir():
+        return (f"{checkpoints} is a file, where the run's checkpoints/ folder goes; move it away, or give "
+                f"another {named}")
+    strays = checkpoint.not_checkpoints(checkpoints)
+    if not strays:
+        return None
+    shown = ", ".join(p.name for p in strays[:3]) + (f" and {len(strays) - 3} more" if len(strays) > 3 else "")
+    return (f"{checkpoints} holds {shown}, named like checkpoints but none (a file, a link or a folder of "
+            f"other things), which the run's saves would delete or overwrite; move them out of {checkpoints}, or "
+            f"give another {named}")
 
 
 def refuse_an_earlier_run(run_dir: Path) -> None:

@@ -272,7 +272,7 @@ class Sweep:
         notes = f"{short} (sweep {self.study.study_name} trial {run.number} seed {seed_run.seed})"
         flags = param_flags(run.params) + wandb_group_flags(self.base, self.study.study_name)
         args = train_command(self.base.env_name, seed_run.run_dir, self.base_path, flags, seed_run.seed, slot, notes,
-                             seed_run.resume)
+                             seed_run.resume, frozenset(param.name for param in self.spec.params))
         seed_run.run_dir.mkdir(parents=True, exist_ok=True)
         seed_run.process = start(args, slot, child_environment(slot, self.env), seed_run.log_path)
         seed_run.state, seed_run.slot = "running", slot

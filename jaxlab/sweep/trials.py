@@ -98,16 +98,19 @@ def wandb_group_flags(config, study_name: str) -> list[str]:
 
 
 def train_command(env_name: str, run_dir: Path, base_config: Path, params_flags: list[str], seed: int,
-                  slot: Slot, notes: str, resume: bool) -> list[str]:
+                  slot: Slot, notes: str, resume: bool, searched: frozenset[str] = frozenset()) -> list[str]:
     """The `jaxlab train` arguments of one run of a trial: a new run on the study's base config with
-    the trial's values and seed, or ``resume`` the run in ``run_dir`` from its newest checkpoint."""
+    the trial's values and seed, or ``resume`` the run in ``run_dir`` from its newest checkpoint.
+    ``searched``: the study's searched keys (--sweep-searched): a key that one of them turns off in this
+    trial (target_kl with update_epochs 1) does something in others, so the trial's output does not name it."""
     from jaxlab.env import is_python_env
 
     slot_flags = slot.flags(is_python_env(env_name))
+    study_flags = ["--sweep-searched", ",".join(sorted(searched))] if searched else []
     if resume:
-        return ["train", env_name, "--resume", str(run_dir), "--run-dir", str(run_dir), *slot_flags]
+        return ["train", env_name, "--resume", str(run_dir), "--run-dir", str(run_dir), *slot_flags, *study_flags]
     return ["train", env_name, "--config", str(base_config), *params_flags, "--train.seed", str(seed),
-            *slot_flags, "--run-dir", str(run_dir), "--notes", notes]
+            *slot_flags, "--run-dir", str(run_dir), "--notes", notes, *study_flags]
 
 
 def start(args: list[str], slot: Slot, env: dict, log_path: Path) -> subprocess.Popen:

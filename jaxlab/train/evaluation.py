@@ -21,10 +21,14 @@ def load_trainer(path: str | Path, warn: Callable[[str], None] = print, library:
                  module: str | None = None):
     """A Trainer built from the config saved in the checkpoint at ``path`` with its state loaded; ``path``
     may be a run dir or its checkpoints/ too, as `jaxlab eval --checkpoint` takes it: its newest usable
-    checkpoint (a damaged newer one is passed over with a warning; trainer.update_index says which)."""
+    checkpoint (a damaged newer one is passed over with a warning; trainer.update_index says which). The
+    late "Event loop is closed" tracebacks of a damaged checkpoint's failed read are dropped from then on
+    (jaxlab.observe.logfile.drop_closed_loop_noise): its warning says it all."""
     from jaxlab import checkpoint
+    from jaxlab.observe.logfile import drop_closed_loop_noise
     from jaxlab.run.resume import find_checkpoint, newest_usable
 
+    drop_closed_loop_noise()
     path = Path(path)
     if checkpoint.is_checkpoint(path):
         return load_one_trainer(path, warn, library, module)
@@ -267,7 +271,12 @@ class Actor:
     ``active`` [A] bool, for an env whose agents wait for their env's reset (option agents_wait; pass
     env.active, None otherwise): a waiting agent (False) still gets an action, which the env ignores, and its
     carry starts over while it waits and again when it acts next, as in play and training (where the env's
-    rows of a waiting agent are flagged terminal), so ``ended`` may name each agent's own ends only."""
+    rows of a waiting agent are flagged terminal), so ``ended`` may name each agent's own ends only.
+
+    A mask row that allows no action (all False) for an acting agent is a ValueError naming the agent (and
+    component), before the policy acts: play and training act -1 there (distributions.NO_ACTION), which a
+    VecEnv refuses naming the agent, but a loop of one's own may take -1 for the last action. A waiting
+    agent's empty row gets -1, which the env ignores."""
 
     def __init__(self, trainer, num_agents: int, deterministic: bool = True, seed: int = 0):
         from jaxlab.agent import distributions
@@ -280,6 +289,7 @@ class Actor:
         self.num_agents, self.obs_shape, self.obs_dtype = num_agents, tuple(space.shape), np.dtype(space.dtype)
         self.has_mask, self.params = trainer.env.has_mask, trainer.acting_params
         self.mask_shape = (num_agents, trainer.env.action_mask.shape[1]) if self.has_mask else None
+        self.nvec = trainer.spec.nvec  # the mask's components: [sum(nvec)] columns, one block per component
         policy, spec = trainer.norm.acting_policy(trainer.policy), trainer.spec
         self.carry = policy.initial_carry(num_agents)
         self.waited = np.zeros(num_agents, bool)  # [A]: the agents that were waiting in the previous call
@@ -317,6 +327,20 @@ class Actor:
                                  "agents act in this step (env.active), or leave it out for an env without waiting")
             self.waited = ~np.asarray(active, bool)
             reset = reset | self.waited
+        if mask is not None:
+            self._refuse_empty_rows(mask, ~self.waited if active is not None else np.ones(self.num_agents, bool))
         self.key, key = jax.random.split(self.key)
         self.carry, actions = self._act(self.params, self.carry, observations, reset, mask, key)
         return np.asarray(actions)
+
+    def _refuse_empty_rows(self, mask: np.ndarray, acting: np.ndarray) -> None:
+        """ValueError naming the first acting agent whose ``mask`` [A, sum(nvec)] row allows no action in a
+        component (``acting`` [A] bool)."""
+        offsets = np.concatenate([[0], np.cumsum(self.nvec)[:-1]])
+        for component, (offset, n) in enumerate(zip(offsets, self.nvec)):
+            empty = np.flatnonzero(acting & ~mask[:, offset:offset + n].any(axis=1))
+            if empty.size:
+                part = f" in component {component}" if len(self.nvec) > 1 else ""
+                raise ValueError(f"Actor: agent {int(empty[0])}'s mask row allows no action{part} (all False), so "
+                                 "the policy has none to choose; give every acting agent at least one legal action "
+                                 "(a waiting agent's row may be empty: pass active=env.active)")
