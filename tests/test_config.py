@@ -125,6 +125,8 @@ def test_a_list_of_integers_takes_commas_or_spaces_between_its_items(tmp_path, t
                               r"default\)$"),
     (["--num-envs", "8.5"], r"^unexpected argument '--num-envs'; it is --vec.num-envs, but vec.num_envs=\"8.5\" is "
                          r"not an integer; write e.g. --vec.num-envs 64 \(the default\)$"),
+    (["--num-envs=8.5"], r"^unexpected argument '--num-envs=8.5'; it is --vec.num-envs, but vec.num_envs=\"8.5\" "
+                         r"is not an integer"),  # the value's dot: once read as a section flag ([num_envs])
     (["--norm-adv", "maybe"], r"^unexpected argument '--norm-adv'; it is --train.norm-adv, but "
                               r'train.norm_adv="maybe" is not a boolean; use true or false'),
 ])
@@ -133,7 +135,7 @@ def test_bad_flags(flags, message):
         load_config("cartpole", flags=flags)
 
 
-@pytest.mark.parametrize("flags", [["--target-kl", "None"], ["--num-envs", "8.5"], ["--seed=x"],
+@pytest.mark.parametrize("flags", [["--target-kl", "None"], ["--num-envs", "8.5"], ["--seed=x"], ["--num-envs=8.5"],
                                    ["--target-kl", "0.02"], ["--norm-adv", "False"], ["--wandb"]])
 def test_a_flag_without_its_section_gets_a_hint_whose_flags_are_taken(flags):
     """`--target-kl None` got 'did you mean --train.target-kl None?', which was then refused: the flags a hint

@@ -498,7 +498,7 @@ def _flag_pairs(flags: list[str]) -> list[tuple[str, str]]:
         flag = flags[i]
         if pairs and is_a_number(flag):  # --policy.mlp-layers 64 64, argparse's habit
             raise _values_after_a_flag(*pairs[-1], list(itertools.takewhile(is_a_number, flags[i:])))
-        if not flag.startswith("--") or "." not in flag:
+        if not flag.startswith("--") or "." not in flag.partition("=")[0]:  # --num-envs=8.5: no section
             raise _flag_without_section(flag, flags[i + 1] if i + 1 < len(flags) else "")
         name, eq, value = flag[2:].partition("=")
         follows_a_value = i + 1 < len(flags) and not flags[i + 1].startswith("--")
