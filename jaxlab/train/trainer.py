@@ -251,9 +251,15 @@ class Trainer:
         if self.parallel:
             self._update = self.parallel.wrap_update(self._update)
         group = self.env.num_agents
-        self.rollout = Rollout(self.envs, jit_step(step), jit_step(finish),
-                               self.sizes.horizon, [self.policy.initial_carry(group) for _ in self.envs], rollout_key,
-                               segments=self.sizes.segments)
+        try:  # the envs' first reset: a Python env's own code, with the run's seeds (numpy's legacy seeding)
+            self.rollout = Rollout(self.envs, jit_step(step), jit_step(finish), self.sizes.horizon,
+                                   [self.policy.initial_carry(group) for _ in self.envs], rollout_key,
+                                   segments=self.sizes.segments)
+        except Exception as err:
+            if not is_python_env(c.env_name):
+                raise
+            self.close()
+            raise python_env_error(c.env_name, err) from None
         self.rollout.first_group = jax.process_index() * c.vec.groups  # the sampling keys' group index
         if self.parallel:
             self.parallel.place(self)
