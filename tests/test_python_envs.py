@@ -867,6 +867,22 @@ def test_a_run_seed_that_numpys_legacy_seeding_refuses_is_one_line_with_the_fix(
     assert cli.main([*flags, "--train.seed", "5"]) == 0
 
 
+def test_an_eval_seed_that_numpys_legacy_seeding_refuses_is_one_line_with_the_fix(tmp_path, capsys):
+    """jaxlab eval --seed 4294967295 of a Gymnasium env seeding np.random.RandomState in its reset stopped with
+    a traceback (the adapter's ValueError naming the env, raised in play, is not the 'cannot create env' eval
+    turns into a line): one error line, exit 2."""
+    from jaxlab import cli
+
+    name, run = "gymnasium:JaxlabTest/LegacySeeding-v0", str(tmp_path / "run")
+    assert cli.main(["train", name, "--vec.num-envs", "4", "--train.bptt-horizon", "8", "--train.minibatch-size",
+                     "16", "--train.total-timesteps", "64", "--run-dir", run]) == 0
+    capsys.readouterr()
+    assert cli.main(["eval", name, "--checkpoint", run, "--episodes", "2", "--seed", str(2**32 - 1)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"jaxlab eval: error: env '{name}': its reset(seed=...) failed for seed 4294967295")
+    assert "jaxlab eval --seed 0" in err and "Traceback" not in err
+
+
 def needs_box2d(**kwargs):
     raise gym.error.DependencyNotInstalled('Box2D is not installed, you can install it by run `pip install swig` '
                                            'followed by `pip install "gymnasium[box2d]"`')
