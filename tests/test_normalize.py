@@ -309,3 +309,36 @@ def test_a_checkpoint_of_auto_from_before_the_codes_rule_resumes_and_plays_with_
     assert capsys.readouterr().err.count(note) == 1
     resumed = checkpoint.read_meta(checkpoint.step_dirs(run / "checkpoints")[0])
     assert resumed["update"] == 4 and resumed["obs_norm"] is False
+
+
+EMBED_CODES = '''import flax.linen as nn
+
+
+class EmbedCodes(nn.Module):
+    """Embeds the env's uint8 codes: integers only."""
+    action: object
+    hidden_size: int = 8
+
+    @nn.compact
+    def __call__(self, carry, obs):
+        x = nn.Embed(3, 4)(obs).reshape(obs.shape[0], -1)
+        return carry, nn.Dense(self.action.head_size)(x), nn.Dense(1)(x)[:, 0]
+'''
+
+
+def test_a_module_that_fails_on_normalised_uint8_codes_is_told_why_and_the_fix(tmp_path):
+    """train.obs_norm auto now normalises uint8 observations of one dimension, so a policy.module written for
+    the env's uint8 codes (an nn.Embed) gets float32 and fails in its own code: its error says that its obs
+    were normalised and gives --train.obs-norm false, with which it trains as before."""
+    from jaxlab.config import ConfigError
+
+    (tmp_path / "embed.py").write_text(EMBED_CODES)
+    header, module = seek_codes(tmp_path), f"{tmp_path / 'embed.py'}:EmbedCodes"
+    small = ["--env.size", "5", "--vec.num-envs", "8", "--train.bptt-horizon", "8", "--train.minibatch-size", "16",
+             "--policy.module", module]
+    with pytest.raises(ConfigError, match=r"Input type must be an integer.* \(its obs were float32, normalised, not "
+                                          r"the env's uint8: train.obs_norm is on, auto normalises uint8 of one "
+                                          r"dimension; --train.obs-norm false gives"):
+        Trainer(seek_config(header, *small))
+    with Trainer(seek_config(header, *small, "--train.obs-norm", "false")) as trainer:
+        assert not trainer.norm.obs_norm

@@ -830,6 +830,59 @@ def test_python_envs_of_every_group_take_seeds_that_numpys_legacy_seeding_takes(
         sys.modules.pop("legacy_seeding_env", None)
 
 
+class LegacySeedingGym(gym.Env):
+    """A Gymnasium env whose reset seeds numpy's legacy RandomState (seeds below 2**32 only)."""
+    observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.rng, self.t = np.random.RandomState(seed), 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return self.rng.uniform(-1, 1, 2).astype(np.float32), 1.0, False, self.t >= 8, {}
+
+
+if "JaxlabTest/LegacySeeding-v0" not in gym.registry:
+    gym.register("JaxlabTest/LegacySeeding-v0", entry_point=LegacySeedingGym)
+
+
+def test_a_run_seed_that_numpys_legacy_seeding_refuses_is_one_line_with_the_fix(tmp_path, capsys):
+    """Group 0's Python envs take train.seed + index as it is: a Gymnasium env seeding np.random.RandomState in
+    its reset, with --train.seed 4294967294, stopped jaxlab train with a bare traceback at the first reset
+    (ValueError: Seed must be between 0 and 2**32 - 1). It is one error line (exit 2) naming the env, the seed
+    and the fix; the env's run trains with a small seed."""
+    from jaxlab import cli
+
+    flags = ["train", "gymnasium:JaxlabTest/LegacySeeding-v0", "--vec.num-envs", "4", "--train.bptt-horizon", "8",
+             "--train.minibatch-size", "16", "--train.total-timesteps", "64", "--run-dir", str(tmp_path / "run")]
+    capsys.readouterr()
+    assert cli.main([*flags, "--train.seed", str(2**32 - 2)]) == 2
+    err = capsys.readouterr().err
+    assert ("error: env 'gymnasium:JaxlabTest/LegacySeeding-v0': its reset(seed=...) failed for seed 4294967294 "
+            "(env i takes that seed + i): Seed must be between 0 and 2**32 - 1") in err
+    assert "(jaxlab train --train.seed 0, jaxlab eval --seed 0)" in err and "Traceback" not in err
+    assert cli.main([*flags, "--train.seed", "5"]) == 0
+
+
+def test_an_eval_seed_that_numpys_legacy_seeding_refuses_is_one_line_with_the_fix(tmp_path, capsys):
+    """jaxlab eval --seed 4294967295 of a Gymnasium env seeding np.random.RandomState in its reset stopped with
+    a traceback (the adapter's ValueError naming the env, raised in play, is not the 'cannot create env' eval
+    turns into a line): one error line, exit 2."""
+    from jaxlab import cli
+
+    name, run = "gymnasium:JaxlabTest/LegacySeeding-v0", str(tmp_path / "run")
+    assert cli.main(["train", name, "--vec.num-envs", "4", "--train.bptt-horizon", "8", "--train.minibatch-size",
+                     "16", "--train.total-timesteps", "64", "--run-dir", run]) == 0
+    capsys.readouterr()
+    assert cli.main(["eval", name, "--checkpoint", run, "--episodes", "2", "--seed", str(2**32 - 1)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"jaxlab eval: error: env '{name}': its reset(seed=...) failed for seed 4294967295")
+    assert "jaxlab eval --seed 0" in err and "Traceback" not in err
+
+
 def needs_box2d(**kwargs):
     raise gym.error.DependencyNotInstalled('Box2D is not installed, you can install it by run `pip install swig` '
                                            'followed by `pip install "gymnasium[box2d]"`')

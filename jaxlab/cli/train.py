@@ -620,6 +620,8 @@ def eval_command(args: argparse.Namespace) -> int:
                           episodes=args.episodes, on_step=record_frame if watching or drawing else None,
                           render=watching, picture=drawing, config=played)
     except (ValueError, MemoryError) as err:  # the envs cannot be made (out of memory): one line
+        if is_python_env(trainer.config.env_name) and trainer.config.env_name in str(err):
+            raise ConfigError(str(err)) from None  # the adapters' own words (a seed its reset refuses): one line
         if not isinstance(err, MemoryError) and not str(err).startswith("cannot create env"):
             raise
         raise ConfigError(f"--num-envs {num_envs}: {str(err) or 'out of memory'}; play on fewer envs, e.g. "

@@ -206,6 +206,13 @@ def _reset_with(env, name: str, **kwargs):
     argument' names neither the env nor the API)."""
     try:
         return env.reset(**kwargs)
+    except ValueError as err:
+        if "Seed must be between 0 and 2**32 - 1" not in str(err) or kwargs.get("seed") is None:
+            raise
+        raise ValueError(f"env {name!r}: its reset(seed=...) failed for seed {kwargs['seed']} (env i takes that seed "
+                         f"+ i): {err}, as numpy's legacy np.random.seed / RandomState take; give a smaller seed "
+                         "(jaxlab train --train.seed 0, jaxlab eval --seed 0), or seed from self.np_random "
+                         "(super().reset(seed=seed)), which takes any") from None
     except TypeError as err:
         found = re.search(r"reset\(\) got an unexpected keyword argument '(\w+)'", str(err))
         if found is None:

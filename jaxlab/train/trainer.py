@@ -55,6 +55,17 @@ def group_seed(seed: int, group: int, python_envs: int = 0) -> int:
     return int(np.random.SeedSequence([seed, group]).generate_state(1, np.uint64)[0])
 
 
+def normalised_uint8_words(config: config_lib.Config, obs_dtype, obs_norm: bool) -> str:
+    """What a policy.module's error adds when the module got float32 observations, normalised, where the env
+    gives uint8 (train.obs_norm on: auto is, for uint8 of one dimension, codes), else "": a module written for the
+    env's uint8 (an nn.Embed of codes, a division by 255) fails or reads them otherwise."""
+    if not obs_norm or np.dtype(obs_dtype) != np.uint8:
+        return ""
+    why = "auto normalises uint8 of one dimension" if config.train.obs_norm == "auto" else "given"
+    return (f" (its obs were float32, normalised, not the env's uint8: train.obs_norm is on, {why}; "
+            "--train.obs-norm false gives the module the env's uint8 observations)")
+
+
 def make_group_envs(config: config_lib.Config, num_threads: int) -> list:
     """One VecEnv per group (vec.groups), each with vec.num_envs / groups envs and ``num_threads``
     threads (Sizes.num_threads: vec.num_threads with auto resolved), seeded by group_seed."""
@@ -202,7 +213,9 @@ class Trainer:
             self.close()
             if not c.policy.module or isinstance(err, config_lib.ConfigError):
                 raise
-            raise config_lib.ConfigError(f"policy.module={c.policy.module!r}: {err}") from None
+            raise config_lib.ConfigError(f"policy.module={c.policy.module!r}: {err}"
+                                         f"{normalised_uint8_words(c, obs_space.dtype, self.norm.obs_norm)}"
+                                         ) from None
         self.state = self._train_state(params, opt_state, host_zeros((), np.int32))
         self._split_key = jit_once(lambda key: tuple(jax.random.split(key)))  # each update's key
         self.num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
@@ -238,9 +251,15 @@ class Trainer:
         if self.parallel:
             self._update = self.parallel.wrap_update(self._update)
         group = self.env.num_agents
-        self.rollout = Rollout(self.envs, jit_step(step), jit_step(finish),
-                               self.sizes.horizon, [self.policy.initial_carry(group) for _ in self.envs], rollout_key,
-                               segments=self.sizes.segments)
+        try:  # the envs' first reset: a Python env's own code, with the run's seeds (numpy's legacy seeding)
+            self.rollout = Rollout(self.envs, jit_step(step), jit_step(finish), self.sizes.horizon,
+                                   [self.policy.initial_carry(group) for _ in self.envs], rollout_key,
+                                   segments=self.sizes.segments)
+        except Exception as err:
+            if not is_python_env(c.env_name):
+                raise
+            self.close()
+            raise python_env_error(c.env_name, err) from None
         self.rollout.first_group = jax.process_index() * c.vec.groups  # the sampling keys' group index
         if self.parallel:
             self.parallel.place(self)
