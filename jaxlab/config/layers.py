@@ -842,8 +842,9 @@ def checkpoint_config(meta: dict, library: str | None = None, warn=None) -> Conf
     if trained_with == auto_obs_norm(shape):
         return config
     if warn is not None:
+        dims = ", ".join(map(str, shape.obs_shape))
         warn(f"note: this checkpoint of {config.env_name} was trained before train.obs_norm auto normalised "
-             f"uint8 observations of one dimension (uint8[{', '.join(map(str, shape.obs_shape))}]): it keeps obs_norm off, as it "
+             f"uint8 observations of one dimension (uint8[{dims}]): it keeps obs_norm off, as it "
              "was trained (divided by 255); a new run normalises them")
     return dataclasses.replace(config, train=dataclasses.replace(config.train, obs_norm=trained_with))
 
