@@ -1148,6 +1148,26 @@ def test_an_env_writing_into_its_actions_is_named_by_the_overrun_check(user_env,
     assert expect in str(err.value), str(err.value)
 
 
+@pytest.mark.parametrize("wrong, right, expect", [
+    ("float reward = reached ? 1.0f : -env->step_cost;",
+     "float reward = env->tick == 3 ? __builtin_nanf(\"\") : reached ? 1.0f : -env->step_cost;",
+     "wrote a non-finite reward (nan) for agent 0 in step 3: training stops at the first update"),
+    ("stroll_observe(env);\n    if (!env->terminals[0]",
+     "stroll_observe(env);\n    if (env->tick == 2) env->observations[1] = __builtin_inff();\n"
+     "    if (!env->terminals[0]",
+     "wrote a non-finite observation (inf) for agent 0 (observation element 1, flat) in step 2"),
+])
+def test_a_non_finite_reward_or_observation_fails_the_overrun_check(user_env, tmp_path, wrong, right, expect):
+    """An env whose step wrote a NaN reward passed `jaxlab check-env` (every check PASS), and its first
+    training update stopped on a NaN loss. The overrun check, which steps every env anyway, now names the
+    first non-finite reward or float observation with the agent and the step."""
+    header = stroll_variant(user_env, tmp_path, "unbounded", wrong, right)
+    with pytest.raises(ValueError) as err:
+        jaxlab.sdk.check_overruns(str(header), seeds=(0,), steps=10, settings=[{}])
+    assert str(err.value).startswith("env 'unbounded' (seed 0, alone in its vector) "), str(err.value)
+    assert expect in str(err.value), str(err.value)
+
+
 def test_a_write_past_the_final_observation_rows_is_named_by_the_overrun_check(user_env, monkeypatch):
     """The final observations (a buffer of their own, which the C side fills when an episode ends) had no
     guards: a write one row past them went unseen. An env header cannot reach that buffer itself (api.c

@@ -75,7 +75,8 @@ class CheckFailed(Exception):
 CHECKS = {
     "build": "compiles with jaxlab's flags (warnings are errors), its Log fields are floats, no libc rand()",
     "registry": "its parameter table, statistic names and spaces (default parameters) are valid",
-    "overruns": "writes only its own rows of each buffer and never its actions, at each parameter's ends",
+    "overruns": "writes only its own rows of each buffer, never its actions, and finite rewards and observations, "
+                "at each parameter's ends",
     "sanitizers": "stepped (1 and 3 threads), saved, loaded and drawn under AddressSanitizer and UBSan at each "
                   "parameter's ends, its step never reaching its reset",
 }

@@ -47,7 +47,8 @@ def check_overruns(env: str, seeds: tuple[int, ...] = (0, 1, 2), steps: int = 30
     None: ``params``, then each declared parameter at the low and at the high end of its range
     (parameter_extremes), except a range end whose observation rows would take more than
     MAX_OBSERVATION_BYTES. OverrunError at the first call after which a guard byte or an action changed; the
-    env's own errors (a broken step contract, a value it refuses) come through as they are. Returns the
+    env's own errors (a broken step contract, a value it refuses) come through as they are, and a NaN or infinite
+    reward or float observation is a ValueError naming the agent and the step. Returns the
     settings left out, each as "NAME=VALUE (its observation rows would take SIZE)"."""
     from jaxlab.env.vecenv import VecEnv, make
 
@@ -175,6 +176,23 @@ def _checked(vec, call, run, actions: np.ndarray) -> None:
         raise OverrunError(_action_write_message(vec, _call_name(call), written)) from failure
     if failure is not None:
         raise failure
+    _check_finite(vec, _call_name(call))
+
+
+def _check_finite(vec, call: str) -> None:
+    """ValueError naming the first agent of ``vec`` whose reward ([A] float32) or float observation
+    ([A, *obs_shape]) ``call`` left NaN or infinite: training would stop on it at its first update."""
+    for block, values in (("reward", vec.rewards), ("observation", vec.observations)):
+        if values.dtype.kind != "f":
+            continue
+        bad = ~np.isfinite(values.reshape(vec.num_agents, -1))
+        if bad.any():
+            agent, index = (int(i[0]) for i in np.nonzero(bad))
+            value = values.reshape(vec.num_agents, -1)[agent, index]
+            where = "" if bad.shape[1] == 1 else f" (observation element {index}, flat)"
+            raise ValueError(f"{_who(vec)} wrote a non-finite {block} ({value}) for agent {agent}{where} in {call}: "
+                             f"training stops at the first update that sees one; make every {block} a finite "
+                             "number (check for a division by zero, or a log or sqrt of a value out of range)")
 
 
 def _call_name(call) -> str:
