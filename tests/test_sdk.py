@@ -1168,6 +1168,24 @@ def test_a_non_finite_reward_or_observation_fails_the_overrun_check(user_env, tm
     assert expect in str(err.value), str(err.value)
 
 
+def test_a_mask_row_the_reset_leaves_partly_unwritten_fails_the_overrun_check(tmp_path):
+    """A mask written with the wrong row length (action_mask + agent * 4 for 5 actions) left the end of the
+    last row unwritten: the zeroed or stale entries there passed the overrun check, and training failed later
+    by chance ("its action mask allows no action") or learned under a wrong mask. The check now fills the mask
+    with a value no env writes before the first reset and names the entries the reset left so."""
+    lure = (Path(jaxlab.__file__).parent.parent / "cenv" / "envs" / "lure.h").read_text()
+    line = "env->action_mask[i] = env->legal[i];"
+    assert line in lure
+    header = tmp_path / "fence.h"
+    fenced = lure.replace(line, "if (i < n - 1) " + line)  # one action short of the row
+    fenced = fenced.replace('#include "../core.h"', '#include "core.h"')
+    header.write_text(fenced.replace("lure", "fence").replace("Lure", "Fence").replace("LURE", "FENCE"))
+    with pytest.raises(ValueError) as err:
+        jaxlab.sdk.check_overruns(str(header), seeds=(0,), steps=10, settings=[{}])
+    assert str(err.value).startswith("env 'fence' (seed 0, alone in its vector) left entry 3 of agent 0's action "
+                                     "mask row unwritten in its reset (action_mask: 1 agent x 4 uint8)"), str(err.value)
+
+
 def test_a_write_past_the_final_observation_rows_is_named_by_the_overrun_check(user_env, monkeypatch):
     """The final observations (a buffer of their own, which the C side fills when an episode ends) had no
     guards: a write one row past them went unseen. An env header cannot reach that buffer itself (api.c

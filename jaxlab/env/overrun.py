@@ -124,10 +124,37 @@ def _check_one(vec, seed: int, steps: int) -> None:
     """The check of one vector of one env (see check_overruns): its reset, then ``steps`` steps."""
     vec.guard_buffers(_guard_bytes(vec))
     rng = np.random.default_rng(seed)
+    if vec.has_mask:
+        vec.action_mask.view(np.uint8)[:] = UNWRITTEN_MASK  # no env writes it: an entry left so, the reset did not
     _checked(vec, "its reset", vec.reset, vec.actions.copy())
+    if vec.has_mask:
+        _check_mask_written(vec)
     for step in range(1, steps + 1):
         actions = _random_actions(vec, rng)
         _checked(vec, lambda: _step_call(vec, step), lambda: vec.step(actions), actions)
+
+
+#: What the mask holds before the env's first reset in the check: neither 0 nor 1, so a mask entry its reset did
+#: not write shows (a mask row written with the wrong length leaves the last agent's row partly unwritten).
+UNWRITTEN_MASK = 0xA5
+
+
+def _check_mask_written(vec) -> None:
+    """ValueError naming the first agent of ``vec`` whose mask row (action_mask [A, sum(nvec)] uint8) its reset
+    left partly unwritten (still UNWRITTEN_MASK): a reset writes every agent's whole row, 0 or 1 each entry."""
+    unwritten = vec.action_mask.view(np.uint8) == UNWRITTEN_MASK  # (the mask's dtype is bool)
+    if not unwritten.any():
+        return
+    agent = int(np.flatnonzero(unwritten.any(axis=1))[0])
+    entries = np.flatnonzero(unwritten[agent])
+    width = vec.action_mask.shape[1]
+    which = (f"entry {entries[0]}" if entries.size == 1 else f"{entries.size} entries ({entries[0]} .. "
+             f"{entries[-1]})")
+    agents = f"{vec.agents_per_env} agent{'s' * (vec.agents_per_env > 1)}"
+    raise ValueError(f"{_who(vec)} left {which} of agent {agent}'s action mask row unwritten in its reset "
+                     f"(action_mask: {agents} x {width} uint8): the reset writes every agent's whole row, "
+                     f"action_mask[agent * {width} + k] for each of its {width} entries, 0 or 1 "
+                     "(check the row length against its spaces)")
 
 
 def _guard_bytes(vec) -> int:
