@@ -477,6 +477,21 @@ def test_eval_of_one_episode_says_one_episode(tmp_path, capsys):
     assert "1 episodes" not in out
 
 
+def test_eval_stops_at_its_step_cap_when_no_episode_ends(tmp_path, capsys):
+    """`jaxlab eval` of an env whose episodes never end (a step that never sets a terminal or truncation flag)
+    played for ever, printing nothing. It now stops after --max-steps steps (default 100,000) and says that no
+    episode ended and why that may be, in one line (exit 2). Cartpole's pole cannot fall in 3 steps."""
+    from jaxlab import cli
+
+    with trainer_for("cartpole") as trainer:
+        trainer.save_checkpoint(tmp_path / "ck")
+    assert cli.main(["eval", "--checkpoint", str(tmp_path / "ck"), "--episodes", "4", "--max-steps", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == ("jaxlab eval: error: only 0 episodes of the 4 asked for ended in --max-steps 3 steps: the "
+                           "env's episodes may never end (a step that never sets a terminal or truncation flag, such "
+                           "as a missing time limit), or last longer; raise --max-steps for longer ones"), err
+
+
 def test_eval_says_why_it_played_more_episodes_than_asked(tmp_path, capsys):
     """`jaxlab eval --episodes 3` on envs of 2 agents (here played on 4 agents per env) reported "4 episodes" with no
     word on the 3 asked for; the line says it rounded up to whole envs, naming the agents per env played."""

@@ -475,6 +475,19 @@ def eval_env_flags(flags: list[str]) -> dict[str, str]:
     return layer.get("env", {})
 
 
+#: The steps `jaxlab eval` plays at most (--max-steps): without a cap, an env whose episodes never end (a step that
+#: never sets a terminal or truncation flag) played for ever, printing nothing.
+EVAL_MAX_STEPS = 100_000
+
+
+def short_of_episodes(played: int, asked: int, max_steps: int) -> str:
+    """What eval says when its envs played ``max_steps`` steps and only ``played`` of the ``asked`` episodes
+    ended."""
+    return (f"only {counted(played, 'episode')} of the {asked:,} asked for ended in --max-steps {max_steps:,} steps: "
+            "the env's episodes may never end (a step that never sets a terminal or truncation flag, such as a "
+            "missing time limit), or last longer; raise --max-steps for longer ones")
+
+
 def eval_command(args: argparse.Namespace) -> int:
     """Plays the policy of a checkpoint (its config is read from the checkpoint, with ARGS's --env.KEY VALUE
     flags changing env parameters that keep the policy's observations and actions) and prints mean ± std
@@ -495,6 +508,8 @@ def eval_command(args: argparse.Namespace) -> int:
         warn(f"warning: {line}")
     if args.episodes < 1:
         raise ConfigError(f"--episodes {args.episodes} must be at least 1, e.g. --episodes 10")
+    if args.max_steps < 1:
+        raise ConfigError(f"--max-steps {args.max_steps} must be at least 1, e.g. --max-steps {EVAL_MAX_STEPS}")
     if args.num_envs is not None and args.num_envs < 1:
         raise ConfigError(f"--num-envs {args.num_envs} must be at least 1, e.g. --num-envs 16 (or leave it out: "
                           f"min(episodes, 64))")
@@ -617,7 +632,8 @@ def eval_command(args: argparse.Namespace) -> int:
         with trainer:
             played = with_env_params(trainer.config, overrides)
             result = play(trainer, num_envs=num_envs, seed=args.seed, deterministic=args.deterministic,
-                          episodes=args.episodes, on_step=record_frame if watching or drawing else None,
+                          episodes=args.episodes, steps=args.max_steps,
+                          on_step=record_frame if watching or drawing else None,
                           render=watching, picture=drawing, config=played)
     except (ValueError, MemoryError) as err:  # the envs cannot be made (out of memory): one line
         if is_python_env(trainer.config.env_name) and trainer.config.env_name in str(err):
@@ -633,6 +649,10 @@ def eval_command(args: argparse.Namespace) -> int:
 
         write_gif(pictures, args.gif, fps=args.gif_fps)
     returns, lengths = result["returns"], result["lengths"]
+    if len(returns) == 0:
+        raise ConfigError(short_of_episodes(0, args.episodes, args.max_steps))
+    if len(returns) < args.episodes:
+        warn(f"note: {short_of_episodes(len(returns), args.episodes, args.max_steps)}")
     mode = "deterministic" if args.deterministic else "sampled"
     changed = "".join(f", env.{key} = {value}" for key, value in overrides.items())
     rounded = (f" (--episodes {args.episodes} rounded up to whole envs of {result['agents_per_env']} agents)"
@@ -704,6 +724,9 @@ def add_commands(add) -> None:
                           help="the run's policy.module file at its "
                           "new path, when it moved since the run (the same class)")
     evaluate.add_argument("--episodes", type=whole_number, default=10, help="agent-episodes to play (default 10)")
+    evaluate.add_argument("--max-steps", type=whole_number, default=EVAL_MAX_STEPS, metavar="N",
+                          help=f"steps each env plays at most (default {EVAL_MAX_STEPS:,}): an env whose episodes "
+                          "never end stops there, with the episodes that ended by then")
     evaluate.add_argument("--deterministic", action="store_true", help="take the most likely action (default: sample)")
     evaluate.add_argument("--num-envs", type=whole_number, help="envs played at once (default min(episodes, 64))")
     evaluate.add_argument("--seed", type=whole_number, default=12345,
