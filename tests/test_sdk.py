@@ -633,6 +633,24 @@ def test_an_env_library_holds_several_envs(tmp_path, user_env):
     assert list(jaxlab.env.env_types(tmp_path / "libwalks.so")) == ["amble", "saunter"]
 
 
+def test_headers_that_define_the_same_helper_name_are_told_to_prefix_them(tmp_path, user_env):
+    """Two headers that build alone (each with its own `Agent` type and `inside` helper) failed to build into
+    one library with the compiler's redefinition errors alone, and nothing said that the headers of a library
+    share one C file. The build error now ends with a line naming the clashing names and the fix."""
+    stroll = (user_env / "stroll.h").read_text()
+    for name in ("amble", "saunter"):
+        text = stroll.replace("stroll", name).replace("Stroll", name.title()).replace("STROLL", name.upper())
+        (tmp_path / f"{name}.h").write_text(text.replace('#include "draw.h"', '#include "draw.h"\n'
+                                                         'typedef struct { int x; } Agent;\n'
+                                                         'static int inside(int x) { return x > 0; }'))
+    with pytest.raises(sdk.BuildError) as err:
+        sdk.build_library([tmp_path / "amble.h", tmp_path / "saunter.h"], tmp_path / "libwalks.so")
+    assert str(err.value).splitlines()[-1] == (
+        "the headers of one library are compiled together as one C file, so a name two of them define (Agent, "
+        "inside) clashes: prefix each header's own types, functions and tables with its env's name (amble_Agent, "
+        "saunter_Agent), or build each header into a library of its own"), str(err.value)
+
+
 def test_an_env_on_the_env_path_trains_by_name(user_env, tmp_path, monkeypatch):
     """NAME.h in a folder of $JAXLAB_ENV_PATH is found by name (jaxlab's example envs are on the path
     the same way), and the resolved config records the header."""

@@ -223,6 +223,23 @@ def _void_step_hint(messages: str) -> list[str]:
             f"contract\")" for env in dict.fromkeys(_VOID_VALUE_USED.findall(messages))]
 
 
+#: A compiler's word that a name is defined twice (gcc quotes with ‘’, clang with '').
+_DEFINED_TWICE = re.compile(r"(?:redefinition of|conflicting types for|redeclaration of) [‘'](\w+)[’']")
+
+
+def _clash_hint(messages: str, headers: list[Path]) -> list[str]:
+    """One line when ``headers`` (two or more, built into one library) define a name twice, as the compiler
+    ``messages`` say: they share one C file, so each header's own types, functions and tables need names of
+    their own. None for a single header (a name it defines twice is its own mistake, which the compiler names)."""
+    names = list(dict.fromkeys(_DEFINED_TWICE.findall(messages)))
+    if len(headers) < 2 or not names:
+        return []
+    envs = [h.stem for h in headers]
+    return [f"the headers of one library are compiled together as one C file, so a name two of them define "
+            f"({', '.join(names)}) clashes: prefix each header's own types, functions and tables with its env's "
+            f"name ({envs[0]}_{names[0]}, {envs[1]}_{names[0]}), or build each header into a library of its own"]
+
+
 def _build_hints(messages: str) -> list[str]:
     """Lines that explain what jaxlab itself adds to a failed build's compiler ``messages``: its refused
     random functions, the definitions CENV_ENV needs that a header lacks, a step that returns nothing, an
@@ -682,7 +699,7 @@ def build_library(headers: list[str | Path], output: str | Path, sanitize: bool 
         except builder.CompilerNotFound as err:
             raise BuildError(str(err)) from None
         except RuntimeError as err:
-            hints = "".join(f"\n{hint}" for hint in _build_hints(str(err)))
+            hints = "".join(f"\n{hint}" for hint in _build_hints(str(err)) + _clash_hint(str(err), headers))
             raise BuildError(f"{', '.join(map(str, headers))} does not compile:\n{err}{hints}") from None
         try:
             (scratch / target.name).replace(target)
