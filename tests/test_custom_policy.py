@@ -482,13 +482,12 @@ def test_ignored_keys_cover_every_policy_key_a_module_does_not_get():
     assert ignored_keys(Bare) == [f"policy.{k}" for k in (*BUILT_IN_KEYS, "hidden_size", "scan_unroll")]
 
 
-def test_a_moved_module_file_resumes_and_evaluates_from_its_new_path(tmp_path, capsys):
-    """Moving the policy file is no change to the network: a resume (--policy.module) or an eval
-    (--policy-module) given its new path takes the checkpoint; without it, the missing file is named
-    with the flag to pass; another class is refused. Was "no such file" with no way to go on."""
+def run_whose_module_moved(tmp_path) -> tuple[Path, Path, Path]:
+    """(the run dir, the policy file's first path, its new one) of a short cartpole run trained with
+    examples/policies/gru.py copied to tmp_path/project/, the file then moved to tmp_path/moved.py."""
     import shutil
 
-    from jaxlab import checkpoint, cli
+    from jaxlab import cli
 
     home = tmp_path / "project" / "gru.py"
     home.parent.mkdir()
@@ -498,6 +497,16 @@ def test_a_moved_module_file_resumes_and_evaluates_from_its_new_path(tmp_path, c
     assert cli.main(["train", "cartpole", *flags, "--policy.module", f"{home}:GRUPolicy", "--run-dir", str(run)]) == 0
     moved = tmp_path / "moved.py"
     home.rename(moved)
+    return run, home, moved
+
+
+def test_a_moved_module_file_resumes_and_evaluates_from_its_new_path(tmp_path, capsys):
+    """Moving the policy file is no change to the network: a resume (--policy.module) or an eval
+    (--policy-module) given its new path takes the checkpoint; without it, the missing file is named
+    with the flag to pass; another class is refused. Was "no such file" with no way to go on."""
+    from jaxlab import checkpoint, cli
+
+    run, home, moved = run_whose_module_moved(tmp_path)
     capsys.readouterr()
     assert cli.main(["eval", "cartpole", "--checkpoint", str(run), "--episodes", "2"]) == 2
     assert (f"the checkpoint's policy.module file {home} does not exist (moved or deleted); restore it there, or "
@@ -526,20 +535,10 @@ def test_load_trainer_of_a_run_whose_module_file_moved_names_the_module_argument
     """load_trainer (and Actor's users) on a run whose policy file moved said only "no such file PATH",
     where `jaxlab eval` names its --policy-module flag: load_trainer's own way, module=, was in no message.
     It now says the file is gone and the call that takes its new path; that call loads it."""
-    import shutil
-
-    from jaxlab import cli
     from jaxlab.config.schema import PolicyModuleError
     from jaxlab.train.evaluation import load_trainer
 
-    home = tmp_path / "project" / "gru.py"
-    home.parent.mkdir()
-    shutil.copy(ROOT / "examples" / "policies" / "gru.py", home)
-    run = tmp_path / "run"
-    flags = [*SMALL, "--train.total-timesteps", "128", "--log.dashboard", "none"]
-    assert cli.main(["train", "cartpole", *flags, "--policy.module", f"{home}:GRUPolicy", "--run-dir", str(run)]) == 0
-    moved = tmp_path / "moved.py"
-    home.rename(moved)
+    run, home, moved = run_whose_module_moved(tmp_path)
     with pytest.raises(PolicyModuleError, match=r"^the checkpoint's policy.module file .*/project/gru.py does not "
                                                 r"exist \(moved or deleted\); restore it there, or pass its new path: "
                                                 r"load_trainer\('.*/run/checkpoints/2', "
