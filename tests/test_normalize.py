@@ -272,6 +272,13 @@ def test_resuming_with_normalisation_switched_on_or_off_is_refused():
     constant = config_of("pendulum", 6, "--train.reward-scale", "0.1")
     changes = check_compatible(constant, config_of("pendulum", 6, "--train.reward-scale", "0.2"))
     assert any("train.reward_scale" in str(c) for c in changes)  # a number for a number: allowed, listed
+    # auto on float observations is on: true names the same statistics (was refused as a change), and back
+    assert check_compatible(saved, config_of("pendulum", 6, "--train.obs-norm", "true")) == [
+        'train.obs_norm: "auto" -> true']
+    assert check_compatible(config_of("pendulum", 6, "--train.obs-norm", "true"), saved) == [
+        'train.obs_norm: true -> "auto"']
+    with pytest.raises(ConfigError, match=r'cannot resume: .*train.obs_norm was false, now "auto"'):
+        check_compatible(config_of("pendulum", 6, "--train.obs-norm", "false"), saved)
 
 
 def test_a_checkpoint_of_auto_from_before_the_codes_rule_resumes_and_plays_with_obs_norm_off(tmp_path, monkeypatch,

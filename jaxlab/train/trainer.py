@@ -844,6 +844,15 @@ def _keep_saved_values(refused: list[tuple[str, Any, Any]], sources: dict[str, s
     return ", ".join(ways) + (f", or give {saved_flags}" if ways else f"give {saved_flags}")
 
 
+def same_obs_norm(saved: config_lib.Config, new: config_lib.Config) -> bool:
+    """Whether two configs' train.obs_norm resolve alike for the env's observations (auto and true on float
+    observations, or on uint8 codes of one dimension: both on), so that a checkpoint of one resumes with the other."""
+    from jaxlab.config.memory import env_shape, obs_norm_on
+
+    shape = env_shape(new)
+    return obs_norm_on(saved, shape) == obs_norm_on(new, shape)
+
+
 def check_compatible(saved: config_lib.Config, new: config_lib.Config,
                      sources: dict[str, str] | None = None) -> list[str]:
     """ConfigError naming every change a checkpoint's arrays cannot take (another env, env params,
@@ -860,6 +869,7 @@ def check_compatible(saved: config_lib.Config, new: config_lib.Config,
     same_network = [c for c in changes if c[0] == "policy.module" and moved_module(c[1], c[2])]  # a moved file
     if saved.policy.module and new.policy.module:  # the built-in network's keys shape nothing of a module
         same_network += [c for c in changes if c[0] in _keys_a_module_ignores(new.policy.module)]
+    same_network += [c for c in changes if c[0] == "train.obs_norm" and same_obs_norm(saved, new)]  # auto -> true
     refused = [c for c in changes if (c[0] in SHAPING and c not in same_network) or c[0].split(".")[0] == "env"
                or (c[0] == "train.reward_scale" and (c[1] == "auto") != (c[2] == "auto"))]  # the return stats
     if refused:
